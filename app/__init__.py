@@ -1,0 +1,1 @@
+"""pilotfish: an Istio-compatible service-mesh control plane on asyncio."""

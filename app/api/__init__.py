@@ -1,0 +1,1 @@
+"""Generated protobuf schemas for Istio-compatible config (networking, mesh)."""

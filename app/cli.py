@@ -1,0 +1,86 @@
+"""The ``pilotfish`` command: config-dump and version (serve arrives with xDS serving)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.debug.dump import dump_clusters, dump_scope
+from app.environment import Environment
+from app.errors import PilotfishError
+from app.model.proxy import Proxy, build_proxy
+from app.model.push_context import PushContext
+from app.sources.files import FileSource
+
+VERSION = "0.1.0"
+
+_DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
+    "cds": dump_clusters,
+    "scope": dump_scope,
+}
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"label {part!r}: want key=value")
+        labels[key] = value
+    return labels
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pilotfish", description="An Istio-compatible control plane.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
+    dump.add_argument("--config-dir", required=True, type=Path)
+    dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
+    dump.add_argument("--namespace", help="the proxy's namespace (default: from the node id)")
+    dump.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
+    dump.add_argument("--ip", help="the proxy's IP (default: from the node id)")
+    dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def config_dump(args: argparse.Namespace) -> dict[str, Any]:
+    source = FileSource(args.config_dir)
+    env = Environment()
+    env.apply(source.load())
+    for error in source.rejections():
+        logging.getLogger("pilotfish").warning("%s", error)
+    metadata: dict[str, Any] = {}
+    if args.namespace:
+        metadata["NAMESPACE"] = args.namespace
+    if args.labels is not None:
+        metadata["LABELS"] = args.labels
+    if args.ip:
+        metadata["INSTANCE_IPS"] = args.ip
+    proxy = build_proxy(args.node_id, metadata)
+    push = env.build_push_context(None)
+    return _DUMPS[args.type](proxy, push)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "version":
+            print(f"pilotfish {VERSION}")
+        elif args.command == "config-dump":
+            json.dump(config_dump(args), sys.stdout, indent=2, sort_keys=False)
+            sys.stdout.write("\n")
+    except PilotfishError as e:
+        print(f"pilotfish: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

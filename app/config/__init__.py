@@ -1,0 +1,1 @@
+"""Typed, validated config model: Istio networking kinds, Kubernetes core kinds, MeshConfig."""

@@ -1,0 +1,122 @@
+"""Host names as Istio treats them (pilot pkg/config/host): wildcards, matching, specificity.
+
+A host is a plain ``str``; ``*`` and ``*.suffix`` are wildcards. All functions are pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+V = TypeVar("V")
+
+_DNS_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
+
+
+def is_wildcard(host: str) -> bool:
+    return host.startswith("*")
+
+
+def matches(a: str, b: str) -> bool:
+    """True when the two (possibly wildcard) hosts have a name in common."""
+    a_wild, b_wild = is_wildcard(a), is_wildcard(b)
+    if a_wild and b_wild:
+        # the longer wildcard must end with the shorter one's suffix
+        if len(a) < len(b):
+            return b[1:].endswith(a[1:])
+        return a[1:].endswith(b[1:])
+    if a_wild:
+        return b.endswith(a[1:])
+    if b_wild:
+        return a.endswith(b[1:])
+    return a == b
+
+
+def subset_of(a: str, b: str) -> bool:
+    """True when every name ``a`` covers is covered by ``b`` (``foo.com`` is a subset of ``*.com``)."""
+    if is_wildcard(b):
+        if is_wildcard(a):
+            return a[1:].endswith(b[1:])
+        return a.endswith(b[1:])
+    if is_wildcard(a):
+        return False
+    return a == b
+
+
+def specificity_key(host: str) -> tuple[int, int, str]:
+    """Sort key: exact hosts first, then longer before shorter, then by name.
+
+    This is the order istiod uses for ``host.Names`` and for picking the most specific
+    wildcard rule, so ``*.bar.svc.cluster.local`` beats ``*.svc.cluster.local`` beats ``*``.
+    """
+    return (1 if is_wildcard(host) else 0, -len(host), host)
+
+
+def more_specific(a: str, b: str) -> bool:
+    return specificity_key(a) < specificity_key(b)
+
+
+def most_specific_match(needle: str, specific: Mapping[str, V], wildcard: Mapping[str, V]) -> tuple[str, V] | None:
+    """Find the rule for ``needle``: an exact host first, else the longest matching wildcard.
+
+    ``specific`` holds non-wildcard hosts, ``wildcard`` holds hosts starting with ``*``.
+    A wildcard needle (a ServiceEntry host like ``*.example.com``) matches a wildcard rule
+    with the same name, else any wildcard rule whose suffix it ends with.
+    """
+    if is_wildcard(needle):
+        if needle in wildcard:
+            return needle, wildcard[needle]
+        suffix_of = needle[1:]
+    else:
+        if needle in specific:
+            return needle, specific[needle]
+        suffix_of = needle
+    best: str | None = None
+    for h in wildcard:
+        if suffix_of.endswith(h[1:]) and (best is None or more_specific(h, best)):
+            best = h
+    if best is None:
+        return None
+    return best, wildcard[best]
+
+
+def sort_hosts(hosts: Iterable[str]) -> list[str]:
+    return sorted(hosts, key=specificity_key)
+
+
+def validate_fqdn(host: str) -> str | None:
+    """Reason the name is not a valid DNS name, or None."""
+    if not host:
+        return "must not be empty"
+    if len(host) > 255:
+        return "must be at most 255 characters"
+    name = host[:-1] if host.endswith(".") else host
+    for label in name.split("."):
+        if not _DNS_LABEL.match(label):
+            return f"{host!r} is not a valid DNS name (label {label!r})"
+    return None
+
+
+def validate_wildcard_host(host: str) -> str | None:
+    """Reason ``host`` is not a valid host or wildcard host (``*``, ``*.example.com``), or None."""
+    if host == "*":
+        return None
+    if host.startswith("*."):
+        return validate_fqdn(host[2:])
+    if "*" in host:
+        return f"{host!r}: a wildcard is only allowed as the whole leftmost label ('*' or '*.domain')"
+    return validate_fqdn(host)
+
+
+def resolve_short_name(host: str, namespace: str, domain_suffix: str = "cluster.local") -> str:
+    """Make a short host FQDN the way istiod does for VirtualService and DestinationRule hosts.
+
+    ``reviews`` in namespace ``default`` becomes ``reviews.default.svc.cluster.local``; a host
+    with a dot, or ``*``, stays as written. (``ResolveShortnameToFQDN`` in pilot/pkg/model.)
+    """
+    if not host or host == "*" or "." in host or host.startswith("*"):
+        return host
+    if not namespace:
+        return host
+    return f"{host}.{namespace}.svc.{domain_suffix}"

@@ -1,0 +1,360 @@
+"""Istio networking kinds: strict parsing (app/config/schema.py) plus istiod's semantic checks.
+
+The checks are the ones a user hits in practice (pilot pkg/config/validation): hosts, ports,
+required fields, conflicting settings. Each raises FieldError naming the field path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from google.protobuf.message import Message
+
+from app.api import networking_pb2 as net
+from app.config.host import validate_fqdn, validate_wildcard_host
+from app.config.model import Kind
+from app.config.schema import parse_message
+from app.errors import FieldError
+
+_MESSAGES: dict[Kind, type[Message]] = {
+    Kind.DESTINATION_RULE: net.DestinationRule,
+    Kind.VIRTUAL_SERVICE: net.VirtualService,
+    Kind.SERVICE_ENTRY: net.ServiceEntry,
+    Kind.WORKLOAD_ENTRY: net.WorkloadEntry,
+    Kind.SIDECAR: net.Sidecar,
+    Kind.GATEWAY: net.Gateway,
+}
+_PROTOCOLS = frozenset(
+    {"HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP"}
+)
+
+
+def parse_istio_spec(kind: Kind, spec: Any, namespace: str) -> Message:
+    """Parse and validate the ``spec`` of an Istio networking object."""
+    if spec is None:
+        raise FieldError("spec", "is required")
+    msg = parse_message(spec, _MESSAGES[kind])
+    _VALIDATORS[kind](msg)
+    return msg
+
+
+def _fail(path: str, reason: str) -> FieldError:
+    return FieldError(path, reason)
+
+
+def _check_host(path: str, host: str) -> None:
+    if not host:
+        raise _fail(path, "is required")
+    reason = validate_wildcard_host(host)
+    if reason:
+        raise _fail(path, reason)
+
+
+def _check_export_to(export_to: Iterable[str], path: str) -> None:
+    seen: set[str] = set()
+    values = list(export_to)
+    for i, ns in enumerate(values):
+        here = f"{path}[{i}]"
+        if ns in seen:
+            raise _fail(here, f"duplicate entry {ns!r}")
+        seen.add(ns)
+        if ns in (".", "*", "~"):
+            continue
+        if validate_fqdn(ns) or "." in ns:
+            raise _fail(here, f"{ns!r} is not '.', '*' or a namespace name")
+    if "*" in seen and len(values) > 1:
+        raise _fail(path, "'*' cannot be combined with other entries")
+
+
+def _check_port_number(path: str, number: int) -> None:
+    if not 1 <= number <= 65535:
+        raise _fail(path, f"port {number} out of range 1-65535")
+
+
+def _check_protocol(path: str, protocol: str) -> None:
+    if protocol.upper() not in _PROTOCOLS:
+        raise _fail(path, f"unknown protocol {protocol!r}")
+
+
+# --- DestinationRule -----------------------------------------------------------------
+
+
+def _check_traffic_policy(tp: net.TrafficPolicy, path: str, *, port_level_allowed: bool = True) -> None:
+    _check_policy_parts(tp, path)
+    if tp.port_level_settings and not port_level_allowed:
+        raise _fail(f"{path}.portLevelSettings", "not allowed here")
+    for i, pls in enumerate(tp.port_level_settings):
+        here = f"{path}.portLevelSettings[{i}]"
+        if not pls.HasField("port") or pls.port.number == 0:
+            raise _fail(f"{here}.port", "is required")
+        _check_port_number(f"{here}.port.number", pls.port.number)
+        _check_policy_parts(pls, here)
+
+
+def _check_policy_parts(tp: net.TrafficPolicy | net.TrafficPolicy.PortTrafficPolicy, path: str) -> None:
+    if tp.HasField("outlier_detection"):
+        od = tp.outlier_detection
+        if not 0 <= od.max_ejection_percent <= 100:
+            raise _fail(f"{path}.outlierDetection.maxEjectionPercent", "must be between 0 and 100")
+        if not 0 <= od.min_health_percent <= 100:
+            raise _fail(f"{path}.outlierDetection.minHealthPercent", "must be between 0 and 100")
+    if tp.HasField("load_balancer"):
+        lb = tp.load_balancer
+        if lb.HasField("locality_lb_setting"):
+            lls = lb.locality_lb_setting
+            if lls.distribute and lls.failover:
+                raise _fail(f"{path}.loadBalancer.localityLbSetting", "distribute and failover cannot both be set")
+            for i, d in enumerate(lls.distribute):
+                total = sum(d.to.values())
+                if d.to and total != 100:
+                    raise _fail(
+                        f"{path}.loadBalancer.localityLbSetting.distribute[{i}].to",
+                        f"weights must total 100, got {total}",
+                    )
+    if tp.HasField("tls"):
+        tls = tp.tls
+        if tls.mode == net.ClientTLSSettings.MUTUAL and not tls.credential_name:
+            if not tls.client_certificate:
+                raise _fail(f"{path}.tls.clientCertificate", "is required for mode MUTUAL")
+            if not tls.private_key:
+                raise _fail(f"{path}.tls.privateKey", "is required for mode MUTUAL")
+
+
+def _validate_destination_rule(dr: net.DestinationRule) -> None:
+    _check_host("host", dr.host)
+    _check_export_to(dr.export_to, "exportTo")
+    if dr.HasField("traffic_policy"):
+        _check_traffic_policy(dr.traffic_policy, "trafficPolicy")
+    for i, subset in enumerate(dr.subsets):
+        here = f"subsets[{i}]"
+        if not subset.name:
+            raise _fail(f"{here}.name", "is required")
+        reason = validate_fqdn(subset.name)
+        if reason or "." in subset.name:
+            raise _fail(f"{here}.name", f"{subset.name!r} is not a valid subset name (a DNS label)")
+        if subset.HasField("traffic_policy"):
+            _check_traffic_policy(subset.traffic_policy, f"{here}.trafficPolicy")
+    if dr.HasField("workload_selector") and not dr.workload_selector.match_labels:
+        raise _fail("workloadSelector.matchLabels", "must not be empty")
+
+
+# --- VirtualService --------------------------------------------------------------------
+
+
+def _check_destination(dest: net.Destination, path: str) -> None:
+    _check_host(f"{path}.host", dest.host)
+    if dest.HasField("port") and dest.port.number:
+        _check_port_number(f"{path}.port.number", dest.port.number)
+
+
+def _validate_virtual_service(vs: net.VirtualService) -> None:
+    if not vs.hosts and vs.gateways:
+        raise _fail("hosts", "is required (only a delegate VirtualService, bound to no gateway, may omit it)")
+    for i, h in enumerate(vs.hosts):
+        _check_host(f"hosts[{i}]", h)
+        if h == "*" and (not vs.gateways or "mesh" in vs.gateways):
+            raise _fail(f"hosts[{i}]", "'*' is not allowed for a VirtualService bound to the mesh gateway")
+    _check_export_to(vs.export_to, "exportTo")
+    for i, g in enumerate(vs.gateways):
+        if not g:
+            raise _fail(f"gateways[{i}]", "must not be empty")
+    for i, route in enumerate(vs.http):
+        here = f"http[{i}]"
+        has_route = len(route.route) > 0
+        actions = [has_route, route.HasField("redirect"), route.HasField("direct_response"), route.HasField("delegate")]
+        if sum(actions) == 0:
+            raise _fail(here, "one of route, redirect, directResponse or delegate is required")
+        if route.HasField("redirect") and has_route:
+            raise _fail(here, "route and redirect cannot both be set")
+        if route.HasField("direct_response") and (has_route or route.HasField("redirect")):
+            raise _fail(here, "directResponse cannot be combined with route or redirect")
+        for j, dest in enumerate(route.route):
+            if not dest.HasField("destination"):
+                raise _fail(f"{here}.route[{j}].destination", "is required")
+            _check_destination(dest.destination, f"{here}.route[{j}].destination")
+            if dest.weight < 0:
+                raise _fail(f"{here}.route[{j}].weight", "must not be negative")
+        if route.HasField("retries") and route.retries.attempts < 0:
+            raise _fail(f"{here}.retries.attempts", "must not be negative")
+        if route.HasField("mirror"):
+            _check_host(f"{here}.mirror.host", route.mirror.host)
+        if route.HasField("direct_response") and not 200 <= route.direct_response.status <= 599:
+            raise _fail(f"{here}.directResponse.status", "must be an HTTP status between 200 and 599")
+    l4: list[tuple[str, Sequence[net.RouteDestination]]] = [
+        *((f"tcp[{i}]", r.route) for i, r in enumerate(vs.tcp)),
+        *((f"tls[{i}]", r.route) for i, r in enumerate(vs.tls)),
+    ]
+    for where, dests in l4:
+        for j, l4_dest in enumerate(dests):
+            if not l4_dest.HasField("destination"):
+                raise _fail(f"{where}.route[{j}].destination", "is required")
+            _check_destination(l4_dest.destination, f"{where}.route[{j}].destination")
+    for i, tls_route in enumerate(vs.tls):
+        if not tls_route.match:
+            raise _fail(f"tls[{i}].match", "is required")
+        for j, m in enumerate(tls_route.match):
+            if not m.sni_hosts:
+                raise _fail(f"tls[{i}].match[{j}].sniHosts", "is required")
+
+
+# --- ServiceEntry / WorkloadEntry -------------------------------------------------------
+
+
+def _check_address(path: str, address: str, *, cidr: bool) -> None:
+    try:
+        if cidr:
+            ipaddress.ip_network(address, strict=False)
+        else:
+            ipaddress.ip_address(address)
+    except ValueError:
+        raise _fail(path, f"{address!r} is not a valid IP {'address or CIDR' if cidr else 'address'}") from None
+
+
+def _validate_workload_entry(we: net.WorkloadEntry, path: str = "", *, ip_only: bool = False) -> None:
+    prefix = f"{path}." if path else ""
+    if not we.address and not we.network:
+        raise _fail(f"{prefix}address", "is required")
+    if we.address.startswith("unix://"):
+        return
+    if ip_only:
+        _check_address(f"{prefix}address", we.address, cidr=False)
+    elif we.address:
+        try:
+            ipaddress.ip_address(we.address)
+        except ValueError:
+            reason = validate_fqdn(we.address)
+            if reason:
+                raise _fail(f"{prefix}address", reason) from None
+    for name, number in we.ports.items():
+        _check_port_number(f"{prefix}ports.{name}", number)
+    if we.weight > 0xFFFF_FFFF:
+        raise _fail(f"{prefix}weight", "out of range")
+
+
+def _validate_service_entry(se: net.ServiceEntry) -> None:
+    if not se.hosts:
+        raise _fail("hosts", "at least one host is required")
+    dns = se.resolution in (net.ServiceEntry.DNS, net.ServiceEntry.DNS_ROUND_ROBIN)
+    for i, h in enumerate(se.hosts):
+        _check_host(f"hosts[{i}]", h)
+        if h == "*":
+            raise _fail(f"hosts[{i}]", "'*' is not allowed in a ServiceEntry")
+        if dns and h.startswith("*") and not se.endpoints:
+            raise _fail(f"hosts[{i}]", "a wildcard host needs endpoints for resolution DNS")
+    for i, a in enumerate(se.addresses):
+        _check_address(f"addresses[{i}]", a, cidr=True)
+    names: set[str] = set()
+    numbers: set[int] = set()
+    for i, p in enumerate(se.ports):
+        here = f"ports[{i}]"
+        _check_port_number(f"{here}.number", p.number)
+        if not p.name:
+            raise _fail(f"{here}.name", "is required")
+        if p.name in names:
+            raise _fail(f"{here}.name", f"duplicate port name {p.name!r}")
+        if p.number in numbers:
+            raise _fail(f"{here}.number", f"duplicate port number {p.number}")
+        names.add(p.name)
+        numbers.add(p.number)
+        if p.protocol:
+            _check_protocol(f"{here}.protocol", p.protocol)
+        if p.target_port:
+            _check_port_number(f"{here}.targetPort", p.target_port)
+    if se.endpoints and se.HasField("workload_selector"):
+        raise _fail("workloadSelector", "cannot be combined with endpoints")
+    _check_export_to(se.export_to, "exportTo")
+    for i, ep in enumerate(se.endpoints):
+        _validate_workload_entry(ep, f"endpoints[{i}]", ip_only=se.resolution == net.ServiceEntry.STATIC)
+        for name in ep.ports:
+            if name not in names:
+                raise _fail(f"endpoints[{i}].ports.{name}", "names no port of this ServiceEntry")
+
+
+# --- Sidecar / Gateway ------------------------------------------------------------------
+
+
+def _check_scoped_host(path: str, text: str, *, require_namespace: bool) -> None:
+    ns, sep, host = text.partition("/")
+    if not sep:
+        if require_namespace:
+            raise _fail(path, f"{text!r} must be of the form namespace/host")
+        host, ns = text, "*"
+    if not ns:
+        raise _fail(path, f"{text!r}: namespace must not be empty")
+    if ns not in (".", "*", "~") and (validate_fqdn(ns) or "." in ns):
+        raise _fail(path, f"{ns!r} is not '.', '*', '~' or a namespace name")
+    if ns == "~" and host != "*":
+        raise _fail(path, "namespace '~' is only allowed with host '*'")
+    _check_host(path, host)
+
+
+def _validate_sidecar(sc: net.Sidecar) -> None:
+    if sc.HasField("workload_selector") and not sc.workload_selector.labels:
+        raise _fail("workloadSelector.labels", "must not be empty")
+    portless = 0
+    ports: set[int] = set()
+    for i, eg in enumerate(sc.egress):
+        here = f"egress[{i}]"
+        if not eg.hosts:
+            raise _fail(f"{here}.hosts", "at least one host is required")
+        for j, h in enumerate(eg.hosts):
+            _check_scoped_host(f"{here}.hosts[{j}]", h, require_namespace=True)
+        if eg.HasField("port"):
+            _check_port_number(f"{here}.port.number", eg.port.number)
+            if eg.port.protocol:
+                _check_protocol(f"{here}.port.protocol", eg.port.protocol)
+            if eg.port.number in ports:
+                raise _fail(f"{here}.port.number", f"duplicate egress port {eg.port.number}")
+            ports.add(eg.port.number)
+        else:
+            portless += 1
+            if eg.bind:
+                raise _fail(f"{here}.bind", "requires a port")
+        if eg.bind and not eg.bind.startswith("unix://"):
+            _check_address(f"{here}.bind", eg.bind, cidr=False)
+    if portless > 1:
+        raise _fail("egress", "only one egress listener may omit its port")
+    for i, ing in enumerate(sc.ingress):
+        if not ing.HasField("port"):
+            raise _fail(f"ingress[{i}].port", "is required")
+        _check_port_number(f"ingress[{i}].port.number", ing.port.number)
+
+
+def _validate_gateway(gw: net.Gateway) -> None:
+    if not gw.servers:
+        raise _fail("servers", "at least one server is required")
+    port_names: dict[str, int] = {}
+    for i, s in enumerate(gw.servers):
+        here = f"servers[{i}]"
+        if not s.HasField("port"):
+            raise _fail(f"{here}.port", "is required")
+        _check_port_number(f"{here}.port.number", s.port.number)
+        if not s.port.protocol:
+            raise _fail(f"{here}.port.protocol", "is required")
+        _check_protocol(f"{here}.port.protocol", s.port.protocol)
+        if s.port.name:
+            if port_names.get(s.port.name, s.port.number) != s.port.number:
+                raise _fail(f"{here}.port.name", f"duplicate port name {s.port.name!r} on another port number")
+            port_names[s.port.name] = s.port.number
+        if not s.hosts:
+            raise _fail(f"{here}.hosts", "at least one host is required")
+        for j, h in enumerate(s.hosts):
+            _check_scoped_host(f"{here}.hosts[{j}]", h, require_namespace=False)
+        proto = s.port.protocol.upper()
+        if proto == "HTTPS" and not s.HasField("tls"):
+            raise _fail(f"{here}.tls", "is required for an HTTPS server")
+        needs_cert = s.HasField("tls") and s.tls.mode in (net.ServerTLSSettings.SIMPLE, net.ServerTLSSettings.MUTUAL)
+        if needs_cert and not s.tls.credential_name and not (s.tls.server_certificate and s.tls.private_key):
+            raise _fail(f"{here}.tls", "SIMPLE and MUTUAL need credentialName or serverCertificate and privateKey")
+
+
+_VALIDATORS: dict[Kind, Callable[[Any], None]] = {
+    Kind.DESTINATION_RULE: _validate_destination_rule,
+    Kind.VIRTUAL_SERVICE: _validate_virtual_service,
+    Kind.SERVICE_ENTRY: _validate_service_entry,
+    Kind.WORKLOAD_ENTRY: _validate_workload_entry,
+    Kind.SIDECAR: _validate_sidecar,
+    Kind.GATEWAY: _validate_gateway,
+}

@@ -1,0 +1,299 @@
+"""Kubernetes core objects pilotfish reads, parsed into frozen dataclasses.
+
+Only the fields the registry uses are kept. Kubernetes objects carry many fields pilotfish
+has no use for (status, managedFields, container specs), so unknown fields are ignored here,
+unlike Istio kinds; the fields that are read are type-checked and a bad one is rejected with
+its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from app.config.model import EMPTY_LABELS, Kind
+from app.errors import FieldError
+
+
+@dataclass(frozen=True, slots=True)
+class KubeServicePort:
+    name: str
+    port: int
+    protocol: str  # TCP / UDP / SCTP
+    target_port: int | str  # number, or a container port name
+    app_protocol: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeServiceSpec:
+    type: str  # ClusterIP, NodePort, LoadBalancer, ExternalName
+    cluster_ips: tuple[str, ...]  # ("None",) for headless
+    ports: tuple[KubeServicePort, ...]
+    selector: Mapping[str, str] | None
+    external_name: str = ""
+
+    @property
+    def headless(self) -> bool:
+        return self.cluster_ips == ("None",)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPort:
+    name: str
+    container_port: int
+    protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    service_account: str
+    node_name: str
+    container_ports: tuple[ContainerPort, ...]
+    pod_ips: tuple[str, ...]  # status.podIPs, or status.podIP
+    phase: str
+    ready: bool  # status.conditions[type=Ready]
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSpec:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSlicePort:
+    name: str
+    port: int
+    protocol: str
+    app_protocol: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceEndpoint:
+    addresses: tuple[str, ...]
+    ready: bool
+    serving: bool
+    terminating: bool
+    target_kind: str = ""
+    target_name: str = ""
+    target_namespace: str = ""
+    zone: str = ""
+    node_name: str = ""
+    hostname: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSliceSpec:
+    service_name: str  # label kubernetes.io/service-name
+    address_type: str  # IPv4 / IPv6 / FQDN
+    endpoints: tuple[SliceEndpoint, ...]
+    ports: tuple[EndpointSlicePort, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapSpec:
+    data: Mapping[str, str]
+
+
+KubeSpec = KubeServiceSpec | PodSpec | NamespaceSpec | EndpointSliceSpec | ConfigMapSpec
+
+
+# --- small typed readers: each names the field path it rejects -------------------------
+
+
+def _map(obj: Any, path: str) -> Mapping[str, Any]:
+    if obj is None:
+        return EMPTY_LABELS
+    if not isinstance(obj, Mapping):
+        raise FieldError(path, f"expected an object, got {type(obj).__name__}")
+    return obj
+
+
+def _list(obj: Any, path: str) -> list[Any]:
+    if obj is None:
+        return []
+    if not isinstance(obj, list):
+        raise FieldError(path, f"expected a list, got {type(obj).__name__}")
+    return obj
+
+
+def _str(obj: Any, path: str, default: str = "") -> str:
+    if obj is None:
+        return default
+    if not isinstance(obj, str):
+        raise FieldError(path, f"expected a string, got {type(obj).__name__}")
+    return obj
+
+
+def _bool(obj: Any, path: str, default: bool) -> bool:
+    if obj is None:
+        return default
+    if not isinstance(obj, bool):
+        raise FieldError(path, f"expected a boolean, got {type(obj).__name__}")
+    return obj
+
+
+def _port(obj: Any, path: str, *, required: bool = True) -> int:
+    if obj is None and not required:
+        return 0
+    if isinstance(obj, bool) or not isinstance(obj, int):
+        raise FieldError(path, f"expected a port number, got {obj!r}")
+    if not 1 <= obj <= 65535:
+        raise FieldError(path, f"port {obj} out of range 1-65535")
+    return obj
+
+
+def string_map(obj: Any, path: str) -> Mapping[str, str]:
+    """A map of string to string (labels, annotations, selectors)."""
+    m = _map(obj, path)
+    for k, v in m.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise FieldError(f"{path}.{k}", f"expected a string value, got {type(v).__name__}")
+    return MappingProxyType(dict(m)) if m else EMPTY_LABELS
+
+
+def _parse_service(body: Mapping[str, Any]) -> KubeServiceSpec:
+    spec = _map(body.get("spec"), "spec")
+    stype = _str(spec.get("type"), "spec.type", "ClusterIP")
+    if stype not in ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"):
+        raise FieldError("spec.type", f"unknown service type {stype!r}")
+    ips = [_str(ip, f"spec.clusterIPs[{i}]") for i, ip in enumerate(_list(spec.get("clusterIPs"), "spec.clusterIPs"))]
+    if not ips and spec.get("clusterIP") is not None:
+        ips = [_str(spec.get("clusterIP"), "spec.clusterIP")]
+    ports: list[KubeServicePort] = []
+    seen_names: set[str] = set()
+    raw_ports = _list(spec.get("ports"), "spec.ports")
+    for i, raw in enumerate(raw_ports):
+        p = f"spec.ports[{i}]"
+        m = _map(raw, p)
+        name = _str(m.get("name"), f"{p}.name")
+        if len(raw_ports) > 1 and not name:
+            raise FieldError(f"{p}.name", "required when a service has more than one port")
+        if name in seen_names:
+            raise FieldError(f"{p}.name", f"duplicate port name {name!r}")
+        seen_names.add(name)
+        number = _port(m.get("port"), f"{p}.port")
+        target = m.get("targetPort", number)
+        if isinstance(target, str):
+            if target.isdigit():
+                target = int(target)
+        elif isinstance(target, bool) or not isinstance(target, int):
+            raise FieldError(f"{p}.targetPort", f"expected a port number or name, got {target!r}")
+        ports.append(
+            KubeServicePort(
+                name=name,
+                port=number,
+                protocol=_str(m.get("protocol"), f"{p}.protocol", "TCP"),
+                target_port=target,
+                app_protocol=_str(m.get("appProtocol"), f"{p}.appProtocol"),
+            )
+        )
+    selector = string_map(spec.get("selector"), "spec.selector") if spec.get("selector") is not None else None
+    external = _str(spec.get("externalName"), "spec.externalName")
+    if stype == "ExternalName" and not external:
+        raise FieldError("spec.externalName", "required for type ExternalName")
+    return KubeServiceSpec(stype, tuple(ips), tuple(ports), selector, external)
+
+
+def _parse_pod(body: Mapping[str, Any]) -> PodSpec:
+    spec = _map(body.get("spec"), "spec")
+    status = _map(body.get("status"), "status")
+    cports: list[ContainerPort] = []
+    for ci, c in enumerate(_list(spec.get("containers"), "spec.containers")):
+        cm = _map(c, f"spec.containers[{ci}]")
+        for pi, cp in enumerate(_list(cm.get("ports"), f"spec.containers[{ci}].ports")):
+            path = f"spec.containers[{ci}].ports[{pi}]"
+            pm = _map(cp, path)
+            cports.append(
+                ContainerPort(
+                    name=_str(pm.get("name"), f"{path}.name"),
+                    container_port=_port(pm.get("containerPort"), f"{path}.containerPort"),
+                    protocol=_str(pm.get("protocol"), f"{path}.protocol", "TCP"),
+                )
+            )
+    ips = [
+        _str(_map(e, f"status.podIPs[{i}]").get("ip"), f"status.podIPs[{i}].ip")
+        for i, e in enumerate(_list(status.get("podIPs"), "status.podIPs"))
+    ]
+    if not ips and status.get("podIP"):
+        ips = [_str(status.get("podIP"), "status.podIP")]
+    phase = _str(status.get("phase"), "status.phase", "Running")
+    ready = phase == "Running"
+    for i, cond in enumerate(_list(status.get("conditions"), "status.conditions")):
+        cm = _map(cond, f"status.conditions[{i}]")
+        if cm.get("type") == "Ready":
+            ready = _str(cm.get("status"), f"status.conditions[{i}].status") == "True"
+    return PodSpec(
+        service_account=_str(spec.get("serviceAccountName"), "spec.serviceAccountName", "default"),
+        node_name=_str(spec.get("nodeName"), "spec.nodeName"),
+        container_ports=tuple(cports),
+        pod_ips=tuple(ips),
+        phase=phase,
+        ready=ready,
+    )
+
+
+def _parse_endpoint_slice(body: Mapping[str, Any], labels: Mapping[str, str]) -> EndpointSliceSpec:
+    service = labels.get("kubernetes.io/service-name", "")
+    if not service:
+        raise FieldError("metadata.labels", "kubernetes.io/service-name is required")
+    address_type = _str(body.get("addressType"), "addressType", "IPv4")
+    if address_type not in ("IPv4", "IPv6", "FQDN"):
+        raise FieldError("addressType", f"unknown address type {address_type!r}")
+    endpoints: list[SliceEndpoint] = []
+    for i, raw in enumerate(_list(body.get("endpoints"), "endpoints")):
+        p = f"endpoints[{i}]"
+        m = _map(raw, p)
+        addrs = tuple(_str(a, f"{p}.addresses[{j}]") for j, a in enumerate(_list(m.get("addresses"), f"{p}.addresses")))
+        if not addrs:
+            raise FieldError(f"{p}.addresses", "at least one address is required")
+        cond = _map(m.get("conditions"), f"{p}.conditions")
+        ready = _bool(cond.get("ready"), f"{p}.conditions.ready", True)
+        target = _map(m.get("targetRef"), f"{p}.targetRef")
+        endpoints.append(
+            SliceEndpoint(
+                addresses=addrs,
+                ready=ready,
+                serving=_bool(cond.get("serving"), f"{p}.conditions.serving", ready),
+                terminating=_bool(cond.get("terminating"), f"{p}.conditions.terminating", False),
+                target_kind=_str(target.get("kind"), f"{p}.targetRef.kind"),
+                target_name=_str(target.get("name"), f"{p}.targetRef.name"),
+                target_namespace=_str(target.get("namespace"), f"{p}.targetRef.namespace"),
+                zone=_str(m.get("zone"), f"{p}.zone"),
+                node_name=_str(m.get("nodeName"), f"{p}.nodeName"),
+                hostname=_str(m.get("hostname"), f"{p}.hostname"),
+            )
+        )
+    ports: list[EndpointSlicePort] = []
+    for i, raw in enumerate(_list(body.get("ports"), "ports")):
+        p = f"ports[{i}]"
+        m = _map(raw, p)
+        ports.append(
+            EndpointSlicePort(
+                name=_str(m.get("name"), f"{p}.name"),
+                port=_port(m.get("port"), f"{p}.port"),
+                protocol=_str(m.get("protocol"), f"{p}.protocol", "TCP"),
+                app_protocol=_str(m.get("appProtocol"), f"{p}.appProtocol"),
+            )
+        )
+    return EndpointSliceSpec(service, address_type, tuple(endpoints), tuple(ports))
+
+
+def _parse_config_map(body: Mapping[str, Any]) -> ConfigMapSpec:
+    return ConfigMapSpec(string_map(body.get("data"), "data"))
+
+
+def parse_kube_spec(kind: Kind, body: Mapping[str, Any], labels: Mapping[str, str]) -> KubeSpec:
+    """The typed spec of a Kubernetes object; raises FieldError naming the bad field."""
+    if kind is Kind.SERVICE:
+        return _parse_service(body)
+    if kind is Kind.POD:
+        return _parse_pod(body)
+    if kind is Kind.NAMESPACE:
+        return NamespaceSpec()
+    if kind is Kind.ENDPOINT_SLICE:
+        return _parse_endpoint_slice(body, labels)
+    if kind is Kind.CONFIG_MAP:
+        return _parse_config_map(body)
+    raise FieldError("kind", f"{kind} is not a Kubernetes core kind")

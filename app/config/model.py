@@ -1,0 +1,103 @@
+"""The config object every source produces and every consumer reads.
+
+A ``ConfigObject`` is immutable once built: sources replace objects, they never edit them.
+``spec`` is the typed body: a protobuf message for Istio kinds (app/api/networking.proto),
+a frozen dataclass for Kubernetes kinds (app/config/kube.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+class Kind(enum.StrEnum):
+    """Config kinds pilotfish reads, named as in their ``kind:`` field."""
+
+    DESTINATION_RULE = "DestinationRule"
+    VIRTUAL_SERVICE = "VirtualService"
+    SERVICE_ENTRY = "ServiceEntry"
+    WORKLOAD_ENTRY = "WorkloadEntry"
+    SIDECAR = "Sidecar"
+    GATEWAY = "Gateway"
+    SERVICE = "Service"
+    POD = "Pod"
+    NAMESPACE = "Namespace"
+    ENDPOINT_SLICE = "EndpointSlice"
+    CONFIG_MAP = "ConfigMap"
+    MESH_CONFIG = "MeshConfig"
+
+
+ISTIO_KINDS = frozenset(
+    {
+        Kind.DESTINATION_RULE,
+        Kind.VIRTUAL_SERVICE,
+        Kind.SERVICE_ENTRY,
+        Kind.WORKLOAD_ENTRY,
+        Kind.SIDECAR,
+        Kind.GATEWAY,
+    }
+)
+
+
+class ConfigKey(NamedTuple):
+    kind: Kind
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    name: str
+    namespace: str = ""
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    # RFC 3339 text as written; istiod orders merges by creation time, then name.
+    creation_timestamp: str = ""
+    resource_version: str = ""
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigObject:
+    kind: Kind
+    meta: ObjectMeta
+    spec: Any
+    # where it came from: "path/to/file.yaml" or "kube"; used in every message about it
+    source: str = ""
+    api_version: str = ""
+
+    @property
+    def key(self) -> ConfigKey:
+        return ConfigKey(self.kind, self.meta.namespace, self.meta.name)
+
+    @property
+    def namespaced_name(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+    def creation_order(self) -> tuple[str, str, str]:
+        """istiod's stable order for merging: oldest first, then namespace, then name."""
+        return (self.meta.creation_timestamp, self.meta.namespace, self.meta.name)
+
+
+class EventType(enum.Enum):
+    ADD = "add"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEvent:
+    """One object changed. For DELETE, ``obj`` is the last version that was in force."""
+
+    type: EventType
+    obj: ConfigObject
+    old: ConfigObject | None = None

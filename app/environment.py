@@ -1,0 +1,64 @@
+"""Environment: the ConfigStore and the ServiceRegistry fed from one event stream, and the
+PushContext built from them (istiod's model.Environment). Pure and synchronous: the serving
+pipeline and the offline config-dump share it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from app.config.model import ConfigEvent, Kind
+from app.config.store import ConfigStore
+from app.model.push_context import PushContext, PushInputs
+from app.registry.registry import EMPTY_DELTA, RegistryDelta, ServiceRegistry
+
+# kinds the ConfigStore keeps for the PushContext (the registry keeps the rest)
+_STORE_KINDS = frozenset(
+    {Kind.DESTINATION_RULE, Kind.VIRTUAL_SERVICE, Kind.SIDECAR, Kind.GATEWAY, Kind.MESH_CONFIG}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a batch of events changed: config kinds (for the PushContext) and registry keys."""
+
+    kinds: frozenset[Kind] = frozenset()
+    registry: RegistryDelta = EMPTY_DELTA
+
+    @property
+    def needs_full_push(self) -> bool:
+        """False when only endpoints moved: the EDS fast path, no PushContext rebuild."""
+        return bool(self.kinds) or bool(self.registry.services_changed)
+
+
+class Environment:
+    def __init__(self, *, domain_suffix: str = "cluster.local") -> None:
+        self.store = ConfigStore()
+        self.registry = ServiceRegistry(domain_suffix=domain_suffix)
+
+    def apply(self, events: Iterable[ConfigEvent]) -> Change:
+        kinds: set[Kind] = set()
+        delta = EMPTY_DELTA
+        for event in events:
+            kind = event.obj.kind
+            if kind in _STORE_KINDS:
+                if self.store.apply(event):
+                    kinds.add(kind)
+                continue
+            d = self.registry.apply(event)
+            if d.services_changed:
+                kinds.add(kind)
+            delta = delta.merge(d)
+        return Change(frozenset(kinds), delta)
+
+    def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:
+        inputs = PushInputs(
+            mesh=self.store.mesh,
+            services=self.registry.services(),
+            virtual_services=self.store.list(Kind.VIRTUAL_SERVICE),
+            destination_rules=self.store.list(Kind.DESTINATION_RULE),
+            sidecars=self.store.list(Kind.SIDECAR),
+            gateways=self.store.list(Kind.GATEWAY),
+            endpoints=self.registry,
+        )
+        return PushContext.build(previous, inputs, None if change is None else change.kinds)

@@ -1,0 +1,43 @@
+"""The project's small exception tree.
+
+Library errors are mapped to these at the edges, so callers handle a few types only.
+"""
+
+from __future__ import annotations
+
+
+class PilotfishError(Exception):
+    """Base of every error pilotfish raises on purpose."""
+
+
+class ConfigError(PilotfishError):
+    """A config object or file was rejected.
+
+    The message always names where the object came from (file or namespace/name), its kind,
+    the field and the reason, so one line in a log is enough to fix the input.
+    """
+
+    def __init__(self, source: str, kind: str, name: str, field: str, reason: str) -> None:
+        self.source = source
+        self.kind = kind
+        self.name = name
+        self.field = field
+        self.reason = reason
+        where = f"{source}: " if source else ""
+        obj = f"{kind} {name}".strip()
+        at = f" field {field}:" if field else ""
+        head = f"{where}{obj}:" if obj else where.rstrip(" ")
+        super().__init__(f"{head}{at} {reason}")
+
+
+class SettingsError(PilotfishError):
+    """A command-line flag or environment setting is invalid."""
+
+
+class FieldError(PilotfishError):
+    """A field of an object being parsed is invalid; the loader adds which object it was."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)

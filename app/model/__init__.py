@@ -1,0 +1,1 @@
+"""The mesh as pilotfish sees it: services, endpoints, proxies, the PushContext snapshot."""

@@ -1,0 +1,103 @@
+"""A connected (or imagined, for config-dump) Envoy: identity and metadata as Istio sends them.
+
+``node.id`` is ``TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local``; ``node.metadata`` may carry
+NAMESPACE, LABELS, INSTANCE_IPS, CLUSTER_ID, NETWORK, ISTIO_VERSION, INTERCEPTION_MODE. Missing
+metadata falls back to what the id says.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.config.model import EMPTY_LABELS
+from app.errors import PilotfishError
+
+
+class ProxyType(enum.StrEnum):
+    SIDECAR = "sidecar"
+    ROUTER = "router"  # gateways
+
+
+class InvalidNodeError(PilotfishError):
+    """A node id or metadata that cannot identify a proxy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    type: ProxyType
+    id: str  # POD.NAMESPACE
+    ip_addresses: tuple[str, ...]
+    namespace: str  # the proxy's config namespace
+    dns_domain: str
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    cluster_id: str = "Kubernetes"
+    network: str = ""
+    istio_version: str = ""
+    interception_mode: str = "REDIRECT"
+    locality: str = ""  # region/zone/subzone
+
+    @property
+    def is_gateway(self) -> bool:
+        return self.type is ProxyType.ROUTER
+
+    @property
+    def ip(self) -> str:
+        return self.ip_addresses[0] if self.ip_addresses else ""
+
+
+def parse_node_id(node_id: str) -> tuple[ProxyType, str, str, str]:
+    """Split ``TYPE~IP~ID~DOMAIN`` into its parts; raises InvalidNodeError."""
+    parts = node_id.split("~")
+    if len(parts) != 4:
+        raise InvalidNodeError(f"node id {node_id!r}: want TYPE~IP~POD.NAMESPACE~DOMAIN")
+    kind, ip, pod_id, domain = parts
+    try:
+        proxy_type = ProxyType(kind)
+    except ValueError:
+        raise InvalidNodeError(f"node id {node_id!r}: unknown proxy type {kind!r} (want sidecar or router)") from None
+    if not ip:
+        raise InvalidNodeError(f"node id {node_id!r}: missing IP")
+    return proxy_type, ip, pod_id, domain
+
+
+def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, locality: str = "") -> Proxy:
+    """A Proxy from an xDS node id and its metadata (a plain dict, e.g. from a Struct)."""
+    proxy_type, ip, pod_id, domain = parse_node_id(node_id)
+    md = metadata or {}
+    namespace = _str(md.get("NAMESPACE"))
+    if not namespace:
+        # POD.NAMESPACE in the id, else the first label of the DNS domain (NAMESPACE.svc.cluster.local)
+        if "." in pod_id:
+            namespace = pod_id.rsplit(".", 1)[1]
+        elif domain:
+            namespace = domain.split(".", 1)[0]
+    if not namespace:
+        raise InvalidNodeError(f"node id {node_id!r}: cannot tell the proxy's namespace")
+    raw_ips = md.get("INSTANCE_IPS")
+    ips = tuple(p.strip() for p in raw_ips.split(",") if p.strip()) if isinstance(raw_ips, str) else ()
+    if not ips:
+        ips = (ip,)
+    labels = md.get("LABELS")
+    clean_labels = (
+        {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else dict(EMPTY_LABELS)
+    )
+    return Proxy(
+        type=proxy_type,
+        id=pod_id,
+        ip_addresses=ips,
+        namespace=namespace,
+        dns_domain=domain or f"{namespace}.svc.cluster.local",
+        labels=clean_labels,
+        cluster_id=_str(md.get("CLUSTER_ID")) or "Kubernetes",
+        network=_str(md.get("NETWORK")),
+        istio_version=_str(md.get("ISTIO_VERSION")),
+        interception_mode=_str(md.get("INTERCEPTION_MODE")) or "REDIRECT",
+        locality=locality,
+    )
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""

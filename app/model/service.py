@@ -1,0 +1,166 @@
+"""Services and endpoints, the registry's output and what generators read.
+
+These mirror istiod's ``model.Service`` / ``model.IstioEndpoint`` with the fields pilotfish
+uses. All are frozen; a change in the registry produces new objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from app.config.model import EMPTY_LABELS
+
+
+class Protocol(enum.StrEnum):
+    """Istio's port protocols (pkg/config/protocol). UNSUPPORTED means "sniff it"."""
+
+    HTTP = "HTTP"
+    HTTPS = "HTTPS"
+    HTTP2 = "HTTP2"
+    GRPC = "GRPC"
+    GRPC_WEB = "GRPC-Web"
+    TCP = "TCP"
+    TLS = "TLS"
+    MONGO = "Mongo"
+    REDIS = "Redis"
+    MYSQL = "MySQL"
+    UDP = "UDP"
+    UNSUPPORTED = "UnsupportedProtocol"
+
+    @property
+    def is_http(self) -> bool:
+        return self in (Protocol.HTTP, Protocol.HTTP2, Protocol.GRPC, Protocol.GRPC_WEB)
+
+    @property
+    def is_http2(self) -> bool:
+        return self in (Protocol.HTTP2, Protocol.GRPC, Protocol.GRPC_WEB)
+
+    @property
+    def is_tcp(self) -> bool:
+        return self in (Protocol.TCP, Protocol.HTTPS, Protocol.TLS, Protocol.MONGO, Protocol.REDIS, Protocol.MYSQL)
+
+
+_BY_NAME = {
+    "http": Protocol.HTTP,
+    "http2": Protocol.HTTP2,
+    "h2c": Protocol.HTTP2,
+    "grpc": Protocol.GRPC,
+    "grpc-web": Protocol.GRPC_WEB,
+    "https": Protocol.HTTPS,
+    "tcp": Protocol.TCP,
+    "tls": Protocol.TLS,
+    "mongo": Protocol.MONGO,
+    "redis": Protocol.REDIS,
+    "mysql": Protocol.MYSQL,
+    "udp": Protocol.UDP,
+}
+# appProtocol values Kubernetes defines (KEP-3726) mapped as istiod maps them
+_K8S_APP_PROTOCOLS = {
+    "kubernetes.io/h2c": Protocol.HTTP2,
+    "kubernetes.io/ws": Protocol.HTTP,
+    "kubernetes.io/wss": Protocol.HTTPS,
+}
+
+
+def parse_protocol(value: str) -> Protocol:
+    """A protocol name as written in a ServiceEntry / Gateway port or an appProtocol."""
+    v = value.strip()
+    if v in _K8S_APP_PROTOCOLS:
+        return _K8S_APP_PROTOCOLS[v]
+    return _BY_NAME.get(v.lower(), Protocol.UNSUPPORTED)
+
+
+def protocol_from_port_name(name: str) -> Protocol:
+    """Kubernetes port naming convention: ``<protocol>[-<suffix>]`` (``http-web``, ``grpc``)."""
+    lowered = name.lower()
+    if lowered in _BY_NAME:
+        return _BY_NAME[lowered]
+    if lowered.startswith("grpc-web"):
+        return Protocol.GRPC_WEB
+    prefix = lowered.split("-", 1)[0]
+    return _BY_NAME.get(prefix, Protocol.UNSUPPORTED)
+
+
+class Resolution(enum.Enum):
+    """How a client reaches a service's endpoints (istiod's model.Resolution)."""
+
+    CLIENT_SIDE_LB = "ClientSideLB"  # EDS
+    DNS_LB = "DNSLB"  # STRICT_DNS
+    DNS_ROUND_ROBIN_LB = "DNSRoundRobinLB"  # LOGICAL_DNS
+    PASSTHROUGH = "Passthrough"  # ORIGINAL_DST
+    ALIAS = "Alias"  # ExternalName without a cluster of its own
+
+
+class Registry(enum.StrEnum):
+    KUBERNETES = "Kubernetes"
+    EXTERNAL = "External"  # ServiceEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str
+    port: int
+    protocol: Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    hostname: str
+    namespace: str
+    ports: tuple[ServicePort, ...]
+    registry: Registry
+    name: str = ""  # Service / ServiceEntry object name
+    addresses: tuple[str, ...] = ()  # ClusterIP(s) or ServiceEntry addresses; empty = none
+    resolution: Resolution = Resolution.CLIENT_SIDE_LB
+    mesh_external: bool = False
+    # visibility as written or defaulted: ".", "*", or namespaces; empty = mesh default
+    export_to: frozenset[str] = frozenset()
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    # selector over workloads (Pods / WorkloadEntries); None = no selector (explicit endpoints)
+    selector: Mapping[str, str] | None = None
+    service_accounts: tuple[str, ...] = ()
+    creation_timestamp: str = ""
+    external_name: str = ""  # ExternalName services
+
+    def port_by_number(self, number: int) -> ServicePort | None:
+        for p in self.ports:
+            if p.port == number:
+                return p
+        return None
+
+    def port_by_name(self, name: str) -> ServicePort | None:
+        for p in self.ports:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.hostname, self.namespace)
+
+
+class HealthStatus(enum.Enum):
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    DRAINING = "DRAINING"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One address+port serving one port of one service (istiod's IstioEndpoint)."""
+
+    address: str
+    port: int  # the port on the workload (target port)
+    service_port_name: str  # which ServicePort this serves
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    locality: str = ""  # "region/zone/subzone"
+    weight: int = 0  # 0 = unset
+    health: HealthStatus = HealthStatus.HEALTHY
+    network: str = ""
+    service_account: str = ""
+    namespace: str = ""
+    workload_name: str = ""
+    # "istio" when the workload has a sidecar (auto mTLS), else "disabled"
+    tls_mode: str = "disabled"

@@ -1,0 +1,227 @@
+"""SidecarScope: what one proxy's namespace (or workload) can see, precomputed.
+
+Built from a Sidecar resource, the root namespace's selector-less Sidecar, or the default
+(every service visible to the namespace). Egress ``hosts`` are ``ns/host`` with ``.`` (the
+scope's namespace), ``*`` (any namespace) and ``~`` (none). Services a selected VirtualService
+routes to are added even when ``hosts`` did not name them, as istiod does
+(pilot/pkg/model/sidecar.go convertToSidecarScope).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.api import networking_pb2 as net
+from app.config.host import is_wildcard, matches, subset_of
+from app.config.model import ConfigObject
+from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
+from app.model.proxy import Proxy
+from app.model.service import Service
+from app.model.service_index import ServiceIndex
+from app.model.virtual_service import (
+    MESH_GATEWAY,
+    ResolvedVirtualService,
+    VirtualServiceIndex,
+    destination_hosts,
+)
+
+ANY_NAMESPACE = "*"
+ALLOW_ANY = "ALLOW_ANY"
+REGISTRY_ONLY = "REGISTRY_ONLY"
+
+
+@dataclass(frozen=True, slots=True)
+class EgressListener:
+    port: net.SidecarPort | None
+    bind: str
+    capture_mode: str  # DEFAULT, IPTABLES, NONE
+    hosts: Mapping[str, tuple[str, ...]]  # namespace (or "*") -> hosts
+    services: tuple[Service, ...]
+    virtual_services: tuple[ResolvedVirtualService, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarScope:
+    name: str | None  # "ns/name" of the Sidecar used; None for the default scope
+    namespace: str  # the namespace the scope was computed for
+    sidecar: net.Sidecar | None
+    egress_listeners: tuple[EgressListener, ...]
+    services: tuple[Service, ...]
+    virtual_services: tuple[ResolvedVirtualService, ...]
+    destination_rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]  # by service hostname
+    outbound_traffic_policy: str  # ALLOW_ANY or REGISTRY_ONLY
+
+    def destination_rule(self, proxy: Proxy, service: Service) -> ConsolidatedDestinationRule | None:
+        """The outbound rule for ``service`` as this proxy sees it (workloadSelector rules first)."""
+        return select_for_proxy(self.destination_rules.get(service.hostname, ()), self.namespace, proxy.labels)
+
+
+def parse_egress_hosts(hosts: Sequence[str], config_namespace: str) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for text in hosts:
+        ns, _, host = text.partition("/")
+        if ns == "~":
+            continue
+        if ns == ".":
+            ns = config_namespace
+        out.setdefault(ns, []).append(host)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _only_port(svc: Service, port: int) -> Service | None:
+    p = svc.port_by_number(port)
+    return None if p is None else dataclasses.replace(svc, ports=(p,))
+
+
+def _matching_service(hosts: tuple[str, ...], svc: Service, listener_port: int) -> Service | None:
+    for h in hosts:
+        if svc.hostname == h or subset_of(svc.hostname, h):
+            return _only_port(svc, listener_port) if listener_port else svc
+    return None
+
+
+def _select_services(
+    candidates: Sequence[Service], hosts: Mapping[str, tuple[str, ...]], config_namespace: str, listener_port: int
+) -> list[Service]:
+    imported: list[Service] = []
+    for svc in candidates:
+        found = None
+        if svc.namespace in hosts:
+            found = _matching_service(hosts[svc.namespace], svc, listener_port)
+        if found is None and ANY_NAMESPACE in hosts:
+            found = _matching_service(hosts[ANY_NAMESPACE], svc, listener_port)
+        if found is not None:
+            imported.append(found)
+    # one namespace per hostname: the scope's own namespace if it has one, else the first seen
+    chosen: dict[str, str] = {}
+    for svc in imported:
+        if svc.hostname not in chosen or svc.namespace == config_namespace:
+            chosen[svc.hostname] = svc.namespace
+    return [s for s in imported if chosen[s.hostname] == s.namespace]
+
+
+def _vs_matches_hosts(vs: ResolvedVirtualService, hosts: tuple[str, ...]) -> bool:
+    for vh in vs.spec.hosts:
+        for h in hosts:
+            if vh == h:
+                return True
+            if is_wildcard(vh) and is_wildcard(h):
+                if matches(h, vh):
+                    return True
+            elif subset_of(vh, h):
+                return True
+    return False
+
+
+def _select_virtual_services(
+    candidates: Sequence[ResolvedVirtualService], hosts: Mapping[str, tuple[str, ...]]
+) -> list[ResolvedVirtualService]:
+    out: list[ResolvedVirtualService] = []
+    for vs in candidates:
+        ns_hosts = hosts.get(vs.obj.meta.namespace, ())
+        any_hosts = hosts.get(ANY_NAMESPACE, ())
+        if _vs_matches_hosts(vs, ns_hosts) or _vs_matches_hosts(vs, any_hosts):
+            out.append(vs)
+    return out
+
+
+def build_sidecar_scope(
+    sidecar: ConfigObject | None,
+    namespace: str,
+    services: ServiceIndex,
+    virtual_services: VirtualServiceIndex,
+    destination_rules: DestinationRuleIndex,
+    mesh_outbound_policy: str,
+) -> SidecarScope:
+    """The scope of ``sidecar`` (or the default scope) computed for ``namespace``."""
+    spec: net.Sidecar | None = sidecar.spec if sidecar is not None else None
+    visible = services.exported_to(namespace)
+    mesh_vs = virtual_services.for_gateway(namespace, MESH_GATEWAY)
+    raw_listeners: list[net.IstioEgressListener] = list(spec.egress) if spec is not None else []
+    if not raw_listeners:
+        raw_listeners = [net.IstioEgressListener(hosts=["*/*"])]
+
+    listeners: list[EgressListener] = []
+    scope_services: list[Service] = []
+    index_by_host: dict[str, int] = {}
+
+    def add_service(svc: Service | None) -> None:
+        if svc is None:
+            return
+        at = index_by_host.get(svc.hostname)
+        if at is None:
+            index_by_host[svc.hostname] = len(scope_services)
+            scope_services.append(svc)
+            return
+        found = scope_services[at]
+        if found.namespace == svc.namespace:
+            # listeners may each import part of a service's ports: keep the union
+            extra = tuple(p for p in svc.ports if found.port_by_number(p.port) is None)
+            if extra:
+                scope_services[at] = dataclasses.replace(found, ports=found.ports + extra)
+
+    scope_vs: list[ResolvedVirtualService] = []
+    for raw in raw_listeners:
+        hosts = parse_egress_hosts(list(raw.hosts), namespace)
+        port = raw.port.number if raw.HasField("port") else 0
+        selected = _select_services(visible, hosts, namespace, port)
+        vss = _select_virtual_services(mesh_vs, hosts)
+        listeners.append(
+            EgressListener(
+                port=raw.port if raw.HasField("port") else None,
+                bind=raw.bind,
+                capture_mode=net.CaptureMode.Name(raw.capture_mode),
+                hosts=hosts,
+                services=tuple(selected),
+                virtual_services=tuple(vss),
+            )
+        )
+        for svc in selected:
+            add_service(svc)
+        for vs in vss:
+            if vs not in scope_vs:
+                scope_vs.append(vs)
+            for host, ports in destination_hosts(vs).items():
+                add_service(_vs_destination_service(host, ports, namespace, services, port))
+
+    drs: dict[str, tuple[ConsolidatedDestinationRule, ...]] = {}
+    for svc in scope_services:
+        found = destination_rules.rules_for(namespace, svc.hostname, svc.namespace)
+        if found:
+            drs[svc.hostname] = tuple(found)
+
+    policy = mesh_outbound_policy
+    if spec is not None and spec.HasField("outbound_traffic_policy"):
+        policy = net.OutboundTrafficPolicy.Mode.Name(spec.outbound_traffic_policy.mode)
+    return SidecarScope(
+        name=sidecar.namespaced_name if sidecar is not None else None,
+        namespace=namespace,
+        sidecar=spec,
+        egress_listeners=tuple(listeners),
+        services=tuple(scope_services),
+        virtual_services=tuple(scope_vs),
+        destination_rules=drs,
+        outbound_traffic_policy=policy,
+    )
+
+
+def _vs_destination_service(
+    host: str, ports: set[int], namespace: str, services: ServiceIndex, listener_port: int
+) -> Service | None:
+    """The service a VirtualService destination names: the one in the scope's namespace, else
+    the alphabetically first namespace where it is visible."""
+    by_ns = services.by_hostname.get(host, {})
+    svc = by_ns.get(namespace)
+    if svc is None:
+        visible = sorted(ns for ns, s in by_ns.items() if services.is_visible(s, namespace))
+        if not visible:
+            return None
+        svc = by_ns[visible[0]]
+    if listener_port:
+        return _only_port(svc, listener_port)
+    if 0 in ports:
+        return svc
+    kept = tuple(p for p in svc.ports if p.port in ports)
+    return dataclasses.replace(svc, ports=kept) if kept else None

@@ -1,0 +1,150 @@
+"""VirtualServices with names resolved and indexed by gateway and visibility (istiod's
+virtualServiceIndex). Short hosts become FQDN in the VirtualService's namespace; gateway names
+become ``ns/name`` (``mesh`` stays ``mesh``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from google.protobuf.internal.containers import RepeatedScalarFieldContainer
+
+from app.api import networking_pb2 as net
+from app.config.host import resolve_short_name
+from app.config.model import ConfigObject
+
+MESH_GATEWAY = "mesh"
+PRIVATE = "."
+PUBLIC = "*"
+NONE = "~"
+
+
+def resolve_gateway_name(name: str, namespace: str) -> str:
+    """``gw`` and ``./gw`` -> ``ns/gw``; legacy ``gw.ns[.svc...]`` -> ``ns/gw``; ``mesh`` unchanged."""
+    if name == MESH_GATEWAY:
+        return name
+    if "/" in name:
+        ns, _, gw = name.partition("/")
+        return f"{namespace}/{gw}" if ns == "." else name
+    if "." not in name:
+        return f"{namespace}/{name}"
+    gw, _, rest = name.partition(".")
+    return f"{rest.split('.', 1)[0]}/{gw}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedVirtualService:
+    obj: ConfigObject
+    spec: net.VirtualService  # copy with hosts, gateways and destination hosts resolved
+
+    @property
+    def namespaced_name(self) -> str:
+        return self.obj.namespaced_name
+
+    @property
+    def gateways(self) -> tuple[str, ...]:
+        return tuple(self.spec.gateways) or (MESH_GATEWAY,)
+
+
+def resolve_virtual_service(obj: ConfigObject) -> ResolvedVirtualService:
+    ns = obj.meta.namespace
+    spec = net.VirtualService()
+    spec.CopyFrom(obj.spec)
+    _replace(spec.hosts, lambda h: resolve_short_name(h, ns))
+    _replace(spec.gateways, lambda g: resolve_gateway_name(g, ns))
+    for http in spec.http:
+        for m in http.match:
+            _replace(m.gateways, lambda g: resolve_gateway_name(g, ns))
+        for d in http.route:
+            d.destination.host = resolve_short_name(d.destination.host, ns)
+        if http.HasField("mirror"):
+            http.mirror.host = resolve_short_name(http.mirror.host, ns)
+        for mp in http.mirrors:
+            mp.destination.host = resolve_short_name(mp.destination.host, ns)
+    for tcp in spec.tcp:
+        for l4 in tcp.match:
+            _replace(l4.gateways, lambda g: resolve_gateway_name(g, ns))
+    for tls in spec.tls:
+        for tm in tls.match:
+            _replace(tm.gateways, lambda g: resolve_gateway_name(g, ns))
+    for route in _l4_routes(spec):
+        route.destination.host = resolve_short_name(route.destination.host, ns)
+    return ResolvedVirtualService(obj, spec)
+
+
+def _l4_routes(spec: net.VirtualService) -> list[net.RouteDestination]:
+    return [d for r in spec.tcp for d in r.route] + [d for r in spec.tls for d in r.route]
+
+
+def _replace(values: RepeatedScalarFieldContainer[str], fn: Callable[[str], str]) -> None:
+    resolved = [fn(v) for v in values]
+    del values[:]
+    values.extend(resolved)
+
+
+def destination_hosts(vs: ResolvedVirtualService) -> dict[str, set[int]]:
+    """Hosts the VirtualService routes to, with the ports it names (empty set: no port named)."""
+    out: dict[str, set[int]] = {}
+
+    def add(dest: net.Destination) -> None:
+        ports = out.setdefault(dest.host, set())
+        if dest.HasField("port") and dest.port.number:
+            ports.add(dest.port.number)
+        else:
+            ports.add(0)
+
+    for http in vs.spec.http:
+        for d in http.route:
+            add(d.destination)
+        if http.HasField("mirror"):
+            add(http.mirror)
+        for mp in http.mirrors:
+            add(mp.destination)
+    for route in _l4_routes(vs.spec):
+        add(route.destination)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServiceIndex:
+    private: Mapping[tuple[str, str], tuple[ResolvedVirtualService, ...]]  # (namespace, gateway)
+    exported: Mapping[tuple[str, str], tuple[ResolvedVirtualService, ...]]  # (target namespace, gateway)
+    public: Mapping[str, tuple[ResolvedVirtualService, ...]]  # gateway
+    delegates: Mapping[tuple[str, str], ResolvedVirtualService]  # (namespace, name), VSs without hosts
+
+    @classmethod
+    def build(cls, objects: Iterable[ConfigObject], default_export_to: frozenset[str]) -> VirtualServiceIndex:
+        private: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
+        exported: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
+        public: dict[str, list[ResolvedVirtualService]] = {}
+        delegates: dict[tuple[str, str], ResolvedVirtualService] = {}
+        for obj in sorted(objects, key=lambda o: (o.meta.creation_timestamp, o.meta.name, o.meta.namespace)):
+            vs = resolve_virtual_service(obj)
+            ns = obj.meta.namespace
+            if not vs.spec.hosts:
+                delegates[(ns, obj.meta.name)] = vs
+                continue
+            export_to = frozenset(vs.spec.export_to) or default_export_to
+            for gw in vs.gateways:
+                if PUBLIC in export_to:
+                    public.setdefault(gw, []).append(vs)
+                    continue
+                if NONE in export_to:
+                    continue
+                for target in sorted({ns if e == PRIVATE else e for e in export_to}):
+                    bucket = private if target == ns else exported
+                    bucket.setdefault((target, gw), []).append(vs)
+        return cls(
+            {k: tuple(v) for k, v in private.items()},
+            {k: tuple(v) for k, v in exported.items()},
+            {k: tuple(v) for k, v in public.items()},
+            delegates,
+        )
+
+    def for_gateway(self, namespace: str, gateway: str) -> list[ResolvedVirtualService]:
+        """VirtualServices bound to ``gateway`` and visible from ``namespace``, in istiod's order."""
+        return [
+            *self.private.get((namespace, gateway), ()),
+            *self.exported.get((namespace, gateway), ()),
+            *self.public.get(gateway, ()),
+        ]

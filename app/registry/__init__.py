@@ -1,0 +1,1 @@
+"""The service registry: Kubernetes and ServiceEntry controllers feeding one EndpointIndex."""

@@ -1,0 +1,349 @@
+"""ServiceEntryController: ServiceEntries, WorkloadEntries and selected Pods as Services + endpoints.
+
+It owns istiod's serviceentry controller conversion (pilot/pkg/serviceregistry/serviceentry):
+one Service per ServiceEntry host; endpoints from the inline ``endpoints``, from the
+WorkloadEntries and Pods its ``workloadSelector`` picks in its namespace, or, for a DNS
+entry with neither, the host itself. When several ServiceEntries in one namespace name the
+same host, the oldest one defines the Service and all of them contribute endpoints.
+
+It also owns the cross-controller case: a Kubernetes Service with a selector selects
+WorkloadEntries of its namespace (``WorkloadSelectingService``, fed by the registry); those
+endpoints go into the Kubernetes Service's shard under their own source.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from app.api import networking_pb2 as net
+from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
+from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
+from app.registry.endpoint_index import EndpointIndex, ServiceKey
+from app.registry.kube import (
+    EMPTY_PORTS,
+    TLS_DISABLED,
+    TLS_ISTIO,
+    TLS_MODE_LABEL,
+    Changes,
+    ObjectKey,
+    Workload,
+    locality_from_label,
+    pod_is_terminal,
+    pod_workload,
+    selector_matches,
+    spiffe_identity,
+)
+
+SOURCE_EXTERNAL = "External"
+SOURCE_K8S_SELECTED = "External/k8s-selected"
+UNIX_PREFIX = "unix://"
+
+_RESOLUTIONS: Mapping[int, Resolution] = {
+    net.ServiceEntry.NONE: Resolution.PASSTHROUGH,
+    net.ServiceEntry.STATIC: Resolution.CLIENT_SIDE_LB,
+    net.ServiceEntry.DNS: Resolution.DNS_LB,
+    net.ServiceEntry.DNS_ROUND_ROBIN: Resolution.DNS_ROUND_ROBIN_LB,
+    # the model has no dynamic-DNS resolution yet; STRICT_DNS is the nearest behaviour
+    net.ServiceEntry.DYNAMIC_DNS: Resolution.DNS_LB,
+}
+_DNS_RESOLUTIONS = frozenset({net.ServiceEntry.DNS, net.ServiceEntry.DNS_ROUND_ROBIN})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSelectingService:
+    """A selector-bearing, client-side-LB Kubernetes Service: it also selects WorkloadEntries.
+
+    ``ports`` are (service port name, service port, targetPort as a number or a name).
+    """
+
+    hostname: str
+    namespace: str
+    selector: Mapping[str, str]
+    ports: tuple[tuple[str, int, int | str], ...]
+
+
+def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
+    """One Service per host (istiod's convertServices)."""
+    se: net.ServiceEntry = obj.spec
+    meta = obj.meta
+    ports = tuple(ServicePort(p.name, p.number, parse_protocol(p.protocol)) for p in se.ports)
+    selector = (
+        MappingProxyType(dict(se.workload_selector.labels)) if se.HasField("workload_selector") else None
+    )
+    return tuple(
+        Service(
+            hostname=host,
+            namespace=meta.namespace,
+            ports=ports,
+            registry=Registry.EXTERNAL,
+            name=meta.name,
+            addresses=tuple(se.addresses),
+            resolution=_RESOLUTIONS.get(se.resolution, Resolution.PASSTHROUGH),
+            mesh_external=se.location == net.ServiceEntry.MESH_EXTERNAL,
+            export_to=frozenset(se.export_to),
+            labels=meta.labels,
+            selector=selector,
+            service_accounts=tuple(se.subject_alt_names),
+            creation_timestamp=meta.creation_timestamp,
+        )
+        for host in se.hosts
+    )
+
+
+def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, trust_domain: str) -> Workload:
+    """A WorkloadEntry (standalone, or inline in a ServiceEntry) as an endpoint template."""
+    labels = MappingProxyType(dict(we.labels))
+    tls_label = labels.get(TLS_MODE_LABEL)
+    if tls_label is not None:
+        tls_mode = TLS_ISTIO if tls_label == TLS_ISTIO else TLS_DISABLED
+    else:  # istiod: a workload with an identity is assumed to run a sidecar
+        tls_mode = TLS_ISTIO if we.service_account else TLS_DISABLED
+    locality = we.locality or locality_from_label(labels.get("istio-locality", ""))
+    return Workload(
+        name=name,
+        namespace=namespace,
+        address=we.address,
+        labels=labels,
+        ports=MappingProxyType(dict(we.ports)) if we.ports else EMPTY_PORTS,
+        locality=locality,
+        weight=we.weight,
+        network=we.network,
+        service_account=spiffe_identity(trust_domain, namespace, we.service_account)
+        if we.service_account
+        else "",
+        tls_mode=tls_mode,
+    )
+
+
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
+class ServiceEntryController:
+    """Istio ServiceEntry / WorkloadEntry objects (and Pods) in; Services and endpoint shards out."""
+
+    def __init__(self, index: EndpointIndex, *, trust_domain: str = "cluster.local") -> None:
+        self._index = index
+        self.trust_domain = trust_domain
+        self._entries: dict[ObjectKey, ConfigObject] = {}
+        self._entry_services: dict[ObjectKey, tuple[Service, ...]] = {}
+        self._entries_by_host: dict[ServiceKey, set[ObjectKey]] = {}
+        self._services: dict[ServiceKey, Service] = {}
+        self._selecting_entries: dict[str, dict[str, Mapping[str, str]]] = {}  # ns -> SE name -> selector
+        self._workload_entries: dict[str, dict[str, Workload]] = {}  # ns -> name -> workload
+        self._pods: dict[str, dict[str, Workload]] = {}  # ns -> name -> workload (has an IP)
+        self._kube: dict[ServiceKey, WorkloadSelectingService] = {}
+        self._kube_by_namespace: dict[str, set[ServiceKey]] = {}
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def service(self, hostname: str, namespace: str) -> Service | None:
+        return self._services.get((hostname, namespace))
+
+    def services(self) -> Mapping[ServiceKey, Service]:
+        return MappingProxyType(self._services)
+
+    # --- events ----------------------------------------------------------------------------
+
+    def apply(self, event: ConfigEvent) -> Changes:
+        obj = event.obj
+        deleted = event.type is EventType.DELETE
+        if obj.kind is Kind.SERVICE_ENTRY:
+            return self._on_entry(obj, deleted)
+        if obj.kind is Kind.WORKLOAD_ENTRY:
+            workload = (
+                None
+                if deleted
+                else workload_entry_workload(obj.spec, obj.meta.name, obj.meta.namespace, self.trust_domain)
+            )
+            return self._on_workload(self._workload_entries, obj, workload, kube_selectable=True)
+        if obj.kind is Kind.POD:
+            pod = None if deleted or pod_is_terminal(obj) else pod_workload(obj, self.trust_domain)
+            if pod is not None and not pod.address:
+                pod = None  # not scheduled yet: nothing to route to
+            return self._on_workload(self._pods, obj, pod, kube_selectable=False)
+        return Changes()
+
+    def set_kube_service(self, key: ServiceKey, selecting: WorkloadSelectingService | None) -> Changes:
+        """Record (or forget) a Kubernetes Service that selects WorkloadEntries."""
+        changes = Changes()
+        previous = self._kube.get(key)
+        if previous == selecting:
+            return changes
+        if selecting is None:
+            del self._kube[key]
+            keys = self._kube_by_namespace[key[1]]
+            keys.discard(key)
+            if not keys:
+                del self._kube_by_namespace[key[1]]
+        else:
+            self._kube[key] = selecting
+            self._kube_by_namespace.setdefault(key[1], set()).add(key)
+        self._refresh_kube_selected(key, changes)
+        return changes
+
+    def _on_entry(self, obj: ConfigObject, deleted: bool) -> Changes:
+        ekey = (obj.meta.namespace, obj.meta.name)
+        ns = obj.meta.namespace
+        changes = Changes()
+        hosts: set[ServiceKey] = {s.key for s in self._entry_services.pop(ekey, ())}
+        for hkey in hosts:
+            self._entries_by_host[hkey].discard(ekey)
+        selecting = self._selecting_entries.get(ns)
+        if selecting is not None:
+            selecting.pop(obj.meta.name, None)
+            if not selecting:
+                del self._selecting_entries[ns]
+        if deleted:
+            self._entries.pop(ekey, None)
+        else:
+            self._entries[ekey] = obj
+            services = convert_service_entry(obj)
+            self._entry_services[ekey] = services
+            for svc in services:
+                hosts.add(svc.key)
+                self._entries_by_host.setdefault(svc.key, set()).add(ekey)
+            se: net.ServiceEntry = obj.spec
+            if se.HasField("workload_selector") and not se.endpoints:
+                selector = MappingProxyType(dict(se.workload_selector.labels))
+                self._selecting_entries.setdefault(ns, {})[obj.meta.name] = selector
+        for hkey in sorted(hosts):
+            if not self._entries_by_host.get(hkey):
+                self._entries_by_host.pop(hkey, None)
+            self._refresh_service(hkey, changes)
+            self._refresh_external(hkey, changes)
+        return changes
+
+    def _on_workload(
+        self,
+        store: dict[str, dict[str, Workload]],
+        obj: ConfigObject,
+        workload: Workload | None,
+        *,
+        kube_selectable: bool,
+    ) -> Changes:
+        ns, name = obj.meta.namespace, obj.meta.name
+        by_name = store.get(ns)
+        previous = by_name.get(name) if by_name is not None else None
+        changes = Changes()
+        if previous == workload:
+            return changes
+        if workload is None:
+            if by_name is not None:
+                by_name.pop(name, None)
+                if not by_name:
+                    del store[ns]
+        else:
+            store.setdefault(ns, {})[name] = workload
+        label_sets = [w.labels for w in (previous, workload) if w is not None]
+        hosts: set[ServiceKey] = set()
+        for se_name, selector in self._selecting_entries.get(ns, {}).items():
+            if any(selector_matches(selector, labels) for labels in label_sets):
+                hosts.update(s.key for s in self._entry_services.get((ns, se_name), ()))
+        for hkey in sorted(hosts):
+            self._refresh_external(hkey, changes)
+        if kube_selectable:
+            for kkey in sorted(self._kube_by_namespace.get(ns, ())):
+                selector = self._kube[kkey].selector
+                if any(labels and selector_matches(selector, labels) for labels in label_sets):
+                    self._refresh_kube_selected(kkey, changes)
+        return changes
+
+    # --- recomputation -----------------------------------------------------------------------
+
+    def _ordered_entries(self, hkey: ServiceKey) -> list[ConfigObject]:
+        entries = [self._entries[e] for e in self._entries_by_host.get(hkey, ())]
+        entries.sort(key=ConfigObject.creation_order)
+        return entries
+
+    def _refresh_service(self, hkey: ServiceKey, changes: Changes) -> None:
+        """The oldest ServiceEntry naming a host in a namespace defines its Service."""
+        changes.services.add(hkey)
+        entries = self._ordered_entries(hkey)
+        if not entries:
+            self._services.pop(hkey, None)
+            return
+        first = entries[0]
+        for svc in self._entry_services[(first.meta.namespace, first.meta.name)]:
+            if svc.key == hkey:
+                self._services[hkey] = svc
+                return
+
+    def _refresh_external(self, hkey: ServiceKey, changes: Changes) -> None:
+        out: list[Endpoint] = []
+        for entry in self._ordered_entries(hkey):
+            out.extend(self._entry_endpoints(entry, hkey[0]))
+        if self._index.update(hkey[0], hkey[1], SOURCE_EXTERNAL, tuple(out)):
+            changes.endpoints.add(hkey)
+
+    def _entry_endpoints(self, obj: ConfigObject, hostname: str) -> list[Endpoint]:
+        se: net.ServiceEntry = obj.spec
+        ns = obj.meta.namespace
+        out: list[Endpoint] = []
+        if se.endpoints:
+            inline = [
+                workload_entry_workload(we, obj.meta.name, ns, self.trust_domain) for we in se.endpoints
+            ]
+            for port in se.ports:
+                for w in inline:
+                    out.append(_entry_port_endpoint(w, port))
+        elif se.HasField("workload_selector"):
+            selector = se.workload_selector.labels
+            for store in (self._workload_entries, self._pods):
+                by_name = store.get(ns, {})
+                matched = [
+                    by_name[n] for n in sorted(by_name) if selector_matches(selector, by_name[n].labels)
+                ]
+                for port in se.ports:
+                    for w in matched:
+                        out.append(_entry_port_endpoint(w, port))
+        elif se.resolution in _DNS_RESOLUTIONS:
+            for port in se.ports:
+                out.append(
+                    Endpoint(
+                        address=hostname,
+                        port=port.target_port or port.number,
+                        service_port_name=port.name,
+                        namespace=ns,
+                    )
+                )
+        return out
+
+    def _refresh_kube_selected(self, key: ServiceKey, changes: Changes) -> None:
+        """WorkloadEntries a Kubernetes Service's selector picks, on that Service's ports."""
+        out: list[Endpoint] = []
+        selecting = self._kube.get(key)
+        if selecting is not None:
+            by_name = self._workload_entries.get(key[1], {})
+            for name in sorted(by_name):
+                w = by_name[name]
+                if (
+                    not w.labels
+                    or not _is_ip(w.address)
+                    or not selector_matches(selecting.selector, w.labels)
+                ):
+                    continue
+                for port_name, number, target in selecting.ports:
+                    if isinstance(target, str):  # a named targetPort must be a named WorkloadEntry port
+                        port = w.ports.get(target, 0)
+                        if not port:
+                            continue
+                    else:
+                        port = w.ports.get(port_name, 0) or target or number
+                    out.append(w.endpoint(port, port_name))
+        if self._index.update(key[0], key[1], SOURCE_K8S_SELECTED, tuple(out)):
+            changes.endpoints.add(key)
+
+
+def _entry_port_endpoint(w: Workload, port: net.ServicePort) -> Endpoint:
+    """istiod's priority: unix address (port 0) > workload's named port > targetPort > number."""
+    if w.address.startswith(UNIX_PREFIX):
+        return w.endpoint(0, port.name, w.address.removeprefix(UNIX_PREFIX))
+    return w.endpoint(w.ports.get(port.name, 0) or port.target_port or port.number, port.name)

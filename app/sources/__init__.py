@@ -1,0 +1,1 @@
+"""Informers: turn the outside world (a config directory, a Kubernetes API) into ConfigEvents."""

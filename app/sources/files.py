@@ -1,0 +1,301 @@
+"""The file config source (``--config-dir``): a directory of YAML files, as ConfigEvents.
+
+Owns which files of the directory are config, reading them, and turning each change of a
+file into add / update / delete events under the bad-input rules of DESIGN §5:
+
+* a file that is not YAML (or cannot be read) is reported and keeps everything it held;
+* a rejected object keeps the last good version its file held;
+* a key defined twice is taken from the first definition in sorted path order (then document
+  order); every later one is rejected with an error naming both places.
+
+``FileSet`` is the pure part (per-file state + LoadResult -> events + new state), tested
+without I/O. ``FileSource`` is the thin I/O shell: it lists and reads the directory and
+follows it with ``watchfiles.awatch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from watchfiles import awatch
+from watchfiles.main import FileChange
+
+from app.config.loader import LoadResult, Rejection, load_documents, load_mesh_file
+from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
+from app.errors import ConfigError, SettingsError
+
+logger = logging.getLogger(__name__)
+
+MESH_FILE = "mesh.yaml"
+_SUFFIXES = (".yaml", ".yml")
+
+# (st_dev, st_ino, st_mtime_ns, st_size) of the file a path resolves to: a Kubernetes
+# ConfigMap mount swaps a hidden ``..data`` symlink, which changes this but no event names
+# the file itself.
+_Stat = tuple[int, int, int, int]
+
+
+def is_config_file(name: str) -> bool:
+    """A ``*.yaml`` / ``*.yml`` that is not hidden and not an editor's temp or lock file.
+
+    Editor files (``.#x.yaml``, ``x.yaml~``, ``.x.yaml.swp``, ``#x.yaml#``) either start with
+    ``.`` / ``#`` or do not end in a YAML suffix.
+    """
+    return name.endswith(_SUFFIXES) and not name.startswith((".", "#"))
+
+
+def list_config_files(config_dir: Path) -> list[Path]:
+    """Every config file below ``config_dir``, hidden directories skipped, in sorted path order."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(config_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(Path(root) / name for name in files if is_config_file(name))
+    return sorted(found, key=lambda p: p.parts)
+
+
+def same_content(a: ConfigObject, b: ConfigObject) -> bool:
+    """Equal as config. ``source`` (file and document index) says where it is, not what it is."""
+    return a.kind == b.kind and a.api_version == b.api_version and a.meta == b.meta and a.spec == b.spec
+
+
+def duplicate_error(later: ConfigObject, first: ConfigObject) -> ConfigError:
+    reason = f"is also defined in {first.source}, which is in force; this definition is ignored"
+    return ConfigError(later.source, later.kind, _display(later.key), "", reason)
+
+
+def _display(key: ConfigKey) -> str:
+    return f"{key.namespace}/{key.name}" if key.namespace else key.name
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """What one file contributes: its objects (last good versions kept) and its current errors."""
+
+    objects: Mapping[ConfigKey, ConfigObject]
+    errors: tuple[ConfigError, ...] = ()
+
+
+def next_file_state(old: FileState | None, result: LoadResult) -> FileState:
+    """The state of a file after it was read again and loaded into ``result``."""
+    prev: Mapping[ConfigKey, ConfigObject] = old.objects if old is not None else {}
+    errors = [r.error for r in result.rejected]
+    if not result.parsed:
+        return FileState(prev, tuple(errors))
+    objects: dict[ConfigKey, ConfigObject] = {}
+    for obj in result.objects:
+        first = objects.get(obj.key)
+        if first is not None:
+            errors.append(duplicate_error(obj, first))
+        else:
+            objects[obj.key] = obj
+    for rejection in result.rejected:
+        if rejection.key is not None and rejection.key not in objects and rejection.key in prev:
+            objects[rejection.key] = prev[rejection.key]
+    if any(rejection.key is None for rejection in result.rejected):
+        # a document whose identity is unreadable may be one the file held: delete nothing
+        for key, obj in prev.items():
+            objects.setdefault(key, obj)
+    return FileState(objects, tuple(errors))
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    events: list[ConfigEvent]
+    # errors that were not in the current set before this change: log and count these once
+    new_errors: list[ConfigError]
+
+
+class FileSet:
+    """The pure core: the state of every file, and the objects in force across them.
+
+    Paths are opaque strings, ordered by their path components.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[str, FileState] = {}
+        self._in_force: dict[ConfigKey, ConfigObject] = {}
+        self._duplicates: list[ConfigError] = []
+
+    @property
+    def paths(self) -> list[str]:
+        return list(self._files)
+
+    def objects(self) -> list[ConfigObject]:
+        """The objects in force, in file order then document order."""
+        return list(self._in_force.values())
+
+    def errors(self) -> list[ConfigError]:
+        """The current rejections: per file in path order, then cross-file duplicates."""
+        return [e for state in self._files.values() for e in state.errors] + self._duplicates
+
+    def apply(self, changes: Mapping[str, LoadResult | None]) -> Applied:
+        """Apply new load results per file (None: the file is gone) and return what changed."""
+        if not changes:
+            return Applied([], [])
+        before = {str(e) for e in self.errors()}
+        touched: dict[ConfigKey, None] = {}  # an ordered set
+        for path, result in changes.items():
+            old = self._files.pop(path, None)
+            if old is not None:
+                touched.update(dict.fromkeys(old.objects))
+            if result is not None:
+                new = next_file_state(old, result)
+                self._files[path] = new
+                touched.update(dict.fromkeys(new.objects))
+        self._files = dict(sorted(self._files.items(), key=lambda item: PurePath(item[0]).parts))
+
+        in_force: dict[ConfigKey, ConfigObject] = {}
+        self._duplicates = []
+        for state in self._files.values():
+            for key, obj in state.objects.items():
+                first = in_force.setdefault(key, obj)
+                if first is not obj:
+                    self._duplicates.append(duplicate_error(obj, first))
+        previous, self._in_force = self._in_force, in_force
+
+        # only keys a changed file held before or holds now can have changed
+        events: list[ConfigEvent] = []
+        for key, obj in in_force.items():
+            if key not in touched:
+                continue
+            old_obj = previous.get(key)
+            if old_obj is None:
+                events.append(ConfigEvent(EventType.ADD, obj))
+            elif not same_content(old_obj, obj):
+                events.append(ConfigEvent(EventType.UPDATE, obj, old_obj))
+        for key in touched:
+            gone = previous.get(key)
+            if gone is not None and key not in in_force:
+                events.append(ConfigEvent(EventType.DELETE, gone))
+
+        new_errors: list[ConfigError] = []
+        for error in self.errors():
+            if str(error) not in before:
+                before.add(str(error))
+                new_errors.append(error)
+        return Applied(events, new_errors)
+
+
+_Scan = tuple[dict[str, LoadResult | None], dict[str, _Stat]]
+
+
+class FileSource:
+    """Config from a directory of YAML files; ``mesh.yaml`` directly in it is the MeshConfig.
+
+    Call ``load()`` once for the initial ADD events, then iterate ``watch()`` for changes.
+    """
+
+    def __init__(
+        self, config_dir: Path, *, system_namespace: str = "istio-system", debounce_ms: int = 50
+    ) -> None:
+        self._dir = Path(config_dir)
+        self._system_namespace = system_namespace
+        self._debounce_ms = debounce_ms
+        self._set = FileSet()
+        self._stats: dict[str, _Stat] = {}
+        self._rejection_count = 0
+
+    @property
+    def config_dir(self) -> Path:
+        return self._dir
+
+    @property
+    def rejection_count(self) -> int:
+        """How many rejections were ever reported; only grows."""
+        return self._rejection_count
+
+    def rejections(self) -> list[ConfigError]:
+        """The current rejections; one goes away when its file is fixed or removed."""
+        return self._set.errors()
+
+    def objects(self) -> list[ConfigObject]:
+        """The objects in force now."""
+        return self._set.objects()
+
+    def load(self) -> list[ConfigEvent]:
+        """Read the whole directory (blocking); the first call yields one ADD per object."""
+        return self._apply(self._scan(self._stats, None))
+
+    async def watch(self) -> AsyncGenerator[list[ConfigEvent], None]:
+        """Yield the events of each batch of file changes (never an empty list).
+
+        It starts by re-reading everything once the watcher is up, so a change made between
+        ``load()`` and the watcher starting is not lost (re-reading unchanged files yields
+        nothing). Stop it by cancelling the task iterating it, or by closing the iterator.
+        """
+        stop = asyncio.Event()
+        changes = awatch(self._dir, debounce=self._debounce_ms, stop_event=stop)
+        pending = asyncio.ensure_future(_next_batch(changes))
+        try:
+            await asyncio.sleep(0)  # awatch creates its watcher on the first step of that task
+            changed: set[str] | None = None  # None: re-read every file
+            while True:
+                events = await self._refresh(changed)
+                if events:
+                    yield events
+                await asyncio.wait([pending])
+                batch = pending.result()
+                if batch is None:
+                    return
+                pending = asyncio.ensure_future(_next_batch(changes))
+                changed = {os.path.abspath(path) for _, path in batch}
+        finally:
+            stop.set()  # the watcher thread sees it within one watchfiles step (50 ms)
+            await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # retrieved: it was raised above or is not of interest now
+            await changes.aclose()
+
+    async def _refresh(self, changed: set[str] | None) -> list[ConfigEvent]:
+        scan = await asyncio.to_thread(self._scan, dict(self._stats), changed)
+        return self._apply(scan)
+
+    def _apply(self, scan: _Scan) -> list[ConfigEvent]:
+        results, self._stats = scan
+        applied = self._set.apply(results)
+        for error in applied.new_errors:
+            logger.warning("%s", error)
+        self._rejection_count += len(applied.new_errors)
+        return applied.events
+
+    def _scan(self, known: Mapping[str, _Stat], changed: set[str] | None) -> _Scan:
+        """Blocking: list the directory; read files that are new, changed, or all (changed=None)."""
+        if not self._dir.is_dir():
+            raise SettingsError(f"config dir {self._dir} is not a directory")
+        stats: dict[str, _Stat] = {}
+        for file in list_config_files(self._dir):
+            try:
+                st = file.stat()
+            except OSError:
+                continue  # gone since the listing, or a dangling symlink
+            stats[str(file)] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        results: dict[str, LoadResult | None] = {path: None for path in known if path not in stats}
+        for path, stat in list(stats.items()):
+            if changed is None or known.get(path) != stat or os.path.abspath(path) in changed:
+                result = self._load_file(Path(path))
+                results[path] = result
+                if result is None:
+                    del stats[path]
+        return results, stats
+
+    def _load_file(self, path: Path) -> LoadResult | None:
+        """Load one file; None if it no longer exists."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            error = ConfigError(str(path), "", "", "", f"cannot read file: {e}")
+            return LoadResult(rejected=[Rejection(None, error)], parsed=False)
+        if path.name == MESH_FILE and path.parent == self._dir:
+            return load_mesh_file(text, str(path))
+        return load_documents(text, str(path), system_namespace=self._system_namespace)
+
+
+async def _next_batch(changes: AsyncIterator[set[FileChange]]) -> set[FileChange] | None:
+    return await anext(changes, None)

@@ -1,0 +1,1 @@
+"""xDS serving: per-stream protocol sessions, push pipeline, resource generators and Envoy builders."""

@@ -1,0 +1,1 @@
+"""Pure builders of Envoy protos (clusters, TLS contexts) following istiod's naming and shapes."""

@@ -1,0 +1,1 @@
+"""One generator per xDS type: synchronous pure functions of (proxy, push context)."""

@@ -1,0 +1,104 @@
+"""CDS generator: every cluster one proxy gets, as istiod's ConfigGenerator.BuildClusters.
+
+Sidecars: for each service in the proxy's SidecarScope (except ALIAS services) and each non-UDP
+port, the default cluster and one per DestinationRule subset; BlackHoleCluster,
+PassthroughCluster, one ``inbound|PORT||`` per workload port of the proxy's own service targets,
+and InboundPassthroughCluster. Gateways (router): the outbound clusters and BlackHoleCluster
+only (they have no original-destination listeners). A name built twice keeps the first
+(istiod normalizeClusters); the result is sorted by name. Synchronous and pure: everything read
+comes from ``proxy`` and ``push`` (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from envoy.config.cluster.v3 import cluster_pb2
+
+from app.api import mesh_pb2
+from app.model.proxy import Proxy, ProxyType
+from app.model.service import Endpoint, Resolution, Service, ServicePort
+from app.model.service import Protocol as PortProtocol
+from app.xds.envoy.cluster import (
+    AppliedDestinationRule,
+    ServiceTarget,
+    build_blackhole_cluster,
+    build_inbound_cluster,
+    build_inbound_passthrough_cluster,
+    build_outbound_clusters,
+    build_passthrough_cluster,
+    service_identities,
+)
+
+
+class SidecarScopeView(Protocol):
+    """What CDS reads from a SidecarScope."""
+
+    @property
+    def services(self) -> Sequence[Service]: ...
+
+    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
+
+
+class PushContextView(Protocol):
+    """What CDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
+
+    @property
+    def mesh(self) -> mesh_pb2.MeshConfig: ...
+
+    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
+
+    def endpoints(self, hostname: str, namespace: str) -> Sequence[Endpoint]: ...
+
+    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
+
+
+def generate_clusters(proxy: Proxy, push: PushContextView) -> list[cluster_pb2.Cluster]:
+    mesh = push.mesh
+    scope = push.sidecar_scope(proxy)
+    clusters: list[cluster_pb2.Cluster] = []
+    for service in scope.services:
+        if service.resolution is Resolution.ALIAS:
+            continue
+        rule = scope.destination_rule(proxy, service)
+        endpoints = push.endpoints(service.hostname, service.namespace)
+        identities = service_identities(service, endpoints, mesh.trust_domain_aliases)
+        for port in service.ports:
+            if port.protocol is PortProtocol.UDP:
+                continue
+            clusters.extend(build_outbound_clusters(proxy, mesh, service, port, endpoints, rule, identities))
+    clusters.append(build_blackhole_cluster(mesh))
+    if proxy.type is ProxyType.SIDECAR:
+        clusters.append(build_passthrough_cluster(mesh))
+        clusters.extend(_inbound_clusters(proxy, push, scope))
+        clusters.append(build_inbound_passthrough_cluster(proxy, mesh))
+    unique: dict[str, cluster_pb2.Cluster] = {}
+    for c in clusters:
+        unique.setdefault(c.name, c)
+    return [unique[name] for name in sorted(unique)]
+
+
+def _inbound_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[cluster_pb2.Cluster]:
+    """One cluster per workload (target) port; the first service on a port is primary."""
+    if proxy.interception_mode == "NONE":
+        return []  # no inbound listeners without capture (and no Sidecar ingress support yet)
+    by_port: dict[int, list[ServiceTarget]] = {}
+    seen: set[tuple[str, str, int, int]] = set()
+    for ip in proxy.ip_addresses:
+        for target in push.service_targets(ip):
+            service, service_port, endpoint = target
+            key = (service.hostname, service.namespace, service_port.port, endpoint.port)
+            if key in seen:
+                continue
+            seen.add(key)
+            by_port.setdefault(endpoint.port, []).append(target)
+    out = []
+    for targets in by_port.values():
+        service = targets[0][0]
+        rule = scope.destination_rule(proxy, service)
+        # inbound, istiod only takes a rule without workloadSelector (the catch-all one)
+        if rule is not None and rule.rule.HasField("workload_selector"):
+            rule = None
+        out.append(build_inbound_cluster(proxy, push.mesh, targets, rule))
+    return out

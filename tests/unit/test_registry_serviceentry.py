@@ -1,0 +1,456 @@
+"""ServiceEntry / WorkloadEntry / selected Pods through the ServiceRegistry."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from app.config.loader import load_documents
+from app.config.model import ConfigEvent, ConfigObject, EventType
+from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
+from app.registry.registry import RegistryDelta, ServiceRegistry
+from app.registry.serviceentry import SOURCE_EXTERNAL, SOURCE_K8S_SELECTED
+
+
+def objects(text: str) -> list[ConfigObject]:
+    result = load_documents(text, "test.yaml")
+    assert result.rejected == []
+    return result.objects
+
+
+def add(reg: ServiceRegistry, text: str) -> RegistryDelta:
+    return reg.apply_all(ConfigEvent(EventType.ADD, o) for o in objects(text))
+
+
+def update(reg: ServiceRegistry, text: str) -> RegistryDelta:
+    return reg.apply_all(ConfigEvent(EventType.UPDATE, o) for o in objects(text))
+
+
+def delete(reg: ServiceRegistry, text: str) -> RegistryDelta:
+    return reg.apply_all(ConfigEvent(EventType.DELETE, o) for o in objects(text))
+
+
+STATIC_SE = """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: payments
+  namespace: shop
+  creationTimestamp: "2024-02-01T00:00:00Z"
+  labels: {team: pay}
+spec:
+  hosts: [pay.example.com, pay2.example.com]
+  addresses: [240.0.0.1]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  exportTo: [".", istio-system]
+  subjectAltNames: ["spiffe://cluster.local/ns/shop/sa/pay"]
+  ports:
+  - {number: 80, name: http, protocol: HTTP, targetPort: 8080}
+  - {number: 443, name: https, protocol: https}
+  - {number: 9000, name: tcp, protocol: TCP}
+  endpoints:
+  - address: 10.1.0.1
+    ports: {http: 18080}
+    labels: {version: v1, security.istio.io/tlsMode: istio}
+    locality: us-west/us-west-2a
+    weight: 5
+    network: net-a
+    serviceAccount: pay
+  - address: 10.1.0.2
+"""
+
+PAY = ("pay.example.com", "shop")
+PAY2 = ("pay2.example.com", "shop")
+
+
+def test_static_service_entry_services() -> None:
+    reg = ServiceRegistry()
+    delta = add(reg, STATIC_SE)
+    assert delta == RegistryDelta(frozenset({PAY, PAY2}), frozenset({PAY, PAY2}))
+    svc = reg.service(*PAY)
+    assert svc is not None
+    assert svc.ports == (
+        ServicePort("http", 80, Protocol.HTTP),
+        ServicePort("https", 443, Protocol.HTTPS),
+        ServicePort("tcp", 9000, Protocol.TCP),
+    )
+    assert svc.registry is Registry.EXTERNAL
+    assert svc.name == "payments"
+    assert svc.addresses == ("240.0.0.1",)
+    assert svc.resolution is Resolution.CLIENT_SIDE_LB
+    assert svc.mesh_external is False
+    assert svc.export_to == frozenset({".", "istio-system"})
+    assert dict(svc.labels) == {"team": "pay"}
+    assert svc.selector is None
+    assert svc.service_accounts == ("spiffe://cluster.local/ns/shop/sa/pay",)
+    assert svc.creation_timestamp == "2024-02-01T00:00:00Z"
+    assert [s.hostname for s in reg.services()] == ["pay.example.com", "pay2.example.com"]
+
+
+def test_inline_endpoint_port_mapping() -> None:
+    reg = ServiceRegistry()
+    add(reg, STATIC_SE)
+    eps = reg.endpoints(*PAY)
+    # ports outer, endpoints inner; WE port by name > targetPort > port number
+    assert [(e.address, e.service_port_name, e.port) for e in eps] == [
+        ("10.1.0.1", "http", 18080),
+        ("10.1.0.2", "http", 8080),
+        ("10.1.0.1", "https", 443),
+        ("10.1.0.2", "https", 443),
+        ("10.1.0.1", "tcp", 9000),
+        ("10.1.0.2", "tcp", 9000),
+    ]
+    assert eps[0] == Endpoint(
+        address="10.1.0.1",
+        port=18080,
+        service_port_name="http",
+        labels=MappingProxyType({"version": "v1", "security.istio.io/tlsMode": "istio"}),
+        locality="us-west/us-west-2a",
+        weight=5,
+        health=HealthStatus.HEALTHY,
+        network="net-a",
+        service_account="spiffe://cluster.local/ns/shop/sa/pay",
+        namespace="shop",
+        workload_name="payments",
+        tls_mode="istio",
+    )
+    assert eps[1] == Endpoint("10.1.0.2", 8080, "http", namespace="shop", workload_name="payments")
+    assert reg.endpoint_index.source_endpoints(*PAY, SOURCE_EXTERNAL) == eps
+
+
+@pytest.mark.parametrize(
+    ("written", "resolution"),
+    [
+        ("NONE", Resolution.PASSTHROUGH),
+        ("STATIC", Resolution.CLIENT_SIDE_LB),
+        ("DNS", Resolution.DNS_LB),
+        ("DNS_ROUND_ROBIN", Resolution.DNS_ROUND_ROBIN_LB),
+    ],
+)
+def test_resolutions(written: str, resolution: Resolution) -> None:
+    reg = ServiceRegistry()
+    add(reg, STATIC_SE.replace("resolution: STATIC", f"resolution: {written}"))
+    svc = reg.service(*PAY)
+    assert svc is not None
+    assert svc.resolution is resolution
+
+
+DNS_SE = """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: google, namespace: egress}
+spec:
+  hosts: [www.google.com, maps.google.com]
+  resolution: DNS
+  ports:
+  - {number: 443, name: https, protocol: TLS}
+  - {number: 80, name: http, protocol: HTTP, targetPort: 8080}
+"""
+
+
+def test_dns_service_entry_without_endpoints_uses_its_host() -> None:
+    reg = ServiceRegistry()
+    add(reg, DNS_SE)
+    svc = reg.service("www.google.com", "egress")
+    assert svc is not None
+    assert svc.mesh_external is True  # location defaults to MESH_EXTERNAL
+    assert svc.resolution is Resolution.DNS_LB
+    assert reg.endpoints("www.google.com", "egress") == (
+        Endpoint("www.google.com", 443, "https", namespace="egress"),
+        Endpoint("www.google.com", 8080, "http", namespace="egress"),
+    )
+    assert [e.address for e in reg.endpoints("maps.google.com", "egress")] == ["maps.google.com"] * 2
+    # STATIC (or NONE) with no endpoints has none
+    reg2 = ServiceRegistry()
+    add(reg2, DNS_SE.replace("resolution: DNS", "resolution: NONE"))
+    assert reg2.endpoints("www.google.com", "egress") == ()
+
+
+SELECTOR_SE = """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vms, namespace: vm}
+spec:
+  hosts: [legacy.vm.internal]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports:
+  - {number: 80, name: http, protocol: HTTP, targetPort: 8080}
+  workloadSelector:
+    labels: {app: legacy}
+"""
+
+WE_A = """
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-a, namespace: vm}
+spec:
+  address: 172.16.0.1
+  labels: {app: legacy, istio-locality: eu.eu-1}
+  ports: {http: 18080}
+  serviceAccount: legacy
+  weight: 3
+"""
+
+WE_B = """
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-b, namespace: vm}
+spec:
+  address: 172.16.0.2
+  labels: {app: legacy, security.istio.io/tlsMode: disabled}
+  serviceAccount: legacy
+"""
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: legacy-pod
+  namespace: vm
+  labels: {app: legacy, security.istio.io/tlsMode: istio}
+spec:
+  serviceAccountName: legacy-sa
+  containers:
+  - name: app
+    ports: [{name: http, containerPort: 9999}]
+status:
+  podIP: 10.2.0.7
+  conditions: [{type: Ready, status: "False"}]
+"""
+
+LEGACY = ("legacy.vm.internal", "vm")
+
+
+def test_workload_selector_selects_workload_entries_and_pods() -> None:
+    reg = ServiceRegistry()
+    add(reg, SELECTOR_SE)
+    svc = reg.service(*LEGACY)
+    assert svc is not None and svc.selector is not None
+    assert dict(svc.selector) == {"app": "legacy"}
+    assert reg.endpoints(*LEGACY) == ()
+
+    delta = add(reg, WE_A)
+    assert delta == RegistryDelta(endpoints_changed=frozenset({LEGACY}))
+    add(reg, WE_B)
+    delta = add(reg, POD)
+    assert delta == RegistryDelta(endpoints_changed=frozenset({LEGACY}))
+    # other namespaces and non-matching labels are not selected
+    assert add(reg, WE_A.replace("namespace: vm", "namespace: other")).empty
+    assert add(reg, WE_A.replace("name: vm-a", "name: vm-c").replace("app: legacy", "app: nope")).empty
+    assert add(
+        reg, POD.replace("name: legacy-pod", "name: no-ip").replace("podIP: 10.2.0.7", "phase: Pending")
+    ).empty
+
+    eps = reg.endpoints(*LEGACY)
+    assert eps == (
+        Endpoint(
+            address="172.16.0.1",
+            port=18080,
+            service_port_name="http",
+            labels=MappingProxyType({"app": "legacy", "istio-locality": "eu.eu-1"}),
+            locality="eu/eu-1",
+            weight=3,
+            service_account="spiffe://cluster.local/ns/vm/sa/legacy",
+            namespace="vm",
+            workload_name="vm-a",
+            tls_mode="istio",  # a service account without a tlsMode label means a sidecar
+        ),
+        Endpoint(
+            address="172.16.0.2",
+            port=8080,
+            service_port_name="http",
+            labels=MappingProxyType({"app": "legacy", "security.istio.io/tlsMode": "disabled"}),
+            service_account="spiffe://cluster.local/ns/vm/sa/legacy",
+            namespace="vm",
+            workload_name="vm-b",
+            tls_mode="disabled",
+        ),
+        Endpoint(
+            address="10.2.0.7",
+            port=9999,  # the Pod's container port named like the SE port
+            service_port_name="http",
+            labels=MappingProxyType({"app": "legacy", "security.istio.io/tlsMode": "istio"}),
+            health=HealthStatus.UNHEALTHY,
+            service_account="spiffe://cluster.local/ns/vm/sa/legacy-sa",
+            namespace="vm",
+            workload_name="legacy-pod",
+            tls_mode="istio",
+        ),
+    )
+
+
+def test_workload_changes_are_endpoint_only() -> None:
+    reg = ServiceRegistry()
+    add(reg, SELECTOR_SE + "---" + WE_A + "---" + POD)
+    services = reg.services()
+    delta = update(reg, WE_A.replace("172.16.0.1", "172.16.0.99"))
+    assert delta == RegistryDelta(endpoints_changed=frozenset({LEGACY}))
+    assert reg.endpoints(*LEGACY)[0].address == "172.16.0.99"
+    delta = update(reg, POD.replace('status: "False"', 'status: "True"'))
+    assert delta == RegistryDelta(endpoints_changed=frozenset({LEGACY}))
+    assert reg.endpoints(*LEGACY)[1].health is HealthStatus.HEALTHY
+    # relabelled out of the selector: its endpoint goes
+    delta = update(reg, WE_A.replace("app: legacy", "app: retired"))
+    assert delta == RegistryDelta(endpoints_changed=frozenset({LEGACY}))
+    assert [e.address for e in reg.endpoints(*LEGACY)] == ["10.2.0.7"]
+    assert reg.services() is services
+    delta = delete(reg, POD)
+    assert delta == RegistryDelta(endpoints_changed=frozenset({LEGACY}))
+    assert reg.endpoints(*LEGACY) == ()
+
+
+KUBE_SERVICE = """
+apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: vm}
+spec:
+  clusterIP: 10.96.5.5
+  selector: {app: legacy}
+  ports:
+  - {name: http, port: 80, targetPort: 9080}
+  - {name: grpc, port: 7070}
+  - {name: named, port: 8443, targetPort: https-port}
+  - {name: dns, port: 53, protocol: UDP}
+"""
+RATINGS = ("ratings.vm.svc.cluster.local", "vm")
+
+
+def test_kubernetes_service_selects_workload_entries() -> None:
+    reg = ServiceRegistry()
+    add(reg, WE_A.replace("ports: {http: 18080}", "ports: {http: 18080, https-port: 8443}"))
+    delta = add(reg, KUBE_SERVICE)
+    assert delta == RegistryDelta(frozenset({RATINGS}), frozenset({RATINGS}))
+    eps = reg.endpoints(*RATINGS)
+    # http: WE port by service port name; grpc: numeric targetPort (defaults to port);
+    # named targetPort: the WE port of that name; UDP ports are skipped
+    assert [(e.address, e.service_port_name, e.port) for e in eps] == [
+        ("172.16.0.1", "http", 18080),
+        ("172.16.0.1", "grpc", 7070),
+        ("172.16.0.1", "named", 8443),
+    ]
+    assert eps[0].workload_name == "vm-a"
+    assert eps[0].service_account == "spiffe://cluster.local/ns/vm/sa/legacy"
+    assert reg.endpoint_index.source_endpoints(*RATINGS, SOURCE_K8S_SELECTED) == eps
+
+    # a second WE without the named port: no endpoint for that port
+    delta = add(reg, WE_B)
+    assert delta == RegistryDelta(endpoints_changed=frozenset({RATINGS}))
+    assert [(e.address, e.port) for e in reg.endpoints(*RATINGS)][3:] == [
+        ("172.16.0.2", 9080),
+        ("172.16.0.2", 7070),
+    ]
+
+    # targetPort change: the Service object is the same, endpoints are not
+    delta = update(reg, KUBE_SERVICE.replace("targetPort: 9080", "targetPort: 9081"))
+    assert delta == RegistryDelta(endpoints_changed=frozenset({RATINGS}))
+    assert reg.endpoints(*RATINGS)[3].port == 9081
+
+    # a WE that is not an IP cannot back a Kubernetes Service
+    assert add(reg, WE_B.replace("name: vm-b", "name: vm-dns").replace("172.16.0.2", "vm.example.com")).empty
+
+    # a headless Service does not select WorkloadEntries
+    delta = update(reg, KUBE_SERVICE.replace("clusterIP: 10.96.5.5", "clusterIP: None"))
+    assert delta == RegistryDelta(frozenset({RATINGS}), frozenset({RATINGS}))
+    assert reg.endpoints(*RATINGS) == ()
+    update(reg, KUBE_SERVICE)
+    assert len(reg.endpoints(*RATINGS)) == 5
+
+    delta = delete(reg, WE_A)
+    assert delta == RegistryDelta(endpoints_changed=frozenset({RATINGS}))
+    delta = delete(reg, KUBE_SERVICE)
+    assert delta == RegistryDelta(frozenset({RATINGS}), frozenset({RATINGS}))
+    assert reg.endpoints(*RATINGS) == ()
+
+
+def test_service_entry_for_a_kubernetes_host_merges_endpoints_kubernetes_wins() -> None:
+    reg = ServiceRegistry()
+    add(reg, KUBE_SERVICE)
+    se = """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ratings-extra, namespace: vm}
+spec:
+  hosts: [ratings.vm.svc.cluster.local]
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: 192.168.9.9}]
+"""
+    delta = add(reg, se)
+    assert delta == RegistryDelta(endpoints_changed=frozenset({RATINGS}))
+    svc = reg.service(*RATINGS)
+    assert svc is not None and svc.registry is Registry.KUBERNETES
+    assert [e.address for e in reg.endpoints(*RATINGS)] == ["192.168.9.9"]
+    # the Kubernetes Service goes: the ServiceEntry's Service takes over
+    delta = delete(reg, KUBE_SERVICE)
+    assert delta == RegistryDelta(frozenset({RATINGS}))
+    svc = reg.service(*RATINGS)
+    assert svc is not None and svc.registry is Registry.EXTERNAL
+
+
+def test_oldest_service_entry_defines_a_shared_host() -> None:
+    reg = ServiceRegistry()
+    newer = STATIC_SE.replace("name: payments", "name: payments-new").replace(
+        "2024-02-01T00:00:00Z", "2024-03-01T00:00:00Z"
+    )
+    add(reg, newer.replace("10.1.0.2", "10.1.0.3"))
+    add(reg, STATIC_SE)
+    svc = reg.service(*PAY)
+    assert svc is not None and svc.name == "payments"
+    addresses = [e.address for e in reg.endpoints(*PAY) if e.service_port_name == "tcp"]
+    assert addresses == ["10.1.0.1", "10.1.0.2", "10.1.0.1", "10.1.0.3"]
+    delta = delete(reg, STATIC_SE)
+    assert delta == RegistryDelta(frozenset({PAY, PAY2}), frozenset({PAY, PAY2}))
+    svc = reg.service(*PAY)
+    assert svc is not None and svc.name == "payments-new"
+
+
+def test_service_entry_host_removal_and_delete() -> None:
+    reg = ServiceRegistry()
+    add(reg, STATIC_SE)
+    delta = update(
+        reg, STATIC_SE.replace("hosts: [pay.example.com, pay2.example.com]", "hosts: [pay.example.com]")
+    )
+    assert delta == RegistryDelta(frozenset({PAY2}), frozenset({PAY2}))
+    assert reg.service(*PAY2) is None
+    assert reg.endpoints(*PAY2) == ()
+    delta = delete(reg, STATIC_SE)
+    assert delta == RegistryDelta(frozenset({PAY}), frozenset({PAY}))
+    assert reg.services() == ()
+    assert len(reg.endpoint_index) == 0
+
+
+def test_service_targets_for_a_workload_entry_ip() -> None:
+    reg = ServiceRegistry()
+    add(reg, SELECTOR_SE + "---" + KUBE_SERVICE + "---" + WE_A)
+    targets = reg.service_targets("172.16.0.1")
+    assert [(t[0].hostname, t[1].name, t[2].port) for t in targets] == [
+        ("legacy.vm.internal", "http", 18080),
+        ("ratings.vm.svc.cluster.local", "http", 18080),
+        ("ratings.vm.svc.cluster.local", "grpc", 7070),
+    ]
+    update(reg, WE_A.replace("172.16.0.1", "172.16.0.50"))
+    assert reg.service_targets("172.16.0.1") == []
+    assert len(reg.service_targets("172.16.0.50")) == 3
+
+
+def test_unix_socket_endpoint_has_port_zero() -> None:
+    reg = ServiceRegistry()
+    add(
+        reg,
+        """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: uds, namespace: local}
+spec:
+  hosts: [uds.local]
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]
+  endpoints: [{address: "unix:///var/run/app.sock"}]
+""",
+    )
+    assert reg.endpoints("uds.local", "local") == (
+        Endpoint("/var/run/app.sock", 0, "http", namespace="local", workload_name="uds"),
+    )
