@@ -15,8 +15,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# Serving xDS arrives with the next issue; until then `make run` shows what one proxy would get.
 run: $(STAMP)
-	$(BIN)/pilotfish serve --config-dir examples/bookinfo
+	@echo "pilotfish: xDS serving is not built yet; printing the clusters the productpage sidecar would receive" >&2
+	$(BIN)/pilotfish config-dump --config-dir examples/bookinfo --type cds \
+		--node-id 'sidecar~10.1.0.10~productpage-v1-0.bookinfo~bookinfo.svc.cluster.local' \
+		--labels app=productpage,version=v1
 
 test: $(STAMP) lint typecheck unit
 

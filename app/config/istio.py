@@ -262,6 +262,8 @@ def _validate_service_entry(se: net.ServiceEntry) -> None:
             _check_protocol(f"{here}.protocol", p.protocol)
         if p.target_port:
             _check_port_number(f"{here}.targetPort", p.target_port)
+    if se.resolution == net.ServiceEntry.DNS_ROUND_ROBIN and len(se.endpoints) > 1:
+        raise _fail("endpoints", "resolution DNS_ROUND_ROBIN allows at most one endpoint")
     if se.endpoints and se.HasField("workload_selector"):
         raise _fail("workloadSelector", "cannot be combined with endpoints")
     _check_export_to(se.export_to, "exportTo")

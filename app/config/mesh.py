@@ -30,6 +30,7 @@ def default_mesh_config() -> mesh_pb2.MeshConfig:
         ingress_service="istio-ingressgateway",
     )
     m.outbound_traffic_policy.mode = mesh_pb2.MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
+    m.locality_lb_setting.enabled.value = True
     return m
 
 

@@ -126,7 +126,6 @@ def test_inline_endpoint_port_mapping() -> None:
         ("NONE", Resolution.PASSTHROUGH),
         ("STATIC", Resolution.CLIENT_SIDE_LB),
         ("DNS", Resolution.DNS_LB),
-        ("DNS_ROUND_ROBIN", Resolution.DNS_ROUND_ROBIN_LB),
     ],
 )
 def test_resolutions(written: str, resolution: Resolution) -> None:
@@ -135,6 +134,14 @@ def test_resolutions(written: str, resolution: Resolution) -> None:
     svc = reg.service(*PAY)
     assert svc is not None
     assert svc.resolution is resolution
+
+
+def test_dns_round_robin_resolution() -> None:
+    # istiod allows at most one endpoint with DNS_ROUND_ROBIN, so build one without endpoints
+    reg = ServiceRegistry()
+    add(reg, DNS_SE.replace("resolution: DNS", "resolution: DNS_ROUND_ROBIN"))
+    svc = next(s for s in reg.services() if s.resolution is Resolution.DNS_ROUND_ROBIN_LB)
+    assert svc.mesh_external
 
 
 DNS_SE = """

@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import Protocol
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2
+from envoy.config.core.v3 import config_source_pb2, health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import duration_pb2, struct_pb2
@@ -265,6 +265,8 @@ def _base_cluster(
             return None
         c.load_assignment.cluster_name = name
         c.load_assignment.endpoints.extend(lb_endpoints)
+        if kind == Cluster.LOGICAL_DNS:
+            _keep_first_endpoint(c.load_assignment)
     draft = ClusterDraft(c)
     if port.protocol.is_http2:
         set_h2(draft)
@@ -277,6 +279,21 @@ def _base_cluster(
     else:
         istio_metadata(c).fields["services"].list_value.values.append(_service_metadata(service))
     return draft
+
+
+def _keep_first_endpoint(la: endpoint_pb2.ClusterLoadAssignment) -> None:
+    """Envoy rejects a LOGICAL_DNS cluster with more than one endpoint, and one rejected cluster
+    NACKs the whole CDS response. istiod relies on validation (at most one endpoint for
+    DNS_ROUND_ROBIN) and would push it anyway; pilotfish deliberately keeps the first one."""
+    first = next((g for g in la.endpoints if len(g.lb_endpoints) > 0), None)
+    if first is None or (len(la.endpoints) == 1 and len(first.lb_endpoints) == 1):
+        return
+    kept = endpoint_components_pb2.LocalityLbEndpoints()
+    kept.CopyFrom(first)
+    del kept.lb_endpoints[1:]
+    kept.load_balancing_weight.value = kept.lb_endpoints[0].load_balancing_weight.value
+    del la.endpoints[:]
+    la.endpoints.append(kept)
 
 
 def _dns_lookup_family(ips: Sequence[str]) -> int:
@@ -340,7 +357,7 @@ def dns_locality_endpoints(
 
 
 def _lb_endpoint(ep: Endpoint, mtls: bool, service: Service, cluster_id: str) -> endpoint_components_pb2.LbEndpoint:
-    out = endpoint_components_pb2.LbEndpoint(health_status=base_pb2.HEALTHY)
+    out = endpoint_components_pb2.LbEndpoint(health_status=health_check_pb2.HEALTHY)
     out.load_balancing_weight.value = ep.weight if ep.weight > 0 else 1
     sock = out.endpoint.address.socket_address
     sock.address, sock.port_value = ep.address, ep.port

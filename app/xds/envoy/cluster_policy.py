@@ -337,8 +337,8 @@ def _slow_start(lb: net.LoadBalancerSettings | None) -> cluster_pb2.Cluster.Slow
 
 
 def _apply_consistent_hash(c: cluster_pb2.Cluster, ch: net.LoadBalancerSettings.ConsistentHashLB) -> None:
-    """istiod ApplyRingHashLoadBalancer: maglev, ring hash, or the deprecated minimumRingSize."""
-    c.ClearField("lb_config")
+    """istiod ApplyRingHashLoadBalancer: maglev, ring hash, or the deprecated minimumRingSize.
+    Without a table / ring size istiod leaves any lb_config (e.g. warmup's) in place."""
     if ch.HasField("maglev"):
         c.lb_policy = Cluster.MAGLEV
         if ch.maglev.table_size:

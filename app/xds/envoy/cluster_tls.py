@@ -146,8 +146,8 @@ def upstream_tls_context(
     return None  # DISABLE
 
 
-def _default_common_context() -> common_pb2.CommonTlsContext:
-    common = common_pb2.CommonTlsContext()
+def _default_common_context() -> tls_pb2.CommonTlsContext:
+    common = tls_pb2.CommonTlsContext()
     common.tls_params.tls_minimum_protocol_version = common_pb2.TlsParameters.TLSv1_2
     common.tls_params.tls_maximum_protocol_version = common_pb2.TlsParameters.TLSv1_3
     return common
