@@ -33,6 +33,7 @@ class Change:
 
 class Environment:
     def __init__(self, *, domain_suffix: str = "cluster.local") -> None:
+        self.domain_suffix = domain_suffix
         self.store = ConfigStore()
         self.registry = ServiceRegistry(domain_suffix=domain_suffix)
 
@@ -60,5 +61,6 @@ class Environment:
             sidecars=self.store.list(Kind.SIDECAR),
             gateways=self.store.list(Kind.GATEWAY),
             endpoints=self.registry,
+            domain_suffix=self.domain_suffix,
         )
         return PushContext.build(previous, inputs, None if change is None else change.kinds)

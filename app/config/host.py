@@ -5,6 +5,7 @@ A host is a plain ``str``; ``*`` and ``*.suffix`` are wildcards. All functions a
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
@@ -12,6 +13,8 @@ from typing import TypeVar
 V = TypeVar("V")
 
 _DNS_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
+# a wildcard leftmost label: "*", or "*" / "*-" glued to a label ("*-foo", "*foo"), as Istio accepts
+_WILDCARD_LABEL = re.compile(r"^\*(-?[A-Za-z0-9]([-A-Za-z0-9]{0,60}[A-Za-z0-9])?)?$")
 
 
 def is_wildcard(host: str) -> bool:
@@ -92,20 +95,34 @@ def validate_fqdn(host: str) -> str | None:
     if len(host) > 255:
         return "must be at most 255 characters"
     name = host[:-1] if host.endswith(".") else host
-    for label in name.split("."):
+    labels = name.split(".")
+    for label in labels:
         if not _DNS_LABEL.match(label):
             return f"{host!r} is not a valid DNS name (label {label!r})"
+    if len(labels) > 1 and labels[-1].isdigit():
+        return f"{host!r} is not a valid DNS name (the top-level domain is all digits)"
     return None
+
+
+def is_ip_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def validate_wildcard_host(host: str) -> str | None:
     """Reason ``host`` is not a valid host or wildcard host (``*``, ``*.example.com``), or None."""
     if host == "*":
         return None
-    if host.startswith("*."):
-        return validate_fqdn(host[2:])
+    first, _, rest = host.partition(".")
+    if first.startswith("*"):
+        if not _WILDCARD_LABEL.match(first) or "*" in rest:
+            return f"{host!r}: a wildcard is only allowed at the start of the leftmost label ('*.domain')"
+        return validate_fqdn(rest) if rest else None
     if "*" in host:
-        return f"{host!r}: a wildcard is only allowed as the whole leftmost label ('*' or '*.domain')"
+        return f"{host!r}: a wildcard is only allowed at the start of the leftmost label ('*.domain')"
     return validate_fqdn(host)
 
 
@@ -115,7 +132,7 @@ def resolve_short_name(host: str, namespace: str, domain_suffix: str = "cluster.
     ``reviews`` in namespace ``default`` becomes ``reviews.default.svc.cluster.local``; a host
     with a dot, or ``*``, stays as written. (``ResolveShortnameToFQDN`` in pilot/pkg/model.)
     """
-    if not host or host == "*" or "." in host or host.startswith("*"):
+    if not host or host == "*" or "." in host or host.startswith("*") or is_ip_address(host):
         return host
     if not namespace:
         return host

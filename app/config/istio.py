@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from app.api import networking_pb2 as net
-from app.config.host import validate_fqdn, validate_wildcard_host
+from app.config.host import is_ip_address, matches, validate_fqdn, validate_wildcard_host
 from app.config.model import Kind
 from app.config.schema import parse_message
 from app.errors import FieldError
@@ -36,7 +36,7 @@ def parse_istio_spec(kind: Kind, spec: Any, namespace: str) -> Message:
     if spec is None:
         raise FieldError("spec", "is required")
     msg = parse_message(spec, _MESSAGES[kind])
-    _VALIDATORS[kind](msg)
+    _VALIDATORS[kind](msg, namespace)
     return msg
 
 
@@ -44,26 +44,33 @@ def _fail(path: str, reason: str) -> FieldError:
     return FieldError(path, reason)
 
 
-def _check_host(path: str, host: str) -> None:
+def _check_host(path: str, host: str, *, ip_ok: bool = False) -> None:
     if not host:
         raise _fail(path, "is required")
+    if ip_ok and is_ip_address(host):
+        return
     reason = validate_wildcard_host(host)
     if reason:
         raise _fail(path, reason)
 
 
-def _check_export_to(export_to: Iterable[str], path: str) -> None:
+def _check_export_to(export_to: Iterable[str], path: str, namespace: str, *, none_ok: bool = False) -> None:
     seen: set[str] = set()
     values = list(export_to)
     for i, ns in enumerate(values):
         here = f"{path}[{i}]"
-        if ns in seen:
+        same = namespace if ns == "." else ns  # "." and the object's own namespace are the same entry
+        if same in seen:
             raise _fail(here, f"duplicate entry {ns!r}")
-        seen.add(ns)
+        seen.add(same)
+        if ns == "~" and not none_ok:
+            raise _fail(here, "'~' is only allowed for services")
         if ns in (".", "*", "~"):
             continue
         if validate_fqdn(ns) or "." in ns:
             raise _fail(here, f"{ns!r} is not '.', '*' or a namespace name")
+    if "~" in seen and len(values) > 1:
+        raise _fail(path, "'~' cannot be combined with other entries")
     if "*" in seen and len(values) > 1:
         raise _fail(path, "'*' cannot be combined with other entries")
 
@@ -122,15 +129,21 @@ def _check_policy_parts(tp: net.TrafficPolicy | net.TrafficPolicy.PortTrafficPol
                 raise _fail(f"{path}.tls.privateKey", "is required for mode MUTUAL")
 
 
-def _validate_destination_rule(dr: net.DestinationRule) -> None:
+def _validate_destination_rule(dr: net.DestinationRule, namespace: str) -> None:
     _check_host("host", dr.host)
-    _check_export_to(dr.export_to, "exportTo")
+    _check_export_to(dr.export_to, "exportTo", namespace)
+    if dr.HasField("workload_selector") and any(e not in (".", namespace) for e in dr.export_to):
+        raise _fail("exportTo", "a DestinationRule with a workloadSelector can only be exported to its own namespace")
+    names: set[str] = set()
     if dr.HasField("traffic_policy"):
         _check_traffic_policy(dr.traffic_policy, "trafficPolicy")
     for i, subset in enumerate(dr.subsets):
         here = f"subsets[{i}]"
         if not subset.name:
             raise _fail(f"{here}.name", "is required")
+        if subset.name in names:
+            raise _fail(f"{here}.name", f"duplicate subset name {subset.name!r}")
+        names.add(subset.name)
         reason = validate_fqdn(subset.name)
         if reason or "." in subset.name:
             raise _fail(f"{here}.name", f"{subset.name!r} is not a valid subset name (a DNS label)")
@@ -149,14 +162,17 @@ def _check_destination(dest: net.Destination, path: str) -> None:
         _check_port_number(f"{path}.port.number", dest.port.number)
 
 
-def _validate_virtual_service(vs: net.VirtualService) -> None:
+def _validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
     if not vs.hosts and vs.gateways:
         raise _fail("hosts", "is required (only a delegate VirtualService, bound to no gateway, may omit it)")
     for i, h in enumerate(vs.hosts):
-        _check_host(f"hosts[{i}]", h)
+        _check_host(f"hosts[{i}]", h, ip_ok=True)
         if h == "*" and (not vs.gateways or "mesh" in vs.gateways):
             raise _fail(f"hosts[{i}]", "'*' is not allowed for a VirtualService bound to the mesh gateway")
-    _check_export_to(vs.export_to, "exportTo")
+        for j in range(i):
+            if matches(vs.hosts[j], h):
+                raise _fail(f"hosts[{i}]", f"{h!r} overlaps hosts[{j}] {vs.hosts[j]!r}")
+    _check_export_to(vs.export_to, "exportTo", namespace)
     for i, g in enumerate(vs.gateways):
         if not g:
             raise _fail(f"gateways[{i}]", "must not be empty")
@@ -212,6 +228,10 @@ def _check_address(path: str, address: str, *, cidr: bool) -> None:
         raise _fail(path, f"{address!r} is not a valid IP {'address or CIDR' if cidr else 'address'}") from None
 
 
+def _validate_workload_entry_object(we: net.WorkloadEntry, namespace: str) -> None:
+    _validate_workload_entry(we)
+
+
 def _validate_workload_entry(we: net.WorkloadEntry, path: str = "", *, ip_only: bool = False) -> None:
     prefix = f"{path}." if path else ""
     if not we.address and not we.network:
@@ -233,7 +253,7 @@ def _validate_workload_entry(we: net.WorkloadEntry, path: str = "", *, ip_only: 
         raise _fail(f"{prefix}weight", "out of range")
 
 
-def _validate_service_entry(se: net.ServiceEntry) -> None:
+def _validate_service_entry(se: net.ServiceEntry, namespace: str) -> None:
     if not se.hosts:
         raise _fail("hosts", "at least one host is required")
     dns = se.resolution in (net.ServiceEntry.DNS, net.ServiceEntry.DNS_ROUND_ROBIN)
@@ -266,7 +286,7 @@ def _validate_service_entry(se: net.ServiceEntry) -> None:
         raise _fail("endpoints", "resolution DNS_ROUND_ROBIN allows at most one endpoint")
     if se.endpoints and se.HasField("workload_selector"):
         raise _fail("workloadSelector", "cannot be combined with endpoints")
-    _check_export_to(se.export_to, "exportTo")
+    _check_export_to(se.export_to, "exportTo", namespace, none_ok=True)
     for i, ep in enumerate(se.endpoints):
         _validate_workload_entry(ep, f"endpoints[{i}]", ip_only=se.resolution == net.ServiceEntry.STATIC)
         for name in ep.ports:
@@ -292,7 +312,7 @@ def _check_scoped_host(path: str, text: str, *, require_namespace: bool) -> None
     _check_host(path, host)
 
 
-def _validate_sidecar(sc: net.Sidecar) -> None:
+def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
     if sc.HasField("workload_selector") and not sc.workload_selector.labels:
         raise _fail("workloadSelector.labels", "must not be empty")
     portless = 0
@@ -324,10 +344,10 @@ def _validate_sidecar(sc: net.Sidecar) -> None:
         _check_port_number(f"ingress[{i}].port.number", ing.port.number)
 
 
-def _validate_gateway(gw: net.Gateway) -> None:
+def _validate_gateway(gw: net.Gateway, namespace: str) -> None:
     if not gw.servers:
         raise _fail("servers", "at least one server is required")
-    port_names: dict[str, int] = {}
+    port_names: set[str] = set()
     for i, s in enumerate(gw.servers):
         here = f"servers[{i}]"
         if not s.HasField("port"):
@@ -337,9 +357,9 @@ def _validate_gateway(gw: net.Gateway) -> None:
             raise _fail(f"{here}.port.protocol", "is required")
         _check_protocol(f"{here}.port.protocol", s.port.protocol)
         if s.port.name:
-            if port_names.get(s.port.name, s.port.number) != s.port.number:
-                raise _fail(f"{here}.port.name", f"duplicate port name {s.port.name!r} on another port number")
-            port_names[s.port.name] = s.port.number
+            if s.port.name in port_names:
+                raise _fail(f"{here}.port.name", f"port names in servers must be unique: {s.port.name!r} repeats")
+            port_names.add(s.port.name)
         if not s.hosts:
             raise _fail(f"{here}.hosts", "at least one host is required")
         for j, h in enumerate(s.hosts):
@@ -352,11 +372,11 @@ def _validate_gateway(gw: net.Gateway) -> None:
             raise _fail(f"{here}.tls", "SIMPLE and MUTUAL need credentialName or serverCertificate and privateKey")
 
 
-_VALIDATORS: dict[Kind, Callable[[Any], None]] = {
+_VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.DESTINATION_RULE: _validate_destination_rule,
     Kind.VIRTUAL_SERVICE: _validate_virtual_service,
     Kind.SERVICE_ENTRY: _validate_service_entry,
-    Kind.WORKLOAD_ENTRY: _validate_workload_entry,
+    Kind.WORKLOAD_ENTRY: _validate_workload_entry_object,
     Kind.SIDECAR: _validate_sidecar,
     Kind.GATEWAY: _validate_gateway,
 }

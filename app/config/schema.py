@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from google.protobuf import json_format
+from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
@@ -99,11 +99,49 @@ def parse_message(doc: Any, message_type: type[M]) -> M:
 
 def merge_message(doc: Any, msg: Message, *, strict: bool) -> None:
     """Parse ``doc`` over an existing message (used to apply user values over defaults)."""
-    clean = normalize(doc, cast(Descriptor, msg.DESCRIPTOR), "", strict=strict)
+    descriptor = cast(Descriptor, msg.DESCRIPTOR)
+    clean = normalize(doc, descriptor, "", strict=strict)
     try:
         json_format.ParseDict(clean, msg)
     except json_format.ParseError as e:
-        raise _field_error(str(e), msg.DESCRIPTOR.name) from e
+        error = _field_error(str(e), msg.DESCRIPTOR.name)
+        raise FieldError(_locate(clean, descriptor, "") or error.field, error.reason) from e
+
+
+def _fails(doc: Any, descriptor: Descriptor) -> bool:
+    try:
+        json_format.ParseDict(doc, message_factory.GetMessageClass(descriptor)())
+    except json_format.ParseError:
+        return True
+    return False
+
+
+def _locate(doc: Any, descriptor: Descriptor, path: str) -> str:
+    """The exact path (with list indices and map keys) of the value ParseDict rejects.
+
+    protobuf's own message names the fields but not which list element failed, so on the error
+    path only, each field is parsed alone and the search descends into the one that fails."""
+    if not isinstance(doc, Mapping) or descriptor.full_name.startswith(_WKT_PREFIX):
+        return path
+    for key, value in doc.items():
+        here = f"{path}.{key}" if path else key
+        if not _fails({key: value}, descriptor):
+            continue
+        fd = descriptor.fields_by_camelcase_name[key]
+        mt = fd.message_type
+        if mt is not None and mt.GetOptions().map_entry and isinstance(value, Mapping):
+            value_type = mt.fields_by_name["value"].message_type
+            for k, v in value.items():
+                if _fails({key: {k: v}}, descriptor):
+                    return _locate(v, value_type, f"{here}.{k}") if value_type is not None else f"{here}.{k}"
+            return here
+        if fd.is_repeated and isinstance(value, list):
+            for i, item in enumerate(value):
+                if _fails({key: [item]}, descriptor):
+                    return _locate(item, mt, f"{here}[{i}]") if mt is not None else f"{here}[{i}]"
+            return here
+        return _locate(value, mt, here) if mt is not None else here
+    return path
 
 
 def _field_error(text: str, root: str) -> FieldError:

@@ -81,6 +81,8 @@ class _HostRules:
                 continue
             if both_with and not same_selector:
                 continue
+            if both_without or (both_with and same_selector):
+                append_separately = False
             _merge_into(entry, spec, obj.namespaced_name)
         if append_separately:
             existing.append(new_entry)
@@ -132,7 +134,11 @@ class DestinationRuleIndex:
 
     @classmethod
     def build(
-        cls, rules: Iterable[ConfigObject], root_namespace: str, default_export_to: frozenset[str]
+        cls,
+        rules: Iterable[ConfigObject],
+        root_namespace: str,
+        default_export_to: frozenset[str],
+        domain_suffix: str = "cluster.local",
     ) -> DestinationRuleIndex:
         local: dict[str, _HostRules] = {}
         exported: dict[str, _HostRules] = {}
@@ -142,7 +148,7 @@ class DestinationRuleIndex:
             ns = obj.meta.namespace
             spec = net.DestinationRule()
             spec.CopyFrom(obj.spec)
-            spec.host = resolve_short_name(spec.host, ns)
+            spec.host = resolve_short_name(spec.host, ns, domain_suffix)
             # selector rules never leave their namespace
             export_to = frozenset({PRIVATE}) if spec.HasField("workload_selector") else frozenset(spec.export_to)
             if not export_to or export_to & {PUBLIC, PRIVATE, ns}:
@@ -176,13 +182,18 @@ class DestinationRuleIndex:
             local = own.lookup(hostname) if own else None
         else:
             local = self.root_namespace_local.lookup(hostname)
-        if local:
-            return local
+        exported: Sequence[ConsolidatedDestinationRule] = ()
         if service_namespace:
             exported = self._exported(service_namespace, hostname, proxy_namespace)
-            if exported:
-                return exported
-        return self._exported(self.root_namespace, hostname, proxy_namespace)
+        if not exported:
+            exported = self._exported(self.root_namespace, hostname, proxy_namespace)
+        if local:
+            if all(r.selector is not None for r in local):
+                # selector rules apply only to some workloads; the others still need a catch-all
+                # (istio/istio#57719)
+                return (*local, *(r for r in exported if r.selector is None))
+            return local
+        return exported
 
     def _exported(self, owner: str, hostname: str, client: str) -> Sequence[ConsolidatedDestinationRule]:
         rules = self.exported_by_namespace.get(owner)

@@ -39,6 +39,7 @@ class PushInputs:
     sidecars: tuple[ConfigObject, ...]
     gateways: tuple[ConfigObject, ...]
     endpoints: EndpointView
+    domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
 
 
 # which indexes a change of each kind invalidates; None in `changed` means all
@@ -85,12 +86,15 @@ class PushContext:
             services = previous.service_index
         if stale(Kind.VIRTUAL_SERVICE) or previous is None:
             vs_export = _default_export(mesh.default_virtual_service_export_to)
-            vs = VirtualServiceIndex.build(inputs.virtual_services, vs_export)
+            vs = VirtualServiceIndex.build(inputs.virtual_services, vs_export, inputs.domain_suffix)
         else:
             vs = previous.virtual_service_index
         if stale(Kind.DESTINATION_RULE) or previous is None:
             dr = DestinationRuleIndex.build(
-                inputs.destination_rules, root, _default_export(mesh.default_destination_rule_export_to)
+                inputs.destination_rules,
+                root,
+                _default_export(mesh.default_destination_rule_export_to),
+                inputs.domain_suffix,
             )
         else:
             dr = previous.destination_rule_index

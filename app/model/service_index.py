@@ -13,9 +13,9 @@ PUBLIC = "*"
 NONE = "~"
 
 
-def _order(svc: Service) -> tuple[str, str, str]:
-    # istiod's SortServicesByCreationTime: oldest first, then name.namespace
-    return (svc.creation_timestamp, f"{svc.name}.{svc.namespace}", svc.hostname)
+def _order(svc: Service) -> tuple[str, str, str, str]:
+    # istiod's SortServicesByCreationTime: oldest first, then name, then namespace
+    return (svc.creation_timestamp, svc.name, svc.namespace, svc.hostname)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.api import networking_pb2 as net
-from app.config.host import is_wildcard, matches, subset_of
+from app.config.host import matches, subset_of
 from app.config.model import ConfigObject
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
 from app.model.proxy import Proxy
-from app.model.service import Service
+from app.model.service import Registry, Service
 from app.model.service_index import ServiceIndex
 from app.model.virtual_service import (
     MESH_GATEWAY,
@@ -94,25 +94,28 @@ def _select_services(
             found = _matching_service(hosts[ANY_NAMESPACE], svc, listener_port)
         if found is not None:
             imported.append(found)
-    # one namespace per hostname: the scope's own namespace if it has one, else the first seen
-    chosen: dict[str, str] = {}
+    # one service per hostname: the scope's own namespace first, then a Kubernetes Service
+    # over a ServiceEntry, then the first seen
+    chosen: dict[str, Service] = {}
     for svc in imported:
-        if svc.hostname not in chosen or svc.namespace == config_namespace:
-            chosen[svc.hostname] = svc.namespace
-    return [s for s in imported if chosen[s.hostname] == s.namespace]
+        best = chosen.get(svc.hostname)
+        if best is None or _preferred(svc, best, config_namespace):
+            chosen[svc.hostname] = svc
+    return [s for s in imported if chosen[s.hostname] is s]
+
+
+def _preferred(svc: Service, current: Service, config_namespace: str) -> bool:
+    if current.namespace == config_namespace:
+        return False
+    if svc.namespace == config_namespace:
+        return True
+    return svc.registry is Registry.KUBERNETES and current.registry is not Registry.KUBERNETES
 
 
 def _vs_matches_hosts(vs: ResolvedVirtualService, hosts: tuple[str, ...]) -> bool:
-    for vh in vs.spec.hosts:
-        for h in hosts:
-            if vh == h:
-                return True
-            if is_wildcard(vh) and is_wildcard(h):
-                if matches(h, vh):
-                    return True
-            elif subset_of(vh, h):
-                return True
-    return False
+    # either side may be a wildcard: a VirtualService for *.ns.svc.cluster.local is selected by
+    # an egress host naming one service in it, and the other way round (istiod VSMatches)
+    return any(matches(vh, h) for vh in vs.spec.hosts for h in hosts)
 
 
 def _select_virtual_services(

@@ -2,8 +2,9 @@
 
 Subset settings replace the rule's settings part by part (connection pool, load balancer,
 outlier detection, TLS, proxy protocol, tunnel); then a port-level entry for the cluster's port
-replaces the first four parts at once, as istiod does: port-level settings do not inherit, an
-unset part falls back to defaults (pilot/pkg/networking/util MergeTrafficPolicy). A subset
+replaces every part at once, as istiod does: port-level settings do not inherit, an unset
+part (and proxy protocol, tunnel and retry budget, which a port-level entry cannot set) falls
+back to defaults (pilot/pkg/networking/util MergeTrafficPolicy). A subset
 cluster starts from the rule's policy with the rule's own port-level entry already applied.
 """
 
@@ -22,6 +23,9 @@ def merge_traffic_policy(
     """The policy for a cluster of ``port``; ``subset_policy`` is the subset's, or the rule's
     own policy again for the default cluster (then its portLevelSettings apply)."""
     if subset_policy is None:
+        # a subset without a policy of its own gets the rule's policy as resolved for the port
+        if original is not None and original.port_level_settings:
+            return merge_traffic_policy(None, original, port)
         return original
     if original is not None and original.port_level_settings:
         # a subset cluster starts from the rule's policy as already resolved for this port
@@ -42,5 +46,7 @@ def merge_traffic_policy(
                         getattr(merged, part).CopyFrom(getattr(pls, part))
                     else:
                         merged.ClearField(part)
+                for part in _TOP_ONLY:  # a port-level entry cannot carry these, so they fall back too
+                    merged.ClearField(part)
                 break
     return merged

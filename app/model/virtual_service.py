@@ -46,21 +46,21 @@ class ResolvedVirtualService:
         return tuple(self.spec.gateways) or (MESH_GATEWAY,)
 
 
-def resolve_virtual_service(obj: ConfigObject) -> ResolvedVirtualService:
+def resolve_virtual_service(obj: ConfigObject, domain_suffix: str = "cluster.local") -> ResolvedVirtualService:
     ns = obj.meta.namespace
     spec = net.VirtualService()
     spec.CopyFrom(obj.spec)
-    _replace(spec.hosts, lambda h: resolve_short_name(h, ns))
+    _replace(spec.hosts, lambda h: resolve_short_name(h, ns, domain_suffix))
     _replace(spec.gateways, lambda g: resolve_gateway_name(g, ns))
     for http in spec.http:
         for m in http.match:
             _replace(m.gateways, lambda g: resolve_gateway_name(g, ns))
         for d in http.route:
-            d.destination.host = resolve_short_name(d.destination.host, ns)
+            d.destination.host = resolve_short_name(d.destination.host, ns, domain_suffix)
         if http.HasField("mirror"):
-            http.mirror.host = resolve_short_name(http.mirror.host, ns)
+            http.mirror.host = resolve_short_name(http.mirror.host, ns, domain_suffix)
         for mp in http.mirrors:
-            mp.destination.host = resolve_short_name(mp.destination.host, ns)
+            mp.destination.host = resolve_short_name(mp.destination.host, ns, domain_suffix)
     for tcp in spec.tcp:
         for l4 in tcp.match:
             _replace(l4.gateways, lambda g: resolve_gateway_name(g, ns))
@@ -68,7 +68,7 @@ def resolve_virtual_service(obj: ConfigObject) -> ResolvedVirtualService:
         for tm in tls.match:
             _replace(tm.gateways, lambda g: resolve_gateway_name(g, ns))
     for route in _l4_routes(spec):
-        route.destination.host = resolve_short_name(route.destination.host, ns)
+        route.destination.host = resolve_short_name(route.destination.host, ns, domain_suffix)
     return ResolvedVirtualService(obj, spec)
 
 
@@ -113,13 +113,15 @@ class VirtualServiceIndex:
     delegates: Mapping[tuple[str, str], ResolvedVirtualService]  # (namespace, name), VSs without hosts
 
     @classmethod
-    def build(cls, objects: Iterable[ConfigObject], default_export_to: frozenset[str]) -> VirtualServiceIndex:
+    def build(
+        cls, objects: Iterable[ConfigObject], default_export_to: frozenset[str], domain_suffix: str = "cluster.local"
+    ) -> VirtualServiceIndex:
         private: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
         exported: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
         public: dict[str, list[ResolvedVirtualService]] = {}
         delegates: dict[tuple[str, str], ResolvedVirtualService] = {}
         for obj in sorted(objects, key=lambda o: (o.meta.creation_timestamp, o.meta.name, o.meta.namespace)):
-            vs = resolve_virtual_service(obj)
+            vs = resolve_virtual_service(obj, domain_suffix)
             ns = obj.meta.namespace
             if not vs.spec.hosts:
                 delegates[(ns, obj.meta.name)] = vs

@@ -12,8 +12,6 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-import pytest
-
 from app.config.loader import load_documents
 from app.config.model import Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
@@ -248,7 +246,11 @@ def test_select_for_proxy_prefers_a_matching_selector_rule_in_the_scope_namespac
 
 def test_select_for_proxy_needs_every_selector_label() -> None:
     index = build(
-        dr("test", "both", "host: httpbin.org\nworkloadSelector: {matchLabels: {app: a, version: v1}}\nsubsets: [{name: s}]")
+        dr(
+            "test",
+            "both",
+            "host: httpbin.org\nworkloadSelector: {matchLabels: {app: a, version: v1}}\nsubsets: [{name: s}]",
+        )
     )
     found = index.rules_for("test", "httpbin.org", "test")
     assert select_for_proxy(found, "test", {"app": "a"}) is None  # no catch-all to fall back to
@@ -264,14 +266,6 @@ def test_only_selector_rules_and_no_catch_all_anywhere() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: istiod (PR #57775; push_context_test.go TestSetDestinationRuleWithWorkloadSelector cases "
-    "'DR without workloadselector in dst/root NS applied if src NS only contains DRs with selectors') keeps "
-    "looking when the proxy namespace only has selector rules and appends the catch-all found in the service "
-    "or root namespace: want [test2/app4, test/ns-rule5] and [test2/app4, istio-system/ns-rule6]; "
-    "pilotfish returns [test2/app4] only",
-)
 def test_selector_only_proxy_namespace_still_gets_a_catch_all_from_service_or_root_namespace() -> None:
     assert names(build(APP4, NS_RULE5, ROOT_RULE6).rules_for("test2", "httpbin.org", "test")) == [
         "test2/app4",
@@ -283,13 +277,6 @@ def test_selector_only_proxy_namespace_still_gets_a_catch_all_from_service_or_ro
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: in mergeDestinationRule a selector-less rule whose exportTo is a superset of an existing "
-    "selector-less rule's is merged into it and, because bothWithoutSelector resets appendSeparately to "
-    "false, NOT kept as its own entry; pilotfish also appends it, so the proxy's catch-all becomes the "
-    "later rule alone (subsets [v2]) instead of the merge (subsets [v1, v2])",
-)
 def test_superset_export_to_between_selectorless_rules_merges_without_a_separate_entry() -> None:
     index = build(
         dr("bookinfo", "a", 'host: reviews\nexportTo: ["."]\nsubsets: [{name: v1}]'),

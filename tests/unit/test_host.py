@@ -183,11 +183,6 @@ def test_resolve_short_name_uses_the_domain_suffix() -> None:
     assert resolve_short_name("reviews", "bookinfo", "corp.example") == "reviews.bookinfo.svc.corp.example"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ResolveShortnameToFQDN leaves an IP address unchanged (netutil.IsValidIPAddress); an IPv6 "
-    "address has no dot and is wrongly qualified as '<ip>.<ns>.svc.cluster.local'",
-)
 def test_resolve_short_name_leaves_ipv6_addresses_alone() -> None:
     assert resolve_short_name("2001:db8::1", "bookinfo") == "2001:db8::1"
 
@@ -231,21 +226,11 @@ def test_validate_wildcard_host_rejects(host: str) -> None:
     assert reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: istiod's IsWildcardDNS1123Label accepts a first label of '*' followed by a label "
-    "('*-foo', '*foo'), so '*-foo.example.com' is a valid host; pilotfish rejects it",
-)
 def test_validate_wildcard_host_accepts_asterisk_prefixed_first_label() -> None:
     assert validate_wildcard_host("*-foo.example.com") is None
     assert validate_wildcard_host("*foo.example.com") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: istiod's validateDNS1123Labels rejects an all-numeric top-level domain "
-    "('domain name \"foo.123\" invalid (top level domain \"123\" cannot be all-numeric)'); pilotfish accepts it",
-)
 def test_validate_wildcard_host_rejects_numeric_top_level_domain() -> None:
     assert validate_wildcard_host("foo.123") is not None
     assert validate_wildcard_host("*.foo.123") is not None

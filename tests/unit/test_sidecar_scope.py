@@ -151,8 +151,12 @@ def test_gateways_always_get_the_default_scope() -> None:
 def test_oldest_matching_selector_sidecar_wins() -> None:
     push = push_for(
         *WORLD,
-        sidecar("client", "newer", "workloadSelector: {labels: {app: c}}\negress: [{hosts: [./*]}]", "2024-03-01T00:00:00Z"),
-        sidecar("client", "older", "workloadSelector: {labels: {app: c}}\negress: [{hosts: [~/*]}]", "2024-02-01T00:00:00Z"),
+        sidecar(
+            "client", "newer", "workloadSelector: {labels: {app: c}}\negress: [{hosts: [./*]}]", "2024-03-01T00:00:00Z"
+        ),
+        sidecar(
+            "client", "older", "workloadSelector: {labels: {app: c}}\negress: [{hosts: [~/*]}]", "2024-02-01T00:00:00Z"
+        ),
     )
     scope = push.sidecar_scope(proxy("client", {"app": "c"}))
     assert scope.name == "client/older"
@@ -308,13 +312,6 @@ def test_virtual_service_in_an_imported_namespace_is_selected_by_host() -> None:
     assert hosts(miss.services) == [RATINGS]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: for Istio VirtualServices SelectVirtualServices uses hostClassification.VSMatches with "
-    "useGatewaySemantics=false, i.e. host.Name.Matches in both directions, so a VirtualService for "
-    "'*.bookinfo.svc.cluster.local' is selected by the egress host 'bookinfo/reviews.bookinfo.svc.cluster.local'; "
-    "pilotfish uses SubsetOf one way and selects nothing",
-)
 def test_wildcard_virtual_service_is_selected_by_an_exact_egress_host() -> None:
     vs_wild = doc(
         "VirtualService",
@@ -322,9 +319,9 @@ def test_wildcard_virtual_service_is_selected_by_an_exact_egress_host() -> None:
         "all-bookinfo",
         f'hosts: ["*.bookinfo.svc.cluster.local"]\nhttp: [{{route: [{{destination: {{host: {DETAILS}}}}}]}}]',
     )
-    scope = push_for(*WORLD, vs_wild, sidecar("client", "sc", f"egress: [{{hosts: [bookinfo/{REVIEWS}]}}]")).sidecar_scope(
-        proxy("client")
-    )
+    scope = push_for(
+        *WORLD, vs_wild, sidecar("client", "sc", f"egress: [{{hosts: [bookinfo/{REVIEWS}]}}]")
+    ).sidecar_scope(proxy("client"))
     assert [v.namespaced_name for v in scope.virtual_services] == ["bookinfo/all-bookinfo"]
     assert hosts(scope.services) == [REVIEWS, DETAILS]
 
@@ -353,16 +350,12 @@ def test_one_namespace_per_hostname_prefers_the_scope_namespace() -> None:
     assert [(s.hostname, s.namespace) for s in push.sidecar_scope(proxy("ns-c")).services] == [
         ("shared.example.com", "ns-a")
     ]
-    scope = push_for(*SAME_HOST, sidecar("ns-c", "sc", "egress: [{hosts: [ns-b/*, ns-a/*]}]")).sidecar_scope(proxy("ns-c"))
+    scope = push_for(*SAME_HOST, sidecar("ns-c", "sc", "egress: [{hosts: [ns-b/*, ns-a/*]}]")).sidecar_scope(
+        proxy("ns-c")
+    )
     assert [(s.hostname, s.namespace) for s in scope.services] == [("shared.example.com", "ns-a")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with PILOT_UNIFIED_SIDECAR_SCOPE (default true) selectServices prefers a Kubernetes Service "
-    "over a ServiceEntry for the same hostname when neither is in the proxy's namespace; pilotfish keeps the "
-    "first seen (the older ServiceEntry in 'ext'), so the scope has reviews from ext and no DestinationRule",
-)
 def test_kubernetes_service_preferred_over_service_entry_from_another_namespace() -> None:
     squatter = doc(
         "ServiceEntry",
@@ -397,7 +390,12 @@ def test_same_host_service_entries_in_one_namespace_merge_ports() -> None:
 RULES = (
     doc("DestinationRule", "bookinfo", "reviews", "host: reviews\nsubsets: [{name: v1, labels: {version: v1}}]"),
     doc("DestinationRule", ROOT, "mesh-mtls", 'host: "*"\ntrafficPolicy: {tls: {mode: ISTIO_MUTUAL}}'),
-    doc("DestinationRule", "other", "details-all", f"host: {DETAILS}\ntrafficPolicy: {{loadBalancer: {{simple: RANDOM}}}}"),
+    doc(
+        "DestinationRule",
+        "other",
+        "details-all",
+        f"host: {DETAILS}\ntrafficPolicy: {{loadBalancer: {{simple: RANDOM}}}}",
+    ),
     doc(
         "DestinationRule",
         "other",
@@ -441,6 +439,15 @@ def test_destination_rules_only_for_services_in_the_scope() -> None:
     assert sorted(scope.destination_rules) == [RATINGS, REVIEWS]
 
 
+def test_mesh_default_destination_rule_export_to_reaches_the_index() -> None:
+    private = push_for(mesh('defaultDestinationRuleExportTo: ["."]'), *WORLD, *RULES[:2])
+    # both rules are now private to their namespaces: the client sees neither; a proxy in the root
+    # namespace sees the root one; a bookinfo proxy sees its own
+    assert private.sidecar_scope(proxy("client")).destination_rules == {}
+    assert [r.name for r in private.sidecar_scope(proxy(ROOT)).destination_rules[REVIEWS]] == ["mesh-mtls"]
+    assert [r.name for r in private.sidecar_scope(proxy("bookinfo")).destination_rules[REVIEWS]] == ["reviews"]
+
+
 # --- outbound traffic policy, memoisation ------------------------------------------------------
 
 
@@ -480,3 +487,31 @@ def test_scope_is_shared_by_proxies_of_a_namespace() -> None:
     push = push_for(*WORLD, *SIDECARS)
     assert push.sidecar_scope(proxy("other", {"app": "a"})) is push.sidecar_scope(proxy("other", {"app": "b"}))
     assert push.sidecar_scope(proxy("bookinfo", {"app": "reviews"})) is not push.sidecar_scope(proxy("bookinfo"))
+
+
+def test_scopes_are_reused_across_unrelated_changes_and_rebuilt_after_rule_changes() -> None:
+    def events(*docs: str) -> list[ConfigEvent]:
+        result = load_documents("".join(docs), "more.yaml")
+        assert result.rejected == []
+        return [ConfigEvent(EventType.ADD, o) for o in result.objects]
+
+    env = Environment()
+    env.apply(events(*WORLD))
+    first = env.build_push_context(None)
+    scope = first.sidecar_scope(proxy("client"))
+    assert scope.destination_rules == {}
+
+    gateway = doc(
+        "Gateway",
+        ROOT,
+        "ingress",
+        "servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]",
+    )
+    second = env.build_push_context(first, env.apply(events(gateway)))
+    assert second.version == first.version + 1
+    assert second.sidecar_scope(proxy("client")) is scope
+
+    third = env.build_push_context(second, env.apply(events(RULES[0])))
+    rebuilt = third.sidecar_scope(proxy("client"))
+    assert rebuilt is not scope
+    assert {h: [r.name for r in rs] for h, rs in rebuilt.destination_rules.items()} == {REVIEWS: ["reviews"]}

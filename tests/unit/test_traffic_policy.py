@@ -14,7 +14,6 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-import pytest
 from google.protobuf import json_format
 
 from app.api import networking_pb2 as net
@@ -132,7 +131,9 @@ def test_subset_cluster_starts_from_the_rules_port_level_resolved_policy() -> No
 def test_subset_port_level_entry_replaces_everything_without_inheriting() -> None:
     # the subset's own entry for 9080 replaces all four parts: the subset's top-level LB and
     # pool and the rule's pool/outlier detection are all dropped
-    assert parts(merge_traffic_policy(TP, SUBSET["portly"], 9080)) == {"tls": {"mode": "SIMPLE", "sni": "portly.example.com"}}
+    assert parts(merge_traffic_policy(TP, SUBSET["portly"], 9080)) == {
+        "tls": {"mode": "SIMPLE", "sni": "portly.example.com"}
+    }
     # on another port the subset's top-level parts apply over the rule's
     assert parts(merge_traffic_policy(TP, SUBSET["portly"], 7070)) == {
         "connectionPool": {"http": {"http1MaxPendingRequests": 5}},
@@ -143,19 +144,15 @@ def test_subset_port_level_entry_replaces_everything_without_inheriting() -> Non
 
 
 def test_subset_policy_over_no_rule_policy() -> None:
-    assert parts(merge_traffic_policy(None, SUBSET["portly"], 9080)) == {"tls": {"mode": "SIMPLE", "sni": "portly.example.com"}}
+    assert parts(merge_traffic_policy(None, SUBSET["portly"], 9080)) == {
+        "tls": {"mode": "SIMPLE", "sni": "portly.example.com"}
+    }
 
 
 def test_subset_without_policy_on_a_port_without_entries_gets_the_rule_policy() -> None:
     assert parts(merge_traffic_policy(TP, None, 9080)) == TOP
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MergeSubsetTrafficPolicy first resolves the rule policy for the port "
-    "(GetPortLevelTrafficPolicy) and returns it when the subset has no policy; pilotfish returns the "
-    "unresolved rule policy, so a plain subset on port 80 gets RANDOM + pool/OD/TLS instead of LEAST_REQUEST only",
-)
 def test_subset_without_policy_still_gets_the_rules_port_level_entry() -> None:
     assert parts(merge_traffic_policy(TP, SUBSET["plain"], 80)) == {"loadBalancer": {"simple": "LEAST_REQUEST"}}
 
@@ -205,12 +202,6 @@ def test_rule_proxy_protocol_applies_on_ports_without_an_entry() -> None:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: on a port with a port-level entry istiod uses shadowCopyPortTrafficPolicy(entry), which "
-    "carries only connectionPool/loadBalancer/outlierDetection/tls, so the rule's top-level proxyProtocol "
-    "(and tunnel) do not apply on that port; pilotfish keeps proxyProtocol V2",
-)
 def test_port_level_entry_drops_top_level_proxy_protocol() -> None:
     assert parts(merge_traffic_policy(None, TUNNEL_RULE.traffic_policy, 80)) == {
         "loadBalancer": {"simple": "LEAST_REQUEST"}

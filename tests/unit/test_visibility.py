@@ -16,6 +16,7 @@ import pytest
 from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
+from app.model.proxy import build_proxy
 from app.model.push_context import PushContext
 from app.model.service import Registry
 from app.model.virtual_service import MESH_GATEWAY, resolve_gateway_name
@@ -152,17 +153,13 @@ def test_kubernetes_service_beats_an_older_service_entry_for_the_same_name() -> 
     )
     svc = push.service_index.service("reviews.bookinfo.svc.cluster.local", "bookinfo")
     assert svc is not None and svc.registry is Registry.KUBERNETES
-    assert [(s.hostname, s.registry) for s in push.service_index.exported_to("other")] == [
+    # what a proxy sees (istiod's appendSidecarServices replaces the ServiceEntry by the Service)
+    scope = push.sidecar_scope(build_proxy("sidecar~10.1.0.7~pod-1.other~other.svc.cluster.local"))
+    assert [(s.hostname, s.registry) for s in scope.services] == [
         ("reviews.bookinfo.svc.cluster.local", Registry.KUBERNETES)
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SortServicesByCreationTime breaks creation-time ties by cmp.Compare(Name) then Namespace "
-    "(so 'a' < 'a-b'); pilotfish compares the string 'name.namespace', where 'a-b.ns' < 'a.ns', "
-    "giving [a-b, a] instead of [a, a-b]",
-)
 def test_services_created_together_are_ordered_by_name_then_namespace() -> None:
     svc = "clusterIP: 10.0.0.{n}\nports: [{{name: http, port: 80}}]"
     push = push_for(
@@ -317,3 +314,20 @@ def test_virtual_service_short_hosts_become_fqdn_in_its_namespace() -> None:
         "ratings.other",
         "*.example.com",
     ]
+
+
+def test_short_hosts_use_the_cluster_domain_suffix() -> None:
+    docs = (
+        doc("Service", "bookinfo", "reviews", "clusterIP: 10.0.0.1\nports: [{name: http, port: 80}]"),
+        doc("DestinationRule", "bookinfo", "reviews", "host: reviews\nsubsets: [{name: v1}]"),
+        vs("bookinfo", "reviews", f"hosts: [reviews]\n{route('reviews')}"),
+    )
+    result = load_documents("".join(docs), "world.yaml")
+    env = Environment(domain_suffix="corp.example")
+    env.apply([ConfigEvent(EventType.ADD, o) for o in result.objects])
+    push = env.build_push_context(None)
+    fqdn = "reviews.bookinfo.svc.corp.example"
+    resolved = push.virtual_service_index.for_gateway("bookinfo", MESH_GATEWAY)[0].spec
+    assert (list(resolved.hosts), resolved.http[0].route[0].destination.host) == ([fqdn], fqdn)
+    scope = push.sidecar_scope(build_proxy("sidecar~10.1.0.7~pod-1.other~other.svc.corp.example"))
+    assert [r.name for r in scope.destination_rules[fqdn]] == ["reviews"]
