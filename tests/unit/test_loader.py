@@ -218,8 +218,12 @@ def test_duplicate_gateway_port_names_on_the_same_number() -> None:
         "Gateway",
         """
         servers:
-        - {port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.example.com], tls: {mode: SIMPLE, credentialName: a}}
-        - {port: {number: 443, name: https, protocol: HTTPS}, hosts: [b.example.com], tls: {mode: SIMPLE, credentialName: b}}
+        - port: {number: 443, name: https, protocol: HTTPS}
+          hosts: [a.example.com]
+          tls: {mode: SIMPLE, credentialName: a}
+        - port: {number: 443, name: https, protocol: HTTPS}
+          hosts: [b.example.com]
+          tls: {mode: SIMPLE, credentialName: b}
         """,
     )
     assert rejected_field(gw) == "servers[1].port.name"
