@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # Serving xDS arrives with the next issue; until then `make run` shows what one proxy would get.
 run: $(STAMP)
 	@echo "pilotfish: xDS serving is not built yet; printing the clusters the productpage sidecar would receive" >&2
-	$(BIN)/pilotfish config-dump --config-dir examples/bookinfo --type cds \
+	@$(BIN)/pilotfish config-dump --config-dir examples/bookinfo --type cds \
 		--node-id 'sidecar~10.1.0.10~productpage-v1-0.bookinfo~bookinfo.svc.cluster.local' \
 		--labels app=productpage,version=v1
 
