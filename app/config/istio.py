@@ -240,13 +240,10 @@ def _validate_workload_entry(we: net.WorkloadEntry, path: str = "", *, ip_only: 
         return
     if ip_only:
         _check_address(f"{prefix}address", we.address, cidr=False)
-    elif we.address:
-        try:
-            ipaddress.ip_address(we.address)
-        except ValueError:
-            reason = validate_fqdn(we.address)
-            if reason:
-                raise _fail(f"{prefix}address", reason) from None
+    elif we.address and not is_ip_address(we.address):
+        reason = validate_fqdn(we.address)
+        if reason:
+            raise _fail(f"{prefix}address", reason)
     for name, number in we.ports.items():
         _check_port_number(f"{prefix}ports.{name}", number)
     if we.weight > 0xFFFF_FFFF:

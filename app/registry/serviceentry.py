@@ -13,12 +13,12 @@ endpoints go into the Kubernetes Service's shard under their own source.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from app.api import networking_pb2 as net
+from app.config.host import is_ip_address
 from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
@@ -116,14 +116,6 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
         else "",
         tls_mode=tls_mode,
     )
-
-
-def _is_ip(address: str) -> bool:
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return True
 
 
 class ServiceEntryController:
@@ -326,7 +318,7 @@ class ServiceEntryController:
                 w = by_name[name]
                 if (
                     not w.labels
-                    or not _is_ip(w.address)
+                    or not is_ip_address(w.address)
                     or not selector_matches(selecting.selector, w.labels)
                 ):
                     continue
