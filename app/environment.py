@@ -25,11 +25,6 @@ class Change:
     kinds: frozenset[Kind] = frozenset()
     registry: RegistryDelta = EMPTY_DELTA
 
-    @property
-    def needs_full_push(self) -> bool:
-        """False when only endpoints moved: the EDS fast path, no PushContext rebuild."""
-        return bool(self.kinds) or bool(self.registry.services_changed)
-
 
 class Environment:
     def __init__(self, *, domain_suffix: str = "cluster.local") -> None:

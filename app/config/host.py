@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TypeVar
 
 V = TypeVar("V")
@@ -82,10 +82,6 @@ def most_specific_match(needle: str, specific: Mapping[str, V], wildcard: Mappin
     if best is None:
         return None
     return best, wildcard[best]
-
-
-def sort_hosts(hosts: Iterable[str]) -> list[str]:
-    return sorted(hosts, key=specificity_key)
 
 
 def validate_fqdn(host: str) -> str | None:

@@ -3,8 +3,6 @@ sources feed it ConfigEvents, the PushContext builder reads snapshots of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from app.config.mesh import MeshConfig, default_mesh_config
 from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
 
@@ -49,9 +47,3 @@ class ConfigStore:
             cached = tuple(objects[k] for k in sorted(objects))
             self._lists[kind] = cached
         return cached
-
-    def get(self, kind: Kind, namespace: str, name: str) -> ConfigObject | None:
-        return self._by_kind.get(kind, {}).get((namespace, name))
-
-    def counts(self) -> Mapping[Kind, int]:
-        return {k: len(v) for k, v in self._by_kind.items() if v}

@@ -122,9 +122,6 @@ class ConsolidatedRules:
         return None if found is None else found[1]
 
 
-_EMPTY_RULES = ConsolidatedRules({}, {})
-
-
 @dataclass(frozen=True, slots=True)
 class DestinationRuleIndex:
     namespace_local: Mapping[str, ConsolidatedRules]
@@ -166,10 +163,6 @@ class DestinationRuleIndex:
             root_local.freeze(),
             root_namespace,
         )
-
-    @classmethod
-    def empty(cls, root_namespace: str) -> DestinationRuleIndex:
-        return cls({}, {}, _EMPTY_RULES, root_namespace)
 
     def rules_for(
         self, proxy_namespace: str, hostname: str, service_namespace: str

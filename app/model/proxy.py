@@ -43,10 +43,6 @@ class Proxy:
     def is_gateway(self) -> bool:
         return self.type is ProxyType.ROUTER
 
-    @property
-    def ip(self) -> str:
-        return self.ip_addresses[0] if self.ip_addresses else ""
-
 
 def parse_node_id(node_id: str) -> tuple[ProxyType, str, str, str]:
     """Split ``TYPE~IP~ID~DOMAIN`` into its parts; raises InvalidNodeError."""

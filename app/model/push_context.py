@@ -50,6 +50,28 @@ def _default_export(values: Iterable[str]) -> frozenset[str]:
     return frozenset(values) or frozenset({"*"})
 
 
+def _build_service_index(inputs: PushInputs) -> ServiceIndex:
+    return ServiceIndex.build(inputs.services, _default_export(inputs.mesh.default_service_export_to))
+
+
+def _build_vs_index(inputs: PushInputs) -> VirtualServiceIndex:
+    export_to = _default_export(inputs.mesh.default_virtual_service_export_to)
+    return VirtualServiceIndex.build(inputs.virtual_services, export_to, inputs.domain_suffix)
+
+
+def _build_dr_index(inputs: PushInputs) -> DestinationRuleIndex:
+    mesh = inputs.mesh
+    export_to = _default_export(mesh.default_destination_rule_export_to)
+    return DestinationRuleIndex.build(inputs.destination_rules, mesh.root_namespace, export_to, inputs.domain_suffix)
+
+
+def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
+    by_ns: dict[str, list[ConfigObject]] = {}
+    for obj in sidecars:
+        by_ns.setdefault(obj.meta.namespace, []).append(obj)
+    return {ns: tuple(sorted(v, key=_sidecar_order)) for ns, v in by_ns.items()}
+
+
 def _sidecar_order(obj: ConfigObject) -> tuple[bool, str, str]:
     # selector Sidecars first, then oldest first (istiod sorts them so)
     return (not obj.spec.HasField("workload_selector"), obj.meta.creation_timestamp, obj.meta.name)
@@ -73,52 +95,44 @@ class PushContext:
     ) -> PushContext:
         """A new snapshot; with ``previous`` and ``changed``, unaffected indexes are reused."""
         mesh = inputs.mesh
-        full = previous is None or changed is None or Kind.MESH_CONFIG in changed or previous.mesh != mesh
-        kinds: frozenset[Kind] = frozenset() if full or changed is None else changed
-
-        def stale(*affecting: Kind) -> bool:
-            return full or bool(kinds & frozenset(affecting))
-
-        root = mesh.root_namespace
-        if full or previous is None or kinds & _SERVICE_KINDS:
-            services = ServiceIndex.build(inputs.services, _default_export(mesh.default_service_export_to))
-        else:
-            services = previous.service_index
-        if stale(Kind.VIRTUAL_SERVICE) or previous is None:
-            vs_export = _default_export(mesh.default_virtual_service_export_to)
-            vs = VirtualServiceIndex.build(inputs.virtual_services, vs_export, inputs.domain_suffix)
-        else:
-            vs = previous.virtual_service_index
-        if stale(Kind.DESTINATION_RULE) or previous is None:
-            dr = DestinationRuleIndex.build(
-                inputs.destination_rules,
-                root,
-                _default_export(mesh.default_destination_rule_export_to),
-                inputs.domain_suffix,
-            )
-        else:
-            dr = previous.destination_rule_index
-        if stale(Kind.SIDECAR) or previous is None:
-            by_ns: dict[str, list[ConfigObject]] = {}
-            for obj in inputs.sidecars:
-                by_ns.setdefault(obj.meta.namespace, []).append(obj)
-            sidecars = {ns: tuple(sorted(v, key=_sidecar_order)) for ns, v in by_ns.items()}
-        else:
-            sidecars = dict(previous.sidecars_by_namespace)
-        gateways = inputs.gateways if stale(Kind.GATEWAY) or previous is None else previous.gateways
-        scopes_valid = previous is not None and not full and not (
-            kinds & (_SERVICE_KINDS | {Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR})
-        )
+        if previous is None or changed is None or Kind.MESH_CONFIG in changed or previous.mesh != mesh:
+            return cls._build_all(inputs, 1 if previous is None else previous.version + 1)
+        services = previous.service_index
+        if changed & _SERVICE_KINDS:
+            services = _build_service_index(inputs)
+        vs = previous.virtual_service_index
+        if Kind.VIRTUAL_SERVICE in changed:
+            vs = _build_vs_index(inputs)
+        dr = previous.destination_rule_index
+        if Kind.DESTINATION_RULE in changed:
+            dr = _build_dr_index(inputs)
+        sidecars = previous.sidecars_by_namespace
+        if Kind.SIDECAR in changed:
+            sidecars = _sidecars_by_namespace(inputs.sidecars)
+        scopes_valid = not changed & (_SERVICE_KINDS | {Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR})
         return cls(
             mesh=mesh,
-            version=(previous.version + 1) if previous is not None else 1,
+            version=previous.version + 1,
             service_index=services,
             virtual_service_index=vs,
             destination_rule_index=dr,
             sidecars_by_namespace=sidecars,
-            gateways=gateways,
+            gateways=inputs.gateways if Kind.GATEWAY in changed else previous.gateways,
             endpoint_view=inputs.endpoints,
-            _scopes=dict(previous._scopes) if scopes_valid and previous is not None else {},
+            _scopes=dict(previous._scopes) if scopes_valid else {},
+        )
+
+    @classmethod
+    def _build_all(cls, inputs: PushInputs, version: int) -> PushContext:
+        return cls(
+            mesh=inputs.mesh,
+            version=version,
+            service_index=_build_service_index(inputs),
+            virtual_service_index=_build_vs_index(inputs),
+            destination_rule_index=_build_dr_index(inputs),
+            sidecars_by_namespace=_sidecars_by_namespace(inputs.sidecars),
+            gateways=inputs.gateways,
+            endpoint_view=inputs.endpoints,
         )
 
     # --- lookups ---------------------------------------------------------------------

@@ -37,10 +37,6 @@ class Protocol(enum.StrEnum):
     def is_http2(self) -> bool:
         return self in (Protocol.HTTP2, Protocol.GRPC, Protocol.GRPC_WEB)
 
-    @property
-    def is_tcp(self) -> bool:
-        return self in (Protocol.TCP, Protocol.HTTPS, Protocol.TLS, Protocol.MONGO, Protocol.REDIS, Protocol.MYSQL)
-
 
 _BY_NAME = {
     "http": Protocol.HTTP,

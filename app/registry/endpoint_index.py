@@ -11,7 +11,7 @@ Plain dicts keyed by tuples, no locks: the index is owned by one registry on one
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from app.model.service import Endpoint
@@ -89,10 +89,6 @@ class EndpointIndex:
         key = (hostname, namespace)
         self._merged.pop(key, None)
         return self._shards.pop(key, None) is not None
-
-    def keys(self) -> Iterator[ServiceKey]:
-        """The (hostname, namespace) of every non-empty shard."""
-        return iter(self._shards)
 
     def __contains__(self, key: object) -> bool:
         return key in self._shards

@@ -55,7 +55,7 @@ def test_shards_are_keyed_by_hostname_and_namespace() -> None:
     index.update(H, "b", "External", (ep("2.2.2.2"),))
     assert index.endpoints(H, "a") == (ep("1.1.1.1"),)
     assert index.endpoints(H, "b") == (ep("2.2.2.2"),)
-    assert sorted(index.keys()) == [(H, "a"), (H, "b")]
+    assert (H, "a") in index and (H, "b") in index and len(index) == 2
 
 
 def test_merged_view_is_cached_until_the_shard_changes() -> None:

@@ -16,7 +16,7 @@ from app.config.host import (
     more_specific,
     most_specific_match,
     resolve_short_name,
-    sort_hosts,
+    specificity_key,
     subset_of,
     validate_fqdn,
     validate_wildcard_host,
@@ -91,7 +91,7 @@ def test_is_wildcard() -> None:
 
 def test_sort_hosts_exact_first_then_longest_then_alphabetical_wildcards_last() -> None:
     hosts = ["*", "b.com", "*.com", "foo.bar.com", "*.bar.com", "a.com", "*.a.com", "zz.com"]
-    assert sort_hosts(hosts) == [
+    assert sorted(hosts, key=specificity_key) == [
         "foo.bar.com",  # exact hosts, longest first
         "zz.com",
         "a.com",  # same length: alphabetical
