@@ -440,4 +440,4 @@ def test_short_host_is_resolved_in_the_rule_namespace_without_touching_the_objec
 
 
 def test_empty_index() -> None:
-    assert DestinationRuleIndex.empty(ROOT).rules_for("bookinfo", REVIEWS, "bookinfo") == ()
+    assert DestinationRuleIndex.build([], ROOT, frozenset({"*"})).rules_for("bookinfo", REVIEWS, "bookinfo") == ()
