@@ -1,26 +1,37 @@
-"""The ``pilotfish`` command: config-dump and version (serve arrives with xDS serving)."""
+"""The ``pilotfish`` command: serve, config-dump and version."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.debug.dump import dump_clusters, dump_scope
+import uvloop
+
+from app.debug.dump import dump_all, dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
 from app.environment import Environment
 from app.errors import PilotfishError
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
+from app.runtime import Runtime
+from app.settings import Settings
 from app.sources.files import FileSource
 
 VERSION = "0.1.0"
 
 _DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
     "cds": dump_clusters,
+    "eds": dump_endpoints,
+    "lds": dump_listeners,
+    "rds": dump_routes,
+    "all": dump_all,
     "scope": dump_scope,
 }
 
@@ -38,6 +49,11 @@ def _parse_labels(text: str) -> dict[str, str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pilotfish", description="An Istio-compatible control plane.")
     sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve xDS for the mesh config in a directory")
+    serve.add_argument("--config-dir", required=True, type=Path)
+    serve.add_argument("--xds-address", default=None, help="plaintext xDS gRPC (default 0.0.0.0:15010)")
+    serve.add_argument("--http-address", default=None, help="monitoring and debug HTTP (default 0.0.0.0:15014)")
+    serve.add_argument("--system-namespace", default=None, help="the root namespace (default istio-system)")
     dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
     dump.add_argument("--config-dir", required=True, type=Path)
     dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
@@ -67,12 +83,35 @@ def config_dump(args: argparse.Namespace) -> dict[str, Any]:
     return _DUMPS[args.type](proxy, push)
 
 
+async def _serve(settings: Settings) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await Runtime(settings).run(stop)
+
+
+def serve(args: argparse.Namespace) -> None:
+    if not args.config_dir.is_dir():
+        raise PilotfishError(f"--config-dir {args.config_dir}: not a directory")
+    settings = Settings.from_env(
+        args.config_dir,
+        os.environ,
+        xds_address=args.xds_address,
+        http_address=args.http_address,
+        system_namespace=args.system_namespace,
+    )
+    uvloop.run(_serve(settings))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     args = _parser().parse_args(argv)
     try:
         if args.command == "version":
             print(f"pilotfish {VERSION}")
+        elif args.command == "serve":
+            serve(args)
         elif args.command == "config-dump":
             json.dump(config_dump(args), sys.stdout, indent=2, sort_keys=False)
             sys.stdout.write("\n")

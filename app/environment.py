@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from app.config.model import ConfigEvent, Kind
 from app.config.store import ConfigStore
 from app.model.push_context import PushContext, PushInputs
+from app.model.service import Resolution
+from app.registry.endpoint_index import ServiceKey
 from app.registry.registry import EMPTY_DELTA, RegistryDelta, ServiceRegistry
 
 # kinds the ConfigStore keeps for the PushContext (the registry keeps the rest)
 _STORE_KINDS = frozenset(
     {Kind.DESTINATION_RULE, Kind.VIRTUAL_SERVICE, Kind.SIDECAR, Kind.GATEWAY, Kind.MESH_CONFIG}
 )
+
+_CDS_ENDPOINTS = frozenset({Resolution.DNS_LB, Resolution.DNS_ROUND_ROBIN_LB})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +46,19 @@ class Environment:
                     kinds.add(kind)
                 continue
             d = self.registry.apply(event)
-            if d.services_changed:
+            if d.services_changed or self._endpoints_in_clusters(d.endpoints_changed):
                 kinds.add(kind)
             delta = delta.merge(d)
         return Change(frozenset(kinds), delta)
+
+    def _endpoints_in_clusters(self, keys: Iterable[ServiceKey]) -> bool:
+        """DNS services carry their endpoints inside the cluster (CDS), so a change to them is a
+        config change, not an EDS-only one (istiod does a full push for them too)."""
+        for hostname, namespace in keys:
+            svc = self.registry.service(hostname, namespace)
+            if svc is not None and svc.resolution in _CDS_ENDPOINTS:
+                return True
+        return False
 
     def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:
         inputs = PushInputs(

@@ -1,6 +1,6 @@
-"""What a proxy would receive, as JSON-ready dicts: backs ``pilotfish config-dump`` (and later
-``/debug/config_dump`` and ``/debug/sidecarz``). Envoy resources use proto3 JSON with Envoy's
-camelCase field names; Istio objects use Istio's."""
+"""What a proxy would receive, as JSON-ready dicts: backs ``pilotfish config-dump``,
+``/debug/config_dump`` and ``/debug/sidecarz``. Envoy resources use proto3 JSON with Envoy's
+camelCase field names, each list sorted by name; Istio objects use Istio's field names."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.xds.generators.cds import generate_clusters
+from app.xds.generators.eds import eds_cluster_names, generate_endpoints
+from app.xds.generators.lds import generate_listeners, route_names
+from app.xds.generators.rds import generate_routes
 
 
 def to_json(msg: Message) -> dict[str, Any]:
@@ -23,6 +26,33 @@ def to_json(msg: Message) -> dict[str, Any]:
 def dump_clusters(proxy: Proxy, push: PushContext) -> dict[str, Any]:
     clusters = sorted(generate_clusters(proxy, push), key=lambda c: c.name)
     return {"clusters": [to_json(c) for c in clusters]}
+
+
+def dump_endpoints(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+    """The assignment of every EDS cluster the proxy gets (what Envoy subscribes to)."""
+    names = eds_cluster_names(generate_clusters(proxy, push))
+    assignments = sorted(generate_endpoints(proxy, push, names), key=lambda a: a.cluster_name)
+    return {"endpoints": [to_json(a) for a in assignments]}
+
+
+def dump_listeners(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+    listeners = sorted(generate_listeners(proxy, push), key=lambda li: li.name)
+    return {"listeners": [to_json(li) for li in listeners]}
+
+
+def dump_routes(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+    """Every route configuration the proxy's listeners name (what Envoy subscribes to)."""
+    routes = sorted(generate_routes(proxy, push, route_names(generate_listeners(proxy, push))), key=lambda r: r.name)
+    return {"routes": [to_json(r) for r in routes]}
+
+
+def dump_all(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+    return {
+        **dump_clusters(proxy, push),
+        **dump_endpoints(proxy, push),
+        **dump_listeners(proxy, push),
+        **dump_routes(proxy, push),
+    }
 
 
 def _rule_json(cdr: ConsolidatedDestinationRule) -> dict[str, Any]:

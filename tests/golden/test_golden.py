@@ -15,14 +15,20 @@ from typing import Any
 import pytest
 import yaml
 
-from app.debug.dump import dump_clusters, dump_scope
+from app.debug.dump import dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
 
 DATA = Path(__file__).parent.parent / "data" / "golden"
 GOLDEN = Path(__file__).parent
-DUMPS = {"cds": dump_clusters, "scope": dump_scope}
+DUMPS = {
+    "cds": dump_clusters,
+    "eds": dump_endpoints,
+    "lds": dump_listeners,
+    "rds": dump_routes,
+    "scope": dump_scope,
+}
 
 
 def _cases() -> list[tuple[str, str, str]]:

@@ -12,12 +12,12 @@ InboundPassthroughCluster shapes. Pure: no I/O, inputs are values, outputs are n
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import config_source_pb2, health_check_pb2
+from envoy.config.core.v3 import config_source_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2, struct_pb2
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.model.proxy import Proxy, ProxyType
-from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service, ServicePort
+from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
 from app.model.traffic_policy import merge_traffic_policy
 from app.xds.envoy.cluster_policy import (
@@ -39,14 +39,13 @@ from app.xds.envoy.cluster_policy import (
     set_h2,
     set_use_downstream_protocol,
 )
-from app.xds.envoy.cluster_tls import TLS_MODE_ISTIO, infer_service_mtls_mode
+from app.xds.envoy.cluster_tls import infer_service_mtls_mode
+from app.xds.envoy.endpoint import ISTIO_METADATA_KEY, dns_locality_endpoints, tls_mode_for_port
 
 Cluster = cluster_pb2.Cluster
 BLACKHOLE_CLUSTER = "BlackHoleCluster"
 PASSTHROUGH_CLUSTER = "PassthroughCluster"
 INBOUND_PASSTHROUGH_CLUSTER = "InboundPassthroughCluster"
-ISTIO_METADATA_KEY = "istio"
-TRANSPORT_SOCKET_MATCH_KEY = "envoy.transport_socket_match"
 DESTINATION_RULE_CONFIG_PREFIX = "/apis/networking.istio.io/v1/namespaces/"
 CARES_RESOLVER = "envoy.network.dns_resolver.cares"
 CARES_UDP_MAX_QUERIES = 100  # PILOT_DNS_CARES_UDP_MAX_QUERIES default
@@ -57,8 +56,6 @@ LOCALHOST_V4, LOCALHOST_V6 = "127.0.0.1", "::1"
 INBOUND_PASSTHROUGH_BIND_V4, INBOUND_PASSTHROUGH_BIND_V6 = "127.0.0.6", "::6"
 _DNS_TYPES = (Cluster.STRICT_DNS, Cluster.LOGICAL_DNS)
 _TLS = net.ClientTLSSettings
-_CANONICAL_NAME_LABELS = ("service.istio.io/canonical-name", "app.kubernetes.io/name", "app")
-_CANONICAL_REVISION_LABELS = ("service.istio.io/canonical-revision", "app.kubernetes.io/version", "version")
 
 
 class AppliedDestinationRule(Protocol):
@@ -140,7 +137,7 @@ def build_outbound_clusters(
     dr = rule.rule if rule is not None else None
     rule_tp = dr.traffic_policy if dr is not None and dr.HasField("traffic_policy") else None
     lb_endpoints = (
-        dns_locality_endpoints(proxy, service, port, endpoints, {}, _tls_mode_for_port(rule_tp, port.port))
+        dns_locality_endpoints(proxy, service, port, endpoints, {}, tls_mode_for_port(rule_tp, port.port))
         if kind in _DNS_TYPES
         else []
     )
@@ -204,7 +201,7 @@ def _build_subset_cluster(
     kind = int(Cluster.ORIGINAL_DST) if passthrough else int(default.type)
     lb_endpoints = []
     if kind in _DNS_TYPES:
-        tls_mode = _tls_mode_for_port(subset_tp, port.port)
+        tls_mode = tls_mode_for_port(subset_tp, port.port)
         lb_endpoints = dns_locality_endpoints(proxy, service, port, endpoints, subset.labels, tls_mode)
     draft = _base_cluster(name, kind, lb_endpoints, proxy, mesh, port, service)
     if draft is None:
@@ -223,17 +220,6 @@ def _build_subset_cluster(
     istio_metadata(draft.cluster).fields["subset"].string_value = subset.name
     _add_alpn_override(draft.cluster, policy)
     return draft.finish()
-
-
-def _tls_mode_for_port(tp: net.TrafficPolicy | None, port: int) -> int | None:
-    """The TLS mode a policy sets for a port (istiod trafficPolicyTLSModeForPort), or None."""
-    if tp is None:
-        return None
-    mode = int(tp.tls.mode) if tp.HasField("tls") else None
-    for pls in tp.port_level_settings:
-        if pls.port.number == port and pls.HasField("tls"):
-            return int(pls.tls.mode)
-    return mode
 
 
 def _base_cluster(
@@ -318,65 +304,6 @@ def _maybe_apply_eds_config(c: cluster_pb2.Cluster) -> None:
     src.ads.SetInParent()
     src.initial_fetch_timeout.SetInParent()  # 0s: do not hold warming on EDS
     src.resource_api_version = config_source_pb2.V3
-
-
-# --- DNS load assignment -------------------------------------------------------------------
-
-
-def dns_locality_endpoints(
-    proxy: Proxy,
-    service: Service,
-    port: ServicePort,
-    endpoints: Iterable[Endpoint],
-    subset_labels: Mapping[str, str],
-    rule_tls_mode: int | None,
-) -> list[endpoint_components_pb2.LocalityLbEndpoints]:
-    """A DNS cluster's endpoints as istiod's EndpointBuilder.FromServiceEndpoints builds them for
-    CDS: this port's healthy endpoints matching the subset labels, grouped by locality (sorted)."""
-    groups: dict[str, list[endpoint_components_pb2.LbEndpoint]] = {}
-    for ep in endpoints:
-        if ep.service_port_name != port.name or not ep.address:
-            continue
-        if any(ep.labels.get(k) != v for k, v in subset_labels.items()):
-            continue
-        if ep.health is not HealthStatus.HEALTHY:
-            continue  # unhealthy and draining endpoints are left out (no persistent sessions)
-        # a rule's TLS mode decides; else whether the workload has a sidecar (tlsMode label)
-        mtls = ep.tls_mode == TLS_MODE_ISTIO if rule_tls_mode is None else rule_tls_mode == _TLS.ISTIO_MUTUAL
-        groups.setdefault(ep.locality, []).append(_lb_endpoint(ep, mtls, service, proxy.cluster_id))
-    out = []
-    for locality in sorted(groups):
-        group = endpoint_components_pb2.LocalityLbEndpoints()
-        region, zone, subzone = [*locality.split("/"), "", "", ""][:3]
-        group.locality.SetInParent()
-        group.locality.region, group.locality.zone, group.locality.sub_zone = region, zone, subzone
-        group.lb_endpoints.extend(groups[locality])
-        group.load_balancing_weight.value = min(sum(e.load_balancing_weight.value for e in groups[locality]), 2**32 - 1)
-        out.append(group)
-    return out
-
-
-def _lb_endpoint(ep: Endpoint, mtls: bool, service: Service, cluster_id: str) -> endpoint_components_pb2.LbEndpoint:
-    out = endpoint_components_pb2.LbEndpoint(health_status=health_check_pb2.HEALTHY)
-    out.load_balancing_weight.value = ep.weight if ep.weight > 0 else 1
-    sock = out.endpoint.address.socket_address
-    sock.address, sock.port_value = ep.address, ep.port
-    md = out.metadata
-    md.SetInParent()
-    if mtls and ep.tls_mode == TLS_MODE_ISTIO:
-        md.filter_metadata[TRANSPORT_SOCKET_MATCH_KEY].fields["tlsMode"].string_value = TLS_MODE_ISTIO
-    name, revision = _canonical_service(ep.labels, ep.workload_name)
-    namespace = ep.namespace or service.namespace
-    revision = "" if revision == "latest" else revision
-    workload = f"{ep.workload_name};{namespace};{name};{revision};{cluster_id}"
-    md.filter_metadata[ISTIO_METADATA_KEY].fields["workload"].string_value = workload
-    return out
-
-
-def _canonical_service(labels: Mapping[str, str], workload_name: str) -> tuple[str, str]:
-    name = next((labels[k] for k in _CANONICAL_NAME_LABELS if k in labels), workload_name)
-    revision = next((labels[k] for k in _CANONICAL_REVISION_LABELS if k in labels), "latest")
-    return name, revision
 
 
 # --- metadata ------------------------------------------------------------------------------
@@ -545,7 +472,6 @@ __all__ = [
     "build_outbound_clusters",
     "build_passthrough_cluster",
     "discovery_type",
-    "dns_locality_endpoints",
     "inbound_cluster_name",
     "istio_metadata",
     "outbound_cluster_name",

@@ -1,0 +1,122 @@
+"""The monitoring and debug HTTP server (istiod's :15014): readiness and debug views.
+
+``/ready``                       200 once the first PushContext is built and xDS serves
+``/debug/syncz``                 every stream: proxy, protocol, per type nonce/version sent and
+                                 acked, NACK count and the last NACK's message
+``/debug/config_dump?proxyID=``  what a connected proxy is given now (clusters, endpoints,
+                                 listeners, routes), as ``pilotfish config-dump`` prints it
+``/debug/sidecarz?proxyID=``     that proxy's SidecarScope
+``/debug/rejections``            config objects rejected, with the reason
+aiohttp serves it; the handlers only read the runtime through ``DebugState``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from app.debug.dump import dump_all, scope_json
+from app.errors import ConfigError
+from app.model.push_context import PushContext
+from app.xds.resources import SHORT_NAMES
+from app.xds.server import Stream
+
+logger = logging.getLogger(__name__)
+
+
+class DebugState(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    def push_context(self) -> PushContext: ...
+
+    def rejections(self) -> Sequence[ConfigError]: ...
+
+    def streams(self) -> Sequence[Stream]: ...
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def sync_status(stream: Stream) -> dict[str, Any]:
+    conn = stream.connection
+    return {
+        "connectionID": conn.id,
+        "proxy": conn.proxy.id,
+        "proxyType": str(conn.proxy.type),
+        "namespace": conn.proxy.namespace,
+        "protocol": "delta" if conn.delta else "sotw",
+        "pushes": conn.stats.pushes,
+        "pushVersion": conn.stats.last_push_version,
+        "nacks": conn.stats.nacks,
+        "watches": {
+            SHORT_NAMES.get(w.type_url, w.type_url): {
+                "wildcard": w.wildcard,
+                "names": len(w.names),
+                "nonceSent": w.nonce_sent,
+                "nonceAcked": w.nonce_acked,
+                "versionSent": w.version_sent,
+                "versionAcked": w.version_acked,
+                "nacks": w.nacks,
+                "lastError": w.last_error,
+            }
+            for w in conn.watched()
+        },
+    }
+
+
+class DebugServer:
+    def __init__(self, state: DebugState) -> None:
+        self._state = state
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        app = web.Application()
+        app.router.add_get("/ready", self._ready)
+        app.router.add_get("/debug/syncz", self._syncz)
+        app.router.add_get("/debug/config_dump", self._config_dump)
+        app.router.add_get("/debug/sidecarz", self._sidecarz)
+        app.router.add_get("/debug/rejections", self._rejections)
+        self.app = app
+
+    async def start(self, address: str) -> None:
+        host, port = _split_address(address)
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        self.port = self._runner.addresses[0][1]
+        logger.info("HTTP serving on %s:%d", host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _ready(self, _request: web.Request) -> web.Response:
+        if self._state.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready\n")
+
+    async def _syncz(self, _request: web.Request) -> web.Response:
+        return web.json_response([sync_status(s) for s in self._state.streams()])
+
+    def _stream(self, request: web.Request) -> Stream:
+        wanted = request.query.get("proxyID", "")
+        for stream in self._state.streams():
+            if wanted in (stream.connection.id, stream.connection.proxy.id):
+                return stream
+        raise web.HTTPNotFound(text=f"no connected proxy {wanted!r} (see /debug/syncz)\n")
+
+    async def _config_dump(self, request: web.Request) -> web.Response:
+        proxy = self._stream(request).connection.proxy
+        return web.json_response(dump_all(proxy, self._state.push_context()))
+
+    async def _sidecarz(self, request: web.Request) -> web.Response:
+        proxy = self._stream(request).connection.proxy
+        return web.json_response(scope_json(proxy, self._state.push_context().sidecar_scope(proxy)))
+
+    async def _rejections(self, _request: web.Request) -> web.Response:
+        return web.json_response([str(e) for e in self._state.rejections()])

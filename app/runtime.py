@@ -1,0 +1,126 @@
+"""The composition root: config source -> Environment -> Debouncer -> PushContext -> PushQueue
+-> xDS streams, plus the debug HTTP server, all in one TaskGroup (DESIGN §1, §7 rule 8).
+
+Config events are applied to the Environment as they arrive (cheap, synchronous); the
+resulting PushRequest goes to the one Debouncer. When it fires, a full request rebuilds the
+PushContext from the previous one (only the slices its kinds affect); an endpoint-only
+request does not rebuild anything, as generators read endpoints from the live EndpointIndex.
+Either way every connected proxy is queued, and the workers push to each through its stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from app.debug.server import DebugServer
+from app.environment import Change, Environment
+from app.errors import ConfigError
+from app.model.push_context import PushContext
+from app.settings import Settings
+from app.sources.files import FileSource
+from app.xds.push import Debouncer, PushQueue, PushRequest, run_push_workers
+from app.xds.server import Stream, XdsServer
+
+logger = logging.getLogger("pilotfish")
+
+
+class Runtime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.env = Environment(domain_suffix=settings.domain_suffix)
+        self.source = FileSource(
+            settings.config_dir, system_namespace=settings.system_namespace, debounce_ms=settings.file_debounce_ms
+        )
+        self._push: PushContext | None = None
+        self.queue: PushQueue[Stream] = PushQueue()
+        self.debouncer = Debouncer(
+            self._fire,
+            debounce_after=settings.debounce_after,
+            debounce_max=settings.debounce_max,
+            eds_debounce=settings.eds_debounce,
+        )
+        self.xds = XdsServer(self.push_context, on_connect=lambda _s: None, on_disconnect=self.queue.remove)
+        self.http = DebugServer(self)
+        self.started = asyncio.Event()
+
+    # --- what the debug server and the streams read -----------------------------------
+
+    def push_context(self) -> PushContext:
+        if self._push is None:
+            raise RuntimeError("no PushContext before the first build")
+        return self._push
+
+    @property
+    def ready(self) -> bool:
+        return self.started.is_set()
+
+    def rejections(self) -> Sequence[ConfigError]:
+        return self.source.rejections()
+
+    def streams(self) -> Sequence[Stream]:
+        return list(self.xds.streams.values())
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then drain: GOAWAY to clients, in-flight pushes get
+        ``shutdown_grace`` seconds."""
+        self.env.apply(self.source.load())  # FileSource logs each rejection
+        self._push = self.env.build_push_context(None)
+        await self.xds.start(self.settings.xds_address)
+        await self.http.start(self.settings.http_address)
+        async with asyncio.TaskGroup() as tg:
+            tasks = [
+                tg.create_task(self._watch_config(), name="config-watch"),
+                tg.create_task(self.debouncer.run(), name="debouncer"),
+                tg.create_task(
+                    run_push_workers(self.queue, _push_to, self.settings.push_throttle), name="push-workers"
+                ),
+            ]
+            self.started.set()
+            logger.info(
+                "pilotfish ready: %d config objects, xDS on %s, HTTP on %s",
+                len(self.source.objects()),
+                self.settings.xds_address,
+                self.settings.http_address,
+            )
+            await stop.wait()
+            logger.info("shutting down")
+            tasks[0].cancel()
+            await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
+            for task in tasks[1:]:
+                task.cancel()
+        await asyncio.shield(self.http.stop())
+
+    async def _watch_config(self) -> None:
+        async for events in self.source.watch():
+            change = self.env.apply(events)
+            request = _push_request(change, len(events))
+            if request is not None:
+                self.debouncer.submit(request)
+
+    async def _fire(self, request: PushRequest) -> None:
+        if request.full:
+            previous = self.push_context()
+            change = None if request.all_kinds else Change(kinds=request.config_kinds)
+            self._push = self.env.build_push_context(previous, change)
+        for stream in self.streams():
+            self.queue.enqueue(stream, request)
+
+
+def _push_request(change: Change, events: int) -> PushRequest | None:
+    now = time.monotonic()
+    if change.kinds:
+        return PushRequest(full=True, config_kinds=change.kinds, reasons={"config": events}, start=now)
+    if change.registry.endpoints_changed:
+        return PushRequest(
+            full=False, endpoint_services=change.registry.endpoints_changed, reasons={"endpoint": events}, start=now
+        )
+    return None
+
+
+async def _push_to(stream: Stream, request: PushRequest) -> None:
+    await stream.push(request)

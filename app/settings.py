@@ -1,0 +1,70 @@
+"""Every tunable of the control plane in one frozen object (DESIGN §7 rule 9).
+
+Defaults follow istiod's; the environment variables keep istiod's names where one exists
+(``PILOT_DEBOUNCE_AFTER=100ms``), flags override the environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from app.errors import SettingsError
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    config_dir: Path
+    xds_address: str = "0.0.0.0:15010"  # plaintext xDS, as istiod's 15010
+    http_address: str = "0.0.0.0:15014"  # monitoring and debug
+    system_namespace: str = "istio-system"
+    domain_suffix: str = "cluster.local"
+    debounce_after: float = 0.1  # PILOT_DEBOUNCE_AFTER: quiet period before a push
+    debounce_max: float = 10.0  # PILOT_DEBOUNCE_MAX: longest a change waits
+    eds_debounce: bool = True  # PILOT_ENABLE_EDS_DEBOUNCE: endpoint changes are debounced too
+    push_throttle: int = 100  # PILOT_PUSH_THROTTLE: concurrent proxy pushes
+    file_debounce_ms: int = 50  # batching of file-system events
+    shutdown_grace: float = 5.0  # seconds streams get to finish on SIGTERM
+
+    @classmethod
+    def from_env(cls, config_dir: Path, env: Mapping[str, str], **overrides: Any) -> Settings:
+        values: dict[str, Any] = {}
+        for name, key, parse in (
+            ("debounce_after", "PILOT_DEBOUNCE_AFTER", _seconds),
+            ("debounce_max", "PILOT_DEBOUNCE_MAX", _seconds),
+            ("eds_debounce", "PILOT_ENABLE_EDS_DEBOUNCE", _boolean),
+            ("push_throttle", "PILOT_PUSH_THROTTLE", _positive_int),
+        ):
+            if key in env:
+                values[name] = parse(key, env[key])
+        known = {f.name for f in fields(cls)}
+        values.update({k: v for k, v in overrides.items() if k in known and v is not None})
+        return replace(cls(config_dir=config_dir), **values)
+
+
+def _seconds(key: str, text: str) -> float:
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s or 2m")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _boolean(key: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{key}={text!r}: want true or false")
+
+
+def _positive_int(key: str, text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise SettingsError(f"{key}={text!r}: want a positive integer")
+    return int(text)

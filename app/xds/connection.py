@@ -1,0 +1,119 @@
+"""One xDS stream's logic between the wire and the generators, still without I/O.
+
+A ``Connection`` pairs a proxy with its protocol session (SotW or Delta). Given a request
+or a push and the current PushContext it returns the responses to write, in ADS order:
+clusters before endpoints, listeners before routes, and the endpoints (routes) again
+whenever clusters (listeners) were re-sent, which Envoy needs to finish warming them.
+The gRPC servicer (server.py) only feeds it and writes what it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from envoy.config.core.v3 import base_pb2
+from google.protobuf import json_format
+
+from app.model.proxy import Proxy, build_proxy
+from app.model.push_context import PushContext
+from app.xds.generate import generate
+from app.xds.needs_push import types_to_push
+from app.xds.push import PushRequest
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
+from app.xds.sotw import Outcome, RequestKind
+from app.xds.watch import Resource, WatchedResource
+
+logger = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+_Req_contra = TypeVar("_Req_contra", contravariant=True)
+_Resp_co = TypeVar("_Resp_co", covariant=True)
+
+# a type pushed again makes its dependent type follow (Envoy warms clusters with EDS and
+# listeners with RDS)
+_FOLLOWS = {ENDPOINT: CLUSTER, ROUTE: LISTENER}
+
+
+class Session(Protocol[_Req_contra, _Resp_co]):
+    """SotwSession and DeltaSession."""
+
+    @property
+    def watches(self) -> dict[str, WatchedResource]: ...
+
+    def on_request(self, req: _Req_contra) -> Outcome: ...
+
+    def answer(self, type_url: str, resources: Sequence[Resource]) -> _Resp_co | None: ...
+
+    def response(self, type_url: str, resources: Sequence[Resource], *, force: bool = False) -> _Resp_co | None: ...
+
+
+def proxy_from_node(node: base_pb2.Node) -> Proxy:
+    """The Proxy an xDS node describes; raises InvalidNodeError."""
+    metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
+    loc = node.locality
+    locality = "/".join((loc.region, loc.zone, loc.sub_zone)).rstrip("/") if node.HasField("locality") else ""
+    return build_proxy(node.id, metadata, locality)
+
+
+@dataclass(slots=True)
+class ConnectionStats:
+    connected_at: float = field(default_factory=time.time)
+    requests: int = 0
+    responses: int = 0
+    pushes: int = 0
+    nacks: int = 0
+    last_push_version: int = 0
+
+
+class Connection(Generic[Req, Resp]):
+    def __init__(self, conn_id: str, proxy: Proxy, session: Session[Req, Resp], delta: bool) -> None:
+        self.id = conn_id
+        self.proxy = proxy
+        self.session = session
+        self.delta = delta
+        self.stats = ConnectionStats()
+
+    def on_request(self, req: Req, push: PushContext) -> list[Resp]:
+        self.stats.requests += 1
+        outcome = self.session.on_request(req)
+        if outcome.kind is RequestKind.NACK:
+            self.stats.nacks += 1
+            logger.warning(
+                "%s NACK from %s (%s): %s",
+                SHORT_NAMES.get(outcome.type_url, outcome.type_url),
+                self.proxy.id,
+                self.id,
+                outcome.error,
+            )
+        if not outcome.respond:
+            return []
+        watch = self.session.watches[outcome.type_url]
+        resp = self.session.answer(outcome.type_url, generate(outcome.type_url, self.proxy, push, watch))
+        return self._sent([resp] if resp is not None else [], push)
+
+    def on_push(self, push: PushContext, req: PushRequest) -> list[Resp]:
+        self.stats.pushes += 1
+        sent: set[str] = set()
+        out: list[Resp] = []
+        for type_url in types_to_push(self.proxy, req, self.session.watches):
+            watch = self.session.watches[type_url]
+            force = req.forced or _FOLLOWS.get(type_url) in sent
+            resp = self.session.response(type_url, generate(type_url, self.proxy, push, watch), force=force)
+            if resp is not None:
+                sent.add(type_url)
+                out.append(resp)
+        return self._sent(out, push)
+
+    def _sent(self, responses: list[Resp], push: PushContext) -> list[Resp]:
+        self.stats.responses += len(responses)
+        if responses:
+            self.stats.last_push_version = push.version
+        return responses
+
+    def watched(self) -> Iterable[WatchedResource]:
+        return self.session.watches.values()

@@ -1,0 +1,112 @@
+"""Incremental (Delta) xDS session: subscriptions and per-resource versions, without I/O.
+
+``on_request`` applies a DeltaDiscoveryRequest — subscribe / unsubscribe (``*`` and the
+legacy empty first request mean wildcard), ``initial_resource_versions`` on reconnect,
+ACK / NACK by ``response_nonce`` + ``error_detail`` — and says whether to answer.
+``response`` diffs the type's current resources against what the client has: only resources
+whose version differs are sent, names the client has that no longer exist go in
+``removed_resources``, and a subscribed name that does not exist is simply not sent until
+it appears (xDS protocol doc, "Incremental xDS"). What was sent counts as what the client
+has, so a NACKed resource is not resent until its content changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.xds.resources import EXPLICIT_TYPES
+from app.xds.sotw import Outcome, RequestKind, check_type
+from app.xds.watch import WILDCARD, NonceSource, Resource, WatchedResource, is_wildcard_request, set_version
+
+
+class DeltaSession:
+    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str]) -> None:
+        self._nonces = nonces
+        self._allowed = allowed_types
+        self.watches: dict[str, WatchedResource] = {}
+
+    def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> Outcome:
+        type_url = req.type_url
+        check_type(type_url, self._allowed)
+        subscribe = set(req.resource_names_subscribe)
+        unsubscribe = set(req.resource_names_unsubscribe)
+        w = self.watches.get(type_url)
+        if w is None:
+            w = WatchedResource(type_url, is_wildcard_request(type_url, subscribe))
+            self.watches[type_url] = w
+            # what the client kept from an earlier stream: diffed against, not resent
+            w.client_versions.update(req.initial_resource_versions)
+            self._apply(w, subscribe, unsubscribe)
+            return Outcome(RequestKind.INITIAL, type_url, True)
+        added = self._apply(w, subscribe, unsubscribe)
+        if req.response_nonce and req.HasField("error_detail") and req.error_detail.code != 0:
+            w.nacks += 1
+            w.last_error = req.error_detail.message
+            return Outcome(RequestKind.NACK, type_url, bool(added), w.last_error)
+        if req.response_nonce and req.response_nonce == w.nonce_sent:
+            w.nonce_acked = req.response_nonce
+            w.last_error = ""
+        if added:
+            return Outcome(RequestKind.SUBSCRIPTION, type_url, True)
+        if subscribe or unsubscribe:
+            return Outcome(RequestKind.SUBSCRIPTION, type_url, False)
+        if req.response_nonce and req.response_nonce != w.nonce_sent:
+            return Outcome(RequestKind.STALE, type_url, False)
+        return Outcome(RequestKind.ACK, type_url, False)
+
+    @staticmethod
+    def _apply(w: WatchedResource, subscribe: set[str], unsubscribe: set[str]) -> bool:
+        """Apply subscription changes; True when something new is wanted."""
+        added = False
+        if WILDCARD in subscribe and not w.wildcard:
+            w.wildcard = added = True
+        if WILDCARD in unsubscribe:
+            w.wildcard = False
+        for name in subscribe - {WILDCARD}:
+            if name not in w.names:
+                w.names.add(name)
+                added = True
+        for name in unsubscribe - {WILDCARD}:
+            w.names.discard(name)
+            if not w.wants(name):
+                # the client forgets it: a later subscribe must send it again
+                w.client_versions.pop(name, None)
+        if w.type_url in EXPLICIT_TYPES and not w.wildcard:
+            for name in [n for n in w.client_versions if n not in w.names]:
+                del w.client_versions[name]
+        return added
+
+    def answer(self, type_url: str, resources: Sequence[Resource]) -> discovery_pb2.DeltaDiscoveryResponse | None:
+        """The response to a request that asked for one: what the client lacks."""
+        return self.response(type_url, resources)
+
+    def response(
+        self, type_url: str, resources: Sequence[Resource], *, force: bool = False
+    ) -> discovery_pb2.DeltaDiscoveryResponse | None:
+        """What the client lacks of ``resources`` (the type's complete current set) and what
+        it has that is gone; None when it is up to date. ``force`` sends every watched resource
+        even when unchanged (endpoints after their cluster was re-sent)."""
+        w = self.watches.get(type_url)
+        if w is None:
+            return None
+        current = {r.name: r for r in resources if w.wants(r.name)}
+        send = [r for r in current.values() if force or w.client_versions.get(r.name) != r.version]
+        removed = sorted(n for n in w.client_versions if n not in current)
+        first_wildcard = w.wildcard and not w.nonce_sent
+        if not send and not removed and not first_wildcard:
+            return None
+        resp = discovery_pb2.DeltaDiscoveryResponse(
+            type_url=type_url, nonce=self._nonces(), system_version_info=set_version(current.values())
+        )
+        for r in sorted(send, key=lambda r: r.name):
+            out = resp.resources.add(name=r.name, version=r.version)
+            out.resource.CopyFrom(r.body)
+            w.client_versions[r.name] = r.version
+        resp.removed_resources.extend(removed)
+        for name in removed:
+            del w.client_versions[name]
+        w.nonce_sent = resp.nonce
+        w.version_sent = resp.system_version_info
+        return resp

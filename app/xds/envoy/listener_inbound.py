@@ -1,0 +1,271 @@
+"""The sidecar's ``virtualInbound`` listener, as istiod builds it (listener_inbound.go,
+filterchain_options.go, httproute.go buildSidecarInboundHTTPRouteConfig).
+
+Owns: one set of filter chains per workload (target) port of the proxy's own service targets —
+HTTP ports terminate in an HCM with an inline route to ``inbound|PORT||``, TCP ports in a
+tcp_proxy — in istiod's default PERMISSIVE mTLS shape (an Istio-mTLS chain and a plaintext chain
+per port, split by the TLS and HTTP inspectors), the blackhole chain for the capture port itself,
+and the passthrough chains to ``InboundPassthroughCluster`` for ports no service declares.
+pilotfish has no PeerAuthentication yet, so every port is PERMISSIVE, as istiod defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from envoy.config.core.v3 import base_pb2, protocol_pb2
+from envoy.config.listener.v3 import listener_components_pb2 as lc
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+
+from app.model.service import Protocol, ServicePort
+from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
+from app.xds.envoy.listener import capture_ports
+from app.xds.envoy.listener_filters import (
+    ALL_ISTIO_MTLS_ALPNS,
+    MTLS_HTTP_ALPNS,
+    MTLS_TCP_ALPNS,
+    PLAINTEXT_HTTP_ALPNS,
+    RAW_BUFFER_TRANSPORT,
+    TLS_TRANSPORT,
+    ChainOpts,
+    HttpOptions,
+    build_filter_chain,
+    delimited_stat_prefix,
+    http_inspector_filter,
+    original_dst_filter,
+    pack,
+    ports_predicate,
+    socket_address,
+    tcp_filter_stack,
+    tcp_proxy_filter,
+    tls_inspector_filter,
+    zero_duration,
+)
+from app.xds.envoy.listener_tcp import OutboundContext
+from app.xds.envoy.listener_tls import inbound_mtls_context
+
+VIRTUAL_INBOUND = "virtualInbound"
+VIRTUAL_INBOUND_BLACKHOLE = "virtualInbound-blackhole"
+VIRTUAL_INBOUND_CATCH_ALL_HTTP = "virtualInbound-catchall-http"
+ORIGINAL_SRC = "envoy.filters.listener.original_src"
+SERVER_NAME = "istio-envoy"
+MAX_ACCEPT_PER_EVENT = 1  # MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    """istiod FilterChainMatchOptions."""
+
+    alpns: tuple[str, ...]
+    transport: str
+    http: bool
+    tls: bool
+
+
+# PERMISSIVE: Istio mTLS (told apart by its ALPNs) next to plaintext
+_PERMISSIVE_HTTP = (
+    _Match(ALL_ISTIO_MTLS_ALPNS, TLS_TRANSPORT, True, True),
+    _Match((), RAW_BUFFER_TRANSPORT, True, False),
+)
+_PERMISSIVE_TCP = (
+    _Match(ALL_ISTIO_MTLS_ALPNS, TLS_TRANSPORT, False, True),
+    _Match((), RAW_BUFFER_TRANSPORT, False, False),
+    _Match((), TLS_TRANSPORT, False, False),  # the app's own TLS, proxied as is
+)
+_PERMISSIVE_AUTO = (
+    _Match(MTLS_HTTP_ALPNS, TLS_TRANSPORT, True, True),
+    _Match(PLAINTEXT_HTTP_ALPNS, RAW_BUFFER_TRANSPORT, True, False),
+    _Match(MTLS_TCP_ALPNS, TLS_TRANSPORT, False, True),
+    _Match((), RAW_BUFFER_TRANSPORT, False, False),
+    _Match((), TLS_TRANSPORT, False, False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _ChainConfig:
+    """istiod inboundChainConfig: one workload port (or the passthrough)."""
+
+    cluster: str
+    service_port: ServicePort
+    target_port: int
+    hostname: str
+    bind: str
+    passthrough: bool = False
+
+    def name(self, http: bool) -> str:
+        if self.passthrough:
+            return VIRTUAL_INBOUND_CATCH_ALL_HTTP if http else VIRTUAL_INBOUND
+        return f"{self.bind}_{self.target_port}"
+
+    def stat_prefix(self) -> str:
+        return delimited_stat_prefix(self.cluster if self.passthrough else "inbound_" + self.name(True))
+
+
+def _options(protocol: Protocol) -> tuple[_Match, ...]:
+    if protocol.is_http:
+        return _PERMISSIVE_HTTP
+    if protocol is Protocol.UNSUPPORTED:
+        return _PERMISSIVE_AUTO
+    return _PERMISSIVE_TCP
+
+
+def _chain_configs(ctx: OutboundContext, targets: Sequence[ServiceTarget]) -> list[_ChainConfig]:
+    """One per target port; the first service on a port wins (istiod: the oldest), as in CDS."""
+    by_port: dict[int, _ChainConfig] = {}
+    for service, service_port, endpoint in targets:
+        if endpoint.port in by_port:
+            continue
+        by_port[endpoint.port] = _ChainConfig(
+            cluster=inbound_cluster_name(endpoint.port),
+            service_port=service_port,
+            target_port=endpoint.port,
+            hostname=service.hostname,
+            bind=ctx.wildcard,
+        )
+    return [by_port[p] for p in sorted(by_port)]
+
+
+def build_virtual_inbound_listener(ctx: OutboundContext, targets: Sequence[ServiceTarget]) -> listener_pb2.Listener:
+    _, port = capture_ports(ctx.mesh)
+    passthrough = _ChainConfig(
+        cluster=INBOUND_PASSTHROUGH_CLUSTER,
+        service_port=ServicePort(VIRTUAL_INBOUND, 0, Protocol.UNSUPPORTED),
+        target_port=0,
+        hostname="",
+        bind=ctx.wildcard,
+        passthrough=True,
+    )
+    chains = [_blackhole_chain(port), *_chains(ctx, passthrough)]
+    for cc in _chain_configs(ctx, targets):
+        chains.extend(_chains(ctx, cc))
+    out = listener_pb2.Listener(
+        name=VIRTUAL_INBOUND, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
+    )
+    out.address.CopyFrom(socket_address(ctx.wildcard, port))
+    out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
+    tproxy = ctx.proxy.interception_mode == "TPROXY"
+    if tproxy:
+        out.transparent.value = True
+    out.filter_chains.extend(chains)
+    out.listener_filters.append(original_dst_filter())
+    if tproxy:
+        src = original_src_pb2.OriginalSrc(mark=1337)
+        out.listener_filters.append(lc.ListenerFilter(name=ORIGINAL_SRC, typed_config=pack(src)))
+    out.listener_filters.extend(_inspectors(chains))
+    out.listener_filters_timeout.CopyFrom(ctx.mesh.protocol_detection_timeout)
+    return out
+
+
+def _blackhole_chain(port: int) -> lc.FilterChain:
+    # traffic addressed to the capture port itself would loop back here forever
+    chain = lc.FilterChain(name=VIRTUAL_INBOUND_BLACKHOLE)
+    chain.filter_chain_match.destination_port.value = port
+    chain.filters.append(tcp_proxy_filter(BLACKHOLE_CLUSTER, BLACKHOLE_CLUSTER))
+    return chain
+
+
+def _chains(ctx: OutboundContext, cc: _ChainConfig) -> list[lc.FilterChain]:
+    out = []
+    for m in _options(cc.service_port.protocol):
+        opts = ChainOpts(
+            application_protocols=m.alpns,
+            transport_protocol=m.transport,
+            tls_context=inbound_mtls_context(ctx.mesh, tcp=not m.http) if m.tls else None,
+            http=_http_options(ctx, cc) if m.http else None,
+            network_filters=() if m.http else tuple(_tcp_filters(cc)),
+            name=cc.name(m.http),
+        )
+        chain = build_filter_chain(opts, cc.stat_prefix(), ctx.mesh)
+        match = chain.filter_chain_match
+        match.transport_protocol = m.transport
+        match.application_protocols.extend(m.alpns)
+        if cc.target_port:
+            match.destination_port.value = cc.target_port
+        out.append(chain)
+    return out
+
+
+def _tcp_filters(cc: _ChainConfig) -> list[lc.Filter]:
+    return tcp_filter_stack(cc.service_port.protocol, tcp_proxy_filter(cc.cluster, cc.cluster), cc.cluster)
+
+
+def _http_options(ctx: OutboundContext, cc: _ChainConfig) -> HttpOptions:
+    base = hcm_pb2.HttpConnectionManager(
+        forward_client_cert_details=hcm_pb2.HttpConnectionManager.APPEND_FORWARD,
+        server_name=SERVER_NAME,
+    )
+    details = base.set_current_client_cert_details
+    details.subject.value = True
+    details.uri = True
+    details.dns = True
+    if cc.service_port.protocol.is_http2:
+        base.http2_protocol_options.CopyFrom(protocol_pb2.Http2ProtocolOptions())
+    return HttpOptions(
+        route_config=_route_config(ctx, cc),
+        use_remote_address=False,
+        protocol=cc.service_port.protocol,
+        base=base,
+        stat_prefix=cc.stat_prefix(),
+    )
+
+
+def _route_config(ctx: OutboundContext, cc: _ChainConfig) -> route_pb2.RouteConfiguration:
+    """One ``*`` virtual host sending everything to the inbound cluster, without timeouts."""
+    route = rc.Route(name="default")
+    route.match.prefix = "/"
+    route.decorator.operation = f"{cc.hostname}:{cc.service_port.port}/*"
+    action = route.route
+    action.cluster = cc.cluster
+    action.timeout.CopyFrom(zero_duration())
+    action.max_stream_duration.max_stream_duration.CopyFrom(zero_duration())
+    action.max_stream_duration.grpc_timeout_header_max.CopyFrom(zero_duration())
+    if _at_least_1_24(ctx.proxy.istio_version):
+        # ENABLE_INBOUND_RETRY_POLICY: retry requests reset before they reached the app
+        action.retry_policy.retry_on = "reset-before-request"
+        action.retry_policy.num_retries.value = 2
+    out = route_pb2.RouteConfiguration(name=cc.cluster)
+    out.virtual_hosts.add(name=f"inbound|http|{cc.service_port.port}", domains=["*"], routes=[route])
+    out.validate_clusters.value = False
+    return out
+
+
+def _at_least_1_24(version: str) -> bool:
+    """Unknown versions count as current, as istiod treats a proxy without ISTIO_VERSION."""
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return True
+    return (major, minor) >= (1, 24)
+
+
+def _inspectors(chains: Sequence[lc.FilterChain]) -> list[lc.ListenerFilter]:
+    """istiod populateListenerFilters: TLS / HTTP inspectors only on the ports whose chains
+    match on transport or HTTP ALPN (port 0 stands for the passthrough chains)."""
+    tls: dict[int, bool] = {}
+    http: dict[int, bool] = {}
+    for chain in chains:
+        m = chain.filter_chain_match
+        port = m.destination_port.value
+        tls[port] = tls.get(port, False) or m.transport_protocol == TLS_TRANSPORT
+        http[port] = http.get(port, False) or any(a in PLAINTEXT_HTTP_ALPNS for a in m.application_protocols)
+    out = []
+    if any(tls.values()):
+        if tls.get(0, False):
+            off = sorted(p for p, on in tls.items() if p and not on)
+            out.append(tls_inspector_filter(ports_predicate(off) if off else None))
+        else:
+            on = sorted(p for p, v in tls.items() if p and v)
+            negated = lc.ListenerFilterChainMatchPredicate()
+            negated.not_match.CopyFrom(ports_predicate(on))
+            out.append(tls_inspector_filter(negated))
+    # after the TLS inspector: once it says "tls" the HTTP inspector leaves the connection alone
+    if any(http.values()):
+        off = sorted(p for p, on in http.items() if not on)
+        out.append(http_inspector_filter(ports_predicate(off) if off else None))
+    return out

@@ -1,0 +1,114 @@
+"""LDS generator: every listener one proxy gets, as istiod's ConfigGenerator.BuildListeners.
+
+Sidecars: the outbound listeners of their SidecarScope's egress listeners, plus (unless the
+proxy does not capture traffic, INTERCEPTION_MODE NONE) ``virtualOutbound`` on 15001 and
+``virtualInbound`` on 15006 with chains for the proxy's own workload ports. Routers: one listener
+per port of the Gateways that select them. The result is sorted by name; a name built twice
+keeps the first. ``route_names`` lists the RDS routes the listeners ask for. Synchronous and
+pure: everything read comes from ``proxy`` and ``push`` (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+
+from app.api import mesh_pb2
+from app.config.model import ConfigObject
+from app.model.proxy import Proxy, ProxyType
+from app.model.service import Endpoint, Service, ServicePort
+from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
+from app.xds.envoy.listener import (
+    EgressListenerView,
+    build_sidecar_outbound_listeners,
+    build_virtual_outbound_listener,
+)
+from app.xds.envoy.listener_filters import HCM
+from app.xds.envoy.listener_gateway import GatewayVirtualServices, build_gateway_listeners
+from app.xds.envoy.listener_inbound import build_virtual_inbound_listener
+from app.xds.envoy.listener_tcp import OutboundContext
+
+
+class SidecarScopeView(Protocol):
+    """What LDS reads from a SidecarScope."""
+
+    @property
+    def services(self) -> Sequence[Service]: ...
+    @property
+    def egress_listeners(self) -> Sequence[EgressListenerView]: ...
+    @property
+    def outbound_traffic_policy(self) -> str: ...
+
+    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
+
+
+class PushContextView(Protocol):
+    """What LDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
+
+    @property
+    def mesh(self) -> mesh_pb2.MeshConfig: ...
+    @property
+    def gateways(self) -> Sequence[ConfigObject]: ...
+    @property
+    def virtual_service_index(self) -> GatewayVirtualServices: ...
+
+    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
+
+    def endpoints(self, hostname: str, namespace: str) -> Sequence[Endpoint]: ...
+
+    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
+
+
+def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2.Listener]:
+    scope = push.sidecar_scope(proxy)
+    ctx = _context(proxy, push, scope)
+    if proxy.type is ProxyType.ROUTER:
+        listeners = build_gateway_listeners(ctx, push.gateways, _targets(proxy, push), push.virtual_service_index)
+    else:
+        policy = scope.outbound_traffic_policy
+        listeners = build_sidecar_outbound_listeners(
+            ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace)
+        )
+        if proxy.interception_mode != "NONE":
+            # nothing is redirected to a proxy that does not capture traffic
+            listeners.append(build_virtual_outbound_listener(ctx, policy))
+            listeners.append(build_virtual_inbound_listener(ctx, _targets(proxy, push)))
+    unique: dict[str, listener_pb2.Listener] = {}
+    for listener in listeners:
+        unique.setdefault(listener.name, listener)
+    return [unique[name] for name in sorted(unique)]
+
+
+def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:
+    """Every RDS route_config_name the listeners' HTTP connection managers ask for."""
+    names: set[str] = set()
+    for listener in listeners:
+        chains = list(listener.filter_chains)
+        if listener.HasField("default_filter_chain"):
+            chains.append(listener.default_filter_chain)
+        for chain in chains:
+            for f in chain.filters:
+                if f.name != HCM:
+                    continue
+                manager = hcm_pb2.HttpConnectionManager()
+                f.typed_config.Unpack(manager)
+                if manager.HasField("rds"):
+                    names.add(manager.rds.route_config_name)
+    return sorted(names)
+
+
+def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> OutboundContext:
+    services = {s.hostname: s for s in scope.services}
+    rules = {}
+    for service in scope.services:
+        applied = scope.destination_rule(proxy, service)
+        if applied is not None:
+            rules[service.hostname] = applied.rule
+    return OutboundContext(proxy=proxy, mesh=push.mesh, services=services, rules=rules)
+
+
+def _targets(proxy: Proxy, push: PushContextView) -> list[ServiceTarget]:
+    return [target for ip in proxy.ip_addresses for target in push.service_targets(ip)]

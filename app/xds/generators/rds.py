@@ -1,0 +1,445 @@
+"""RDS generator: the RouteConfigurations one proxy asks for by name, as istiod's BuildHTTPRoutes.
+
+Sidecars (pilot/pkg/networking/core/httproute.go): ``PORT`` holds a virtual host per HTTP
+service on that port seen through the egress listener serving it (routes from the
+VirtualServices naming the service, else a default route to ``outbound|PORT||HOST``), a virtual
+host per VirtualService host that is no service, then the ``allow_any`` / ``block_all``
+catch-all. ``HOST:PORT`` (a sniffed listener bound to one service) holds only that service's
+virtual host, serving ``*``. Any other name gets an empty configuration.
+
+Gateways (gateway.go buildGatewayHTTPRouteConfig, model/gateway.go mergeGateways): the Gateways
+selecting the proxy are merged; ``http.PORT[.BIND]`` and
+``https.PORT.PORTNAME.GATEWAY.NAMESPACE[.BIND]`` hold a virtual host per VirtualService host
+bound to the server's gateway and allowed by its hosts, or ``blackhole:PORT`` when none is.
+
+Synchronous and pure; the result is one RouteConfiguration per distinct name, sorted by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Protocol
+
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.config.route.v3 import route_pb2
+from google.protobuf import wrappers_pb2
+
+from app.api import mesh_pb2
+from app.api import networking_pb2 as net
+from app.config.host import is_wildcard, matches, most_specific_match, subset_of
+from app.config.model import ConfigObject
+from app.model.merged_gateway import GatewayServer, merge_gateway_servers
+from app.model.proxy import Proxy
+from app.model.service import Endpoint, Resolution, Service, ServicePort
+from app.model.service import Protocol as PortProtocol
+from app.model.sidecar_scope import ALLOW_ANY
+from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
+from app.xds.envoy.cluster import AppliedDestinationRule, outbound_cluster_name
+from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
+from app.xds.envoy.virtual_host import (
+    PASSTHROUGH_CLUSTER,
+    GatewayVirtualHost,
+    VirtualHostWrapper,
+    build_catch_all_virtual_host,
+    build_sidecar_virtual_hosts,
+    collapse_gateway_virtual_hosts,
+    domain_name,
+    gateway_blackhole_virtual_host,
+    virtual_hosts_for_sniffed_route,
+)
+
+MAX_DIRECT_RESPONSE_BODY_BYTES = 1024 * 1024  # istiod DefaultMaxDirectResponseBodySizeBytes
+
+
+class EgressListenerView(Protocol):
+    @property
+    def port(self) -> net.SidecarPort | None: ...
+
+    @property
+    def services(self) -> Sequence[Service]: ...
+
+    @property
+    def virtual_services(self) -> Sequence[ResolvedVirtualService]: ...
+
+
+class SidecarScopeView(Protocol):
+    """What RDS reads from a SidecarScope."""
+
+    @property
+    def sidecar(self) -> net.Sidecar | None: ...
+
+    @property
+    def services(self) -> Sequence[Service]: ...
+
+    @property
+    def egress_listeners(self) -> Sequence[EgressListenerView]: ...
+
+    @property
+    def outbound_traffic_policy(self) -> str: ...
+
+    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
+
+
+class VirtualServiceIndexView(Protocol):
+    def for_gateway(self, namespace: str, gateway: str) -> list[ResolvedVirtualService]: ...
+
+
+class ServiceIndexView(Protocol):
+    @property
+    def by_hostname(self) -> Mapping[str, Mapping[str, Service]]: ...
+
+    def is_visible(self, svc: Service, namespace: str) -> bool: ...
+
+
+class PushContextView(Protocol):
+    """What RDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
+
+    @property
+    def mesh(self) -> mesh_pb2.MeshConfig: ...
+
+    @property
+    def gateways(self) -> Sequence[ConfigObject]: ...
+
+    @property
+    def virtual_service_index(self) -> VirtualServiceIndexView: ...
+
+    @property
+    def service_index(self) -> ServiceIndexView: ...
+
+    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
+
+    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
+
+
+def generate_routes(
+    proxy: Proxy, push: PushContextView, route_names: Iterable[str]
+) -> list[route_pb2.RouteConfiguration]:
+    """One RouteConfiguration per distinct requested name, sorted by name."""
+    names = sorted(set(route_names))
+    scope = push.sidecar_scope(proxy)
+    rules = ProxyDestinationRules(proxy, scope)
+    if proxy.is_gateway:
+        targets = [t for ip in proxy.ip_addresses for t in push.service_targets(ip)]
+        servers = merge_gateway_servers(proxy, push.gateways, targets)
+        return [_gateway_route_config(proxy, push, rules, servers.get(n, ()), n) for n in names]
+    return [_sidecar_route_config(proxy, push, scope, rules, n) for n in names]
+
+
+class ProxyDestinationRules(Mapping[str, net.DestinationRule]):
+    """Service hostname -> the DestinationRule the proxy applies to it, looked up on demand
+    (routes read it for consistent-hash policies; istiod SidecarScope.DestinationRule)."""
+
+    def __init__(self, proxy: Proxy, scope: SidecarScopeView) -> None:
+        self._proxy = proxy
+        self._scope = scope
+        self.services = {s.hostname: s for s in scope.services}  # the scope's, by hostname
+
+    def __getitem__(self, hostname: str) -> net.DestinationRule:
+        svc = self.services.get(hostname)
+        applied = None if svc is None else self._scope.destination_rule(self._proxy, svc)
+        if applied is None:
+            raise KeyError(hostname)
+        return applied.rule
+
+    def __iter__(self) -> Iterator[str]:
+        return (h for h, s in self.services.items() if self._scope.destination_rule(self._proxy, s) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _empty_route_config(name: str) -> route_pb2.RouteConfiguration:
+    # what istiod answers for a name it cannot build (a gateway recently deleted, a bad name)
+    return route_pb2.RouteConfiguration(name=name, validate_clusters=wrappers_pb2.BoolValue(value=False))
+
+
+def _route_config(name: str, vhosts: Sequence[rc.VirtualHost]) -> route_pb2.RouteConfiguration:
+    cfg = _empty_route_config(name)
+    cfg.virtual_hosts.extend(vhosts)
+    cfg.ignore_port_in_host_matching = True
+    cfg.max_direct_response_body_size_bytes.value = MAX_DIRECT_RESPONSE_BODY_BYTES
+    return cfg
+
+
+def _include_attempt_count(mesh: mesh_pb2.MeshConfig) -> bool:
+    """False when defaultConfig.proxyHeaders.attemptCount.disabled is set in mesh config."""
+    value = mesh.default_config
+    for key in ("proxyHeaders", "attemptCount"):
+        if key not in value.fields:
+            return True
+        value = value.fields[key].struct_value
+    return not ("disabled" in value.fields and value.fields["disabled"].bool_value)
+
+
+def _http_or_sniffed(protocol: PortProtocol) -> bool:
+    return protocol.is_http or protocol is PortProtocol.UNSUPPORTED
+
+
+# --- sidecars ----------------------------------------------------------------------------
+
+
+def _parse_sidecar_route_name(name: str) -> tuple[int, bool] | None:
+    """``PORT`` -> (port, False); ``HOST:PORT`` -> (port, True); anything else -> None."""
+    host, colon, port_text = name.partition(":")
+    if not colon:
+        port_text = host
+    if not (port_text.isascii() and port_text.isdigit()) or int(port_text) == 0:
+        return None
+    return int(port_text), bool(colon)
+
+
+def _sidecar_route_config(
+    proxy: Proxy, push: PushContextView, scope: SidecarScopeView, rules: Mapping[str, net.DestinationRule], name: str
+) -> route_pb2.RouteConfiguration:
+    parsed = _parse_sidecar_route_name(name)
+    if parsed is None:
+        return _empty_route_config(name)
+    port, sniffed = parsed
+    include_attempt_count = _include_attempt_count(push.mesh)
+    listener = _egress_listener_for_rds(scope, port)
+    vhosts = []
+    if listener is not None:
+        vhosts = _sidecar_virtual_hosts(proxy, push, rules, listener, port, include_attempt_count)
+    if sniffed:
+        vhosts = virtual_hosts_for_sniffed_route(vhosts, name)
+    vhosts.sort(key=lambda vh: vh.name)
+    if not sniffed:
+        allow_any = scope.outbound_traffic_policy == ALLOW_ANY
+        vhosts.append(build_catch_all_virtual_host(allow_any, _egress_cluster(scope), include_attempt_count))
+    return _route_config(name, vhosts)
+
+
+def _egress_listener_for_rds(scope: SidecarScopeView, port: int) -> EgressListenerView | None:
+    """The listener declaring ``port``, else the first one without a port (istiod
+    SidecarScope.GetEgressListenerForRDS: listeners are tried in order)."""
+    for listener in scope.egress_listeners:
+        if listener.port is None or listener.port.number == port:
+            return listener
+    return None
+
+
+def _egress_cluster(scope: SidecarScopeView) -> str:
+    """Where ALLOW_ANY sends unknown traffic: a Sidecar's egressProxy, else PassthroughCluster."""
+    spec = scope.sidecar
+    if spec is None or not spec.outbound_traffic_policy.HasField("egress_proxy"):
+        return PASSTHROUGH_CLUSTER
+    dest = spec.outbound_traffic_policy.egress_proxy
+    return outbound_cluster_name(dest.port.number if dest.HasField("port") else 0, dest.host, dest.subset)
+
+
+def _sidecar_virtual_hosts(
+    proxy: Proxy,
+    push: PushContextView,
+    rules: Mapping[str, net.DestinationRule],
+    listener: EgressListenerView,
+    port: int,
+    include_attempt_count: bool,
+) -> list[rc.VirtualHost]:
+    # each service narrowed to the listener port; VirtualService routes resolve ports against it
+    services: dict[str, Service] = {}
+    for svc in listener.services:
+        found = svc.port_by_number(port)
+        if found is not None:
+            services[svc.hostname] = dataclasses.replace(svc, ports=(found,))
+    ctx = RouteContext(
+        listener_port=port,
+        gateways=frozenset({MESH_GATEWAY}),
+        proxy_labels=proxy.labels,
+        proxy_namespace=proxy.namespace,
+        services=services,
+        mesh=push.mesh,
+        destination_rules=rules,
+    )
+    virtual_services = list(listener.virtual_services)
+    if port != 80:
+        # istiod keeps VirtualServices naming no service only on port 80 (where their other
+        # hosts, e.g. an external name without a ServiceEntry, get a virtual host)
+        virtual_services = [vs for vs in virtual_services if _names_a_service(vs, services)]
+    wildcard_owner = _wildcard_vs_owner(listener)
+    wrappers: list[VirtualHostWrapper] = []
+    routed: set[str] = set()
+    for vs in virtual_services:
+        routes = build_vs_routes(vs, ctx)
+        if not routes:
+            continue
+        vs_hosts, matched = _split_vs_hosts(vs, services, wildcard_owner)
+        http = tuple(s for s in matched if _http_or_sniffed(s.ports[0].protocol))
+        if http or port == 80:
+            wrappers.append(VirtualHostWrapper(port, http, tuple(vs_hosts), tuple(routes)))
+            routed.update(s.hostname for s in http)
+    for svc in services.values():
+        if svc.hostname in routed or svc.resolution is Resolution.ALIAS:
+            continue
+        if _http_or_sniffed(svc.ports[0].protocol):
+            route = build_default_route(outbound_cluster_name(port, svc.hostname), ctx)
+            wrappers.append(VirtualHostWrapper(port, (svc,), (), (route,)))
+    return build_sidecar_virtual_hosts(wrappers, proxy.dns_domain, include_attempt_count)
+
+
+def _names_a_service(vs: ResolvedVirtualService, services: Mapping[str, Service]) -> bool:
+    """istiod selectVirtualServices: an exact host by lookup, else a wildcard on either side."""
+    for h in vs.spec.hosts:
+        if h in services:
+            return True
+        if any(matches(h, s) for s in services if is_wildcard(h) or is_wildcard(s)):
+            return True
+    return False
+
+
+def _wildcard_vs_owner(listener: EgressListenerView) -> dict[str, str]:
+    """Service hostname -> the VirtualService whose host names it most specifically (an exact
+    host first, then the longest wildcard; the oldest VirtualService wins a tie), so a service
+    matched by several wildcard VirtualServices gets routes from one (istiod
+    computeWildcardHostVirtualServiceIndex)."""
+    exact: dict[str, str] = {}
+    wildcard: dict[str, str] = {}
+    for vs in listener.virtual_services:
+        for h in vs.spec.hosts:
+            (wildcard if is_wildcard(h) else exact).setdefault(h, vs.namespaced_name)
+    owners: dict[str, str] = {}
+    for svc in listener.services:
+        found = most_specific_match(svc.hostname, exact, wildcard)
+        if found is not None:
+            owners[svc.hostname] = found[1]
+    return owners
+
+
+def _split_vs_hosts(
+    vs: ResolvedVirtualService, services: Mapping[str, Service], wildcard_owner: Mapping[str, str]
+) -> tuple[list[str], list[Service]]:
+    """The VirtualService's hosts that are no service, and the services its hosts name
+    (istiod separateVSHostsAndServices)."""
+    plain: list[str] = []
+    matched: list[Service] = []
+    wildcards: list[str] = []
+    for h in vs.spec.hosts:
+        if is_wildcard(h):
+            wildcards.append(h)
+        elif h in services:
+            matched.append(services[h])
+        else:
+            plain.append(h)
+    for h in wildcards:
+        any_match = False
+        for svc_host, svc in services.items():
+            if not matches(svc_host, h):
+                continue
+            any_match = True
+            if wildcard_owner.get(svc_host) == vs.namespaced_name:
+                matched.append(svc)
+        if not any_match:
+            plain.append(h)
+    return plain, matched
+
+
+# --- gateways ----------------------------------------------------------------------------
+
+
+def _names_for_namespace(hosts: Iterable[str], namespace: str) -> list[str]:
+    """Server hosts visible to a VirtualService in ``namespace``, without their ``ns/``."""
+    out: list[str] = []
+    for h in hosts:
+        ns, slash, name = h.partition("/")
+        if slash:
+            if ns not in (namespace, "*"):
+                continue
+            h = name
+        out.append(h)
+    return out
+
+
+def _intersection(server_hosts: Sequence[str], vs_hosts: Sequence[str]) -> list[str]:
+    """For each overlapping pair, the narrower of the two (istiod host.Names.Intersection)."""
+    out: list[str] = []
+    for a in server_hosts:
+        for b in vs_hosts:
+            narrower = a if subset_of(a, b) else b if subset_of(b, a) else None
+            if narrower is not None and narrower not in out:
+                out.append(narrower)
+    return out
+
+
+def _gateway_services(
+    proxy: Proxy, push: PushContextView, in_scope: Mapping[str, Service], vs: ResolvedVirtualService
+) -> dict[str, Service]:
+    """The services a gateway's VirtualService routes to: the one in the VirtualService's
+    namespace when the proxy may see it, else the one the proxy's scope holds (istiod
+    buildNameToServiceMapForHTTPRoutes)."""
+    out: dict[str, Service] = {}
+    for http in vs.spec.http:
+        hosts = [d.destination.host for d in http.route] + [m.destination.host for m in http.mirrors]
+        if http.HasField("mirror"):
+            hosts.append(http.mirror.host)
+        for h in hosts:
+            if h in out:
+                continue
+            svc = push.service_index.by_hostname.get(h, {}).get(vs.obj.meta.namespace)
+            if svc is None or not push.service_index.is_visible(svc, proxy.namespace):
+                svc = in_scope.get(h)
+            if svc is not None:
+                out[h] = svc
+    return out
+
+
+def _gateway_route_config(
+    proxy: Proxy,
+    push: PushContextView,
+    rules: ProxyDestinationRules,
+    servers: Sequence[GatewayServer],
+    name: str,
+) -> route_pb2.RouteConfiguration:
+    if not servers:
+        return _empty_route_config(name)
+    include_attempt_count = _include_attempt_count(push.mesh)
+    bound: dict[str, list[ResolvedVirtualService]] = {}
+    built: dict[tuple[str, str], list[rc.Route]] = {}
+    by_host: dict[str, GatewayVirtualHost] = {}
+
+    def vhost(hostname: str, port: int) -> GatewayVirtualHost:
+        if hostname not in by_host:
+            by_host[hostname] = GatewayVirtualHost(domain_name(hostname, port), [hostname], include_attempt_count)
+        return by_host[hostname]
+
+    for gs in servers:
+        port = gs.server.port.number
+        redirect = gs.server.HasField("tls") and gs.server.tls.https_redirect
+        if gs.gateway not in bound:
+            bound[gs.gateway] = push.virtual_service_index.for_gateway(proxy.namespace, gs.gateway)
+        for vs in bound[gs.gateway]:
+            hosts = _intersection(_names_for_namespace(gs.hosts, vs.obj.meta.namespace), list(vs.spec.hosts))
+            if not hosts:
+                continue
+            key = (gs.gateway, vs.namespaced_name)
+            if key not in built:
+                ctx = RouteContext(
+                    listener_port=port,
+                    gateways=frozenset({gs.gateway}),
+                    proxy_labels=proxy.labels,
+                    proxy_namespace=proxy.namespace,
+                    services=_gateway_services(proxy, push, rules.services, vs),
+                    mesh=push.mesh,
+                    destination_rules=rules,
+                    # istiod RouteOptions.IsTLS: any tls block, even an httpsRedirect one
+                    tls=gs.server.HasField("tls"),
+                )
+                routes = build_vs_routes(vs, ctx)
+                if not routes:
+                    continue
+                built[key] = routes
+            for hostname in hosts:
+                vh = vhost(hostname.lower(), port)
+                vh.routes.extend(built[key])
+                vh.keys.extend((*key, i) for i in range(len(built[key])))
+                vh.require_tls = vh.require_tls or redirect
+        if redirect:
+            # as istiod, every server host gets a TLS-only virtual host, even one no VirtualService
+            # serves; an ``ns/host`` entry is used as written, so it never matches a request
+            for h in gs.hosts:
+                vhost(h.lower(), port).require_tls = True
+    if by_host:
+        vhosts = [vh.build() for vh in collapse_gateway_virtual_hosts(by_host)]
+    else:
+        vhosts = [gateway_blackhole_virtual_host(servers[0].server.port.number)]
+    vhosts.sort(key=lambda vh: vh.name)
+    return _route_config(name, vhosts)

@@ -1,0 +1,392 @@
+"""The push pipeline between config events and connections: PushRequest, Debouncer, PushQueue, workers.
+
+As in istiod (pilot/pkg/xds/discovery.go ``debounce``, pushqueue.go, model.PushRequest): events
+become ``PushRequest``s, one Debouncer task merges them and fires after a quiet period or a
+maximum delay, the fired request fans out into a PushQueue that keeps at most one pending
+request per connection (merging the rest), and a fixed number of workers drain it. Time comes
+from an injected ``Clock`` so the debounce logic is tested without wall-clock sleeps.
+Single event loop: nothing here is thread-safe, and nothing needs to be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Generic, Protocol, TypeVar
+
+from app.config.model import Kind
+from app.errors import PilotfishError
+
+log = logging.getLogger(__name__)
+
+_NO_REASONS: Mapping[str, int] = MappingProxyType({})
+
+
+class TriggerReason(enum.StrEnum):
+    """Why a push was requested; istiod's TriggerReason names, used as metric labels."""
+
+    ENDPOINT = "endpoint"
+    CONFIG = "config"
+    SERVICE = "service"
+    NAMESPACE = "namespace"
+    GLOBAL = "global"  # mesh config: everything may have changed
+    PROXY_REQUEST = "proxyrequest"
+    DEBUG = "debug"
+    UNKNOWN = "unknown"  # the Debouncer's label for a request that named none
+
+
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    """What changed, for one push; requests merge, so one push can answer many events.
+
+    A full request that names no ``config_kinds`` means every kind may have changed (a full
+    rebuild); ``start`` 0.0 means unknown, and merging keeps the oldest known start."""
+
+    full: bool  # False: endpoints only (EDS fast path, no PushContext rebuild)
+    config_kinds: frozenset[Kind] = frozenset()
+    endpoint_services: frozenset[tuple[str, str]] = frozenset()  # (hostname, namespace)
+    reasons: Mapping[str, int] = field(default_factory=lambda: _NO_REASONS, hash=False)
+    start: float = 0.0
+    forced: bool = False  # push everything watched, changed or not
+
+    @property
+    def all_kinds(self) -> bool:
+        """A full push that names no kinds: treat every config kind as changed."""
+        return self.full and not self.config_kinds
+
+    def merge(self, other: PushRequest) -> PushRequest:
+        """Both requests in one (istiod PushRequest.Merge); the inputs are left unchanged."""
+        if self.all_kinds or other.all_kinds:
+            kinds: frozenset[Kind] = frozenset()  # "everything" absorbs any named kinds
+        else:
+            kinds = self.config_kinds | other.config_kinds
+        reasons = dict(self.reasons)
+        for reason, count in other.reasons.items():
+            # counts add up, never dedupe: they feed per-reason push metrics
+            reasons[reason] = reasons.get(reason, 0) + count
+        return PushRequest(
+            full=self.full or other.full,
+            config_kinds=kinds,
+            endpoint_services=self.endpoint_services | other.endpoint_services,
+            reasons=MappingProxyType(reasons),
+            start=_oldest(self.start, other.start),
+            forced=self.forced or other.forced,
+        )
+
+
+def _oldest(a: float, b: float) -> float:
+    if not a:
+        return b
+    if not b:
+        return a
+    return min(a, b)
+
+
+class Clock(Protocol):
+    """Monotonic seconds and a sleep on them; injected so tests control time."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, delay: float) -> None: ...
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic`` and the running loop's ``asyncio.sleep``."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+
+
+MONOTONIC_CLOCK = MonotonicClock()
+
+
+class Debouncer:
+    """Merges submitted requests and hands them to ``on_fire``, one fire at a time.
+
+    A request fires after ``debounce_after`` without new requests, or ``debounce_max`` after
+    the first request not yet fired (istiod PILOT_DEBOUNCE_AFTER / PILOT_DEBOUNCE_MAX). With
+    ``eds_debounce`` False (istiod PILOT_ENABLE_EDS_DEBOUNCE), endpoint-only requests skip the
+    wait and fire as soon as no fire is running. Requests submitted while ``on_fire`` runs
+    accumulate and fire after it returns, under the same rules. An exception from ``on_fire``
+    is logged and counted; the requests it carried count as committed (the next full push
+    rebuilds from the current state anyway)."""
+
+    def __init__(
+        self,
+        on_fire: Callable[[PushRequest], Awaitable[None]],
+        *,
+        debounce_after: float = 0.1,
+        debounce_max: float = 10.0,
+        eds_debounce: bool = True,
+        clock: Clock = MONOTONIC_CLOCK,
+    ) -> None:
+        if debounce_after < 0 or debounce_max < 0:
+            raise ValueError("debounce_after and debounce_max must not be negative")
+        self._on_fire = on_fire
+        self._after = debounce_after
+        self._max = debounce_max
+        self._eds_debounce = eds_debounce
+        self._clock = clock
+        # debounced requests: merged request, how many, first and last submit times
+        self._req: PushRequest | None = None
+        self._count = 0
+        self._first = 0.0
+        self._last = 0.0
+        # endpoint-only requests that skip debouncing (eds_debounce False)
+        self._now_req: PushRequest | None = None
+        self._now_count = 0
+        self._wake: asyncio.Future[None] | None = None
+        self._running = False
+        self._received = 0
+        self._committed = 0
+        self._fires = 0
+        self._failures = 0
+
+    # --- counters (istiod InboundUpdates / CommittedUpdates) -----------------------------
+
+    @property
+    def received(self) -> int:
+        """Requests submitted so far."""
+        return self._received
+
+    @property
+    def committed(self) -> int:
+        """Submitted requests whose fire has completed; equal to ``received`` when idle."""
+        return self._committed
+
+    @property
+    def fires(self) -> int:
+        """Calls of ``on_fire`` so far (each carries one or more merged requests)."""
+        return self._fires
+
+    @property
+    def failures(self) -> int:
+        """Fires whose ``on_fire`` raised."""
+        return self._failures
+
+    # --- input -------------------------------------------------------------------------
+
+    def submit(self, req: PushRequest) -> None:
+        """Queue a request; never blocks. Call from the event loop's thread."""
+        self._received += 1
+        now = self._clock.now()
+        if not req.start or not req.reasons:
+            req = replace(
+                req,
+                start=req.start or now,
+                reasons=req.reasons or MappingProxyType({TriggerReason.UNKNOWN.value: 1}),
+            )
+        if not self._eds_debounce and not req.full:
+            self._now_req = req if self._now_req is None else self._now_req.merge(req)
+            self._now_count += 1
+            self._wake_up()
+            return
+        first = self._req is None
+        self._req = req if self._req is None else self._req.merge(req)
+        self._count += 1
+        self._last = now
+        if first:
+            self._first = now
+            # only a first request can make the next fire earlier; later ones postpone it
+            self._wake_up()
+
+    def _wake_up(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    # --- the task ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Debounce and fire until cancelled."""
+        if self._running:
+            raise RuntimeError("Debouncer.run is already running")
+        self._running = True
+        try:
+            while True:
+                due = self._take_due()
+                if due is not None:
+                    await self._fire(*due)
+                    continue
+                await self._wait(None if self._req is None else self._due_at() - self._clock.now())
+        finally:
+            self._running = False
+
+    def _due_at(self) -> float:
+        return min(self._last + self._after, self._first + self._max)
+
+    def _take_due(self) -> tuple[PushRequest, int, float] | None:
+        """The merged request to fire now, how many requests it carries, and their wait."""
+        req: PushRequest | None = None
+        count = 0
+        waited = 0.0
+        now = self._clock.now()
+        if self._req is not None and now >= self._due_at():
+            req, count, waited = self._req, self._count, now - self._first
+            self._req, self._count = None, 0
+        if self._now_req is not None:
+            req = self._now_req if req is None else req.merge(self._now_req)
+            count += self._now_count
+            self._now_req, self._now_count = None, 0
+        return None if req is None else (req, count, waited)
+
+    async def _wait(self, delay: float | None) -> None:
+        """Until ``delay`` passes (forever if None) or a submit may have made a fire due."""
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._wake = wake
+        try:
+            if delay is None:
+                await wake
+                return
+            sleeper = asyncio.ensure_future(self._clock.sleep(delay))
+            try:
+                await asyncio.wait((sleeper, wake), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                await asyncio.wait((sleeper,))  # let it finish; its CancelledError is not ours
+        finally:
+            self._wake = None
+
+    async def _fire(self, req: PushRequest, count: int, waited: float) -> None:
+        self._fires += 1
+        log.info(
+            "push debounce stable[%d] %d events, reasons %s: %.3fs since first event, full=%s",
+            self._fires,
+            count,
+            dict(req.reasons),
+            waited,
+            req.full,
+        )
+        try:
+            await self._on_fire(req)
+        except Exception:
+            self._failures += 1
+            log.exception("push of %d debounced events failed", count)
+        self._committed += count
+
+
+# --- PushQueue -------------------------------------------------------------------------------
+
+C = TypeVar("C", bound=Hashable)
+
+
+class PushQueueClosed(PilotfishError):
+    """The PushQueue was closed: workers stop."""
+
+
+class PushQueue(Generic[C]):
+    """Connections waiting for a push, each with one merged request (istiod PushQueue).
+
+    FIFO by first enqueue. A connection that is being pushed (dequeued, not yet
+    ``mark_done``) is never handed out again until it is done: requests for it wait and
+    are merged, and it goes back on the queue at ``mark_done``. ``close`` drops what is
+    waiting and makes every ``dequeue`` raise PushQueueClosed; pushes in flight finish."""
+
+    def __init__(self) -> None:
+        self._queue: OrderedDict[C, None] = OrderedDict()  # O(1) pop-first and remove
+        self._pending: dict[C, PushRequest] = {}
+        self._processing: set[C] = set()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+
+    def enqueue(self, conn: C, req: PushRequest) -> None:
+        if self._closed:
+            return
+        queued = self._pending.get(conn)
+        if queued is not None:
+            self._pending[conn] = queued.merge(req)
+            return
+        self._pending[conn] = req
+        if conn in self._processing:
+            return  # re-queued by mark_done
+        self._queue[conn] = None
+        self._wake_one()
+
+    async def dequeue(self) -> tuple[C, PushRequest]:
+        """The next connection and its request; waits for one. Raises PushQueueClosed."""
+        while not self._queue:
+            if self._closed:
+                raise PushQueueClosed("push queue closed")
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken, then cancelled: pass the wake-up on
+                raise
+        conn, _ = self._queue.popitem(last=False)
+        self._processing.add(conn)
+        return conn, self._pending.pop(conn)
+
+    def mark_done(self, conn: C) -> None:
+        """The push for ``conn`` finished; requests that arrived meanwhile are queued now."""
+        self._processing.discard(conn)
+        if conn in self._pending and not self._closed:
+            self._queue[conn] = None
+            self._wake_one()
+
+    def remove(self, conn: C) -> None:
+        """The connection closed: drop its pending request. A push in flight still ends with mark_done."""
+        self._pending.pop(conn, None)
+        self._queue.pop(conn, None)
+
+    def pending(self) -> int:
+        """Connections queued for a push (istiod PushQueue.Pending)."""
+        return len(self._queue)
+
+    def close(self) -> None:
+        self._closed = True
+        self._queue.clear()
+        self._pending.clear()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # cancelled waiters are skipped
+                waiter.set_result(None)
+                return
+
+
+async def run_push_workers(
+    queue: PushQueue[C], push: Callable[[C, PushRequest], Awaitable[None]], workers: int = 100
+) -> None:
+    """Drain ``queue`` with ``workers`` concurrent pushes (istiod PILOT_PUSH_THROTTLE).
+
+    A failing push is logged and its worker goes on. Returns when the queue is closed and
+    the pushes in flight are done; cancelling cancels the pushes in flight."""
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    async with asyncio.TaskGroup() as tg:
+        for i in range(workers):
+            tg.create_task(_push_worker(queue, push), name=f"push-worker-{i}")
+
+
+async def _push_worker(queue: PushQueue[C], push: Callable[[C, PushRequest], Awaitable[None]]) -> None:
+    while True:
+        try:
+            conn, req = await queue.dequeue()
+        except PushQueueClosed:
+            return
+        try:
+            await push(conn, req)
+        except Exception:
+            log.exception("push to %s failed", conn)
+        finally:
+            queue.mark_done(conn)

@@ -1,0 +1,217 @@
+"""The gRPC edge: ADS and the per-type discovery services on grpc.aio, stream lifecycle only.
+
+Every stream is one coroutine that owns one ``Connection``. A reader task feeds requests
+into the stream's inbox; pushes from the PushQueue workers arrive in the same inbox, so
+requests and pushes are handled one at a time, in arrival order, by the stream coroutine.
+The per-type services (CDS, EDS, LDS, RDS; SotW and Delta) are the same handler with the
+session restricted to one type. A bad node or a request no client should send ends that
+stream with INVALID_ARGUMENT; the server and the other streams go on (DESIGN §5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.model.proxy import InvalidNodeError
+from app.model.push_context import PushContext
+from app.xds.connection import Connection, Session, proxy_from_node
+from app.xds.delta import DeltaSession
+from app.xds.push import PushRequest
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.sotw import ProtocolError, SotwSession
+from app.xds.watch import counter_nonces
+
+logger = logging.getLogger(__name__)
+
+AnyConnection = Connection[Any, Any]
+
+# service -> (SotW method, Delta method, types it serves)
+SERVICES: dict[str, tuple[str, str, frozenset[str]]] = {
+    "envoy.service.discovery.v3.AggregatedDiscoveryService": (
+        "StreamAggregatedResources",
+        "DeltaAggregatedResources",
+        frozenset(ADS_ORDER),
+    ),
+    "envoy.service.cluster.v3.ClusterDiscoveryService": ("StreamClusters", "DeltaClusters", frozenset({CLUSTER})),
+    "envoy.service.endpoint.v3.EndpointDiscoveryService": ("StreamEndpoints", "DeltaEndpoints", frozenset({ENDPOINT})),
+    "envoy.service.listener.v3.ListenerDiscoveryService": ("StreamListeners", "DeltaListeners", frozenset({LISTENER})),
+    "envoy.service.route.v3.RouteDiscoveryService": ("StreamRoutes", "DeltaRoutes", frozenset({ROUTE})),
+}
+
+
+@dataclass(slots=True)
+class _Push:
+    request: PushRequest
+    done: asyncio.Future[None]
+
+
+_EOF = object()
+
+
+@dataclass(slots=True, eq=False)  # identity: the push queue keys on it
+class Stream:
+    """A live stream as the push workers see it: its connection and its inbox."""
+
+    connection: AnyConnection
+    inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
+    closed: bool = False
+
+    async def push(self, request: PushRequest) -> None:
+        """Hand a push to the stream coroutine and wait until its responses are written."""
+        if self.closed:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.inbox.put_nowait(_Push(request, done))
+        await done
+
+
+class XdsServer:
+    def __init__(
+        self,
+        snapshot: Callable[[], PushContext],
+        on_connect: Callable[[Stream], None],
+        on_disconnect: Callable[[Stream], None],
+    ) -> None:
+        self._snapshot = snapshot
+        self._on_connect = on_connect
+        self._on_disconnect = on_disconnect
+        self._ids = itertools.count(1)
+        self.streams: dict[str, Stream] = {}
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        out = []
+        for service, (sotw_method, delta_method, types) in SERVICES.items():
+            out.append(
+                grpc.method_handlers_generic_handler(
+                    service,
+                    {
+                        sotw_method: grpc.stream_stream_rpc_method_handler(
+                            self._sotw_handler(types),
+                            request_deserializer=discovery_pb2.DiscoveryRequest.FromString,
+                            response_serializer=discovery_pb2.DiscoveryResponse.SerializeToString,
+                        ),
+                        delta_method: grpc.stream_stream_rpc_method_handler(
+                            self._delta_handler(types),
+                            request_deserializer=discovery_pb2.DeltaDiscoveryRequest.FromString,
+                            response_serializer=discovery_pb2.DeltaDiscoveryResponse.SerializeToString,
+                        ),
+                    },
+                )
+            )
+        return out
+
+    async def start(self, address: str) -> None:
+        # keepalive as istiod's: clients may ping every 30s; big messages for large meshes
+        options = [
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 15_000),
+            ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+            ("grpc.max_send_message_length", 256 * 1024 * 1024),
+        ]
+        self._server = grpc.aio.server(options=options)
+        self._server.add_generic_rpc_handlers(self.handlers())
+        self.port = self._server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"xDS: cannot listen on {address}")
+        await self._server.start()
+        logger.info("xDS serving on %s", address)
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting, send GOAWAY, let in-flight writes finish for up to ``grace`` seconds."""
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    def _sotw_handler(self, types: frozenset[str]) -> Callable[[AsyncIterator[Any], Any], Any]:
+        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            await self._serve(requests, context, SotwSession(counter_nonces(), types), delta=False)
+
+        return handle
+
+    def _delta_handler(self, types: frozenset[str]) -> Callable[[AsyncIterator[Any], Any], Any]:
+        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            await self._serve(requests, context, DeltaSession(counter_nonces(), types), delta=True)
+
+        return handle
+
+    async def _serve(
+        self,
+        requests: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext[Any, Any],
+        session: Session[Any, Any],
+        delta: bool,
+    ) -> None:
+        inbox: asyncio.Queue[object] = asyncio.Queue()
+        stream: Stream | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                reader = tg.create_task(_read(requests, inbox))
+                try:
+                    while (item := await inbox.get()) is not _EOF:
+                        if isinstance(item, _Push):
+                            await self._write_push(stream, item, context)
+                            continue
+                        if stream is None:
+                            stream = self._connect(item, session, delta, inbox)
+                        for resp in stream.connection.on_request(item, self._snapshot()):
+                            await context.write(resp)
+                finally:
+                    reader.cancel()
+        except* (ProtocolError, InvalidNodeError) as group:
+            error = group.exceptions[0]
+            logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        finally:
+            if stream is not None:
+                self._disconnect(stream)
+
+    def _connect(self, first: Any, session: Session[Any, Any], delta: bool, inbox: asyncio.Queue[object]) -> Stream:
+        if not first.HasField("node") or not first.node.id:
+            raise ProtocolError("the first request of a stream must carry node.id")
+        proxy = proxy_from_node(first.node)
+        conn_id = f"{proxy.id}-{next(self._ids)}"
+        stream = Stream(Connection(conn_id, proxy, session, delta), inbox)
+        self.streams[conn_id] = stream
+        self._on_connect(stream)
+        logger.info("xDS %s connected: %s (%s)", "delta" if delta else "sotw", conn_id, first.node.id)
+        return stream
+
+    def _disconnect(self, stream: Stream) -> None:
+        stream.closed = True
+        self.streams.pop(stream.connection.id, None)
+        self._on_disconnect(stream)
+        # release workers waiting on pushes this stream will never write
+        while not stream.inbox.empty():
+            item = stream.inbox.get_nowait()
+            if isinstance(item, _Push) and not item.done.done():
+                item.done.set_result(None)
+        logger.info("xDS disconnected: %s", stream.connection.id)
+
+    async def _write_push(
+        self, stream: Stream | None, item: _Push, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        try:
+            if stream is not None:
+                for resp in stream.connection.on_push(self._snapshot(), item.request):
+                    await context.write(resp)
+        finally:
+            if not item.done.done():
+                item.done.set_result(None)
+
+
+async def _read(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:
+    try:
+        async for req in requests:
+            inbox.put_nowait(req)
+    finally:
+        inbox.put_nowait(_EOF)

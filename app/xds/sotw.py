@@ -1,0 +1,118 @@
+"""State-of-the-World xDS session: what a DiscoveryRequest means and what to send, without I/O.
+
+One session per stream (ADS or a per-type service). ``on_request`` classifies a request as
+istiod's shouldRespond does — first request for a type, ACK, NACK (``error_detail``), stale
+nonce, or an ACK that changes the subscribed names — and says whether to answer.
+``response`` turns the current resources of a type into a DiscoveryResponse (or None when
+nothing should go out) and records the nonce and version sent.
+
+Rules kept here (xDS protocol doc, "ACK/NACK and resource type instance version"):
+* CDS and LDS responses hold the full set; EDS and RDS hold the subscribed names.
+* A NACK is state: recorded with its message, the stream stays up, and the rejected
+  version is never sent again; only different content goes out.
+* An unchanged set is not resent unless a request asks for it or ``force`` says the client
+  needs it again (endpoints after their cluster was re-sent).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.xds.resources import EXPLICIT_TYPES
+from app.xds.watch import WILDCARD, NonceSource, Resource, WatchedResource, is_wildcard_request, set_version
+
+
+class RequestKind(enum.Enum):
+    INITIAL = "initial"  # first request for a type on this stream
+    ACK = "ack"
+    NACK = "nack"
+    STALE = "stale"  # answers a response that is not the latest: ignored
+    SUBSCRIPTION = "subscription"  # an ACK (or a Delta request) that changes the names watched
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: RequestKind
+    type_url: str
+    respond: bool
+    error: str = ""
+
+
+class ProtocolError(Exception):
+    """A request no well-behaved client sends; the stream ends with INVALID_ARGUMENT."""
+
+
+def check_type(type_url: str, allowed: frozenset[str]) -> None:
+    if not type_url:
+        raise ProtocolError("request without type_url")
+    if type_url not in allowed:
+        raise ProtocolError(f"type {type_url} is not served on this stream")
+
+
+class SotwSession:
+    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str]) -> None:
+        self._nonces = nonces
+        self._allowed = allowed_types
+        self.watches: dict[str, WatchedResource] = {}
+
+    def on_request(self, req: discovery_pb2.DiscoveryRequest) -> Outcome:
+        type_url = req.type_url
+        check_type(type_url, self._allowed)
+        names = set(req.resource_names)
+        w = self.watches.get(type_url)
+        if req.HasField("error_detail") and req.error_detail.code != 0:
+            message = req.error_detail.message
+            if w is not None:
+                w.nacks += 1
+                w.last_error = message
+                if req.response_nonce == w.nonce_sent:
+                    w.nacked_version = w.version_sent
+            return Outcome(RequestKind.NACK, type_url, False, message)
+        if w is None:
+            # also a reconnect carrying a nonce from an earlier stream: answer it in full
+            wildcard = is_wildcard_request(type_url, names)
+            self.watches[type_url] = WatchedResource(type_url, wildcard, names - {WILDCARD})
+            return Outcome(RequestKind.INITIAL, type_url, True)
+        if req.response_nonce != w.nonce_sent:
+            return Outcome(RequestKind.STALE, type_url, False)
+        w.nonce_acked = req.response_nonce
+        w.version_acked = req.version_info
+        w.last_error = w.nacked_version = ""
+        if type_url in EXPLICIT_TYPES or names:
+            wanted = names - {WILDCARD}
+            wildcard = WILDCARD in names if type_url in EXPLICIT_TYPES else w.wildcard
+            # only new names need an answer; dropped ones just stop being sent
+            added = bool(wanted - w.names) or (wildcard and not w.wildcard)
+            changed = wanted != w.names or wildcard != w.wildcard
+            w.names, w.wildcard = wanted, wildcard
+            if changed:
+                return Outcome(RequestKind.SUBSCRIPTION, type_url, added)
+        return Outcome(RequestKind.ACK, type_url, False)
+
+    def answer(self, type_url: str, resources: Sequence[Resource]) -> discovery_pb2.DiscoveryResponse | None:
+        """The response to a request that asked for one: always the full watched set."""
+        return self.response(type_url, resources, force=True)
+
+    def response(
+        self, type_url: str, resources: Sequence[Resource], *, force: bool = False
+    ) -> discovery_pb2.DiscoveryResponse | None:
+        """The response carrying ``resources`` (the type's current set, filtered here to what
+        the client watches), or None when the client has it already or rejected exactly it."""
+        w = self.watches.get(type_url)
+        if w is None:
+            return None
+        chosen = [r for r in resources if w.wants(r.name)]
+        version = set_version(chosen)
+        if version == w.nacked_version:
+            return None
+        if not force and w.nonce_sent and version == w.version_sent:
+            return None
+        resp = discovery_pb2.DiscoveryResponse(type_url=type_url, version_info=version, nonce=self._nonces())
+        resp.resources.extend(r.body for r in chosen)
+        w.nonce_sent = resp.nonce
+        w.version_sent = version
+        return resp

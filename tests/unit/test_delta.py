@@ -1,0 +1,181 @@
+"""The Delta session from request/response transcripts (xDS protocol doc, "Incremental xDS")."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.xds.delta import DeltaSession
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
+from app.xds.sotw import ProtocolError, RequestKind
+from app.xds.watch import Resource, counter_nonces, encode
+
+
+def session() -> DeltaSession:
+    return DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER))
+
+
+def req(
+    type_url: str,
+    sub: tuple[str, ...] = (),
+    unsub: tuple[str, ...] = (),
+    nonce: str = "",
+    error: str = "",
+    initial: dict[str, str] | None = None,
+):
+    r = discovery_pb2.DeltaDiscoveryRequest(
+        type_url=type_url, resource_names_subscribe=sub, resource_names_unsubscribe=unsub, response_nonce=nonce
+    )
+    r.initial_resource_versions.update(initial or {})
+    if error:
+        r.error_detail.code = 3
+        r.error_detail.message = error
+    return r
+
+
+def clusters(*names: str, timeout: int = 1) -> list[Resource]:
+    out = []
+    for n in names:
+        c = cluster_pb2.Cluster(name=n)
+        c.connect_timeout.seconds = timeout
+        out.append(encode(n, c))
+    return out
+
+
+def cla(*names: str) -> list[Resource]:
+    return [encode(n, endpoint_pb2.ClusterLoadAssignment(cluster_name=n)) for n in names]
+
+
+def names(resp: discovery_pb2.DeltaDiscoveryResponse | None) -> list[str]:
+    assert resp is not None
+    return [r.name for r in resp.resources]
+
+
+def test_wildcard_first_request_gets_everything_then_only_changes() -> None:
+    s = session()
+    out = s.on_request(req(CLUSTER))  # legacy empty first request = wildcard
+    assert (out.kind, out.respond) == (RequestKind.INITIAL, True)
+    r1 = s.answer(CLUSTER, clusters("a", "b"))
+    assert names(r1) == ["a", "b"] and r1 is not None and r1.nonce == "d1"
+    assert s.on_request(req(CLUSTER, nonce="d1")).kind is RequestKind.ACK
+    # nothing changed: nothing to send
+    assert s.response(CLUSTER, clusters("a", "b")) is None
+    # b changed, c added, a removed
+    new = clusters("b", timeout=5) + clusters("c")
+    r2 = s.response(CLUSTER, new)
+    assert names(r2) == ["b", "c"]
+    assert r2 is not None and list(r2.removed_resources) == ["a"]
+
+
+def test_star_subscription_is_wildcard_and_can_be_dropped() -> None:
+    s = session()
+    s.on_request(req(CLUSTER, sub=("*",)))
+    assert s.watches[CLUSTER].wildcard
+    s.answer(CLUSTER, clusters("a"))
+    s.on_request(req(CLUSTER, unsub=("*",), sub=("a",)))
+    w = s.watches[CLUSTER]
+    assert not w.wildcard and w.names == {"a"}
+
+
+def test_empty_wildcard_first_response_is_still_sent() -> None:
+    # Envoy's CDS/LDS initialisation waits for the first response, even an empty one
+    s = session()
+    s.on_request(req(CLUSTER))
+    resp = s.answer(CLUSTER, [])
+    assert resp is not None and list(resp.resources) == [] and list(resp.removed_resources) == []
+
+
+def test_explicit_subscribe_and_unsubscribe() -> None:
+    s = session()
+    s.on_request(req(ENDPOINT, sub=("a",)))
+    assert names(s.answer(ENDPOINT, cla("a", "b"))) == ["a"]
+    s.on_request(req(ENDPOINT, nonce="d1"))
+    more = s.on_request(req(ENDPOINT, sub=("b",)))
+    assert (more.kind, more.respond) == (RequestKind.SUBSCRIPTION, True)
+    assert names(s.answer(ENDPOINT, cla("a", "b"))) == ["b"]  # a is up to date
+    less = s.on_request(req(ENDPOINT, unsub=("a",)))
+    assert (less.kind, less.respond) == (RequestKind.SUBSCRIPTION, False)
+    assert s.watches[ENDPOINT].client_versions.keys() == {"b"}
+    # subscribing again later sends it again: the client dropped it
+    s.on_request(req(ENDPOINT, sub=("a",)))
+    assert names(s.answer(ENDPOINT, cla("a", "b"))) == ["a"]
+
+
+def test_resource_that_does_not_exist_is_not_sent_until_it_appears() -> None:
+    s = session()
+    s.on_request(req(ROUTE, sub=("80", "9080")))
+    r1 = s.answer(ROUTE, [encode("80", endpoint_pb2.ClusterLoadAssignment(cluster_name="x"))])
+    assert names(r1) == ["80"] and r1 is not None and list(r1.removed_resources) == []
+    assert s.response(ROUTE, [encode("80", endpoint_pb2.ClusterLoadAssignment(cluster_name="x"))]) is None
+    appeared = [encode(n, endpoint_pb2.ClusterLoadAssignment(cluster_name="x")) for n in ("80", "9080")]
+    assert names(s.response(ROUTE, appeared)) == ["9080"]
+
+
+def test_explicit_subscription_to_nothing_that_exists_sends_nothing() -> None:
+    s = session()
+    s.on_request(req(ENDPOINT, sub=("missing",)))
+    assert s.answer(ENDPOINT, cla("other")) is None
+
+
+def test_initial_resource_versions_send_only_what_differs_and_remove_what_is_gone() -> None:
+    s = session()
+    a, b = clusters("a", "b")
+    out = s.on_request(req(CLUSTER, initial={"a": a.version, "b": "stale", "gone": "v1"}))
+    assert out.kind is RequestKind.INITIAL
+    resp = s.answer(CLUSTER, [a, b])
+    assert names(resp) == ["b"]
+    assert resp is not None and list(resp.removed_resources) == ["gone"]
+
+
+def test_nack_keeps_the_stream_and_does_not_resend_the_same_content() -> None:
+    s = session()
+    s.on_request(req(CLUSTER))
+    s.answer(CLUSTER, clusters("a"))
+    s.on_request(req(CLUSTER, nonce="d1"))
+    bad = s.response(CLUSTER, clusters("a", timeout=-1))
+    assert bad is not None
+    nack = s.on_request(req(CLUSTER, nonce=bad.nonce, error="invalid timeout"))
+    assert (nack.kind, nack.respond, nack.error) == (RequestKind.NACK, False, "invalid timeout")
+    w = s.watches[CLUSTER]
+    assert (w.nacks, w.last_error) == (1, "invalid timeout")
+    assert s.response(CLUSTER, clusters("a", timeout=-1)) is None
+    fixed = s.response(CLUSTER, clusters("a", timeout=3))
+    assert names(fixed) == ["a"]
+    assert fixed is not None
+    s.on_request(req(CLUSTER, nonce=fixed.nonce))
+    assert w.last_error == "" and w.nonce_acked == fixed.nonce
+
+
+def test_force_resends_unchanged_resources() -> None:
+    s = session()
+    s.on_request(req(ENDPOINT, sub=("a",)))
+    s.answer(ENDPOINT, cla("a"))
+    assert s.response(ENDPOINT, cla("a")) is None
+    assert names(s.response(ENDPOINT, cla("a"), force=True)) == ["a"]
+
+
+def test_stale_nonce_without_changes_is_ignored() -> None:
+    s = session()
+    s.on_request(req(CLUSTER))
+    s.answer(CLUSTER, clusters("a"))
+    s.response(CLUSTER, clusters("a", "b"))
+    out = s.on_request(req(CLUSTER, nonce="d1"))
+    assert (out.kind, out.respond) == (RequestKind.STALE, False)
+
+
+def test_nonces_are_per_response_and_versions_per_resource() -> None:
+    s = session()
+    s.on_request(req(CLUSTER))
+    s.on_request(req(ENDPOINT, sub=("a",)))
+    rc = s.answer(CLUSTER, clusters("a"))
+    re = s.answer(ENDPOINT, cla("a"))
+    assert rc is not None and re is not None and rc.nonce != re.nonce
+    assert rc.resources[0].version == clusters("a")[0].version
+
+
+def test_type_not_served_is_a_protocol_error() -> None:
+    s = DeltaSession(counter_nonces(), frozenset({ENDPOINT}))
+    with pytest.raises(ProtocolError):
+        s.on_request(req(CLUSTER))

@@ -1,0 +1,547 @@
+"""The EDS generator against istiod's EndpointBuilder (pilot/pkg/xds/endpoints/endpoint_builder.go)
+and locality load balancing (pilot/pkg/networking/core/loadbalancer/loadbalancer.go), over push
+contexts built from YAML; the last test has a real Envoy validate the assignments."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from envoy.config.bootstrap.v3 import bootstrap_pb2
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import health_check_pb2
+from envoy.config.endpoint.v3.endpoint_pb2 import ClusterLoadAssignment as CLA
+from google.protobuf import json_format
+
+from app.config.loader import load_documents, load_mesh_file
+from app.config.model import ConfigEvent, EventType
+from app.environment import Environment
+from app.model.proxy import Proxy, ProxyType
+from app.model.push_context import PushContext
+from app.xds.generators.cds import generate_clusters
+from app.xds.generators.eds import eds_cluster_names, generate_endpoints, parse_cluster_name
+from tests.support.envoy import validate_bootstrap
+
+REVIEWS = "reviews.default.svc.cluster.local"
+PAY = "pay.example.com"
+
+
+def pod(name: str, ip: str, labels: str, *, sidecar: bool = True) -> str:
+    tls = ", security.istio.io/tlsMode: istio" if sidecar else ""
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{app: reviews, {labels}{tls}}}}}
+spec: {{serviceAccountName: reviews}}
+status: {{podIP: {ip}, conditions: [{{type: Ready, status: "True"}}]}}
+"""
+
+
+def slice_endpoint(ip: str, pod_name: str, conditions: str = "{ready: true}") -> str:
+    return f"""
+- addresses: [{ip}]
+  conditions: {conditions}
+  targetRef: {{kind: Pod, name: {pod_name}, namespace: default}}"""
+
+
+KUBE = (
+    """
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: default}
+spec:
+  clusterIP: 10.96.0.20
+  selector: {app: reviews}
+  ports:
+  - {name: http, port: 9080, targetPort: 8080}
+  - {name: grpc, port: 9090, targetPort: 9091}
+"""
+    + pod("reviews-v1", "10.1.0.1", "version: v1, istio-locality: us-east1.us-east1-b")
+    + pod("reviews-v2", "10.1.0.2", "version: v2, istio-locality: us-east1.us-east1-c", sidecar=False)
+    + pod("reviews-v3", "10.1.0.3", "version: v3, istio-locality: us-west1.us-west1-a")
+    + pod("reviews-eu", "10.1.0.4", "version: v1, istio-locality: eu-west1.eu-west1-a")
+    + pod("reviews-down", "10.1.0.5", "version: v1, istio-locality: us-east1.us-east1-b")
+    + pod("reviews-old", "10.1.0.6", "version: v1, istio-locality: us-east1.us-east1-b")
+    + """
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: reviews-1, namespace: default, labels: {kubernetes.io/service-name: reviews}}
+addressType: IPv4
+ports: [{name: http, port: 8080}, {name: grpc, port: 9091}]
+endpoints:"""
+    + slice_endpoint("10.1.0.1", "reviews-v1")
+    + slice_endpoint("10.1.0.2", "reviews-v2")
+    + slice_endpoint("10.1.0.3", "reviews-v3")
+    + slice_endpoint("10.1.0.4", "reviews-eu")
+    + slice_endpoint("10.1.0.5", "reviews-down", "{ready: false}")
+    + slice_endpoint("10.1.0.6", "reviews-old", "{ready: false, terminating: true}")
+    + "\n"
+)
+
+SUBSETS_DR = """
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}
+"""
+
+SERVICE_ENTRY = """
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: payments, namespace: default}
+spec:
+  hosts: [pay.example.com]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]
+  endpoints:
+  - {address: 10.2.0.1, locality: us-east1/us-east1-b, weight: 5, labels: {version: v1}}
+  - {address: 10.2.0.2, locality: us-east1/us-east1-b, weight: 3, labels: {version: v2}}
+  - {address: 10.2.0.3, locality: eu-west1/eu-west1-a, labels: {version: v1}}
+  - {address: 10.2.0.4, locality: us-east1/us-east1-c, ports: {http: 9999}, serviceAccount: pay}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vms, namespace: default}
+spec:
+  hosts: [vm.example.com]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 7000, name: tcp, protocol: TCP}]
+  workloadSelector: {labels: {app: vm}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-1, namespace: default}
+spec:
+  address: 10.3.0.1
+  labels: {app: vm, version: v1}
+  serviceAccount: vm
+  locality: us-east1/us-east1-b
+  weight: 2
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: other-1, namespace: default}
+spec: {address: 10.3.0.9, labels: {app: other}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: external-dns, namespace: default}
+spec:
+  hosts: [db.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  endpoints: [{address: db1.example.com}]
+"""
+
+PROXY = Proxy(
+    type=ProxyType.SIDECAR,
+    id="productpage-1.default",
+    ip_addresses=("10.1.9.9",),
+    namespace="default",
+    dns_domain="default.svc.cluster.local",
+    labels={"app": "productpage"},
+    locality="us-east1/us-east1-b",
+)
+
+
+def environment(*texts: str, mesh: str | None = None) -> PushContext:
+    env = Environment()
+    events = []
+    for i, text in enumerate(texts):
+        result = load_documents(text, f"doc{i}")
+        assert not result.rejected, result.rejected
+        events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
+    if mesh is not None:
+        result = load_mesh_file(mesh, "mesh.yaml")
+        assert not result.rejected, result.rejected
+        events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
+    env.apply(events)
+    return env.build_push_context(None)
+
+
+def one(push: PushContext, name: str, proxy: Proxy = PROXY) -> CLA:
+    [la] = generate_endpoints(proxy, push, [name])
+    assert la.cluster_name == name
+    return la
+
+
+def addresses(la: CLA) -> list[list[str]]:
+    return [[e.endpoint.address.socket_address.address for e in g.lb_endpoints] for g in la.endpoints]
+
+
+def localities(la: CLA) -> list[str]:
+    return ["/".join((g.locality.region, g.locality.zone)) for g in la.endpoints]
+
+
+def priorities(la: CLA) -> dict[str, int]:
+    return dict(zip(localities(la), (g.priority for g in la.endpoints), strict=True))
+
+
+def tls_matched(la: CLA) -> list[bool]:
+    return ["envoy.transport_socket_match" in e.metadata.filter_metadata for g in la.endpoints for e in g.lb_endpoints]
+
+
+def dr(spec: str) -> str:
+    body = "\n".join("  " + line for line in spec.strip().splitlines())
+    return f"""
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: reviews, namespace: default}}
+spec:
+  host: reviews
+{body}
+"""
+
+
+# --- names and the empty assignment --------------------------------------------------------
+
+
+def test_cluster_names_parse_like_istiod() -> None:
+    key = parse_cluster_name(f"outbound|9080|v1|{REVIEWS}")
+    assert (key.direction, key.port, key.subset, key.hostname) == ("outbound", 9080, "v1", REVIEWS)
+    assert not key.sni_dnat
+    sni = parse_cluster_name(f"outbound_.9080_.v1_.{REVIEWS}")
+    assert (sni.port, sni.subset, sni.hostname, sni.sni_dnat) == (9080, "v1", REVIEWS, True)
+    assert parse_cluster_name("inbound|8080||").hostname == ""
+    assert parse_cluster_name("BlackHoleCluster").hostname == ""
+    assert parse_cluster_name("outbound|80|a|b|c").hostname == ""  # an extra part voids the host
+    assert parse_cluster_name(f"outbound|http|v1|{REVIEWS}").port == 0
+
+
+def test_unresolvable_names_get_an_assignment_with_only_the_cluster_name() -> None:
+    push = environment(KUBE, SERVICE_ENTRY)
+    names = [
+        "outbound|9080||nope.default.svc.cluster.local",  # unknown service
+        f"outbound|1234||{REVIEWS}",  # unknown port
+        "inbound|8080||",
+        "BlackHoleCluster",
+        "outbound|5432||db.example.com",  # a DNS cluster carries its endpoints itself
+        "garbage",
+    ]
+    out = generate_endpoints(PROXY, push, names)
+    assert [la.cluster_name for la in out] == sorted(names)
+    assert all(la == CLA(cluster_name=la.cluster_name) for la in out)
+
+
+def test_output_is_sorted_and_deduplicated() -> None:
+    push = environment(KUBE, SUBSETS_DR)
+    names = [f"outbound|9080|v1|{REVIEWS}", f"outbound|9080||{REVIEWS}", f"outbound|9080|v1|{REVIEWS}"]
+    assert [la.cluster_name for la in generate_endpoints(PROXY, push, names)] == sorted(set(names))
+
+
+def test_a_service_the_sidecar_scope_does_not_import_is_unknown() -> None:
+    sidecar = """
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: default}
+spec: {egress: [{hosts: [istio-system/*]}]}
+"""
+    push = environment(KUBE, sidecar)
+    assert one(push, f"outbound|9080||{REVIEWS}") == CLA(cluster_name=f"outbound|9080||{REVIEWS}")
+
+
+# --- endpoints of a Kubernetes Service -----------------------------------------------------
+
+
+def test_plain_cluster_from_service_endpointslice_and_pods() -> None:
+    la = one(environment(KUBE), f"outbound|9080||{REVIEWS}")
+    assert localities(la) == [
+        "eu-west1/eu-west1-a",
+        "us-east1/us-east1-b",
+        "us-east1/us-east1-c",
+        "us-west1/us-west1-a",
+    ]
+    # not-ready (10.1.0.5) and terminating (10.1.0.6) endpoints are not sent
+    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1"], ["10.1.0.2"], ["10.1.0.3"]]
+    v1 = la.endpoints[1].lb_endpoints[0]
+    assert v1.endpoint.address.socket_address.port_value == 8080  # the target port
+    assert v1.health_status == health_check_pb2.HEALTHY
+    assert v1.load_balancing_weight.value == 1
+    assert la.endpoints[1].load_balancing_weight.value == 1
+    assert la.endpoints[1].priority == 0
+    md = json_format.MessageToDict(v1.metadata)["filterMetadata"]
+    assert md == {
+        "envoy.transport_socket_match": {"tlsMode": "istio"},
+        "istio": {"workload": "reviews-v1;default;reviews;v1;Kubernetes"},
+    }
+    v2 = la.endpoints[2].lb_endpoints[0]  # no sidecar: auto mTLS must not match it
+    assert "envoy.transport_socket_match" not in v2.metadata.filter_metadata
+
+
+def test_port_filtering_takes_only_the_named_ports_endpoints() -> None:
+    la = one(environment(KUBE), f"outbound|9090||{REVIEWS}")
+    ports = {e.endpoint.address.socket_address.port_value for g in la.endpoints for e in g.lb_endpoints}
+    assert ports == {9091}
+    assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
+
+
+def test_subset_filters_by_the_rules_labels_and_uses_the_subsets_tls_mode() -> None:
+    push = environment(KUBE, SUBSETS_DR)
+    v1 = one(push, f"outbound|9080|v1|{REVIEWS}")
+    assert addresses(v1) == [["10.1.0.4"], ["10.1.0.1"]]
+    v2 = one(push, f"outbound|9080|v2|{REVIEWS}")
+    assert addresses(v2) == [["10.1.0.2"]]
+    # ISTIO_MUTUAL on the subset, but the workload has no sidecar: still no tlsMode (istiod
+    # writes the endpoint's own tlsMode label only)
+    assert "envoy.transport_socket_match" not in v2.endpoints[0].lb_endpoints[0].metadata.filter_metadata
+
+
+def test_rule_tls_mode_disable_turns_off_the_tls_mode_match() -> None:
+    push = environment(KUBE, dr("trafficPolicy: {tls: {mode: DISABLE}}\nsubsets: [{name: v1, labels: {version: v1}}]"))
+    la = one(push, f"outbound|9080||{REVIEWS}")
+    # istiod's mtlsChecker reads a subset's own policy only, and this subset has none
+    assert tls_matched(one(push, f"outbound|9080|v1|{REVIEWS}")) == [True, True]
+    assert tls_matched(one(environment(KUBE), f"outbound|9080||{REVIEWS}")) == [True, True, False, True]
+    assert tls_matched(la) == [False, False, False, False]
+
+
+def test_subset_missing_from_the_rule_selects_every_endpoint_as_istiod_does() -> None:
+    # istiod getSubSetLabels returns no labels for an unknown subset, so nothing is filtered out;
+    # CDS never builds such a cluster, so only a stale subscription sees this
+    push = environment(KUBE, SUBSETS_DR)
+    la = one(push, f"outbound|9080|v9|{REVIEWS}")
+    assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
+
+
+STICKY = KUBE.replace(
+    "metadata: {name: reviews, namespace: default}\nspec:\n  clusterIP",
+    "metadata: {name: reviews, namespace: default, labels: {istio.io/persistent-session: sid}}\nspec:\n  clusterIP",
+    1,
+)
+
+
+def test_draining_endpoints_go_only_to_persistent_session_services() -> None:
+    la = one(environment(STICKY), f"outbound|9080||{REVIEWS}")
+    b = la.endpoints[1]
+    assert [e.endpoint.address.socket_address.address for e in b.lb_endpoints] == ["10.1.0.1", "10.1.0.6"]
+    assert [e.health_status for e in b.lb_endpoints] == [health_check_pb2.HEALTHY, health_check_pb2.DRAINING]
+    assert b.load_balancing_weight.value == 2
+    # the not-ready endpoint stays out either way (PILOT_SEND_UNHEALTHY_ENDPOINTS is off)
+    assert "10.1.0.5" not in [a for group in addresses(la) for a in group]
+
+
+def test_the_draining_label_marks_an_endpoint_draining() -> None:
+    labelled = KUBE.replace("version: v3, istio-locality", "version: v3, istio.io/draining: 'true', istio-locality")
+    assert labelled != KUBE
+    la = one(environment(labelled), f"outbound|9080||{REVIEWS}")
+    assert "10.1.0.3" not in [a for group in addresses(la) for a in group]
+
+
+def test_headless_service_endpoints_are_sent_though_only_gateways_subscribe() -> None:
+    # istiod skips only DNS services; a sidecar's headless cluster is ORIGINAL_DST, a gateway's EDS
+    push = environment(KUBE.replace("clusterIP: 10.96.0.20", "clusterIP: None", 1))
+    name = f"outbound|9080||{REVIEWS}"
+    assert sum(len(g.lb_endpoints) for g in one(push, name).endpoints) == 4
+    gateway = replace(PROXY, type=ProxyType.ROUTER, id="gw-1.istio-system", namespace="istio-system")
+    assert name in eds_cluster_names(generate_clusters(gateway, push))
+    assert name not in eds_cluster_names(generate_clusters(PROXY, push))
+
+
+# --- ServiceEntry and WorkloadEntry --------------------------------------------------------
+
+
+def test_service_entry_static_endpoints_grouped_by_locality_with_weights() -> None:
+    la = one(environment(SERVICE_ENTRY), f"outbound|80||{PAY}")
+    assert localities(la) == ["eu-west1/eu-west1-a", "us-east1/us-east1-b", "us-east1/us-east1-c"]
+    assert addresses(la) == [["10.2.0.3"], ["10.2.0.1", "10.2.0.2"], ["10.2.0.4"]]
+    assert [g.load_balancing_weight.value for g in la.endpoints] == [1, 8, 1]
+    assert [e.load_balancing_weight.value for e in la.endpoints[1].lb_endpoints] == [5, 3]
+    assert la.endpoints[2].lb_endpoints[0].endpoint.address.socket_address.port_value == 9999
+    assert la.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value == 8080
+    # a WorkloadEntry-style endpoint with an identity is taken to run a sidecar
+    assert "envoy.transport_socket_match" in la.endpoints[2].lb_endpoints[0].metadata.filter_metadata
+
+
+def test_service_entry_selecting_workload_entries() -> None:
+    la = one(environment(SERVICE_ENTRY), "outbound|7000||vm.example.com")
+    assert addresses(la) == [["10.3.0.1"]]
+    ep = la.endpoints[0].lb_endpoints[0]
+    assert ep.endpoint.address.socket_address.port_value == 7000
+    assert ep.load_balancing_weight.value == 2 and la.endpoints[0].load_balancing_weight.value == 2
+    assert ep.metadata.filter_metadata["istio"].fields["workload"].string_value == "vm-1;default;vm;v1;Kubernetes"
+
+
+# --- locality load balancing ---------------------------------------------------------------
+
+FAILOVER = """
+trafficPolicy:
+  outlierDetection: {consecutive5xxErrors: 3}
+  loadBalancer:
+    localityLbSetting:
+      failover: [{from: us-east1, to: eu-west1}]
+"""
+
+
+def test_failover_priorities_follow_the_proxy_locality_with_outlier_detection() -> None:
+    la = one(environment(KUBE, dr(FAILOVER)), f"outbound|9080||{REVIEWS}")
+    # own zone, own region, the failover region, then anywhere else
+    assert priorities(la) == {
+        "us-east1/us-east1-b": 0,
+        "us-east1/us-east1-c": 1,
+        "eu-west1/eu-west1-a": 2,
+        "us-west1/us-west1-a": 3,
+    }
+
+
+def test_failover_without_explicit_regions_ranks_by_closeness() -> None:
+    od_only = dr("trafficPolicy: {outlierDetection: {consecutive5xxErrors: 3}}")
+    la = one(environment(KUBE, od_only), f"outbound|9080||{REVIEWS}")
+    # the mesh default turns locality LB on; other regions share the last priority
+    assert priorities(la) == {
+        "us-east1/us-east1-b": 0,
+        "us-east1/us-east1-c": 1,
+        "eu-west1/eu-west1-a": 2,
+        "us-west1/us-west1-a": 2,
+    }
+    west = replace(PROXY, locality="us-west1/us-west1-a")
+    la_west = one(environment(KUBE, od_only), f"outbound|9080||{REVIEWS}", west)
+    assert priorities(la_west) == {
+        "us-west1/us-west1-a": 0,
+        "eu-west1/eu-west1-a": 1,
+        "us-east1/us-east1-b": 1,
+        "us-east1/us-east1-c": 1,
+    }
+
+
+def test_no_failover_priorities_without_outlier_detection_or_when_disabled() -> None:
+    no_od = dr("trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east1, to: eu-west1}]}}}")
+    assert {g.priority for g in one(environment(KUBE, no_od), f"outbound|9080||{REVIEWS}").endpoints} == {0}
+    od = dr("trafficPolicy: {outlierDetection: {consecutive5xxErrors: 3}}")
+    off = environment(KUBE, od, mesh="localityLbSetting: {enabled: false}")
+    assert {g.priority for g in one(off, f"outbound|9080||{REVIEWS}").endpoints} == {0}
+    rule_off = dr("""
+trafficPolicy:
+  outlierDetection: {consecutive5xxErrors: 3}
+  loadBalancer: {localityLbSetting: {enabled: false}}
+""")
+    assert {g.priority for g in one(environment(KUBE, rule_off), f"outbound|9080||{REVIEWS}").endpoints} == {0}
+
+
+def test_subset_policy_outlier_detection_enables_failover_for_that_subset_only() -> None:
+    rule = dr("""
+subsets:
+- {name: v1, labels: {version: v1}, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}}
+- {name: all, labels: {app: reviews}}
+""")
+    push = environment(KUBE, rule)
+    v1 = one(push, f"outbound|9080|v1|{REVIEWS}")
+    assert [g.priority for g in v1.endpoints] == [1, 0]  # eu-west1, then us-east1-b
+    assert {g.priority for g in one(push, f"outbound|9080|all|{REVIEWS}").endpoints} == {0}
+
+
+DISTRIBUTE = """
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: us-east1/us-east1-b/*
+        to: {"us-east1/*": 80, "eu-west1/eu-west1-a": 20}
+"""
+
+
+def test_distribute_sets_locality_weights_and_empties_the_rest() -> None:
+    rule = dr(DISTRIBUTE)
+    la = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}")
+    weights = {
+        loc: (g.load_balancing_weight.value, len(g.lb_endpoints))
+        for loc, g in zip(localities(la), la.endpoints, strict=True)
+    }
+    # 80 split over the two us-east1 zones by their weights (1:1), rounded up
+    assert weights == {
+        "eu-west1/eu-west1-a": (20, 1),
+        "us-east1/us-east1-b": (40, 1),
+        "us-east1/us-east1-c": (40, 1),
+        "us-west1/us-west1-a": (1, 0),
+    }
+    assert {g.priority for g in la.endpoints} == {0}
+    elsewhere = replace(PROXY, locality="eu-west1/eu-west1-a")
+    untouched = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}", elsewhere)
+    assert [g.load_balancing_weight.value for g in untouched.endpoints] == [1, 1, 1, 1]
+
+
+def test_failover_priority_labels_split_localities_by_shared_labels() -> None:
+    rule = dr("""
+trafficPolicy:
+  outlierDetection: {consecutive5xxErrors: 3}
+  loadBalancer:
+    localityLbSetting:
+      failoverPriority: [version=v1, topology.kubernetes.io/region]
+""")
+    la = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}")
+    got = sorted((g.priority, a) for g, group in zip(la.endpoints, addresses(la), strict=True) for a in group)
+    # both labels match: 0; version matches but region does not: 1; version differs: 2
+    assert got == [(0, "10.1.0.1"), (1, "10.1.0.4"), (2, "10.1.0.2"), (2, "10.1.0.3")]
+    assert all(g.load_balancing_weight.value == len(g.lb_endpoints) for g in la.endpoints)
+
+
+def test_failover_priority_labels_then_region_failover_within_each_priority() -> None:
+    rule = dr("""
+trafficPolicy:
+  outlierDetection: {consecutive5xxErrors: 3}
+  loadBalancer:
+    localityLbSetting:
+      failoverPriority: [version=v1]
+      failover: [{from: us-east1, to: eu-west1}]
+""")
+    la = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}")
+    got = sorted((g.priority, a) for g, group in zip(la.endpoints, addresses(la), strict=True) for a in group)
+    # label priority is the major key: v1 here, then the failover region; then the others
+    assert got == [(0, "10.1.0.1"), (1, "10.1.0.4"), (2, "10.1.0.2"), (3, "10.1.0.3")]
+
+
+def test_sni_dnat_names_keep_only_mtls_endpoints() -> None:
+    la = one(environment(KUBE), f"outbound_.9080_._.{REVIEWS}")
+    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1"], [], ["10.1.0.3"]]
+    assert not la.endpoints[2].HasField("load_balancing_weight")
+
+
+# --- with CDS, and a real Envoy ------------------------------------------------------------
+
+
+def test_eds_cluster_names_are_what_envoy_subscribes_to() -> None:
+    push = environment(KUBE, SUBSETS_DR, SERVICE_ENTRY)
+    clusters = generate_clusters(PROXY, push)
+    names = eds_cluster_names(clusters)
+    assert names == sorted(
+        c.name for c in clusters if c.type == cluster_pb2.Cluster.EDS
+    )  # service_name is the cluster name
+    assert f"outbound|9080|v1|{REVIEWS}" in names and f"outbound|80||{PAY}" in names
+    assert "outbound|5432||db.example.com" not in names and "PassthroughCluster" not in names
+    out = generate_endpoints(PROXY, push, names)
+    assert [la.cluster_name for la in out] == names
+    assert all(len(la.endpoints) > 0 for la in out)
+    renamed = cluster_pb2.Cluster(name="a", type=cluster_pb2.Cluster.EDS)
+    renamed.eds_cluster_config.service_name = "b"
+    assert eds_cluster_names([renamed]) == ["b"]
+
+
+def test_real_envoy_accepts_the_assignments(tmp_path: Path) -> None:
+    push = environment(KUBE, SUBSETS_DR, SERVICE_ENTRY)
+    assignments = generate_endpoints(PROXY, push, eds_cluster_names(generate_clusters(PROXY, push)))
+    assignments += generate_endpoints(PROXY, environment(STICKY), [f"outbound|9080||{REVIEWS}"])  # DRAINING
+    for spec in (FAILOVER, DISTRIBUTE):
+        names = [f"outbound|9080||{REVIEWS}", f"outbound_.9090_._.{REVIEWS}"]
+        assignments += generate_endpoints(PROXY, environment(KUBE, dr(spec)), names)
+    bootstrap = bootstrap_pb2.Bootstrap()
+    bootstrap.node.id = "sidecar~10.1.9.9~productpage-1.default~default.svc.cluster.local"
+    for i, la in enumerate(assignments):
+        c = bootstrap.static_resources.clusters.add(name=f"{i}-{la.cluster_name}", type=cluster_pb2.Cluster.STATIC)
+        c.connect_timeout.seconds = 1
+        c.common_lb_config.locality_weighted_lb_config.SetInParent()
+        c.load_assignment.CopyFrom(la)
+        c.load_assignment.cluster_name = c.name
+    assert any(g.priority > 0 for la in assignments for g in la.endpoints)
+    validate_bootstrap(json_format.MessageToDict(bootstrap), tmp_path)

@@ -1,0 +1,213 @@
+"""The xDS server over real gRPC streams (grpc.aio client, in-process server on a free port):
+ADS SotW and Delta, a per-type service, bad nodes, NACKs, pushes on config change, and the
+debug endpoints that show stream state."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import struct_pb2
+
+from app.runtime import Runtime
+from app.settings import Settings
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+
+BOOKINFO = Path(__file__).parents[2] / "examples" / "bookinfo"
+NODE = "sidecar~10.1.0.10~productpage-v1-0.bookinfo~bookinfo.svc.cluster.local"
+ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
+REVIEWS = "outbound|9080||reviews.bookinfo.svc.cluster.local"
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    config = tmp_path / "config"
+    shutil.copytree(BOOKINFO, config)
+    settings = Settings(
+        config_dir=config,
+        xds_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        debounce_after=0.01,
+        file_debounce_ms=10,
+    )
+    rt = Runtime(settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.run(stop))
+    await asyncio.wait_for(rt.started.wait(), 30)
+    yield rt
+    stop.set()
+    await asyncio.wait_for(task, 15)
+
+
+def node(req: Any, node_id: str = NODE) -> Any:
+    req.node.id = node_id
+    labels = struct_pb2.Struct()
+    labels.update({"app": "productpage", "version": "v1"})
+    req.node.metadata.fields["LABELS"].struct_value.CopyFrom(labels)
+    return req
+
+
+class Stream:
+    """One client stream: send requests, read responses with a timeout."""
+
+    def __init__(self, channel: grpc.aio.Channel, method: str, delta: bool) -> None:
+        req_type = discovery_pb2.DeltaDiscoveryRequest if delta else discovery_pb2.DiscoveryRequest
+        resp_type = discovery_pb2.DeltaDiscoveryResponse if delta else discovery_pb2.DiscoveryResponse
+        self.call = channel.stream_stream(
+            method, request_serializer=req_type.SerializeToString, response_deserializer=resp_type.FromString
+        )()
+        self._read: asyncio.Future[Any] | None = None
+
+    async def send(self, req: Any) -> None:
+        await self.call.write(req)
+
+    async def recv(self, timeout: float = 10) -> Any:
+        # a read that times out stays pending: cancelling it would cancel the whole call
+        self._read = self._read or asyncio.ensure_future(self.call.read())
+        done, _ = await asyncio.wait({self._read}, timeout=timeout)
+        assert done, f"no response within {timeout}s"
+        read, self._read = self._read, None
+        return read.result()
+
+    async def nothing(self, wait: float = 0.3) -> None:
+        self._read = self._read or asyncio.ensure_future(self.call.read())
+        done, _ = await asyncio.wait({self._read}, timeout=wait)
+        assert not done, f"unexpected response: {self._read.result()}"
+
+
+@pytest.fixture
+async def channel(runtime: Runtime) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.xds.port}") as ch:
+        yield ch
+
+
+def names(resp: Any) -> set[str]:
+    out = set()
+    for any_msg in resp.resources:
+        body = any_msg.resource if hasattr(any_msg, "resource") else any_msg
+        if body.type_url == CLUSTER:
+            c = cluster_pb2.Cluster()
+            body.Unpack(c)
+            out.add(c.name)
+        else:
+            out.add(any_msg.name)
+    return out
+
+
+async def test_sotw_ads_cds_then_eds_and_ack(channel: grpc.aio.Channel) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    assert cds.type_url == CLUSTER and REVIEWS in names(cds)
+    await s.send(
+        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
+    )
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
+    eds = await s.recv()
+    assert eds.type_url == ENDPOINT and len(eds.resources) == 1
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=LISTENER))
+    lds = await s.recv()
+    assert lds.type_url == LISTENER and len(lds.resources) > 0
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=ROUTE, resource_names=["9080"]))
+    rds = await s.recv()
+    assert rds.type_url == ROUTE and len(rds.resources) == 1
+    s.call.cancel()
+
+
+async def test_delta_ads_wildcard_cds_and_explicit_eds(channel: grpc.aio.Channel) -> None:
+    s = Stream(channel, ADS + "DeltaAggregatedResources", delta=True)
+    await s.send(node(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    assert REVIEWS in {r.name for r in cds.resources}
+    await s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce))
+    await s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=[REVIEWS]))
+    eds = await s.recv()
+    assert [r.name for r in eds.resources] == [REVIEWS]
+    s.call.cancel()
+
+
+async def test_per_type_service_serves_only_its_type(channel: grpc.aio.Channel) -> None:
+    s = Stream(channel, "/envoy.service.cluster.v3.ClusterDiscoveryService/StreamClusters", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    assert REVIEWS in names(await s.recv())
+    bad = Stream(channel, "/envoy.service.cluster.v3.ClusterDiscoveryService/DeltaClusters", delta=True)
+    await bad.send(node(discovery_pb2.DeltaDiscoveryRequest(type_url=LISTENER)))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await bad.recv()
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    s.call.cancel()
+
+
+async def test_bad_node_ends_only_that_stream(channel: grpc.aio.Channel) -> None:
+    bad = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await bad.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), node_id="nonsense"))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await bad.recv()
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "nonsense" in (err.value.details() or "")
+    good = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await good.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    assert REVIEWS in names(await good.recv())
+    good.call.cancel()
+
+
+async def test_config_change_is_pushed_on_the_open_stream_with_endpoints_following(
+    runtime: Runtime, channel: grpc.aio.Channel
+) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    await s.send(
+        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
+    )
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
+    eds = await s.recv()
+    await s.send(
+        discovery_pb2.DiscoveryRequest(
+            type_url=ENDPOINT, resource_names=[REVIEWS], response_nonce=eds.nonce, version_info=eds.version_info
+        )
+    )
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\n"
+        "metadata: {name: ratings-extra, namespace: bookinfo}\n"
+        "spec:\n  host: ratings\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}\n"
+    )
+    pushed = await s.recv(timeout=20)
+    assert pushed.type_url == CLUSTER and pushed.version_info != cds.version_info
+    follow = await s.recv()
+    assert follow.type_url == ENDPOINT and follow.nonce != eds.nonce
+    s.call.cancel()
+
+
+async def test_nack_is_visible_in_syncz_and_nothing_is_resent(runtime: Runtime, channel: grpc.aio.Channel) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    nack = discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce)
+    nack.error_detail.code = 3
+    nack.error_detail.message = "cluster rejected: test"
+    await s.send(nack)
+    await s.nothing()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{runtime.http.port}/debug/syncz") as resp:
+            sync = await resp.json()
+        async with http.get(f"http://127.0.0.1:{runtime.http.port}/ready") as resp:
+            assert resp.status == 200
+        async with http.get(
+            f"http://127.0.0.1:{runtime.http.port}/debug/config_dump", params={"proxyID": "productpage-v1-0.bookinfo"}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            dump = await resp.json()
+    [conn] = sync
+    assert conn["watches"]["cds"]["lastError"] == "cluster rejected: test"
+    assert conn["watches"]["cds"]["nacks"] == 1 and conn["nacks"] == 1
+    assert REVIEWS in {c["name"] for c in dump["clusters"]}
+    s.call.cancel()
