@@ -7,17 +7,11 @@ mode over every cluster shape the builders emit.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from envoy.config.bootstrap.v3 import bootstrap_pb2
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
 from envoy.extensions.transport_sockets.proxy_protocol.v3 import upstream_proxy_protocol_pb2
@@ -27,10 +21,7 @@ from google.protobuf import json_format
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.config.loader import load_documents, load_mesh_file
 from app.config.mesh import default_mesh_config
-from app.config.model import ConfigEvent, EventType
-from app.environment import Environment
 from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext, PushInputs
@@ -45,6 +36,8 @@ from app.xds.envoy.cluster import (
 )
 from app.xds.envoy.cluster_policy import HTTP_PROTOCOL_OPTIONS_KEY
 from app.xds.generators.cds import generate_clusters
+from tests.support.envoy import agent_bootstrap, validate_bootstrap
+from tests.support.mesh import push_context, push_context_from_dir, router_proxy, sidecar_proxy
 
 C = cluster_pb2.Cluster
 MAX = 4294967295
@@ -55,22 +48,8 @@ HTTP = ServicePort("http", 9080, Protocol.HTTP)
 GRPC = ServicePort("grpc", 9090, Protocol.GRPC)
 TCP = ServicePort("tcp", 9000, Protocol.TCP)
 AUTO = ServicePort("auto", 8000, Protocol.UNSUPPORTED)
-SIDECAR = Proxy(
-    type=ProxyType.SIDECAR,
-    id="productpage-1.default",
-    ip_addresses=("10.0.0.1",),
-    namespace="default",
-    dns_domain="default.svc.cluster.local",
-    labels={"app": "productpage"},
-    locality="us-east1/us-east1-b",
-)
-GATEWAY = Proxy(
-    type=ProxyType.ROUTER,
-    id="ingress-1.istio-system",
-    ip_addresses=("10.0.0.9",),
-    namespace="istio-system",
-    dns_domain="istio-system.svc.cluster.local",
-)
+SIDECAR = sidecar_proxy("productpage-1.default", "10.0.0.1", {"app": "productpage"}, locality="us-east1/us-east1-b")
+GATEWAY = router_proxy("ingress-1.istio-system", "10.0.0.9")
 
 
 def mesh(**fields: Any) -> mesh_pb2.MeshConfig:
@@ -819,27 +798,9 @@ spec:
 """
 
 
-def environment(*texts: str) -> PushContext:
-    env = Environment()
-    events = []
-    for i, text in enumerate(texts):
-        result = load_documents(text, f"doc{i}")
-        assert not result.rejected, result.rejected
-        events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
-    env.apply(events)
-    return env.build_push_context(None)
-
-
 def test_generator_sidecar_gets_outbound_inbound_and_catch_all_clusters_sorted() -> None:
-    push = environment(WORKLOADS)
-    proxy = Proxy(
-        type=ProxyType.SIDECAR,
-        id="reviews-v1-0.default",
-        ip_addresses=("10.1.0.20",),
-        namespace="default",
-        dns_domain="default.svc.cluster.local",
-        labels={"app": "reviews", "version": "v1"},
-    )
+    push = push_context(WORKLOADS)
+    proxy = sidecar_proxy("reviews-v1-0.default", "10.1.0.20", {"app": "reviews", "version": "v1"})
     names = [c.name for c in generate_clusters(proxy, push)]
     assert names == [
         "BlackHoleCluster",
@@ -852,7 +813,7 @@ def test_generator_sidecar_gets_outbound_inbound_and_catch_all_clusters_sorted()
 
 
 def test_generator_gateway_gets_no_inbound_or_passthrough_clusters() -> None:
-    push = environment(WORKLOADS)
+    push = push_context(WORKLOADS)
     names = [c.name for c in generate_clusters(GATEWAY, push)]
     assert names == ["BlackHoleCluster", f"outbound|9080|v1|{HOST}", f"outbound|9080||{HOST}"]
 
@@ -881,14 +842,6 @@ def test_generator_skips_alias_services() -> None:
 
 
 # --- a real Envoy accepts every shape ----------------------------------------------------------
-
-
-def _envoy() -> str | None:
-    found = shutil.which("envoy")
-    if found:
-        return found
-    beside = Path(sys.executable).parent / "envoy"
-    return str(beside) if beside.exists() else None
 
 
 def _every_shape() -> list[cluster_pb2.Cluster]:
@@ -962,83 +915,17 @@ def _every_shape() -> list[cluster_pb2.Cluster]:
     return shapes
 
 
-def _bootstrap(clusters: Sequence[cluster_pb2.Cluster]) -> bootstrap_pb2.Bootstrap:
-    b = bootstrap_pb2.Bootstrap()
-    b.node.id = "sidecar~10.0.0.1~productpage-1.default~default.svc.cluster.local"
-    b.node.cluster = "productpage.default"
-    admin = b.admin.address.socket_address
-    admin.address, admin.port_value = "127.0.0.1", 0
-    ads = b.dynamic_resources.ads_config
-    ads.api_type = ads.GRPC
-    ads.transport_api_version = 2  # V3
-    ads.set_node_on_first_message_only = True
-    ads.grpc_services.add().envoy_grpc.cluster_name = "xds-grpc"
-    for name in ("sds-grpc", "xds-grpc"):
-        c = b.static_resources.clusters.add(name=name, type=C.STATIC)
-        c.connect_timeout.seconds = 1
-        h2 = http_protocol_options_pb2.HttpProtocolOptions()
-        h2.explicit_http_config.http2_protocol_options.SetInParent()
-        c.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS_KEY].Pack(h2)
-        c.load_assignment.cluster_name = name
-        addr = c.load_assignment.endpoints.add().lb_endpoints.add().endpoint.address
-        if name == "sds-grpc":
-            addr.pipe.path = "./var/run/secrets/workload-spiffe-uds/socket"
-        else:
-            addr.socket_address.address, addr.socket_address.port_value = "127.0.0.1", 15010
-    b.static_resources.clusters.extend(clusters)
-    return b
+NODE_ID = "sidecar~10.0.0.1~productpage-1.default~default.svc.cluster.local"
 
 
 def test_real_envoy_accepts_every_cluster_shape(tmp_path: Path) -> None:
-    envoy = _envoy()
-    if envoy is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("envoy binary not found (CI requires it)")
-        pytest.skip("envoy binary not found")
     shapes = _every_shape()
     assert len({c.name for c in shapes}) == len(shapes)
-    path = tmp_path / "bootstrap.json"
-    path.write_text(json.dumps(json_format.MessageToDict(_bootstrap(shapes))))
-    result = subprocess.run(
-        [envoy, "--mode", "validate", "-c", str(path), "--log-level", "error"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    validate_bootstrap(agent_bootstrap(NODE_ID, shapes, node_cluster="productpage.default"), tmp_path)
 
 
 def test_bookinfo_example_clusters_pass_envoy_validation(tmp_path: Path) -> None:
-    envoy = _envoy()
-    if envoy is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("envoy binary not found (CI requires it)")
-        pytest.skip("envoy binary not found")
-    texts = []
-    for f in sorted(BOOKINFO.glob("*.yaml")):
-        if f.name != "mesh.yaml":
-            texts.append(f.read_text())
-    env_push = environment(*texts)
-    mesh_result = load_mesh_file((BOOKINFO / "mesh.yaml").read_text(), "mesh.yaml")
-    assert not mesh_result.rejected
-    proxy = Proxy(
-        type=ProxyType.SIDECAR,
-        id="productpage-v1-0.bookinfo",
-        ip_addresses=("10.1.0.10",),
-        namespace="bookinfo",
-        dns_domain="bookinfo.svc.cluster.local",
-        labels={"app": "productpage", "version": "v1"},
-    )
-    clusters = generate_clusters(proxy, env_push)
+    proxy = sidecar_proxy("productpage-v1-0.bookinfo", "10.1.0.10", {"app": "productpage", "version": "v1"})
+    clusters = generate_clusters(proxy, push_context_from_dir(BOOKINFO))
     assert "inbound|9080||" in {c.name for c in clusters}
-    path = tmp_path / "bootstrap.json"
-    path.write_text(json.dumps(json_format.MessageToDict(_bootstrap(clusters))))
-    result = subprocess.run(
-        [envoy, "--mode", "validate", "-c", str(path), "--log-level", "error"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    validate_bootstrap(agent_bootstrap(NODE_ID, clusters, node_cluster="productpage.default"), tmp_path)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.delta import DeltaSession
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
 from app.xds.sotw import ProtocolError, RequestKind
-from app.xds.watch import Resource, counter_nonces, encode
+from app.xds.watch import counter_nonces, encode
+from tests.support.xds import cla, clusters
 
 
 def session() -> DeltaSession:
@@ -33,19 +33,6 @@ def req(
         r.error_detail.code = 3
         r.error_detail.message = error
     return r
-
-
-def clusters(*names: str, timeout: int = 1) -> list[Resource]:
-    out = []
-    for n in names:
-        c = cluster_pb2.Cluster(name=n)
-        c.connect_timeout.seconds = timeout
-        out.append(encode(n, c))
-    return out
-
-
-def cla(*names: str) -> list[Resource]:
-    return [encode(n, endpoint_pb2.ClusterLoadAssignment(cluster_name=n)) for n in names]
 
 
 def names(resp: discovery_pb2.DeltaDiscoveryResponse | None) -> list[str]:

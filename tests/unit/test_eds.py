@@ -7,20 +7,17 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from envoy.config.bootstrap.v3 import bootstrap_pb2
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3.endpoint_pb2 import ClusterLoadAssignment as CLA
 from google.protobuf import json_format
 
-from app.config.loader import load_documents, load_mesh_file
-from app.config.model import ConfigEvent, EventType
-from app.environment import Environment
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names, generate_endpoints, parse_cluster_name
-from tests.support.envoy import validate_bootstrap
+from tests.support.envoy import agent_bootstrap, validate_bootstrap
+from tests.support.mesh import push_context, sidecar_proxy
 
 REVIEWS = "reviews.default.svc.cluster.local"
 PAY = "pay.example.com"
@@ -144,31 +141,7 @@ spec:
   endpoints: [{address: db1.example.com}]
 """
 
-PROXY = Proxy(
-    type=ProxyType.SIDECAR,
-    id="productpage-1.default",
-    ip_addresses=("10.1.9.9",),
-    namespace="default",
-    dns_domain="default.svc.cluster.local",
-    labels={"app": "productpage"},
-    locality="us-east1/us-east1-b",
-)
-
-
-def environment(*texts: str, mesh: str | None = None) -> PushContext:
-    env = Environment()
-    events = []
-    for i, text in enumerate(texts):
-        result = load_documents(text, f"doc{i}")
-        assert not result.rejected, result.rejected
-        events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
-    if mesh is not None:
-        result = load_mesh_file(mesh, "mesh.yaml")
-        assert not result.rejected, result.rejected
-        events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
-    env.apply(events)
-    return env.build_push_context(None)
-
+PROXY = sidecar_proxy("productpage-1.default", "10.1.9.9", {"app": "productpage"}, locality="us-east1/us-east1-b")
 
 def one(push: PushContext, name: str, proxy: Proxy = PROXY) -> CLA:
     [la] = generate_endpoints(proxy, push, [name])
@@ -221,7 +194,7 @@ def test_cluster_names_parse_like_istiod() -> None:
 
 
 def test_unresolvable_names_get_an_assignment_with_only_the_cluster_name() -> None:
-    push = environment(KUBE, SERVICE_ENTRY)
+    push = push_context(KUBE, SERVICE_ENTRY)
     names = [
         "outbound|9080||nope.default.svc.cluster.local",  # unknown service
         f"outbound|1234||{REVIEWS}",  # unknown port
@@ -236,7 +209,7 @@ def test_unresolvable_names_get_an_assignment_with_only_the_cluster_name() -> No
 
 
 def test_output_is_sorted_and_deduplicated() -> None:
-    push = environment(KUBE, SUBSETS_DR)
+    push = push_context(KUBE, SUBSETS_DR)
     names = [f"outbound|9080|v1|{REVIEWS}", f"outbound|9080||{REVIEWS}", f"outbound|9080|v1|{REVIEWS}"]
     assert [la.cluster_name for la in generate_endpoints(PROXY, push, names)] == sorted(set(names))
 
@@ -249,7 +222,7 @@ kind: Sidecar
 metadata: {name: default, namespace: default}
 spec: {egress: [{hosts: [istio-system/*]}]}
 """
-    push = environment(KUBE, sidecar)
+    push = push_context(KUBE, sidecar)
     assert one(push, f"outbound|9080||{REVIEWS}") == CLA(cluster_name=f"outbound|9080||{REVIEWS}")
 
 
@@ -257,7 +230,7 @@ spec: {egress: [{hosts: [istio-system/*]}]}
 
 
 def test_plain_cluster_from_service_endpointslice_and_pods() -> None:
-    la = one(environment(KUBE), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(KUBE), f"outbound|9080||{REVIEWS}")
     assert localities(la) == [
         "eu-west1/eu-west1-a",
         "us-east1/us-east1-b",
@@ -282,14 +255,14 @@ def test_plain_cluster_from_service_endpointslice_and_pods() -> None:
 
 
 def test_port_filtering_takes_only_the_named_ports_endpoints() -> None:
-    la = one(environment(KUBE), f"outbound|9090||{REVIEWS}")
+    la = one(push_context(KUBE), f"outbound|9090||{REVIEWS}")
     ports = {e.endpoint.address.socket_address.port_value for g in la.endpoints for e in g.lb_endpoints}
     assert ports == {9091}
     assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
 
 
 def test_subset_filters_by_the_rules_labels_and_uses_the_subsets_tls_mode() -> None:
-    push = environment(KUBE, SUBSETS_DR)
+    push = push_context(KUBE, SUBSETS_DR)
     v1 = one(push, f"outbound|9080|v1|{REVIEWS}")
     assert addresses(v1) == [["10.1.0.4"], ["10.1.0.1"]]
     v2 = one(push, f"outbound|9080|v2|{REVIEWS}")
@@ -300,18 +273,18 @@ def test_subset_filters_by_the_rules_labels_and_uses_the_subsets_tls_mode() -> N
 
 
 def test_rule_tls_mode_disable_turns_off_the_tls_mode_match() -> None:
-    push = environment(KUBE, dr("trafficPolicy: {tls: {mode: DISABLE}}\nsubsets: [{name: v1, labels: {version: v1}}]"))
+    push = push_context(KUBE, dr("trafficPolicy: {tls: {mode: DISABLE}}\nsubsets: [{name: v1, labels: {version: v1}}]"))
     la = one(push, f"outbound|9080||{REVIEWS}")
     # istiod's mtlsChecker reads a subset's own policy only, and this subset has none
     assert tls_matched(one(push, f"outbound|9080|v1|{REVIEWS}")) == [True, True]
-    assert tls_matched(one(environment(KUBE), f"outbound|9080||{REVIEWS}")) == [True, True, False, True]
+    assert tls_matched(one(push_context(KUBE), f"outbound|9080||{REVIEWS}")) == [True, True, False, True]
     assert tls_matched(la) == [False, False, False, False]
 
 
 def test_subset_missing_from_the_rule_selects_every_endpoint_as_istiod_does() -> None:
     # istiod getSubSetLabels returns no labels for an unknown subset, so nothing is filtered out;
     # CDS never builds such a cluster, so only a stale subscription sees this
-    push = environment(KUBE, SUBSETS_DR)
+    push = push_context(KUBE, SUBSETS_DR)
     la = one(push, f"outbound|9080|v9|{REVIEWS}")
     assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
 
@@ -324,7 +297,7 @@ STICKY = KUBE.replace(
 
 
 def test_draining_endpoints_go_only_to_persistent_session_services() -> None:
-    la = one(environment(STICKY), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(STICKY), f"outbound|9080||{REVIEWS}")
     b = la.endpoints[1]
     assert [e.endpoint.address.socket_address.address for e in b.lb_endpoints] == ["10.1.0.1", "10.1.0.6"]
     assert [e.health_status for e in b.lb_endpoints] == [health_check_pb2.HEALTHY, health_check_pb2.DRAINING]
@@ -336,13 +309,13 @@ def test_draining_endpoints_go_only_to_persistent_session_services() -> None:
 def test_the_draining_label_marks_an_endpoint_draining() -> None:
     labelled = KUBE.replace("version: v3, istio-locality", "version: v3, istio.io/draining: 'true', istio-locality")
     assert labelled != KUBE
-    la = one(environment(labelled), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(labelled), f"outbound|9080||{REVIEWS}")
     assert "10.1.0.3" not in [a for group in addresses(la) for a in group]
 
 
 def test_headless_service_endpoints_are_sent_though_only_gateways_subscribe() -> None:
     # istiod skips only DNS services; a sidecar's headless cluster is ORIGINAL_DST, a gateway's EDS
-    push = environment(KUBE.replace("clusterIP: 10.96.0.20", "clusterIP: None", 1))
+    push = push_context(KUBE.replace("clusterIP: 10.96.0.20", "clusterIP: None", 1))
     name = f"outbound|9080||{REVIEWS}"
     assert sum(len(g.lb_endpoints) for g in one(push, name).endpoints) == 4
     gateway = replace(PROXY, type=ProxyType.ROUTER, id="gw-1.istio-system", namespace="istio-system")
@@ -354,7 +327,7 @@ def test_headless_service_endpoints_are_sent_though_only_gateways_subscribe() ->
 
 
 def test_service_entry_static_endpoints_grouped_by_locality_with_weights() -> None:
-    la = one(environment(SERVICE_ENTRY), f"outbound|80||{PAY}")
+    la = one(push_context(SERVICE_ENTRY), f"outbound|80||{PAY}")
     assert localities(la) == ["eu-west1/eu-west1-a", "us-east1/us-east1-b", "us-east1/us-east1-c"]
     assert addresses(la) == [["10.2.0.3"], ["10.2.0.1", "10.2.0.2"], ["10.2.0.4"]]
     assert [g.load_balancing_weight.value for g in la.endpoints] == [1, 8, 1]
@@ -366,7 +339,7 @@ def test_service_entry_static_endpoints_grouped_by_locality_with_weights() -> No
 
 
 def test_service_entry_selecting_workload_entries() -> None:
-    la = one(environment(SERVICE_ENTRY), "outbound|7000||vm.example.com")
+    la = one(push_context(SERVICE_ENTRY), "outbound|7000||vm.example.com")
     assert addresses(la) == [["10.3.0.1"]]
     ep = la.endpoints[0].lb_endpoints[0]
     assert ep.endpoint.address.socket_address.port_value == 7000
@@ -386,7 +359,7 @@ trafficPolicy:
 
 
 def test_failover_priorities_follow_the_proxy_locality_with_outlier_detection() -> None:
-    la = one(environment(KUBE, dr(FAILOVER)), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(KUBE, dr(FAILOVER)), f"outbound|9080||{REVIEWS}")
     # own zone, own region, the failover region, then anywhere else
     assert priorities(la) == {
         "us-east1/us-east1-b": 0,
@@ -398,7 +371,7 @@ def test_failover_priorities_follow_the_proxy_locality_with_outlier_detection() 
 
 def test_failover_without_explicit_regions_ranks_by_closeness() -> None:
     od_only = dr("trafficPolicy: {outlierDetection: {consecutive5xxErrors: 3}}")
-    la = one(environment(KUBE, od_only), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(KUBE, od_only), f"outbound|9080||{REVIEWS}")
     # the mesh default turns locality LB on; other regions share the last priority
     assert priorities(la) == {
         "us-east1/us-east1-b": 0,
@@ -407,7 +380,7 @@ def test_failover_without_explicit_regions_ranks_by_closeness() -> None:
         "us-west1/us-west1-a": 2,
     }
     west = replace(PROXY, locality="us-west1/us-west1-a")
-    la_west = one(environment(KUBE, od_only), f"outbound|9080||{REVIEWS}", west)
+    la_west = one(push_context(KUBE, od_only), f"outbound|9080||{REVIEWS}", west)
     assert priorities(la_west) == {
         "us-west1/us-west1-a": 0,
         "eu-west1/eu-west1-a": 1,
@@ -418,16 +391,16 @@ def test_failover_without_explicit_regions_ranks_by_closeness() -> None:
 
 def test_no_failover_priorities_without_outlier_detection_or_when_disabled() -> None:
     no_od = dr("trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east1, to: eu-west1}]}}}")
-    assert {g.priority for g in one(environment(KUBE, no_od), f"outbound|9080||{REVIEWS}").endpoints} == {0}
+    assert {g.priority for g in one(push_context(KUBE, no_od), f"outbound|9080||{REVIEWS}").endpoints} == {0}
     od = dr("trafficPolicy: {outlierDetection: {consecutive5xxErrors: 3}}")
-    off = environment(KUBE, od, mesh="localityLbSetting: {enabled: false}")
+    off = push_context(KUBE, od, mesh="localityLbSetting: {enabled: false}")
     assert {g.priority for g in one(off, f"outbound|9080||{REVIEWS}").endpoints} == {0}
     rule_off = dr("""
 trafficPolicy:
   outlierDetection: {consecutive5xxErrors: 3}
   loadBalancer: {localityLbSetting: {enabled: false}}
 """)
-    assert {g.priority for g in one(environment(KUBE, rule_off), f"outbound|9080||{REVIEWS}").endpoints} == {0}
+    assert {g.priority for g in one(push_context(KUBE, rule_off), f"outbound|9080||{REVIEWS}").endpoints} == {0}
 
 
 def test_subset_policy_outlier_detection_enables_failover_for_that_subset_only() -> None:
@@ -436,7 +409,7 @@ subsets:
 - {name: v1, labels: {version: v1}, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}}
 - {name: all, labels: {app: reviews}}
 """)
-    push = environment(KUBE, rule)
+    push = push_context(KUBE, rule)
     v1 = one(push, f"outbound|9080|v1|{REVIEWS}")
     assert [g.priority for g in v1.endpoints] == [1, 0]  # eu-west1, then us-east1-b
     assert {g.priority for g in one(push, f"outbound|9080|all|{REVIEWS}").endpoints} == {0}
@@ -454,7 +427,7 @@ trafficPolicy:
 
 def test_distribute_sets_locality_weights_and_empties_the_rest() -> None:
     rule = dr(DISTRIBUTE)
-    la = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}")
     weights = {
         loc: (g.load_balancing_weight.value, len(g.lb_endpoints))
         for loc, g in zip(localities(la), la.endpoints, strict=True)
@@ -468,7 +441,7 @@ def test_distribute_sets_locality_weights_and_empties_the_rest() -> None:
     }
     assert {g.priority for g in la.endpoints} == {0}
     elsewhere = replace(PROXY, locality="eu-west1/eu-west1-a")
-    untouched = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}", elsewhere)
+    untouched = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}", elsewhere)
     assert [g.load_balancing_weight.value for g in untouched.endpoints] == [1, 1, 1, 1]
 
 
@@ -480,7 +453,7 @@ trafficPolicy:
     localityLbSetting:
       failoverPriority: [version=v1, topology.kubernetes.io/region]
 """)
-    la = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}")
     got = sorted((g.priority, a) for g, group in zip(la.endpoints, addresses(la), strict=True) for a in group)
     # both labels match: 0; version matches but region does not: 1; version differs: 2
     assert got == [(0, "10.1.0.1"), (1, "10.1.0.4"), (2, "10.1.0.2"), (2, "10.1.0.3")]
@@ -496,14 +469,14 @@ trafficPolicy:
       failoverPriority: [version=v1]
       failover: [{from: us-east1, to: eu-west1}]
 """)
-    la = one(environment(KUBE, rule), f"outbound|9080||{REVIEWS}")
+    la = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}")
     got = sorted((g.priority, a) for g, group in zip(la.endpoints, addresses(la), strict=True) for a in group)
     # label priority is the major key: v1 here, then the failover region; then the others
     assert got == [(0, "10.1.0.1"), (1, "10.1.0.4"), (2, "10.1.0.2"), (3, "10.1.0.3")]
 
 
 def test_sni_dnat_names_keep_only_mtls_endpoints() -> None:
-    la = one(environment(KUBE), f"outbound_.9080_._.{REVIEWS}")
+    la = one(push_context(KUBE), f"outbound_.9080_._.{REVIEWS}")
     assert addresses(la) == [["10.1.0.4"], ["10.1.0.1"], [], ["10.1.0.3"]]
     assert not la.endpoints[2].HasField("load_balancing_weight")
 
@@ -512,7 +485,7 @@ def test_sni_dnat_names_keep_only_mtls_endpoints() -> None:
 
 
 def test_eds_cluster_names_are_what_envoy_subscribes_to() -> None:
-    push = environment(KUBE, SUBSETS_DR, SERVICE_ENTRY)
+    push = push_context(KUBE, SUBSETS_DR, SERVICE_ENTRY)
     clusters = generate_clusters(PROXY, push)
     names = eds_cluster_names(clusters)
     assert names == sorted(
@@ -529,19 +502,20 @@ def test_eds_cluster_names_are_what_envoy_subscribes_to() -> None:
 
 
 def test_real_envoy_accepts_the_assignments(tmp_path: Path) -> None:
-    push = environment(KUBE, SUBSETS_DR, SERVICE_ENTRY)
+    push = push_context(KUBE, SUBSETS_DR, SERVICE_ENTRY)
     assignments = generate_endpoints(PROXY, push, eds_cluster_names(generate_clusters(PROXY, push)))
-    assignments += generate_endpoints(PROXY, environment(STICKY), [f"outbound|9080||{REVIEWS}"])  # DRAINING
+    assignments += generate_endpoints(PROXY, push_context(STICKY), [f"outbound|9080||{REVIEWS}"])  # DRAINING
     for spec in (FAILOVER, DISTRIBUTE):
         names = [f"outbound|9080||{REVIEWS}", f"outbound_.9090_._.{REVIEWS}"]
-        assignments += generate_endpoints(PROXY, environment(KUBE, dr(spec)), names)
-    bootstrap = bootstrap_pb2.Bootstrap()
-    bootstrap.node.id = "sidecar~10.1.9.9~productpage-1.default~default.svc.cluster.local"
+        assignments += generate_endpoints(PROXY, push_context(KUBE, dr(spec)), names)
+    clusters = []
     for i, la in enumerate(assignments):
-        c = bootstrap.static_resources.clusters.add(name=f"{i}-{la.cluster_name}", type=cluster_pb2.Cluster.STATIC)
+        c = cluster_pb2.Cluster(name=f"{i}-{la.cluster_name}", type=cluster_pb2.Cluster.STATIC)
         c.connect_timeout.seconds = 1
         c.common_lb_config.locality_weighted_lb_config.SetInParent()
         c.load_assignment.CopyFrom(la)
         c.load_assignment.cluster_name = c.name
+        clusters.append(c)
     assert any(g.priority > 0 for la in assignments for g in la.endpoints)
-    validate_bootstrap(json_format.MessageToDict(bootstrap), tmp_path)
+    node_id = "sidecar~10.1.9.9~productpage-1.default~default.svc.cluster.local"
+    validate_bootstrap(agent_bootstrap(node_id, clusters), tmp_path)

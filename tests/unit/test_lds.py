@@ -13,31 +13,24 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import json_format
 
-from app.config.loader import load_documents, load_mesh_file
-from app.config.model import ConfigEvent, EventType
-from app.environment import Environment
-from app.model.proxy import Proxy, ProxyType, build_proxy
+from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
-from app.sources.files import FileSource
 from app.xds.envoy.listener import sidecar_route_name
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.lds import generate_listeners, route_names
-from tests.support.envoy import validate_bootstrap
+from tests.support.envoy import agent_bootstrap, validate_bootstrap
+from tests.support.mesh import push_context, push_context_from_dir, router_proxy, sidecar_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOKINFO = ROOT / "examples" / "bookinfo"
@@ -135,29 +128,12 @@ spec:
 
 
 def environment(*texts: str, mesh: str = MESH) -> PushContext:
-    env = Environment()
-    events = []
-    mesh_result = load_mesh_file(mesh, "mesh.yaml")
-    assert not mesh_result.rejected, mesh_result.rejected
-    events += [ConfigEvent(EventType.ADD, obj) for obj in mesh_result.objects]
-    for i, text in enumerate(texts):
-        result = load_documents(text, f"doc{i}")
-        assert not result.rejected, result.rejected
-        events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
-    env.apply(events)
-    return env.build_push_context(None)
+    return push_context(*texts, mesh=mesh)
 
 
 def sidecar(interception: str = "REDIRECT", ip: str = "10.1.0.1", labels: dict[str, str] | None = None) -> Proxy:
-    return Proxy(
-        type=ProxyType.SIDECAR,
-        id="web-0.default",
-        ip_addresses=(ip,),
-        namespace="default",
-        dns_domain="default.svc.cluster.local",
-        labels=labels if labels is not None else {"app": "web", "version": "v1"},
-        interception_mode=interception,
-    )
+    labels = labels if labels is not None else {"app": "web", "version": "v1"}
+    return sidecar_proxy("web-0.default", ip, labels, interception_mode=interception)
 
 
 def by_name(listeners: Sequence[listener_pb2.Listener]) -> dict[str, listener_pb2.Listener]:
@@ -476,9 +452,7 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
 
 # --- gateways -----------------------------------------------------------------------------------
 
-GATEWAY_PROXY = build_proxy(
-    "router~10.0.0.5~ingress-0.istio-system~istio-system.svc.cluster.local", {"LABELS": {"istio": "ingressgateway"}}
-)
+GATEWAY_PROXY = router_proxy("ingress-0.istio-system", "10.0.0.5", {"istio": "ingressgateway"})
 
 
 def gateways(cert_dir: Path) -> str:
@@ -623,52 +597,18 @@ spec:
 # --- a real Envoy accepts what is generated -----------------------------------------------------
 
 
-def bootstrap(
-    node_id: str, clusters: Sequence[cluster_pb2.Cluster], listeners: Sequence[listener_pb2.Listener]
-) -> dict[str, Any]:
-    b = bootstrap_pb2.Bootstrap()
-    b.node.id = node_id
-    b.node.cluster = "test"
-    admin = b.admin.address.socket_address
-    admin.address, admin.port_value = "127.0.0.1", 0
-    ads = b.dynamic_resources.ads_config
-    ads.api_type = ads.GRPC
-    ads.transport_api_version = 2  # V3
-    ads.set_node_on_first_message_only = True
-    ads.grpc_services.add().envoy_grpc.cluster_name = "xds-grpc"
-    for name in ("sds-grpc", "xds-grpc"):
-        c = b.static_resources.clusters.add(name=name, type=cluster_pb2.Cluster.STATIC)
-        c.connect_timeout.seconds = 1
-        h2 = http_protocol_options_pb2.HttpProtocolOptions()
-        h2.explicit_http_config.http2_protocol_options.SetInParent()
-        c.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].Pack(h2)
-        c.load_assignment.cluster_name = name
-        addr = c.load_assignment.endpoints.add().lb_endpoints.add().endpoint.address
-        if name == "sds-grpc":
-            addr.pipe.path = "./var/run/secrets/workload-spiffe-uds/socket"
-        else:
-            addr.socket_address.address, addr.socket_address.port_value = "127.0.0.1", 15010
-    b.static_resources.clusters.extend(clusters)
-    b.static_resources.listeners.extend(listeners)
-    return json_format.MessageToDict(b)
-
-
 def check_with_envoy(proxy: Proxy, node_id: str, push: PushContext, tmp_path: Path) -> list[listener_pb2.Listener]:
     listeners = generate_listeners(proxy, push)
     assert listeners
-    validate_bootstrap(bootstrap(node_id, generate_clusters(proxy, push), listeners), tmp_path)
+    validate_bootstrap(agent_bootstrap(node_id, generate_clusters(proxy, push), listeners), tmp_path)
     return listeners
 
 
 @pytest.mark.parametrize("name", ["productpage", "ingress"])
 def test_real_envoy_accepts_bookinfo_listeners(name: str, tmp_path: Path) -> None:
-    source = FileSource(BOOKINFO)
-    env = Environment()
-    env.apply(source.load())
-    assert source.rejections() == []
     spec = yaml.safe_load((ROOT / "tests" / "data" / "golden" / "bookinfo" / "proxies.yaml").read_text())[name]
     proxy = build_proxy(spec["nodeId"], {"LABELS": spec.get("labels", {})})
-    listeners = check_with_envoy(proxy, spec["nodeId"], env.build_push_context(None), tmp_path)
+    listeners = check_with_envoy(proxy, spec["nodeId"], push_context_from_dir(BOOKINFO), tmp_path)
     expected = {"productpage": ["9080"], "ingress": ["http.8080"]}[name]
     assert route_names(listeners) == expected
 

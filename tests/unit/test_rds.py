@@ -12,27 +12,20 @@ Envoy in validate mode over every route configuration built here.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
-from envoy.extensions.filters.http.router.v3 import router_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
-from google.protobuf import json_format
 
-from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType
-from app.environment import Environment
-from app.model.proxy import Proxy, build_proxy
+from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.xds.envoy.virtual_host import alt_hosts
+from app.xds.generators.lds import generate_listeners, route_names
 from app.xds.generators.rds import generate_routes
-from tests.support.envoy import validate_bootstrap
+from tests.support.envoy import route_bootstrap, validate_bootstrap
+from tests.support.mesh import push_context, router_proxy, sidecar_proxy
 
 REVIEWS = "reviews.default.svc.cluster.local"
 RATINGS = "ratings.other.svc.cluster.local"
@@ -89,21 +82,11 @@ API_ENTRY = doc(
 )
 
 
-def push_for(*docs: str) -> PushContext:
-    result = load_documents("".join(docs), "world.yaml")
-    assert result.rejected == []
-    env = Environment()
-    env.apply([ConfigEvent(EventType.ADD, o) for o in result.objects])
-    return env.build_push_context(None)
-
-
 def sidecar(ns: str = "default", labels: Mapping[str, str] | None = None) -> Proxy:
-    return build_proxy(f"sidecar~10.1.0.7~pod-1.{ns}~{ns}.svc.cluster.local", {"LABELS": dict(labels or {})})
+    return sidecar_proxy(f"pod-1.{ns}", "10.1.0.7", labels)
 
 
-GATEWAY = build_proxy(
-    "router~10.1.9.9~ingress-0.istio-system~istio-system.svc.cluster.local", {"LABELS": {"istio": "ingressgateway"}}
-)
+GATEWAY = router_proxy("ingress-0.istio-system", "10.1.9.9", {"istio": "ingressgateway"})
 
 
 def route(proxy: Proxy, push: PushContext, name: str) -> route_pb2.RouteConfiguration:
@@ -124,7 +107,7 @@ def clusters(vh: rc.VirtualHost) -> list[str]:
 
 
 def test_default_route_per_service_port() -> None:
-    push = push_for(*SERVICES)
+    push = push_context(*SERVICES)
     by_port = {p: vhosts(route(sidecar(), push, p)) for p in ("9080", "9090")}
     assert list(by_port["9080"]) == [f"{RATINGS}:9080", f"{REVIEWS}:9080", "allow_any"]  # db is TCP: none
     assert list(by_port["9090"]) == [f"{REVIEWS}:9090", "allow_any"]
@@ -135,7 +118,7 @@ def test_default_route_per_service_port() -> None:
 
 
 def test_route_configuration_flags() -> None:
-    cfg = route(sidecar(), push_for(*SERVICES), "9080")
+    cfg = route(sidecar(), push_context(*SERVICES), "9080")
     assert cfg.validate_clusters.value is False and cfg.HasField("validate_clusters")
     assert cfg.ignore_port_in_host_matching is True
     assert cfg.max_direct_response_body_size_bytes.value == 1024 * 1024
@@ -143,7 +126,7 @@ def test_route_configuration_flags() -> None:
 
 
 def test_virtual_service_header_match_to_v2_else_v1() -> None:
-    cfg = route(sidecar(), push_for(*SERVICES, REVIEWS_VS), "9080")
+    cfg = route(sidecar(), push_context(*SERVICES, REVIEWS_VS), "9080")
     vh = vhosts(cfg)[f"{REVIEWS}:9080"]
     assert clusters(vh) == [f"outbound|9080|v2|{REVIEWS}", f"outbound|9080|v1|{REVIEWS}"]
     (header,) = vh.routes[0].match.headers
@@ -154,7 +137,7 @@ def test_virtual_service_header_match_to_v2_else_v1() -> None:
 
 
 def test_domains_in_proxy_namespace_and_another() -> None:
-    cfg = route(sidecar(), push_for(*SERVICES), "9080")
+    cfg = route(sidecar(), push_context(*SERVICES), "9080")
     by_name = vhosts(cfg)
     # same namespace: every short form; no :PORT variants as ignore_port_in_host_matching is set
     assert list(by_name[f"{REVIEWS}:9080"].domains) == [
@@ -169,7 +152,7 @@ def test_domains_in_proxy_namespace_and_another() -> None:
 
 
 def test_headless_service_also_matches_pod_names() -> None:
-    vh = vhosts(route(sidecar(), push_for(HEADLESS), "8000"))["web.default.svc.cluster.local:8000"]
+    vh = vhosts(route(sidecar(), push_context(HEADLESS), "8000"))["web.default.svc.cluster.local:8000"]
     short = ["web.default.svc.cluster.local", "web", "web.default.svc", "web.default"]
     assert list(vh.domains) == short + [f"*.{d}" for d in short]
 
@@ -189,7 +172,7 @@ def test_a_domain_is_used_once_and_a_short_name_never_shadows_an_fqdn() -> None:
         """,
         created="2024-02-01T00:00:00Z",
     )
-    by_name = vhosts(route(sidecar(), push_for(*SERVICES, entry), "9080"))
+    by_name = vhosts(route(sidecar(), push_context(*SERVICES, entry), "9080"))
     assert list(by_name[f"{REVIEWS}:9080"].domains) == [REVIEWS, "reviews", "reviews.default.svc", "10.96.0.30"]
     # the VIP went to the older service
     assert list(by_name["reviews.default:9080"].domains) == ["reviews.default"]
@@ -211,7 +194,7 @@ def test_virtual_service_for_an_external_service_entry() -> None:
         - route: [{destination: {host: api.example.com}}]
         """,
     )
-    cfg = route(sidecar(), push_for(*SERVICES, API_ENTRY, vs), "80")
+    cfg = route(sidecar(), push_context(*SERVICES, API_ENTRY, vs), "80")
     vh = vhosts(cfg)["api.example.com:80"]
     assert list(vh.domains) == ["api.example.com"]  # not a Kubernetes name: no short forms
     assert [r.match.prefix for r in vh.routes] == ["/v2", "/"]
@@ -230,7 +213,7 @@ def test_virtual_service_host_that_is_no_service_gets_its_own_virtual_host_on_po
         - route: [{destination: {host: reviews, port: {number: 9080}}}]
         """,
     )
-    push = push_for(*SERVICES, vs)
+    push = push_context(*SERVICES, vs)
     on_80 = vhosts(route(sidecar(), push, "80"))
     # reviews has no port 80, so on 80 its name is just another host (istiod does the same)
     assert list(on_80) == ["bookinfo.com:80", f"{REVIEWS}:80", "allow_any"]
@@ -262,7 +245,7 @@ def test_a_service_matched_by_wildcard_virtual_services_takes_routes_from_the_mo
         """,
         created="2024-02-01T00:00:00Z",
     )
-    by_name = vhosts(route(sidecar(), push_for(*SERVICES, broad, narrow), "9080"))
+    by_name = vhosts(route(sidecar(), push_context(*SERVICES, broad, narrow), "9080"))
     # wildcard hosts that name services are no virtual hosts of their own
     assert list(by_name) == [f"{RATINGS}:9080", f"{REVIEWS}:9080", "allow_any"]
     assert clusters(by_name[f"{REVIEWS}:9080"]) == [f"outbound|9080|narrow|{REVIEWS}"]
@@ -270,14 +253,14 @@ def test_a_service_matched_by_wildcard_virtual_services_takes_routes_from_the_mo
 
 
 def test_allow_any_and_registry_only_catch_all() -> None:
-    allow = route(sidecar(), push_for(*SERVICES), "9080").virtual_hosts[-1]
+    allow = route(sidecar(), push_context(*SERVICES), "9080").virtual_hosts[-1]
     assert (allow.name, list(allow.domains)) == ("allow_any", ["*"])
     (r,) = allow.routes
     assert (r.name, r.match.prefix, r.route.cluster) == ("allow_any", "/", "PassthroughCluster")
     assert r.route.HasField("timeout") and r.route.timeout.ToSeconds() == 0
     assert r.route.HasField("max_grpc_timeout") and r.route.max_grpc_timeout.ToSeconds() == 0
 
-    blocked = route(sidecar(), push_for(*SERVICES, mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")), "9080")
+    blocked = route(sidecar(), push_context(*SERVICES, mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")), "9080")
     block = blocked.virtual_hosts[-1]
     assert (block.name, list(block.domains)) == ("block_all", ["*"])
     (r,) = block.routes
@@ -296,13 +279,13 @@ def test_sidecar_egress_proxy_replaces_passthrough() -> None:
         egress: [{hosts: ["*/*"]}]
         """,
     )
-    catch_all = route(sidecar(), push_for(*SERVICES, sc), "9080").virtual_hosts[-1]
+    catch_all = route(sidecar(), push_context(*SERVICES, sc), "9080").virtual_hosts[-1]
     assert clusters(catch_all) == ["outbound|443|s1|egress.istio-system.svc.cluster.local"]
 
 
 def test_attempt_count_header_can_be_disabled_in_mesh_config() -> None:
     disabled = mesh("defaultConfig: {proxyHeaders: {attemptCount: {disabled: true}}}")
-    cfg = route(sidecar(), push_for(*SERVICES, disabled), "9080")
+    cfg = route(sidecar(), push_context(*SERVICES, disabled), "9080")
     assert not any(vh.include_request_attempt_count for vh in cfg.virtual_hosts)
 
 
@@ -319,14 +302,14 @@ def test_sidecar_egress_listener_on_a_port_restricts_its_services() -> None:
         - hosts: ["*/*"]
         """,
     )
-    push = push_for(*SERVICES, sc)
+    push = push_context(*SERVICES, sc)
     assert list(vhosts(route(sidecar(), push, "9080"))) == [f"{REVIEWS}:9080", "allow_any"]
     # 9090 falls to the catch-all listener, which sees everything
     assert list(vhosts(route(sidecar(), push, "9090"))) == [f"{REVIEWS}:9090", "allow_any"]
 
 
 def test_sniffed_route_holds_only_its_service_serving_every_host() -> None:
-    push = push_for(*SERVICES, REVIEWS_VS)
+    push = push_context(*SERVICES, REVIEWS_VS)
     cfg = route(sidecar(), push, f"{REVIEWS}:9080")
     (vh,) = cfg.virtual_hosts  # no catch-all on a sniffed listener's route
     assert (vh.name, list(vh.domains)) == (f"{REVIEWS}:9080", ["*"])
@@ -335,7 +318,7 @@ def test_sniffed_route_holds_only_its_service_serving_every_host() -> None:
 
 
 def test_unknown_names_get_an_empty_configuration_and_names_come_back_sorted_once() -> None:
-    push = push_for(*SERVICES)
+    push = push_context(*SERVICES)
     out = generate_routes(sidecar(), push, ["9090", "http.8080", "9080", "9090", "x:y"])
     assert [c.name for c in out] == ["9080", "9090", "http.8080", "x:y"]
     for empty in out[2:]:
@@ -385,7 +368,7 @@ BOUND_VS = doc(
 
 
 def test_gateway_http_route_from_bound_virtual_service() -> None:
-    cfg = route(GATEWAY, push_for(*SERVICES, INGRESS, BOUND_VS), "http.8080")
+    cfg = route(GATEWAY, push_context(*SERVICES, INGRESS, BOUND_VS), "http.8080")
     (vh,) = cfg.virtual_hosts
     assert (vh.name, list(vh.domains)) == ("shop.example.com:8080", ["shop.example.com"])
     # no port on the first destination and reviews has two: the server port is used
@@ -406,18 +389,18 @@ def test_virtual_service_of_another_gateway_or_the_mesh_is_not_included() -> Non
         http: [{route: [{destination: {host: reviews}}]}]
         """,
     )
-    push = push_for(*SERVICES, INGRESS, OTHER_GW, BOUND_VS, elsewhere, REVIEWS_VS)
+    push = push_context(*SERVICES, INGRESS, OTHER_GW, BOUND_VS, elsewhere, REVIEWS_VS)
     assert [vh.name for vh in route(GATEWAY, push, "http.8080").virtual_hosts] == ["shop.example.com:8080"]
 
 
 def test_gateway_with_nothing_bound_gets_a_404_virtual_host() -> None:
-    cfg = route(GATEWAY, push_for(*SERVICES, INGRESS), "http.8080")
+    cfg = route(GATEWAY, push_context(*SERVICES, INGRESS), "http.8080")
     (vh,) = cfg.virtual_hosts
     assert (vh.name, list(vh.domains), list(vh.routes)) == ("blackhole:8080", ["*"], [])
 
 
 def test_unselected_or_unknown_gateway_routes_are_empty() -> None:
-    push = push_for(*SERVICES, OTHER_GW)
+    push = push_context(*SERVICES, OTHER_GW)
     for name in ("http.8080", "9080"):
         cfg = route(GATEWAY, push, name)
         assert list(cfg.virtual_hosts) == [] and cfg.HasField("validate_clusters")
@@ -430,7 +413,7 @@ def test_https_redirect_requires_tls_even_for_hosts_without_routes() -> None:
         "port: {number: 8080, name: http, protocol: HTTP}\nhosts: [shop.example.com, docs.example.com]\n"
         "tls: {httpsRedirect: true}",
     )
-    cfg = route(GATEWAY, push_for(*SERVICES, gw, BOUND_VS), "http.8080")
+    cfg = route(GATEWAY, push_context(*SERVICES, gw, BOUND_VS), "http.8080")
     by_name = vhosts(cfg)
     assert list(by_name) == ["docs.example.com:8080", "shop.example.com:8080"]
     assert all(vh.require_tls == rc.VirtualHost.ALL for vh in by_name.values())
@@ -445,7 +428,7 @@ def test_https_server_route_name_and_hosts_allowed_by_namespace() -> None:
         "port: {number: 443, name: https, protocol: HTTPS}\nhosts: [default/shop.example.com, other/x.example.com]\n"
         "tls: {mode: SIMPLE, credentialName: shop-cert}",
     )
-    cfg = route(GATEWAY, push_for(*SERVICES, gw, BOUND_VS), "https.443.https.ingress.istio-system")
+    cfg = route(GATEWAY, push_context(*SERVICES, gw, BOUND_VS), "https.443.https.ingress.istio-system")
     assert [vh.name for vh in cfg.virtual_hosts] == ["shop.example.com:443"]
 
 
@@ -460,7 +443,7 @@ def test_hosts_with_the_same_routes_share_one_virtual_host() -> None:
         http: [{route: [{destination: {host: reviews, port: {number: 9080}}}]}]
         """,
     )
-    (vh,) = route(GATEWAY, push_for(*SERVICES, INGRESS, vs), "http.8080").virtual_hosts
+    (vh,) = route(GATEWAY, push_context(*SERVICES, INGRESS, vs), "http.8080").virtual_hosts
     # the first host by istiod's order (exact, longest, alphabetical; wildcards last) names it
     assert (vh.name, list(vh.domains)) == ("a.example.com:8080", ["a.example.com", "b.example.com", "*.example.org"])
 
@@ -497,7 +480,7 @@ endpoints:
   targetRef: {kind: Pod, name: ingress-0, namespace: istio-system}
 """
     gw = gateway("ingress", "istio: ingressgateway", "port: {number: 80, name: http, protocol: HTTP}\nhosts: ['*']")
-    push = push_for(*SERVICES, workload, gw, BOUND_VS)
+    push = push_context(*SERVICES, workload, gw, BOUND_VS)
     out = generate_routes(GATEWAY, push, ["http.80", "http.8080"])
     assert list(out[0].virtual_hosts) == []
     # the virtual host keeps the port the Gateway names
@@ -521,45 +504,42 @@ def test_http_servers_of_two_gateways_on_one_port_merge() -> None:
         http: [{route: [{destination: {host: ratings.other.svc.cluster.local}}]}]
         """,
     )
-    cfg = route(GATEWAY, push_for(*SERVICES, INGRESS, second, BOUND_VS, vs), "http.8080")
+    cfg = route(GATEWAY, push_context(*SERVICES, INGRESS, second, BOUND_VS, vs), "http.8080")
     by_name = vhosts(cfg)
     assert list(by_name) == ["docs.example.com:8080", "shop.example.com:8080"]
     assert clusters(by_name["docs.example.com:8080"]) == [f"outbound|9080||{RATINGS}"]
 
 
+def test_listeners_ask_for_the_routes_rds_serves_when_gateways_tie_on_creation_time() -> None:
+    """LDS and RDS read one merge (istiod MergedGateway): equal creation times order Gateways by
+    name, then namespace, so "a" in "zoo" keeps the shared TLS host and "b" in "apps" is dropped."""
+    server = "port: {number: 443, name: https, protocol: HTTPS}\nhosts: [shop.example.com]\n"
+    server += "tls: {mode: SIMPLE, credentialName: shop-cert}"
+    vs = doc(
+        "VirtualService",
+        "default",
+        "shop",
+        """
+        hosts: [shop.example.com]
+        gateways: [zoo/a, apps/b]
+        http: [{route: [{destination: {host: reviews}}]}]
+        """,
+    )
+    gateways = [gateway(name, "istio: ingressgateway", server, ns) for name, ns in (("b", "apps"), ("a", "zoo"))]
+    push = push_context(*SERVICES, *gateways, vs)
+    names = route_names(generate_listeners(GATEWAY, push))
+    assert names == ["https.443.https.a.zoo"]
+    assert [vh.name for vh in route(GATEWAY, push, names[0]).virtual_hosts] == ["shop.example.com:443"]
+    assert list(route(GATEWAY, push, "https.443.https.b.apps").virtual_hosts) == []
+
+
 # --- a real Envoy --------------------------------------------------------------------------
 
 
-def _bootstrap(configs: Sequence[route_pb2.RouteConfiguration]) -> dict[str, Any]:
-    b = bootstrap_pb2.Bootstrap()
-    b.node.id = "sidecar~10.1.0.7~pod-1.default~default.svc.cluster.local"
-    b.node.cluster = "pod.default"
-    admin = b.admin.address.socket_address
-    admin.address, admin.port_value = "127.0.0.1", 0
-    referenced: set[str] = set()
-    for i, cfg in enumerate(configs):
-        listener = b.static_resources.listeners.add(name=f"l{i}")
-        addr = listener.address.socket_address
-        addr.address, addr.port_value = "127.0.0.1", 20000 + i
-        hcm = hcm_pb2.HttpConnectionManager(stat_prefix=f"l{i}", route_config=cfg)
-        hcm.http_filters.add(name="envoy.filters.http.router").typed_config.Pack(router_pb2.Router())
-        f = listener.filter_chains.add().filters.add(name="envoy.filters.network.http_connection_manager")
-        f.typed_config.Pack(hcm)
-        for vh in cfg.virtual_hosts:
-            for r in vh.routes:
-                referenced.add(r.route.cluster)
-                referenced.update(w.name for w in r.route.weighted_clusters.clusters)
-    for name in sorted(referenced - {""}):
-        c = b.static_resources.clusters.add(name=name, type=cluster_pb2.Cluster.STATIC)
-        c.connect_timeout.seconds = 1
-        c.load_assignment.cluster_name = name
-    return json_format.MessageToDict(b)
-
-
 def test_real_envoy_accepts_sidecar_and_gateway_routes(tmp_path: Path) -> None:
-    sc_push = push_for(*SERVICES, REVIEWS_VS, API_ENTRY, HEADLESS)
+    sc_push = push_context(*SERVICES, REVIEWS_VS, API_ENTRY, HEADLESS)
     configs = generate_routes(sidecar(), sc_push, ["80", "8000", "9080", "9090", f"{REVIEWS}:9080", "http.8080"])
-    blocked = push_for(*SERVICES, mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}"))
+    blocked = push_context(*SERVICES, mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}"))
     configs += generate_routes(sidecar(), blocked, ["9080"])
     redirect = gateway(
         "redirect",
@@ -567,10 +547,10 @@ def test_real_envoy_accepts_sidecar_and_gateway_routes(tmp_path: Path) -> None:
         "port: {number: 80, name: http, protocol: HTTP}\nhosts: [shop.example.com, ./docs.example.com]\n"
         "tls: {httpsRedirect: true}",
     )
-    gw_push = push_for(*SERVICES, INGRESS, redirect, BOUND_VS)
+    gw_push = push_context(*SERVICES, INGRESS, redirect, BOUND_VS)
     configs += generate_routes(GATEWAY, gw_push, ["http.8080", "http.80", "http.9999"])
-    configs += generate_routes(GATEWAY, push_for(*SERVICES, INGRESS), ["http.8080"])
+    configs += generate_routes(GATEWAY, push_context(*SERVICES, INGRESS), ["http.8080"])
     for i, cfg in enumerate(configs):
         cfg.name = f"{cfg.name}#{i}"  # distinct names in one bootstrap
     assert sum(len(c.virtual_hosts) for c in configs) > 15
-    validate_bootstrap(_bootstrap(configs), tmp_path)
+    validate_bootstrap(route_bootstrap(configs), tmp_path)

@@ -11,13 +11,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_components_pb2 as route_pb2
+from envoy.config.route.v3 import route_pb2 as route_config_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
-from envoy.extensions.filters.http.router.v3 import router_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from google.protobuf import json_format
 
 from app.api import mesh_pb2
@@ -33,7 +30,7 @@ from app.xds.envoy.route import (
     destination_cluster,
     is_catch_all_route,
 )
-from tests.support.envoy import validate_bootstrap
+from tests.support.envoy import route_bootstrap, validate_bootstrap
 
 HOST = "reviews.default.svc.cluster.local"
 RATINGS = "ratings.default.svc.cluster.local"
@@ -735,46 +732,12 @@ def _every_shape() -> list[route_pb2.Route]:
     return routes
 
 
-def _clusters(routes: list[route_pb2.Route]) -> set[str]:
-    names: set[str] = set()
-    for r in routes:
-        if r.WhichOneof("action") != "route":
-            continue
-        if r.route.cluster:
-            names.add(r.route.cluster)
-        names.update(cw.name for cw in r.route.weighted_clusters.clusters)
-        names.update(m.cluster for m in r.route.request_mirror_policies)
-    return names
-
-
-def _bootstrap(routes: list[route_pb2.Route]) -> bootstrap_pb2.Bootstrap:
-    b = bootstrap_pb2.Bootstrap()
-    b.node.id = "sidecar~10.0.0.1~productpage-1.default~default.svc.cluster.local"
-    b.node.cluster = "productpage.default"
-    manager = hcm_pb2.HttpConnectionManager(stat_prefix="outbound_0.0.0.0_80")
-    vhost = manager.route_config.virtual_hosts.add(name=f"{HOST}:80", domains=["*"])
-    vhost.routes.extend(routes)
-    manager.route_config.name = "80"
-    # the per-route configs need their filters in the chain, before the router
-    manager.http_filters.add(name="envoy.filters.http.cors").typed_config.Pack(cors_pb2.Cors())
-    manager.http_filters.add(name="envoy.filters.http.fault").typed_config.Pack(fault_pb2.HTTPFault())
-    manager.http_filters.add(name="envoy.filters.http.router").typed_config.Pack(router_pb2.Router())
-    listener = b.static_resources.listeners.add(name="0.0.0.0_80")
-    listener.address.socket_address.address, listener.address.socket_address.port_value = "127.0.0.1", 0
-    chain = listener.filter_chains.add()
-    net_filter = chain.filters.add(name="envoy.filters.network.http_connection_manager")
-    net_filter.typed_config.Pack(manager)
-    for name in sorted(_clusters(routes)):
-        c = b.static_resources.clusters.add(name=name, type=cluster_pb2.Cluster.STATIC)
-        c.connect_timeout.seconds = 1
-        c.load_assignment.cluster_name = name
-        addr = c.load_assignment.endpoints.add().lb_endpoints.add().endpoint.address.socket_address
-        addr.address, addr.port_value = "127.0.0.1", 9
-    return b
-
-
 def test_real_envoy_accepts_every_route_shape(tmp_path: Path) -> None:
     routes = _every_shape()
     kinds = {r.WhichOneof("action") for r in routes}
     assert kinds == {"route", "redirect", "direct_response"}
-    validate_bootstrap(json_format.MessageToDict(_bootstrap(routes)), tmp_path)
+    config = route_config_pb2.RouteConfiguration(name="80")
+    config.virtual_hosts.add(name=f"{HOST}:80", domains=["*"]).routes.extend(routes)
+    # the per-route configs need their filters in the chain, before the router
+    filters = [("envoy.filters.http.cors", cors_pb2.Cors()), ("envoy.filters.http.fault", fault_pb2.HTTPFault())]
+    validate_bootstrap(route_bootstrap([config], filters), tmp_path)

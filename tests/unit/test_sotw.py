@@ -4,13 +4,12 @@ wildcard and explicit subscriptions)."""
 from __future__ import annotations
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER
 from app.xds.sotw import ProtocolError, RequestKind, SotwSession
-from app.xds.watch import Resource, counter_nonces, encode
+from app.xds.watch import counter_nonces
+from tests.support.xds import cla, clusters
 
 
 def session() -> SotwSession:
@@ -24,19 +23,6 @@ def req(type_url: str, names: tuple[str, ...] = (), nonce: str = "", version: st
         r.error_detail.code = 3
         r.error_detail.message = error
     return r
-
-
-def clusters(*names: str, timeout: int = 1) -> list[Resource]:
-    out = []
-    for n in names:
-        c = cluster_pb2.Cluster(name=n)
-        c.connect_timeout.seconds = timeout
-        out.append(encode(n, c))
-    return out
-
-
-def cla(*names: str) -> list[Resource]:
-    return [encode(n, endpoint_pb2.ClusterLoadAssignment(cluster_name=n)) for n in names]
 
 
 def test_first_request_is_answered_with_the_full_set_and_ack_is_not() -> None:

@@ -148,6 +148,7 @@ def build_outbound_clusters(
     ctx = PolicyContext(
         mesh=mesh,
         port=port,
+        proxy=proxy,
         direction=Direction.OUTBOUND,
         sidecar=proxy.type is ProxyType.SIDECAR,
         service=service,
@@ -155,8 +156,6 @@ def build_outbound_clusters(
         istio_mtls_sni=outbound_sni(port.port, service.hostname),
         mtls_mode=infer_service_mtls_mode(rule_tp, service),
         dr_with_selector=dr is not None and dr.HasField("workload_selector"),
-        proxy_locality=proxy.locality,
-        proxy_labels=proxy.labels,
     )
     apply_traffic_policy(draft, policy, ctx)
     _maybe_apply_eds_config(draft.cluster)
@@ -407,6 +406,7 @@ def build_inbound_cluster(
     ctx = PolicyContext(
         mesh=mesh,
         port=service_port,
+        proxy=proxy,
         direction=Direction.INBOUND,
         sidecar=proxy.type is ProxyType.SIDECAR,
         service=service,

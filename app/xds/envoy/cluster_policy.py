@@ -2,31 +2,30 @@
 
 Owns istiod's ``applyTrafficPolicy`` (pilot/pkg/networking/core/cluster_traffic_policy.go) in
 its order: h2 upgrade, connection pool (circuit breakers, timeouts, keepalive, HTTP protocol
-options), outlier detection, load balancer (simple, consistent hash, warmup, locality), upstream
-TLS (cluster_tls.py), upstream PROXY protocol, and ``CLUSTER_PROVIDED`` for ORIGINAL_DST.
-Inbound clusters get only the connection pool. Also owns ``ClusterDraft``: a cluster plus the
-``HttpProtocolOptions`` istiod keeps aside and packs into typed_extension_protocol_options last.
+options), outlier detection, load balancer (simple, consistent hash, warmup; locality weights and
+priorities through endpoint.py, the code EDS uses), upstream TLS (cluster_tls.py), upstream PROXY
+protocol, and ``CLUSTER_PROVIDED`` for ORIGINAL_DST. Inbound clusters get only the connection pool.
+Also owns ``ClusterDraft``: a cluster plus the ``HttpProtocolOptions`` istiod keeps aside and packs
+into typed_extension_protocol_options last.
 """
 
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.core.v3 import base_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.extensions.transport_sockets.proxy_protocol.v3 import upstream_proxy_protocol_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.config.model import EMPTY_LABELS
+from app.model.proxy import Proxy
 from app.model.service import Service, ServicePort
 from app.xds.envoy import cluster_tls
 from app.xds.envoy.cluster_tls import MtlsMode, raw_buffer_socket
+from app.xds.envoy.endpoint import apply_locality_load_balancer, locality_lb_setting
 
 Cluster = cluster_pb2.Cluster
 HTTP_PROTOCOL_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -78,6 +77,7 @@ class PolicyContext:
 
     mesh: mesh_pb2.MeshConfig
     port: ServicePort
+    proxy: Proxy  # the proxy the cluster is for: locality LB is relative to it
     direction: Direction = Direction.OUTBOUND
     sidecar: bool = True
     service: Service | None = None
@@ -85,8 +85,6 @@ class PolicyContext:
     istio_mtls_sni: str = ""  # outbound_.PORT_.SUBSET_.HOST
     mtls_mode: MtlsMode = MtlsMode.UNKNOWN
     dr_with_selector: bool = False
-    proxy_locality: str = ""
-    proxy_labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
     @property
     def mesh_external(self) -> bool:
@@ -280,8 +278,7 @@ def apply_outlier_detection(c: cluster_pb2.Cluster, outlier: net.OutlierDetectio
 
 
 def apply_load_balancer(c: cluster_pb2.Cluster, lb: net.LoadBalancerSettings | None, ctx: PolicyContext) -> None:
-    locality_lb, force_failover = _locality_lb_setting(ctx.mesh, lb)
-    _apply_locality_lb(c, locality_lb, force_failover, ctx)
+    _apply_locality_lb(c, locality_lb_setting(ctx.mesh, lb), ctx.proxy)
     if c.type == Cluster.ORIGINAL_DST:
         c.lb_policy = Cluster.CLUSTER_PROVIDED
         return
@@ -355,113 +352,22 @@ def _apply_consistent_hash(c: cluster_pb2.Cluster, ch: net.LoadBalancerSettings.
 # --- locality load balancing --------------------------------------------------------------
 
 
-def _locality_lb_setting(
-    mesh: mesh_pb2.MeshConfig, lb: net.LoadBalancerSettings | None
-) -> tuple[net.LocalityLoadBalancerSetting | None, bool]:
-    """The rule's localityLbSetting if present, else the mesh's; ``enabled: false`` turns it off."""
-    if lb is not None and lb.HasField("locality_lb_setting"):
-        s = lb.locality_lb_setting
-        if s.HasField("enabled") and not s.enabled.value:
-            return None, False
-        return s, False
-    if not mesh.HasField("locality_lb_setting"):
-        return None, False
-    s = mesh.locality_lb_setting
-    if s.HasField("enabled") and not s.enabled.value:
-        return None, False
-    return s, False
-
-
 def _apply_locality_lb(
-    c: cluster_pb2.Cluster, s: net.LocalityLoadBalancerSetting | None, force_failover: bool, ctx: PolicyContext
+    c: cluster_pb2.Cluster, setting: net.LocalityLoadBalancerSetting | None, proxy: Proxy
 ) -> None:
-    # failover needs outlier detection, or Envoy never sees a priority go unhealthy
-    failover = force_failover or c.HasField("outlier_detection")
-    explicit_failover = s is not None and (len(s.failover) > 0 or len(s.failover_priority) > 0)
-    if s is not None and (len(s.distribute) > 0 or (failover and explicit_failover)):
-        c.common_lb_config.locality_weighted_lb_config.SetInParent()
-    if s is None or not c.HasField("load_assignment"):
-        return  # EDS clusters get priorities in EDS, not here
-    la = c.load_assignment
-    if len(s.distribute) > 0:
-        _apply_locality_weights(ctx.proxy_locality, la, s.distribute)
-    elif failover and (len(s.failover_priority) == 0 or len(s.failover) > 0):
-        # failoverPriority needs the endpoints' labels, which CDS does not carry (istiod
-        # passes no wrapped endpoints here), so only explicit region failover applies
-        _apply_locality_failover(ctx.proxy_locality, la, s.failover)
-
-
-def split_locality(locality: str) -> tuple[str, str, str]:
-    parts = [*locality.split("/"), "", "", ""][:3] if locality else ["", "", ""]
-    return parts[0], parts[1], parts[2]
-
-
-def _locality_matches(proxy_locality: str, rule: str) -> bool:
-    region, zone, subzone = split_locality(proxy_locality)
-    r_region, r_zone, r_subzone = split_locality(rule)
-    return (
-        (r_region == "*" or region == r_region)
-        and (r_zone in ("*", "") or zone == r_zone)
-        and (r_subzone in ("*", "") or subzone == r_subzone)
-    )
-
-
-def _loc_str(loc: base_pb2.Locality) -> str:
-    return "/".join(p for p in (loc.region, loc.zone, loc.sub_zone))
-
-
-def _apply_locality_weights(
-    proxy_locality: str,
-    la: endpoint_pb2.ClusterLoadAssignment,
-    distribute: object,
-) -> None:
-    for setting in distribute:  # type: ignore[attr-defined]
-        if not _locality_matches(proxy_locality, getattr(setting, "from")):
-            continue
-        unmatched = set(range(len(la.endpoints)))
-        for dest, weight in setting.to.items():
-            originals: dict[int, int] = {}
-            for i, group in enumerate(la.endpoints):
-                if i in unmatched and _locality_matches(_loc_str(group.locality), dest):
-                    unmatched.discard(i)
-                    w = group.load_balancing_weight.value if group.HasField("load_balancing_weight") else 1
-                    originals[i] = w
-            total = sum(originals.values())
-            for i, original in originals.items():
-                share = original * weight / total if total else 0
-                if share > 0:
-                    la.endpoints[i].load_balancing_weight.value = math.ceil(share)
-        for i in unmatched:
-            del la.endpoints[i].lb_endpoints[:]
+    """istiod applyLocalityLoadBalancer: weighted locality LB on the cluster; priorities and
+    weights on its inline endpoints (DNS clusters; EDS clusters get theirs in EDS)."""
+    if setting is None:
         return
-
-
-def _lb_priority(proxy_locality: str, loc: base_pb2.Locality) -> int:
-    region, zone, subzone = split_locality(proxy_locality)
-    if region != loc.region:
-        return 3
-    if zone != loc.zone:
-        return 2
-    return 0 if subzone == loc.sub_zone else 1
-
-
-def _apply_locality_failover(proxy_locality: str, la: endpoint_pb2.ClusterLoadAssignment, failover: object) -> None:
-    region = split_locality(proxy_locality)[0]
-    by_priority: dict[int, list[int]] = {}
-    for i, group in enumerate(la.endpoints):
-        priority = _lb_priority(proxy_locality, group.locality)
-        if priority == 3:
-            for f in failover:  # type: ignore[attr-defined]
-                if getattr(f, "from") == region:
-                    if group.locality.region != f.to:
-                        priority = 4
-                    break
-        combined = group.priority * 5 + priority
-        group.priority = combined
-        by_priority.setdefault(combined, []).append(i)
-    for rank, priority in enumerate(sorted(by_priority)):
-        for i in by_priority[priority]:
-            la.endpoints[i].priority = rank
+    # failover needs outlier detection, or Envoy never sees a priority go unhealthy
+    failover = c.HasField("outlier_detection")
+    explicit_failover = len(setting.failover) > 0 or len(setting.failover_priority) > 0
+    if len(setting.distribute) > 0 or (failover and explicit_failover):
+        c.common_lb_config.locality_weighted_lb_config.SetInParent()
+    if c.HasField("load_assignment"):
+        # no registry endpoints go along (istiod passes none here either), so failoverPriority
+        # labels cannot split localities in CDS; region failover still applies
+        apply_locality_load_balancer(c.load_assignment, (), proxy, setting, failover)
 
 
 # --- upstream PROXY protocol --------------------------------------------------------------

@@ -23,7 +23,6 @@ from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, HealthStatus, Service, ServicePort
-from app.xds.envoy.cluster_policy import split_locality
 from app.xds.envoy.cluster_tls import TLS_MODE_ISTIO
 
 ISTIO_METADATA_KEY = "istio"
@@ -55,6 +54,12 @@ class LocalityEndpoints:
 
     group: LocalityLbEndpoints
     sources: list[Endpoint] = field(default_factory=list)
+
+
+def split_locality(locality: str) -> tuple[str, str, str]:
+    """``region/zone/subzone`` -> its three parts, missing ones empty."""
+    parts = [*locality.split("/"), "", "", ""][:3] if locality else ["", "", ""]
+    return parts[0], parts[1], parts[2]
 
 
 # --- which endpoints, and how each is sent ---------------------------------------------------

@@ -1,18 +1,17 @@
-"""Gateway listeners, as istiod builds them (pilot/pkg/model/gateway.go mergeGateways,
-pilot/pkg/networking/core/gateway.go buildGatewayListeners).
+"""Gateway listeners, as istiod builds them (pilot/pkg/networking/core/gateway.go
+buildGatewayListeners) from the proxy's MergedGateway (app.model.merged_gateway, which RDS reads
+too, so the route names the listeners ask for are the ones RDS serves).
 
-Owns: which Gateways select a router (selector labels a subset of the proxy's, any namespace:
-PILOT_SCOPE_GATEWAY_TO_NAMESPACE is off by default), merging their servers by port (plain HTTP
-servers share one HCM with RDS ``http.PORT``; TLS servers on a port are told apart by SNI, each
-terminating HTTPS server with its own RDS ``https.PORT.PORTNAME.GATEWAY.NAMESPACE``), service
-port to target port translation, and the listener per (bind, port). TCP servers and TLS servers
-that terminate forward with a VirtualService ``tcp`` route; PASSTHROUGH servers forward by SNI
-with ``tls`` routes. AUTO_PASSTHROUGH and HTTP/3 are not built.
+Owns the listener per (bind, port): plain HTTP servers share one HCM with RDS ``http.PORT``; TLS
+servers on a port are told apart by SNI, each terminating HTTPS server with its own RDS
+``https.PORT.PORTNAME.GATEWAY.NAMESPACE``. TCP servers and TLS servers that terminate forward with
+a VirtualService ``tcp`` route; PASSTHROUGH servers forward by SNI with ``tls`` routes.
+AUTO_PASSTHROUGH and HTTP/3 are not built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol as TypingProtocol
 
@@ -24,6 +23,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from app.api import networking_pb2 as net
 from app.config.host import matches
 from app.config.model import ConfigObject
+from app.model.merged_gateway import GatewayServer, MergedServers, ServerPort, merge_gateways
 from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
 from app.xds.envoy.cluster import ServiceTarget
@@ -41,172 +41,13 @@ from app.xds.envoy.listener_tcp import OutboundContext, route_filters
 from app.xds.envoy.listener_tls import gateway_tls_context, has_server_certificate
 
 SERVER_NAME = "istio-envoy"
-DISABLE_PORT_TRANSLATION = "experimental.istio.io/disable-gateway-port-translation"
 _TLS = net.ServerTLSSettings
-_PASSTHROUGH_MODES = (_TLS.PASSTHROUGH, _TLS.AUTO_PASSTHROUGH)
 
 
 class GatewayVirtualServices(TypingProtocol):
     """The VirtualService index, as far as gateways read it."""
 
     def for_gateway(self, namespace: str, gateway: str) -> list[ResolvedVirtualService]: ...
-
-
-def selects(gateway: net.Gateway, labels: Mapping[str, str]) -> bool:
-    """A Gateway without selector applies to every router; else its labels must all match."""
-    return all(labels.get(k) == v for k, v in gateway.selector.items())
-
-
-@dataclass(eq=False, slots=True)
-class _Server:
-    """One Gateway server with its hosts made namespace-explicit (sanitizeServerHostNamespace)."""
-
-    gateway: ConfigObject
-    spec: net.Server
-    hosts: tuple[str, ...]
-    protocol: Protocol
-    route_name: str = ""
-    sni_hosts: tuple[str, ...] = ()
-
-    @property
-    def gateway_name(self) -> str:
-        return self.gateway.namespaced_name
-
-    @property
-    def has_tls(self) -> bool:
-        return self.spec.HasField("tls")
-
-    @property
-    def passthrough(self) -> bool:
-        return self.has_tls and self.spec.tls.mode in _PASSTHROUGH_MODES
-
-    @property
-    def is_tls_server(self) -> bool:
-        return self.has_tls and not self.protocol.is_http
-
-    @property
-    def is_http_server(self) -> bool:
-        return self.protocol.is_http or (self.protocol is Protocol.HTTPS and self.has_tls and not self.passthrough)
-
-
-@dataclass(frozen=True, slots=True)
-class _ServerPort:
-    number: int
-    protocol: str
-    bind: str
-
-
-@dataclass(slots=True)
-class _Merged:
-    servers: list[_Server] = field(default_factory=list)
-    route_name: str = ""
-
-
-def _sanitize_hosts(hosts: Sequence[str], namespace: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for h in hosts:
-        ns, sep, name = h.partition("/")
-        if not sep:
-            out.append(h)
-        elif ns == ".":
-            out.append(f"{namespace}/{name}")
-        elif ns == "*":
-            if name == "*":
-                return ("*",)
-            out.append(name)
-        else:
-            out.append(h)
-    return tuple(out)
-
-
-def _route_name(server: _Server, port: int) -> str:
-    bind = f".{server.spec.bind}" if server.spec.bind else ""
-    if server.protocol.is_http:
-        return f"http.{port}{bind}"
-    if server.protocol is Protocol.HTTPS and not server.passthrough:
-        meta = server.gateway.meta
-        return f"https.{server.spec.port.number}.{server.spec.port.name}.{meta.name}.{meta.namespace}{bind}"
-    return ""
-
-
-def _resolve_port(number: int, targets: Sequence[ServiceTarget]) -> int:
-    """A server port naming the gateway Service's port listens on its target port (legacy
-    selector gateways: the first match, else the number as written)."""
-    for service, service_port, endpoint in targets:
-        if DISABLE_PORT_TRANSLATION in service.labels:
-            continue
-        if service_port.port == number:
-            return endpoint.port
-    return number
-
-
-def _can_merge(new: Protocol, existing: Protocol) -> bool:
-    return (new.is_http or new is existing) and existing.is_http
-
-
-@dataclass(slots=True)
-class _Merger:
-    """istiod mergeGateways."""
-
-    targets: Sequence[ServiceTarget]
-    ports: set[int] = field(default_factory=set)
-    plaintext: dict[int, _ServerPort] = field(default_factory=dict)
-    non_plaintext_binds: dict[int, set[str]] = field(default_factory=dict)
-    by_route: dict[str, list[_Server]] = field(default_factory=dict)
-    tls_hosts: dict[int, dict[str, str]] = field(default_factory=dict)
-    merged: dict[_ServerPort, _Merged] = field(default_factory=dict)
-    order: list[_ServerPort] = field(default_factory=list)
-
-    def add(self, gateway: ConfigObject, spec: net.Server) -> None:
-        if not spec.HasField("port"):
-            return
-        hosts = _sanitize_hosts(list(spec.hosts), gateway.meta.namespace)
-        server = _Server(gateway, spec, hosts, parse_protocol(spec.port.protocol))
-        port = _resolve_port(spec.port.number, self.targets)
-        server.route_name = _route_name(server, port)
-        if server.has_tls:
-            known = self.tls_hosts.setdefault(port, {})
-            if any(known.get(h) == spec.bind for h in hosts if h in known):
-                return  # duplicate SNI hosts would make two chains match alike
-            known.update({h: spec.bind for h in hosts})
-            server.sni_hosts = tuple(sorted({h.split("/", 1)[-1] for h in hosts}))
-        key = _ServerPort(port, spec.port.protocol, spec.bind)
-        if port not in self.ports:
-            self.ports.add(port)
-            if not server.is_tls_server:
-                self.plaintext[port] = key
-            if server.is_http_server:
-                self.by_route[server.route_name] = [server]
-            self._append(key, server, server.route_name)
-            return
-        current = self.plaintext.get(port)
-        if current is not None:
-            same_bind = current.bind == spec.bind
-            mergeable = _can_merge(server.protocol, parse_protocol(current.protocol)) and bool(server.route_name)
-            if same_bind and not mergeable:
-                return
-            self._append(current if same_bind else key, server, server.route_name)
-            self.by_route.setdefault(server.route_name, []).append(server)
-            return
-        if server.is_http_server:
-            if not server.route_name or server.route_name in self.by_route:
-                return
-            self.by_route[server.route_name] = [server]
-        binds = self.non_plaintext_binds.setdefault(port, set())
-        new_bind = spec.bind not in binds
-        binds.add(spec.bind)
-        if not server.has_tls and not new_bind:
-            return
-        self._append(key, server, "")
-
-    def _append(self, key: _ServerPort, server: _Server, route_name: str) -> None:
-        entry = self.merged.get(key)
-        if entry is None:
-            entry = self.merged[key] = _Merged()
-            self.order.append(key)
-        entry.servers.append(server)
-        if route_name:
-            entry.route_name = route_name
 
 
 def _gateway_http_options(rds: str, protocol: Protocol, stat_prefix: str = "") -> HttpOptions:
@@ -230,28 +71,28 @@ class _GatewayBuilder:
     virtual_services: GatewayVirtualServices
     tls_hosts_by_port: dict[int, dict[str, str]] = field(default_factory=dict)
 
-    def chains(self, key: _ServerPort, merged: _Merged) -> list[ChainOpts]:
+    def chains(self, key: ServerPort, merged: MergedServers) -> list[ChainOpts]:
         if parse_protocol(key.protocol).is_http:
             return [ChainOpts(http=_gateway_http_options(merged.route_name, parse_protocol(key.protocol)))]
         out: list[ChainOpts] = []
         for server in merged.servers:
             if server.protocol is Protocol.HTTPS and server.has_tls and not server.passthrough:
-                if not has_server_certificate(server.spec.tls):
+                if not has_server_certificate(server.server.tls):
                     continue
-                tls = gateway_tls_context(server.spec.tls, False, self.ctx.mesh)
-                http = _gateway_http_options(server.route_name, server.protocol, server.spec.name)
+                tls = gateway_tls_context(server.server.tls, False, self.ctx.mesh)
+                http = _gateway_http_options(server.route_name, server.protocol, server.server.name)
                 out.append(ChainOpts(sni_hosts=server.sni_hosts, tls_context=tls, http=http))
             else:
                 out.extend(self._tcp_chains(server, key.number))
         return out
 
-    def _vs_for(self, server: _Server) -> list[ResolvedVirtualService]:
+    def _vs_for(self, server: GatewayServer) -> list[ResolvedVirtualService]:
         found = self.virtual_services.for_gateway(self.ctx.proxy.namespace, server.gateway_name)
         return [vs for vs in found if _hosts_intersect(server.hosts, vs)]
 
-    def _tcp_chains(self, server: _Server, listener_port: int) -> list[ChainOpts]:
+    def _tcp_chains(self, server: GatewayServer, listener_port: int) -> list[ChainOpts]:
         """istiod createGatewayTCPFilterChainOpts."""
-        spec = server.spec
+        spec = server.server
         port = ServicePort(spec.port.name, spec.port.number, server.protocol)
         if server.passthrough:
             if spec.tls.mode == _TLS.AUTO_PASSTHROUGH:
@@ -267,17 +108,17 @@ class _GatewayBuilder:
         tls = gateway_tls_context(spec.tls, True, self.ctx.mesh)
         return [ChainOpts(sni_hosts=server.sni_hosts, tls_context=tls, network_filters=tuple(filters))]
 
-    def _tcp_route_filters(self, server: _Server, port: ServicePort) -> list[lc.Filter]:
+    def _tcp_route_filters(self, server: GatewayServer, port: ServicePort) -> list[lc.Filter]:
         for vs in self._vs_for(server):
             for tcp in vs.spec.tcp:
                 if _l4_multi_match(tcp.match, server) and len(tcp.route) > 0:
                     return route_filters(self.ctx, tcp.route, port, vs)
         return []
 
-    def _passthrough_chains(self, server: _Server, port: ServicePort, listener_port: int) -> list[ChainOpts]:
+    def _passthrough_chains(self, server: GatewayServer, port: ServicePort, listener_port: int) -> list[ChainOpts]:
         out: list[ChainOpts] = []
         known = self.tls_hosts_by_port.setdefault(listener_port, {})
-        bind = server.spec.bind
+        bind = server.server.bind
         for vs in self._vs_for(server):
             for tls in vs.spec.tls:
                 if len(tls.route) == 0:
@@ -305,12 +146,12 @@ def _hosts_intersect(server_hosts: Sequence[str], vs: ResolvedVirtualService) ->
     return False
 
 
-def _l4_single_match(port: int, gateways: Sequence[str], server: _Server) -> bool:
-    port_ok = port == 0 or port == server.spec.port.number
+def _l4_single_match(port: int, gateways: Sequence[str], server: GatewayServer) -> bool:
+    port_ok = port == 0 or port == server.server.port.number
     return port_ok and (len(gateways) == 0 or server.gateway_name in gateways)
 
 
-def _l4_multi_match(predicates: Sequence[net.L4MatchAttributes], server: _Server) -> bool:
+def _l4_multi_match(predicates: Sequence[net.L4MatchAttributes], server: GatewayServer) -> bool:
     if len(predicates) == 0:
         return True
     return any(_l4_single_match(m.port, m.gateways, server) for m in predicates)
@@ -323,17 +164,13 @@ def build_gateway_listeners(
     virtual_services: GatewayVirtualServices,
 ) -> list[listener_pb2.Listener]:
     """Listeners for the Gateways that select this router, one per (bind, port)."""
-    merger = _Merger(targets)
-    selected = [g for g in gateways if selects(g.spec, ctx.proxy.labels)]
-    for gateway in sorted(selected, key=lambda g: g.creation_order()):
-        for spec in gateway.spec.servers:
-            merger.add(gateway, spec)
+    merged = merge_gateways(ctx.proxy, gateways, targets)
     builder = _GatewayBuilder(ctx, virtual_services)
     by_name: dict[str, tuple[str, int, list[ChainOpts]]] = {}
-    for key in merger.order:
+    for key in merged.server_ports:
         bind = key.bind or ctx.wildcard
         name = f"{bind}_{key.number}"
-        chains = builder.chains(key, merger.merged[key])
+        chains = builder.chains(key, merged.merged_servers[key])
         by_name.setdefault(name, (bind, key.number, []))[2].extend(chains)
     return [
         _listener(name, bind, port, chains, ctx) for name, (bind, port, chains) in by_name.items() if chains

@@ -166,12 +166,7 @@ def _translate_route(
 
     authority = ""
     if http.HasField("headers"):
-        ops = header_operations(http.headers)
-        out.request_headers_to_add.extend(ops.request_headers_to_add)
-        out.response_headers_to_add.extend(ops.response_headers_to_add)
-        out.request_headers_to_remove.extend(ops.request_headers_to_remove)
-        out.response_headers_to_remove.extend(ops.response_headers_to_remove)
-        authority = ops.authority
+        authority = _apply_header_operations(out, http.headers)
 
     if http.HasField("redirect"):
         redirect = redirect_action(http.redirect, ctx.listener_port, ctx.tls)
@@ -238,14 +233,10 @@ def _single_destination(out: route_pb2.Route, dst: net.HTTPRouteDestination, ctx
     action = out.route
     action.cluster = destination_cluster(dst.destination, ctx)
     if dst.HasField("headers"):
-        ops = header_operations(dst.headers)
-        out.request_headers_to_add.extend(ops.request_headers_to_add)
-        out.request_headers_to_remove.extend(ops.request_headers_to_remove)
-        out.response_headers_to_add.extend(ops.response_headers_to_add)
-        out.response_headers_to_remove.extend(ops.response_headers_to_remove)
+        authority = _apply_header_operations(out, dst.headers)
         # the route-level rewrite wins, so one and several destinations behave alike
-        if ops.authority and action.WhichOneof("host_rewrite_specifier") is None:
-            action.host_rewrite_literal = ops.authority
+        if authority and action.WhichOneof("host_rewrite_specifier") is None:
+            action.host_rewrite_literal = authority
     hp = hash_policy(destination_consistent_hash(dst.destination, ctx.destination_rules.get(dst.destination.host)))
     if hp is not None:
         action.hash_policy.append(hp)
@@ -263,19 +254,28 @@ def _weighted_destinations(
         cw = weighted.clusters.add(name=destination_cluster(dst.destination, ctx))
         cw.weight.value = dst.weight
         if dst.HasField("headers"):
-            ops = header_operations(dst.headers)
-            cw.request_headers_to_add.extend(ops.request_headers_to_add)
-            cw.request_headers_to_remove.extend(ops.request_headers_to_remove)
-            cw.response_headers_to_add.extend(ops.response_headers_to_add)
-            cw.response_headers_to_remove.extend(ops.response_headers_to_remove)
-            if ops.authority:
-                cw.host_rewrite_literal = ops.authority
+            authority = _apply_header_operations(cw, dst.headers)
+            if authority:
+                cw.host_rewrite_literal = authority
         hp = hash_policy(destination_consistent_hash(dst.destination, ctx.destination_rules.get(dst.destination.host)))
         if hp is not None:
             action.hash_policy.append(hp)
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _apply_header_operations(
+    target: route_pb2.Route | route_pb2.WeightedCluster.ClusterWeight, headers: net.Headers
+) -> str:
+    """Add a ``Headers`` block's request and response edits to a route or a weighted cluster;
+    returns the authority it sets, which callers turn into a host rewrite."""
+    ops = header_operations(headers)
+    target.request_headers_to_add.extend(ops.request_headers_to_add)
+    target.response_headers_to_add.extend(ops.response_headers_to_add)
+    target.request_headers_to_remove.extend(ops.request_headers_to_remove)
+    target.response_headers_to_remove.extend(ops.response_headers_to_remove)
+    return ops.authority
 
 
 def _mesh_retry_policy(mesh: mesh_pb2.MeshConfig) -> net.HTTPRetry | None:

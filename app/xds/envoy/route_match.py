@@ -11,6 +11,7 @@ VirtualService stop emitting routes. Pure functions.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 from envoy.config.route.v3 import route_components_pb2 as route_pb2
 from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
@@ -60,8 +61,10 @@ def _is_present_match(m: net.StringMatch) -> bool:
     return kind is None or (kind == "regex" and m.regex == "*")
 
 
-def header_matcher(name: str, m: net.StringMatch) -> route_pb2.HeaderMatcher:
-    out = route_pb2.HeaderMatcher(name=name)
+_Matcher = TypeVar("_Matcher", route_pb2.HeaderMatcher, route_pb2.QueryParameterMatcher)
+
+
+def _match_present_or_string(out: _Matcher, m: net.StringMatch) -> _Matcher:
     if _is_present_match(m):
         out.present_match = True
         return out
@@ -69,17 +72,14 @@ def header_matcher(name: str, m: net.StringMatch) -> route_pb2.HeaderMatcher:
     if sm is not None:
         out.string_match.CopyFrom(sm)
     return out
+
+
+def header_matcher(name: str, m: net.StringMatch) -> route_pb2.HeaderMatcher:
+    return _match_present_or_string(route_pb2.HeaderMatcher(name=name), m)
 
 
 def query_parameter_matcher(name: str, m: net.StringMatch) -> route_pb2.QueryParameterMatcher:
-    out = route_pb2.QueryParameterMatcher(name=name)
-    if _is_present_match(m):
-        out.present_match = True
-        return out
-    sm = string_matcher(m)
-    if sm is not None:
-        out.string_match.CopyFrom(sm)
-    return out
+    return _match_present_or_string(route_pb2.QueryParameterMatcher(name=name), m)
 
 
 def jwt_claim_path(header_name: str) -> list[str] | None:

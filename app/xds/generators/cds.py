@@ -11,17 +11,12 @@ comes from ``proxy`` and ``push`` (DESIGN.md §7).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
-
 from envoy.config.cluster.v3 import cluster_pb2
 
-from app.api import mesh_pb2
 from app.model.proxy import Proxy, ProxyType
-from app.model.service import Endpoint, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
+from app.model.service import Resolution
 from app.xds.envoy.cluster import (
-    AppliedDestinationRule,
     ServiceTarget,
     build_blackhole_cluster,
     build_inbound_cluster,
@@ -30,28 +25,7 @@ from app.xds.envoy.cluster import (
     build_passthrough_cluster,
     service_identities,
 )
-
-
-class SidecarScopeView(Protocol):
-    """What CDS reads from a SidecarScope."""
-
-    @property
-    def services(self) -> Sequence[Service]: ...
-
-    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
-
-
-class PushContextView(Protocol):
-    """What CDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
-
-    @property
-    def mesh(self) -> mesh_pb2.MeshConfig: ...
-
-    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
-
-    def endpoints(self, hostname: str, namespace: str) -> Sequence[Endpoint]: ...
-
-    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
+from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
 
 
 def generate_clusters(proxy: Proxy, push: PushContextView) -> list[cluster_pb2.Cluster]:
@@ -85,14 +59,13 @@ def _inbound_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeVi
         return []  # no inbound listeners without capture (and no Sidecar ingress support yet)
     by_port: dict[int, list[ServiceTarget]] = {}
     seen: set[tuple[str, str, int, int]] = set()
-    for ip in proxy.ip_addresses:
-        for target in push.service_targets(ip):
-            service, service_port, endpoint = target
-            key = (service.hostname, service.namespace, service_port.port, endpoint.port)
-            if key in seen:
-                continue
-            seen.add(key)
-            by_port.setdefault(endpoint.port, []).append(target)
+    for target in proxy_service_targets(proxy, push):
+        service, service_port, endpoint = target
+        key = (service.hostname, service.namespace, service_port.port, endpoint.port)
+        if key in seen:
+            continue
+        seen.add(key)
+        by_port.setdefault(endpoint.port, []).append(target)
     out = []
     for targets in by_port.values():
         service = targets[0][0]

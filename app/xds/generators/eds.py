@@ -14,19 +14,16 @@ which is what lets Envoy finish warming the cluster. Synchronous and pure (DESIG
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Resolution, Service
 from app.model.traffic_policy import merge_traffic_policy
-from app.xds.envoy.cluster import AppliedDestinationRule
 from app.xds.envoy.endpoint import (
     UNIX_ADDRESS_PREFIX,
     apply_locality_load_balancer,
@@ -36,30 +33,11 @@ from app.xds.envoy.endpoint import (
     subset_matches,
     tls_mode_for_port,
 )
+from app.xds.generators.view import PushContextView, SidecarScopeView
 
 ClusterLoadAssignment = endpoint_pb2.ClusterLoadAssignment
 _DNS_RESOLUTIONS = (Resolution.DNS_LB, Resolution.DNS_ROUND_ROBIN_LB)
 _SNI_DNAT_PREFIXES = ("outbound_.", "inbound_.")
-
-
-class SidecarScopeView(Protocol):
-    """What EDS reads from a SidecarScope."""
-
-    @property
-    def services(self) -> Sequence[Service]: ...
-
-    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
-
-
-class PushContextView(Protocol):
-    """What EDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
-
-    @property
-    def mesh(self) -> mesh_pb2.MeshConfig: ...
-
-    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
-
-    def endpoints(self, hostname: str, namespace: str) -> Sequence[Endpoint]: ...
 
 
 @dataclass(frozen=True, slots=True)

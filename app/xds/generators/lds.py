@@ -10,63 +10,26 @@ pure: everything read comes from ``proxy`` and ``push`` (DESIGN.md §7).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Iterable
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
-from app.api import mesh_pb2
-from app.config.model import ConfigObject
 from app.model.proxy import Proxy, ProxyType
-from app.model.service import Endpoint, Service, ServicePort
-from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
-from app.xds.envoy.listener import (
-    EgressListenerView,
-    build_sidecar_outbound_listeners,
-    build_virtual_outbound_listener,
-)
+from app.xds.envoy.listener import build_sidecar_outbound_listeners, build_virtual_outbound_listener
 from app.xds.envoy.listener_filters import HCM
-from app.xds.envoy.listener_gateway import GatewayVirtualServices, build_gateway_listeners
+from app.xds.envoy.listener_gateway import build_gateway_listeners
 from app.xds.envoy.listener_inbound import build_virtual_inbound_listener
 from app.xds.envoy.listener_tcp import OutboundContext
-
-
-class SidecarScopeView(Protocol):
-    """What LDS reads from a SidecarScope."""
-
-    @property
-    def services(self) -> Sequence[Service]: ...
-    @property
-    def egress_listeners(self) -> Sequence[EgressListenerView]: ...
-    @property
-    def outbound_traffic_policy(self) -> str: ...
-
-    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
-
-
-class PushContextView(Protocol):
-    """What LDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
-
-    @property
-    def mesh(self) -> mesh_pb2.MeshConfig: ...
-    @property
-    def gateways(self) -> Sequence[ConfigObject]: ...
-    @property
-    def virtual_service_index(self) -> GatewayVirtualServices: ...
-
-    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
-
-    def endpoints(self, hostname: str, namespace: str) -> Sequence[Endpoint]: ...
-
-    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
+from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
 
 
 def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2.Listener]:
     scope = push.sidecar_scope(proxy)
     ctx = _context(proxy, push, scope)
     if proxy.type is ProxyType.ROUTER:
-        listeners = build_gateway_listeners(ctx, push.gateways, _targets(proxy, push), push.virtual_service_index)
+        targets = proxy_service_targets(proxy, push)
+        listeners = build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index)
     else:
         policy = scope.outbound_traffic_policy
         listeners = build_sidecar_outbound_listeners(
@@ -75,7 +38,7 @@ def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2
         if proxy.interception_mode != "NONE":
             # nothing is redirected to a proxy that does not capture traffic
             listeners.append(build_virtual_outbound_listener(ctx, policy))
-            listeners.append(build_virtual_inbound_listener(ctx, _targets(proxy, push)))
+            listeners.append(build_virtual_inbound_listener(ctx, proxy_service_targets(proxy, push)))
     unique: dict[str, listener_pb2.Listener] = {}
     for listener in listeners:
         unique.setdefault(listener.name, listener)
@@ -108,7 +71,3 @@ def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> Ou
         if applied is not None:
             rules[service.hostname] = applied.rule
     return OutboundContext(proxy=proxy, mesh=push.mesh, services=services, rules=rules)
-
-
-def _targets(proxy: Proxy, push: PushContextView) -> list[ServiceTarget]:
-    return [target for ip in proxy.ip_addresses for target in push.service_targets(ip)]

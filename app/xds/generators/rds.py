@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol
 
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
@@ -28,14 +27,14 @@ from google.protobuf import wrappers_pb2
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.config.host import is_wildcard, matches, most_specific_match, subset_of
-from app.config.model import ConfigObject
-from app.model.merged_gateway import GatewayServer, merge_gateway_servers
+from app.model.merged_gateway import GatewayServer, merge_gateways
 from app.model.proxy import Proxy
-from app.model.service import Endpoint, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
+from app.model.service import Resolution, Service
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
-from app.xds.envoy.cluster import AppliedDestinationRule, outbound_cluster_name
+from app.xds.envoy.cluster import outbound_cluster_name
+from app.xds.envoy.listener import EgressListenerView
 from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
 from app.xds.envoy.virtual_host import (
     PASSTHROUGH_CLUSTER,
@@ -48,68 +47,9 @@ from app.xds.envoy.virtual_host import (
     gateway_blackhole_virtual_host,
     virtual_hosts_for_sniffed_route,
 )
+from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
 
 MAX_DIRECT_RESPONSE_BODY_BYTES = 1024 * 1024  # istiod DefaultMaxDirectResponseBodySizeBytes
-
-
-class EgressListenerView(Protocol):
-    @property
-    def port(self) -> net.SidecarPort | None: ...
-
-    @property
-    def services(self) -> Sequence[Service]: ...
-
-    @property
-    def virtual_services(self) -> Sequence[ResolvedVirtualService]: ...
-
-
-class SidecarScopeView(Protocol):
-    """What RDS reads from a SidecarScope."""
-
-    @property
-    def sidecar(self) -> net.Sidecar | None: ...
-
-    @property
-    def services(self) -> Sequence[Service]: ...
-
-    @property
-    def egress_listeners(self) -> Sequence[EgressListenerView]: ...
-
-    @property
-    def outbound_traffic_policy(self) -> str: ...
-
-    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
-
-
-class VirtualServiceIndexView(Protocol):
-    def for_gateway(self, namespace: str, gateway: str) -> list[ResolvedVirtualService]: ...
-
-
-class ServiceIndexView(Protocol):
-    @property
-    def by_hostname(self) -> Mapping[str, Mapping[str, Service]]: ...
-
-    def is_visible(self, svc: Service, namespace: str) -> bool: ...
-
-
-class PushContextView(Protocol):
-    """What RDS reads from a PushContext (app.model.push_context.PushContext satisfies it)."""
-
-    @property
-    def mesh(self) -> mesh_pb2.MeshConfig: ...
-
-    @property
-    def gateways(self) -> Sequence[ConfigObject]: ...
-
-    @property
-    def virtual_service_index(self) -> VirtualServiceIndexView: ...
-
-    @property
-    def service_index(self) -> ServiceIndexView: ...
-
-    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
-
-    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
 
 
 def generate_routes(
@@ -120,8 +60,8 @@ def generate_routes(
     scope = push.sidecar_scope(proxy)
     rules = ProxyDestinationRules(proxy, scope)
     if proxy.is_gateway:
-        targets = [t for ip in proxy.ip_addresses for t in push.service_targets(ip)]
-        servers = merge_gateway_servers(proxy, push.gateways, targets)
+        targets = proxy_service_targets(proxy, push)
+        servers = merge_gateways(proxy, push.gateways, targets).servers_by_route_name
         return [_gateway_route_config(proxy, push, rules, servers.get(n, ()), n) for n in names]
     return [_sidecar_route_config(proxy, push, scope, rules, n) for n in names]
 
@@ -404,17 +344,18 @@ def _gateway_route_config(
     for gs in servers:
         port = gs.server.port.number
         redirect = gs.server.HasField("tls") and gs.server.tls.https_redirect
-        if gs.gateway not in bound:
-            bound[gs.gateway] = push.virtual_service_index.for_gateway(proxy.namespace, gs.gateway)
-        for vs in bound[gs.gateway]:
+        gateway = gs.gateway_name
+        if gateway not in bound:
+            bound[gateway] = push.virtual_service_index.for_gateway(proxy.namespace, gateway)
+        for vs in bound[gateway]:
             hosts = _intersection(_names_for_namespace(gs.hosts, vs.obj.meta.namespace), list(vs.spec.hosts))
             if not hosts:
                 continue
-            key = (gs.gateway, vs.namespaced_name)
+            key = (gateway, vs.namespaced_name)
             if key not in built:
                 ctx = RouteContext(
                     listener_port=port,
-                    gateways=frozenset({gs.gateway}),
+                    gateways=frozenset({gateway}),
                     proxy_labels=proxy.labels,
                     proxy_namespace=proxy.namespace,
                     services=_gateway_services(proxy, push, rules.services, vs),

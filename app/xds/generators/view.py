@@ -1,0 +1,66 @@
+"""What the xDS generators read from a push context: one ``PushContextView`` Protocol shared by
+CDS, EDS, LDS and RDS (app.model.push_context.PushContext satisfies it), so the generators
+depend on a narrow interface, not on how the snapshot is built (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from app.api import mesh_pb2
+from app.api import networking_pb2 as net
+from app.config.model import ConfigObject
+from app.model.proxy import Proxy
+from app.model.service import Endpoint, Service, ServicePort
+from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
+from app.xds.envoy.listener import EgressListenerView
+from app.xds.envoy.listener_gateway import GatewayVirtualServices
+
+
+class SidecarScopeView(Protocol):
+    """What the generators read from a SidecarScope."""
+
+    @property
+    def sidecar(self) -> net.Sidecar | None: ...
+    @property
+    def services(self) -> Sequence[Service]: ...
+    @property
+    def egress_listeners(self) -> Sequence[EgressListenerView]: ...
+    @property
+    def outbound_traffic_policy(self) -> str: ...
+
+    def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
+
+
+class ServiceIndexView(Protocol):
+    """Every service by hostname and namespace, and who may see it (gateway routes)."""
+
+    @property
+    def by_hostname(self) -> Mapping[str, Mapping[str, Service]]: ...
+
+    def is_visible(self, svc: Service, namespace: str) -> bool: ...
+
+
+class PushContextView(Protocol):
+    """What the generators read from a PushContext."""
+
+    @property
+    def mesh(self) -> mesh_pb2.MeshConfig: ...
+    @property
+    def gateways(self) -> Sequence[ConfigObject]: ...
+    @property
+    def virtual_service_index(self) -> GatewayVirtualServices: ...
+    @property
+    def service_index(self) -> ServiceIndexView: ...
+
+    def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
+
+    def endpoints(self, hostname: str, namespace: str) -> Sequence[Endpoint]: ...
+
+    def service_targets(self, ip: str) -> Sequence[tuple[Service, ServicePort, Endpoint]]: ...
+
+
+def proxy_service_targets(proxy: Proxy, push: PushContextView) -> list[ServiceTarget]:
+    """The (Service, port, endpoint) triples of the proxy's own workload, over all its IPs."""
+    return [target for ip in proxy.ip_addresses for target in push.service_targets(ip)]
