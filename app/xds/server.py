@@ -128,9 +128,14 @@ class XdsServer:
         logger.info("xDS serving on %s", address)
 
     async def stop(self, grace: float) -> None:
-        """Stop accepting, send GOAWAY, let in-flight writes finish for up to ``grace`` seconds."""
-        if self._server is not None:
-            await self._server.stop(grace)
+        """Stop accepting (GOAWAY), then end every stream once the push or request it is
+        handling is written; streams still busy after ``grace`` seconds are cancelled."""
+        if self._server is None:
+            return
+        stopping = asyncio.ensure_future(self._server.stop(grace))
+        for stream in list(self.streams.values()):
+            stream.inbox.put_nowait(_EOF)
+        await stopping
 
     def _sotw_handler(self, types: frozenset[str]) -> Callable[[AsyncIterator[Any], Any], Any]:
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -1,0 +1,343 @@
+"""The two real processes of an end-to-end test: ``pilotfish serve`` and Envoy.
+
+``run_pilotfish`` starts the server on free ports, waits for ``/ready`` and, on the way out,
+sends SIGTERM and requires a clean exit. ``run_envoy`` writes an Istio-style bootstrap (ADS
+over the ``xds-grpc`` cluster, node id and metadata as the Istio agent sends them), waits for
+Envoy to go LIVE and, on the way out, requires that Envoy rejected no xDS update.
+
+Every running process is listed in ``LIVE`` so a failing test can show their logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.e2e.harness import WAIT_TIMEOUT, ConfigDir, free_port, wait_until
+from tests.support.envoy import envoy_binary
+
+REPO = Path(__file__).resolve().parents[2]
+STOP_TIMEOUT = 20.0  # SIGTERM must end pilotfish "within a few seconds"; generous for CI
+LOG_TAIL = 12_000
+_INVENTORY = re.compile(r"\]\[(main|admin)\] \[\S+\] {3}")
+
+
+class LoggedProcess:
+    def __init__(self, name: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.name = name
+        self.process = process
+        self.log_path = log_path
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, size: int = LOG_TAIL) -> str:
+        # Envoy's start-up inventory (extensions, header maps; indented lines) buries what matters
+        lines = (line for line in self.log().splitlines(keepends=True) if not _INVENTORY.search(line))
+        return "".join(lines)[-size:]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def describe(self) -> str:
+        return f"--- {self.name} (pid {self.process.pid}) log, last {LOG_TAIL} chars ---\n{self.log_tail()}"
+
+
+LIVE: dict[int, LoggedProcess] = {}
+
+
+P = TypeVar("P", bound=LoggedProcess)
+
+
+def _spawn(cls: type[P], name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> P:
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    proc = cls(name, process, log_path)
+    LIVE[process.pid] = proc
+    return proc
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+# --- pilotfish ---------------------------------------------------------------------------------
+
+
+class Pilotfish(LoggedProcess):
+    xds_port: int
+    http_port: int
+    returncode: int | None = None
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit status; a server that does not exit is killed and reported."""
+        if self.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.returncode = self.process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                LIVE.pop(self.process.pid, None)
+                message = f"pilotfish did not exit {STOP_TIMEOUT:.0f}s after SIGTERM"
+                raise AssertionError(f"{message}\n{self.describe()}") from None
+            LIVE.pop(self.process.pid, None)
+        return self.returncode
+
+
+@contextmanager
+def run_pilotfish(config_dir: ConfigDir, workdir: Path) -> Iterator[Pilotfish]:
+    xds_port, http_port = free_port(), free_port()
+    argv = [
+        sys.executable, "-m", "app.cli", "serve",
+        "--config-dir", str(config_dir.path),
+        "--xds-address", f"127.0.0.1:{xds_port}",
+        "--http-address", f"127.0.0.1:{http_port}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = _spawn(Pilotfish, "pilotfish", argv, workdir / f"pilotfish-{xds_port}.log", env)
+    server.xds_port, server.http_port = xds_port, http_port
+
+    def ready() -> bool:
+        if not server.alive():
+            raise RuntimeError(f"pilotfish exited with {server.process.returncode} before it was ready")
+        return http_get(f"http://127.0.0.1:{http_port}/ready", timeout=2)[0] == 200
+
+    try:
+        wait_until(ready, "pilotfish /ready", timeout=60)
+    except (RuntimeError, AssertionError) as e:
+        server.process.kill()
+        server.process.wait()
+        LIVE.pop(server.process.pid, None)
+        raise AssertionError(f"{e}\n{server.describe()}") from None
+    try:
+        yield server
+    finally:
+        if server.returncode is None:  # a test may have stopped it already, and checked how
+            code = server.stop()
+            assert code == 0, f"pilotfish exited with {code} after SIGTERM\n{server.describe()}"
+
+
+# --- Envoy -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProxyIdentity:
+    """What the Istio agent would put in the bootstrap's node: id, service cluster, metadata."""
+
+    node_id: str
+    cluster: str
+    namespace: str
+    labels: Mapping[str, str]
+    interception_mode: str | None = None
+
+    @property
+    def pod_name(self) -> str:
+        return self.node_id.split("~")[2].split(".")[0]
+
+
+GATEWAY = ProxyIdentity(
+    node_id="router~127.0.0.1~istio-ingressgateway-1.istio-system~istio-system.svc.cluster.local",
+    cluster="istio-ingressgateway.istio-system",
+    namespace="istio-system",
+    labels={"istio": "ingressgateway", "app": "istio-ingressgateway"},
+)
+SIDECAR = ProxyIdentity(
+    node_id="sidecar~127.0.0.1~sleep-1.default~default.svc.cluster.local",
+    cluster="sleep.default",
+    namespace="default",
+    labels={"app": "sleep"},
+    interception_mode="NONE",  # no iptables here: listeners must bind for real
+)
+
+
+def envoy_bootstrap(
+    proxy: ProxyIdentity, api_type: str, xds_port: int, admin_port: int, sds_socket: Path
+) -> dict[str, Any]:
+    """An Istio-style bootstrap reduced to what xDS needs, as proto3 JSON."""
+    metadata: dict[str, Any] = {
+        "NAME": proxy.pod_name,
+        "NAMESPACE": proxy.namespace,
+        "LABELS": dict(proxy.labels),
+        "INSTANCE_IPS": "127.0.0.1",
+        "CLUSTER_ID": "Kubernetes",
+    }
+    if proxy.interception_mode is not None:
+        metadata["INTERCEPTION_MODE"] = proxy.interception_mode
+    ads_source = {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"}
+    http2 = {
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }
+    }
+    return {
+        "node": {"id": proxy.node_id, "cluster": proxy.cluster, "metadata": metadata},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": api_type,
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds-grpc"}}],
+            },
+            "cds_config": ads_source,
+            "lds_config": ads_source,
+        },
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": "xds-grpc",
+                    "type": "STATIC",
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": http2,
+                    "load_assignment": _single_endpoint("xds-grpc", {"socket_address": {
+                        "address": "127.0.0.1", "port_value": xds_port}}),
+                },
+                {
+                    # as in Istio's bootstrap; nothing serves it here (mesh.yaml turns auto mTLS off)
+                    "name": "sds-grpc",
+                    "type": "STATIC",
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": http2,
+                    "load_assignment": _single_endpoint("sds-grpc", {"pipe": {"path": str(sds_socket)}}),
+                },
+            ]
+        },
+    }  # fmt: skip
+
+
+def _single_endpoint(cluster: str, address: dict[str, Any]) -> dict[str, Any]:
+    return {"cluster_name": cluster, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}]}
+
+
+class Envoy(LoggedProcess):
+    admin_port: int
+    api_type: str
+
+    def admin(self, path: str) -> str:
+        status, body = http_get(f"http://127.0.0.1:{self.admin_port}{path}")
+        assert status == 200, f"admin {path}: HTTP {status}: {body[:500]}"
+        return body
+
+    def stats(self) -> dict[str, int]:
+        """Counters and gauges by full name (text readouts and histograms left out)."""
+        entries = json.loads(self.admin("/stats?format=json"))["stats"]
+        return {e["name"]: e["value"] for e in entries if isinstance(e.get("value"), int)}
+
+    def config_dump(self) -> dict[str, Any]:
+        """``/config_dump?include_eds``, keyed by the dump's type name (ClustersConfigDump, ...)."""
+        dump = json.loads(self.admin("/config_dump?include_eds"))
+        return {c["@type"].rsplit(".", 1)[-1]: c for c in dump["configs"]}
+
+    def active_clusters(self) -> dict[str, dict[str, Any]]:
+        clusters = self.config_dump()["ClustersConfigDump"].get("dynamic_active_clusters", [])
+        return {c["cluster"]["name"]: c["cluster"] for c in clusters}
+
+    def listeners(self) -> dict[str, dict[str, Any]]:
+        """Dynamic listeners by name, each with its ``active_state`` / ``warming_state`` / ``error_state``."""
+        listeners = self.config_dump()["ListenersConfigDump"].get("dynamic_listeners", [])
+        return {listener["name"]: listener for listener in listeners}
+
+    def route_configs(self) -> dict[str, dict[str, Any]]:
+        routes = self.config_dump().get("RoutesConfigDump", {}).get("dynamic_route_configs", [])
+        return {r["route_config"]["name"]: r["route_config"] for r in routes}
+
+    def cluster_hosts(self) -> dict[str, set[str]]:
+        """``/clusters``: the ``ip:port`` of every host Envoy has for each cluster."""
+        statuses = json.loads(self.admin("/clusters?format=json")).get("cluster_statuses", [])
+        out: dict[str, set[str]] = {}
+        for status in statuses:
+            hosts = out.setdefault(status["name"], set())
+            for host in status.get("host_statuses", []):
+                sock = host["address"].get("socket_address")
+                if sock:
+                    hosts.add(f"{sock['address']}:{sock['port_value']}")
+        return out
+
+    def xds_stream(self) -> tuple[int, int, int]:
+        """(connected, connections opened, gRPC streams opened) to the control plane.
+
+        Each ADS stream is one request on the ``xds-grpc`` cluster, so an unchanged
+        ``upstream_rq_total`` proves the stream was never re-established.
+        """
+        stats = self.stats()
+        return (
+            stats["control_plane.connected_state"],
+            stats["cluster.xds-grpc.upstream_cx_total"],
+            stats["cluster.xds-grpc.upstream_rq_total"],
+        )
+
+    def rejected_updates(self) -> dict[str, int]:
+        """Every ``*.update_rejected`` counter (CDS, LDS, each cluster's EDS, each RDS) by name."""
+        return {name: value for name, value in self.stats().items() if name.endswith(".update_rejected")}
+
+    def assert_nothing_rejected(self) -> None:
+        rejected = self.rejected_updates()
+        for required in ("cluster_manager.cds.update_rejected", "listener_manager.lds.update_rejected"):
+            assert required in rejected, f"Envoy has no {required} counter; stats: {sorted(rejected)}"
+        bad = {name: value for name, value in rejected.items() if value}
+        assert not bad, f"Envoy rejected xDS updates: {bad}\n{self.describe()}"
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        LIVE.pop(self.process.pid, None)
+
+
+@contextmanager
+def run_envoy(pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir: Path) -> Iterator[Envoy]:
+    """A real Envoy on ADS to ``pilotfish``; on exit it must have rejected no update."""
+    admin_port = free_port()
+    bootstrap = envoy_bootstrap(proxy, api_type, pilotfish.xds_port, admin_port, workdir / f"sds-{admin_port}.sock")
+    config = workdir / f"envoy-{admin_port}.json"
+    config.write_text(json.dumps(bootstrap, indent=2))
+    argv = [
+        envoy_binary(), "-c", str(config),
+        "--use-dynamic-base-id",  # a unique base id per Envoy, so several run side by side
+        "--log-level", "info",
+        "--concurrency", "1",
+    ]  # fmt: skip
+    name = f"envoy {proxy.node_id.split('~')[0]} {api_type}"
+    envoy = _spawn(Envoy, name, argv, workdir / f"envoy-{admin_port}.log")
+    envoy.admin_port, envoy.api_type = admin_port, api_type
+    try:
+
+        def live() -> bool:
+            if not envoy.alive():
+                raise RuntimeError(f"Envoy exited with {envoy.process.returncode}")
+            # LIVE only after the first CDS and LDS responses (initial_fetch_timeout 0s: no giving up)
+            return http_get(f"http://127.0.0.1:{admin_port}/ready", timeout=2)[0] == 200
+
+        try:
+            wait_until(live, f"{name} to get its first CDS and LDS and go LIVE", timeout=WAIT_TIMEOUT)
+        except (RuntimeError, AssertionError) as e:
+            raise AssertionError(f"{e}\n{envoy.describe()}\n{pilotfish.describe()}") from None
+        yield envoy
+        assert envoy.alive(), f"Envoy died during the test\n{envoy.describe()}"
+        envoy.assert_nothing_rejected()
+    finally:
+        envoy.stop()

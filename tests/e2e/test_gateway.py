@@ -1,0 +1,179 @@
+"""An ingress gateway Envoy on pilotfish carries real traffic and follows config changes live.
+
+The same scenario runs with the backend service registered two ways (a ServiceEntry selecting
+WorkloadEntries, and a Kubernetes Service + Pods + EndpointSlice) and over SotW and Delta ADS:
+routing by header to DestinationRule subsets, then a rewritten VirtualService moving traffic,
+then a removed endpoint no longer receiving any, all on one Envoy and one xDS stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+import pytest
+
+from tests.e2e.conftest import StartBackends, StartEnvoy, StartPilotfish
+from tests.e2e.harness import ConfigDir, backends_seen, free_port, routed_to, send, wait_until
+from tests.e2e.processes import GATEWAY
+
+VERSIONS = ("v1", "v2")
+
+
+class Registration(Protocol):
+    """How the two versions of the backend service are written into the config dir."""
+
+    host: str
+    namespace: str
+    addresses: dict[str, str]
+
+    def write(self, config: ConfigDir, target_port: int) -> None: ...
+
+    def remove_endpoint(self, config: ConfigDir, version: str, target_port: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class ServiceEntryRegistration:
+    """``app.example.internal``: a STATIC ServiceEntry selecting one WorkloadEntry per version."""
+
+    host: str = "app.example.internal"
+    namespace: str = "apps"
+    addresses = {"v1": "127.0.0.11", "v2": "127.0.0.12"}
+
+    def write(self, config: ConfigDir, target_port: int) -> None:
+        config.render("serviceentry/service.yaml", "app-serviceentry.yaml")
+        for version, address in self.addresses.items():
+            config.render(
+                "serviceentry/workloadentry.yaml",
+                f"app-{version}.yaml",
+                version=version,
+                address=address,
+                target_port=target_port,
+            )
+
+    def remove_endpoint(self, config: ConfigDir, version: str, target_port: int) -> None:
+        config.remove(f"app-{version}.yaml")
+
+
+@dataclass(frozen=True)
+class KubernetesRegistration:
+    """``app.default.svc.cluster.local``: a Service, one Pod per version and their EndpointSlice."""
+
+    host: str = "app.default.svc.cluster.local"
+    namespace: str = "default"
+    addresses = {"v1": "127.0.0.21", "v2": "127.0.0.22"}
+
+    def write(self, config: ConfigDir, target_port: int) -> None:
+        config.render(
+            "kubernetes/service.yaml",
+            "app-service.yaml",
+            namespace=self.namespace,
+            cluster_ip="10.96.0.50",
+            service_port=80,
+            target_port=target_port,
+        )
+        for version in self.addresses:
+            self._write_pod(config, version, target_port)
+        self._write_slice(config, list(self.addresses), target_port)
+
+    def remove_endpoint(self, config: ConfigDir, version: str, target_port: int) -> None:
+        # as Kubernetes does when the pod goes away: the slice drops it, the pod is deleted
+        self._write_slice(config, [v for v in self.addresses if v != version], target_port)
+        config.remove(f"app-{version}.yaml")
+
+    def _write_pod(self, config: ConfigDir, version: str, target_port: int) -> None:
+        config.render(
+            "kubernetes/pod.yaml",
+            f"app-{version}.yaml",
+            namespace=self.namespace,
+            version=version,
+            address=self.addresses[version],
+            target_port=target_port,
+        )
+
+    def _write_slice(self, config: ConfigDir, versions: list[str], target_port: int) -> None:
+        endpoints = [
+            {
+                "addresses": [self.addresses[v]],
+                "conditions": {"ready": True},
+                "targetRef": {"kind": "Pod", "name": f"app-{v}", "namespace": self.namespace},
+            }
+            for v in versions
+        ]
+        config.render(
+            "kubernetes/endpointslice.yaml",
+            "app-endpointslice.yaml",
+            namespace=self.namespace,
+            target_port=target_port,
+            endpoints=json.dumps(endpoints),
+        )
+
+
+REGISTRATIONS = [
+    pytest.param(ServiceEntryRegistration(), id="serviceentry"),
+    pytest.param(KubernetesRegistration(), id="kubernetes"),
+]
+
+
+@pytest.mark.parametrize("registration", REGISTRATIONS)
+def test_gateway_routes_to_subsets_and_follows_config_changes(
+    registration: Registration,
+    config_dir: ConfigDir,
+    start_backends: StartBackends,
+    start_pilotfish: StartPilotfish,
+    start_envoy: StartEnvoy,
+) -> None:
+    backends = start_backends(registration.addresses)
+    port = free_port("0.0.0.0")
+    host, namespace = registration.host, registration.namespace
+    config_dir.render("gateway/gateway.yaml", gateway_port=port)
+    registration.write(config_dir, backends.port)
+    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
+    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    envoy = start_envoy(start_pilotfish(config_dir), GATEWAY)
+
+    # istiod's names for a gateway: listener 0.0.0.0_PORT, its routes over RDS as http.PORT
+    wait_until(lambda: envoy.listeners().get(f"0.0.0.0_{port}", {}).get("active_state"), f"listener 0.0.0.0_{port}")
+    assert f"http.{port}" in envoy.route_configs()
+    wait_until(routed_to(port, "v1"), "the gateway to route to v1")
+    assert backends_seen(port, 10) == {"v1": 10}
+    assert backends_seen(port, 10, headers={"x-version": "v2"}) == {"v2": 10}
+    assert backends_seen(port, 5, headers={"x-version": "v3"}) == {"v1": 5}
+    stream = envoy.xds_stream()
+    assert stream[0] == 1, f"Envoy is not connected to pilotfish: {stream}"
+
+    # the rewritten VirtualService reaches the same Envoy over the same stream
+    config_dir.render("gateway/vs-moved.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    wait_until(routed_to(port, "v2"), "the default route to move to v2")
+    assert backends_seen(port, 10) == {"v2": 10}
+    assert backends_seen(port, 10, headers={"x-version": "v1"}) == {"v1": 10}
+    rewritten = send(port, "/legacy/items?id=7")
+    assert rewritten.backend in VERSIONS, rewritten
+    assert rewritten.body["path"] == "/items?id=7"
+    seen: set[str | None] = set()
+
+    def both_versions_behind_legacy() -> bool:
+        seen.add(send(port, "/legacy/").backend)
+        return seen >= set(VERSIONS)
+
+    wait_until(both_versions_behind_legacy, "/legacy/ to reach both versions of the service", timeout=20)
+    assert envoy.alive()
+    assert envoy.xds_stream() == stream, "the xDS stream was re-established"
+
+    # removing v2's endpoint takes it out of every cluster; no request reaches it afterwards
+    removed = f"{registration.addresses['v2']}:{backends.port}"
+    assert removed in envoy.cluster_hosts()[f"outbound|80|v2|{host}"]
+    assert removed in envoy.cluster_hosts()[f"outbound|80||{host}"]
+    registration.remove_endpoint(config_dir, "v2", backends.port)
+    wait_until(
+        lambda: not any(removed in hosts for hosts in envoy.cluster_hosts().values()),
+        f"{removed} to leave Envoy's clusters",
+    )
+    hits = backends.hits["v2"]
+    assert backends_seen(port, 20, "/legacy/") == {"v1": 20}
+    emptied = send(port)  # the default route's subset v2 has no endpoint left
+    assert (emptied.status, emptied.backend) == (503, None), emptied
+    assert backends_seen(port, 5, headers={"x-version": "v1"}) == {"v1": 5}
+    assert backends.hits["v2"] == hits
+    assert envoy.xds_stream() == stream, "the xDS stream was re-established"
