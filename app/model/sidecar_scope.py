@@ -4,7 +4,8 @@ Built from a Sidecar resource, the root namespace's selector-less Sidecar, or th
 (every service visible to the namespace). Egress ``hosts`` are ``ns/host`` with ``.`` (the
 scope's namespace), ``*`` (any namespace) and ``~`` (none). Services a selected VirtualService
 routes to are added even when ``hosts`` did not name them, as istiod does
-(pilot/pkg/model/sidecar.go convertToSidecarScope).
+(pilot/pkg/model/sidecar.go collectImportedServices), except through HTTP routes meant only
+for other source namespaces.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def build_sidecar_scope(
         for vs in vss:
             if vs not in scope_vs:
                 scope_vs.append(vs)
-            for host, ports in destination_hosts(vs).items():
+            for host, ports in _destinations_for_namespace(vs, namespace).items():
                 add_service(_vs_destination_service(host, ports, namespace, services, port))
 
     drs: dict[str, tuple[ConsolidatedDestinationRule, ...]] = {}
@@ -208,6 +209,28 @@ def build_sidecar_scope(
         destination_rules=drs,
         outbound_traffic_policy=policy,
     )
+
+
+def _serves_source_namespace(route: net.HTTPRoute, namespace: str) -> bool:
+    """False when the route's matches name source namespaces and none is ``namespace``.
+
+    As istiod's check, a match without ``sourceNamespace`` does not count either way."""
+    named = [m.source_namespace for m in route.match if m.source_namespace]
+    return not named or namespace in named
+
+
+def _destinations_for_namespace(vs: ResolvedVirtualService, namespace: str) -> dict[str, set[int]]:
+    """The hosts a VirtualService routes to from ``namespace``: HTTP routes that only match
+    other source namespaces add none (istiod virtualServiceDestinationsFilteredBySourceNamespace;
+    TCP and TLS routes are not filtered there)."""
+    kept = [route for route in vs.spec.http if _serves_source_namespace(route, namespace)]
+    if len(kept) == len(vs.spec.http):
+        return destination_hosts(vs)
+    spec = net.VirtualService()
+    spec.CopyFrom(vs.spec)
+    del spec.http[:]
+    spec.http.extend(kept)
+    return destination_hosts(dataclasses.replace(vs, spec=spec))
 
 
 def _vs_destination_service(

@@ -4,7 +4,8 @@ It owns istiod's serviceentry controller conversion (pilot/pkg/serviceregistry/s
 one Service per ServiceEntry host; endpoints from the inline ``endpoints``, from the
 WorkloadEntries and Pods its ``workloadSelector`` picks in its namespace, or, for a DNS
 entry with neither, the host itself. When several ServiceEntries in one namespace name the
-same host, the oldest one defines the Service and all of them contribute endpoints.
+same host, they make one Service: the oldest defines it and compatible newer ones add their
+ports (``merge_same_host_services``); all of them contribute endpoints.
 
 It also owns the cross-controller case: a Kubernetes Service with a selector selects
 WorkloadEntries of its namespace (``WorkloadSelectingService``, fed by the registry); those
@@ -13,7 +14,8 @@ endpoints go into the Kubernetes Service's shard under their own source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -91,6 +93,28 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
         )
         for host in se.hosts
     )
+
+
+def merge_same_host_services(services: Sequence[Service]) -> Service:
+    """One Service for a host that several ServiceEntries of one namespace name (oldest first).
+
+    istiod keeps a Service per ServiceEntry and every SidecarScope folds them together
+    (sidecar.go appendSidecarServices): the oldest stays as it is, so its resolution, addresses,
+    location and name win, and a newer one adds the port numbers it lacks when the two could be
+    one service (canMergeServices: same resolution, labels, selector and exportTo). A newer
+    one that differs is ignored; its endpoints still join the host's shard."""
+    merged = services[0]
+    for svc in services[1:]:
+        mergeable = (
+            svc.resolution == merged.resolution
+            and svc.labels == merged.labels
+            and svc.selector == merged.selector
+            and svc.export_to == merged.export_to
+        )
+        extra = tuple(p for p in svc.ports if merged.port_by_number(p.port) is None) if mergeable else ()
+        if extra:
+            merged = dataclasses.replace(merged, ports=merged.ports + extra)
+    return merged
 
 
 def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, trust_domain: str) -> Workload:
@@ -256,17 +280,18 @@ class ServiceEntryController:
         return entries
 
     def _refresh_service(self, hkey: ServiceKey, changes: Changes) -> None:
-        """The oldest ServiceEntry naming a host in a namespace defines its Service."""
+        """The Service of a host in a namespace, from every ServiceEntry naming it there."""
         changes.services.add(hkey)
-        entries = self._ordered_entries(hkey)
-        if not entries:
+        services = [
+            svc
+            for entry in self._ordered_entries(hkey)
+            for svc in self._entry_services[(entry.meta.namespace, entry.meta.name)]
+            if svc.key == hkey
+        ]
+        if services:
+            self._services[hkey] = merge_same_host_services(services)
+        else:
             self._services.pop(hkey, None)
-            return
-        first = entries[0]
-        for svc in self._entry_services[(first.meta.namespace, first.meta.name)]:
-            if svc.key == hkey:
-                self._services[hkey] = svc
-                return
 
     def _refresh_external(self, hkey: ServiceKey, changes: Changes) -> None:
         out: list[Endpoint] = []

@@ -8,15 +8,21 @@ against pkg/config/mesh (DefaultMeshConfig, ApplyMeshConfig).
 
 from __future__ import annotations
 
+import pathlib
 import textwrap
 
 import pytest
+import yaml
 from google.protobuf import duration_pb2
+from google.protobuf.message import Message
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.config.loader import LoadResult, load_documents
+from app.config.loader import KubeYamlLoader, LoadResult, load_documents
 from app.config.model import ConfigKey, Kind
+from app.config.schema import build_message, merge_message, parse_message
+from app.errors import FieldError
+from bench.parse_config import make_yaml
 
 
 def doc(kind: str, spec: str, *, name: str = "obj", ns: str = "ns", api: str = "networking.istio.io/v1") -> str:
@@ -311,6 +317,19 @@ def test_invalid_yaml_rejects_the_whole_file() -> None:
     assert rejection.error.reason.startswith("invalid YAML")
 
 
+def test_documents_are_named_by_their_index_in_a_multi_document_file() -> None:
+    one = doc("DestinationRule", "host: a")
+    assert [o.source for o in load_documents(one, "f.yaml").objects] == ["f.yaml"]
+    assert [o.source for o in load_documents("---\n" + one, "f.yaml").objects] == ["f.yaml#1"]
+    two = load_documents(one + "---\n" + doc("DestinationRule", "host: b", name="b"), "f.yaml")
+    assert [o.source for o in two.objects] == ["f.yaml#0", "f.yaml#2"]
+
+
+def test_invalid_yaml_after_good_documents_still_rejects_the_whole_file() -> None:
+    result = load_documents(doc("DestinationRule", "host: a") * 3 + "---\nkind: [unclosed\n", "f.yaml")
+    assert (result.parsed, result.objects, len(result.rejected)) == (False, [], 1)
+
+
 # --- the mesh ConfigMap ---------------------------------------------------------------------
 
 
@@ -383,3 +402,180 @@ def test_bad_mesh_config_is_rejected_with_its_field() -> None:
     (rejection,) = result.rejected
     assert rejection.key == ConfigKey(Kind.MESH_CONFIG, "", "mesh")
     assert rejection.error.field == "outboundTrafficPolicy.mode"
+
+
+# --- the fast paths give the same results as the libraries they stand in for ----------------
+
+YAML_CORNERS = """\
+plain: [a, "80", '80', 80, -3, +5, 0x1F, 0o17, 017, 1_000, 1:30, 0b101, 685_230.15]
+floats: [1.5, .5, 1e3, -.inf, 6.8523015e+5, 190:20:30.15]
+bools: [true, True, TRUE, false, yes, No, on, OFF, y, n]
+nulls: [~, null, Null, "", '~', "null"]
+times: [2024-05-01T10:00:00Z, 2001-12-14 21:59:43.10 -5, 2002-12-14]
+tagged: [!!str 80, !!int "5", !!float "1", !!bool "true", !!null ""]
+base: &base {a: 1, b: [x, y]}
+merged: {<<: *base, b: z, c: 2}
+merged_list: {<<: [*base, {d: 4}], a: 0}
+alias: *base
+sets: !!set {a, b}
+binary: !!binary aGVsbG8=
+omap: !!omap [{a: 1}, {b: 2}]
+keys: {1: int, 1.5: float, true: bool, ~: none, 2024-05-01: date, "k": str}
+empty: {}
+none:
+? complex
+: key
+=: value-key
+"""
+
+
+def test_kube_yaml_loader_matches_pyyaml_safe_loading() -> None:
+    ours = list(yaml.load_all(YAML_CORNERS + "---\n" + YAML_CORNERS + "--- 5\n---\n", Loader=KubeYamlLoader))
+    theirs = list(yaml.load_all(YAML_CORNERS + "---\n" + YAML_CORNERS + "--- 5\n---\n", Loader=yaml.CSafeLoader))
+    assert ours == theirs
+    assert [type(v) for v in ours[0]["plain"]] == [type(v) for v in theirs[0]["plain"]]
+    assert ours[0]["plain"][1:4] == ["80", "80", 80]
+    assert ours[0]["merged"] == {"a": 1, "b": "z", "c": 2}
+    assert ours[0]["alias"] is ours[0]["base"]  # an alias is the same object, as with SafeLoader
+
+
+@pytest.mark.parametrize(
+    "text", ["? [a, b]\n: unhashable\n", "x: !custom 1\n", "a: &x [*x]\nb: {? *x : 1}\n", "a: [1, 2\n"]
+)
+def test_kube_yaml_loader_fails_where_pyyaml_fails(text: str) -> None:
+    with pytest.raises(yaml.YAMLError) as theirs:
+        yaml.load(text, Loader=yaml.CSafeLoader)
+    with pytest.raises(type(theirs.value)) as ours:
+        yaml.load(text, Loader=KubeYamlLoader)
+    assert str(ours.value) == str(theirs.value)
+
+
+ISTIO_MESSAGES: dict[str, type[Message]] = {
+    "DestinationRule": net.DestinationRule,
+    "VirtualService": net.VirtualService,
+    "ServiceEntry": net.ServiceEntry,
+    "WorkloadEntry": net.WorkloadEntry,
+    "Sidecar": net.Sidecar,
+    "Gateway": net.Gateway,
+}
+
+
+def _istio_specs() -> list[tuple[str, dict[str, object]]]:
+    """Every Istio object in the examples, the test data and the benchmark."""
+    root = pathlib.Path(__file__).parents[2]
+    texts = [p.read_text() for p in sorted([*root.glob("examples/**/*.yaml"), *root.glob("tests/data/**/*.yaml")])]
+    specs = []
+    for text in [*texts, make_yaml(8)]:
+        for d in yaml.safe_load_all(text):
+            if isinstance(d, dict) and str(d.get("apiVersion", "")).startswith("networking.istio.io"):
+                specs.append((str(d["kind"]), d["spec"]))
+    return specs
+
+
+def _json_format_parse(spec: object, message_type: type[Message]) -> Message:
+    msg = message_type()
+    merge_message(spec, msg, strict=True)
+    return msg
+
+
+def test_fast_message_building_equals_json_format_on_real_config() -> None:
+    specs = _istio_specs()
+    assert {kind for kind, _ in specs} >= {"DestinationRule", "VirtualService", "ServiceEntry", "Gateway", "Sidecar"}
+    built = 0
+    for kind, spec in specs:
+        message_type = ISTIO_MESSAGES[kind]
+        fast = build_message(spec, message_type)
+        try:
+            expected = _json_format_parse(spec, message_type)
+        except FieldError:  # test templates with placeholders
+            assert fast is None
+            continue
+        assert fast == expected, (kind, spec)
+        built += 1
+    assert built >= 30
+
+
+FAST_CASES = [
+    # presence: an empty message, a wrapper holding its zero value, an empty list and map
+    (net.DestinationRule, {"host": "a", "trafficPolicy": {"tls": {}, "loadBalancer": {"consistentHash": {}}}}),
+    (net.DestinationRule, {"host": "a", "trafficPolicy": {"outlierDetection": {"consecutive5xxErrors": 0}}}),
+    (net.DestinationRule, {"host": "a", "trafficPolicy": {"tls": {"insecureSkipVerify": False}}, "exportTo": []}),
+    (net.DestinationRule, {"host": "a", "subsets": [{"name": "v1", "labels": {}}]}),
+    # nulls leave fields unset; doubles take ints; int64 fields take ints
+    (net.DestinationRule, {"host": "a", "trafficPolicy": None, "subsets": None}),
+    (
+        net.VirtualService,
+        {"hosts": ["a"], "http": [{"route": [{"destination": {"host": "a"}}], "mirrorPercentage": {"value": 5}}]},
+    ),
+    (
+        net.DestinationRule,
+        {
+            "host": "a",
+            "trafficPolicy": {"loadBalancer": {"consistentHash": {"minimumRingSize": 2048, "httpHeaderName": "x"}}},
+        },
+    ),
+    # maps of messages and of numbers; Go-style and proto3 durations
+    (
+        net.VirtualService,
+        {"hosts": ["a"], "http": [{"match": [{"headers": {"x": {"regex": ".*"}}}], "timeout": "1.5s"}]},
+    ),
+    (net.WorkloadEntry, {"address": "1.2.3.4", "ports": {"http": 8080}, "weight": 3, "labels": {"app": "a"}}),
+    (
+        net.DestinationRule,
+        {"host": "a", "trafficPolicy": {"outlierDetection": {"interval": "1h30m", "baseEjectionTime": "250ms"}}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("message_type", "spec"), FAST_CASES)
+def test_fast_message_building_keeps_proto3_json_semantics(message_type: type[Message], spec: object) -> None:
+    fast = build_message(spec, message_type)
+    assert fast is not None
+    assert fast == _json_format_parse(spec, message_type)
+
+
+SLOW_CASES = [
+    # values proto3 JSON accepts in other forms: json_format converts them
+    (net.ServiceEntry, {"hosts": ["a.com"], "ports": [{"number": "80", "name": "http"}]}),
+    (net.ServiceEntry, {"hosts": ["a.com"], "ports": [{"number": 80.0, "name": "http"}]}),
+    (net.DestinationRule, {"host": "a", "trafficPolicy": {"loadBalancer": {"simple": 5}}}),
+    (net.DestinationRule, {"host": "a", "trafficPolicy": {"retryBudget": {"percent": True}}}),
+    (
+        net.VirtualService,
+        {"hosts": ["a"], "http": [{"route": [{"destination": {"host": "a"}}], "mirrorPercentage": {"value": "NaN"}}]},
+    ),
+]
+
+
+@pytest.mark.parametrize(("message_type", "spec"), SLOW_CASES)
+def test_other_json_forms_are_left_to_json_format(message_type: type[Message], spec: object) -> None:
+    assert build_message(spec, message_type) is None
+    assert parse_message(spec, message_type) == _json_format_parse(spec, message_type)
+
+
+BAD_CASES = [
+    # two members of one oneof, a null list item, a number for a string,
+    # a duration as an object, an out-of-range number, an unknown enum label, an unpaired surrogate, an unknown field
+    ({"host": "a", "trafficPolicy": {"loadBalancer": {"simple": "RANDOM", "consistentHash": {}}}}, "trafficPolicy"),
+    ({"host": "a", "subsets": [None]}, "subsets"),
+    ({"host": "a", "exportTo": [1]}, "exportTo"),
+    (
+        {"host": "a", "trafficPolicy": {"outlierDetection": {"interval": {"seconds": 5}}}},
+        "trafficPolicy.outlierDetection",
+    ),
+    (
+        {"host": "a", "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": 2**40}}}},
+        "trafficPolicy.connectionPool",
+    ),
+    ({"host": "a", "trafficPolicy": {"loadBalancer": {"simple": "FASTEST"}}}, "trafficPolicy.loadBalancer.simple"),
+    ({"host": "\ud800"}, "host"),
+    ({"host": "a", "trafficPolicy": {"tls": {"sniHost": "x"}}}, "trafficPolicy.tls.sniHost"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field_prefix"), BAD_CASES)
+def test_invalid_values_are_left_to_json_format_for_the_error(spec: object, field_prefix: str) -> None:
+    assert build_message(spec, net.DestinationRule) is None
+    with pytest.raises(FieldError) as e:
+        parse_message(spec, net.DestinationRule)
+    assert e.value.field.startswith(field_prefix)

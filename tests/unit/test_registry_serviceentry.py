@@ -414,6 +414,63 @@ def test_oldest_service_entry_defines_a_shared_host() -> None:
     assert svc is not None and svc.name == "payments-new"
 
 
+def _multi(name: str, created: str, port: int, *, resolution: str = "DNS", extra: str = "", labels: str = "{}") -> str:
+    return f"""
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: {name}, namespace: ext, creationTimestamp: "{created}", labels: {labels}}}
+spec:
+  hosts: [multi.example.com]
+  addresses: [240.0.0.{port // 1000}]
+  location: MESH_EXTERNAL
+  resolution: {resolution}
+  ports: [{{number: {port}, name: p{port}, protocol: HTTP}}, {{number: 9999, name: shared, protocol: TCP}}]
+  {extra}
+"""
+
+
+MULTI = ("multi.example.com", "ext")
+OLDER = _multi("a-older", "2024-01-01T00:00:01Z", 7000)
+
+
+def test_same_host_service_entries_in_one_namespace_merge_ports() -> None:
+    # istiod: one Service per ServiceEntry; appendSidecarServices folds newer same-host services of
+    # the namespace into the oldest when canMergeServices (same resolution, labels, selector, exportTo)
+    reg = ServiceRegistry()
+    add(reg, _multi("b-newer", "2024-01-01T00:00:02Z", 8000))
+    delta = add(reg, OLDER)
+    assert MULTI in delta.services_changed
+    svc = reg.service(*MULTI)
+    assert svc is not None
+    assert (svc.name, svc.addresses, svc.resolution) == ("a-older", ("240.0.0.7",), Resolution.DNS_LB)
+    assert [(p.port, p.name) for p in svc.ports] == [(7000, "p7000"), (9999, "shared"), (8000, "p8000")]
+    assert sorted({e.port for e in reg.endpoints(*MULTI)}) == [7000, 8000, 9999]
+    # the oldest goes: the newer one is the Service, with only its own ports
+    delta = delete(reg, OLDER)
+    assert MULTI in delta.services_changed
+    svc = reg.service(*MULTI)
+    assert svc is not None and svc.name == "b-newer"
+    assert [p.port for p in svc.ports] == [8000, 9999]
+
+
+@pytest.mark.parametrize(
+    ("resolution", "extra", "labels"),
+    [
+        ("STATIC", "endpoints: [{address: 10.0.0.1}]", "{}"),
+        ("DNS", "exportTo: ['.']", "{}"),
+        ("DNS", "workloadSelector: {labels: {app: a}}", "{}"),
+        ("DNS", "", "{team: b}"),
+    ],
+)
+def test_same_host_service_entries_that_differ_do_not_merge(resolution: str, extra: str, labels: str) -> None:
+    reg = ServiceRegistry()
+    newer = _multi("b-newer", "2024-01-01T00:00:02Z", 8000, resolution=resolution, extra=extra, labels=labels)
+    add(reg, OLDER + "---" + newer)
+    svc = reg.service(*MULTI)
+    assert svc is not None and svc.name == "a-older"
+    assert [p.port for p in svc.ports] == [7000, 9999]
+
+
 def test_service_entry_host_removal_and_delete() -> None:
     reg = ServiceRegistry()
     add(reg, STATIC_SE)

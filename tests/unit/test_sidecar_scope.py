@@ -272,12 +272,6 @@ def test_virtual_service_destinations_on_a_port_listener_take_the_listener_port(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: collectImportedServices uses virtualServiceDestinationsFilteredBySourceNamespace: an HTTP "
-    "route whose matches all name another sourceNamespace contributes no destinations to this namespace's "
-    "scope; pilotfish adds echo.shared (routed to only for sourceNamespace 'elsewhere')",
-)
 def test_routes_for_another_source_namespace_add_no_services() -> None:
     routes = doc(
         "VirtualService",
@@ -293,6 +287,32 @@ def test_routes_for_another_source_namespace_add_no_services() -> None:
     )
     scope = push_for(*WORLD, routes, sidecar("client", "sc", "egress: [{hosts: [./*]}]")).sidecar_scope(proxy("client"))
     assert hosts(scope.services) == [CLIENT, DETAILS]
+
+
+def test_source_namespace_routes_are_filtered_per_scope_namespace() -> None:
+    # istiod virtualServiceDestinationsFilteredBySourceNamespace: a route counts for a namespace
+    # its matches name; a match without sourceNamespace does not rescue a route whose other
+    # matches name only other namespaces; TCP routes are never filtered
+    routes = doc(
+        "VirtualService",
+        "client",
+        "by-source",
+        f"""
+        hosts: [client]
+        http:
+        - match: [{{sourceNamespace: elsewhere}}, {{sourceNamespace: client}}]
+          route: [{{destination: {{host: {ECHO}}}}}]
+        - match: [{{sourceNamespace: elsewhere}}, {{uri: {{prefix: /}}}}]
+          route: [{{destination: {{host: {DETAILS}}}}}]
+        tcp:
+        - match: [{{sourceNamespace: elsewhere}}]
+          route: [{{destination: {{host: {RATINGS}}}}}]
+        """,
+    )
+    egress = "egress: [{hosts: [./*, client/*]}]"
+    push = push_for(*WORLD, routes, sidecar("client", "sc", egress), sidecar("elsewhere", "sc", egress))
+    assert hosts(push.sidecar_scope(proxy("client")).services) == [CLIENT, ECHO, RATINGS]
+    assert hosts(push.sidecar_scope(proxy("elsewhere")).services) == [CLIENT, ECHO, DETAILS, RATINGS]
 
 
 def test_virtual_service_in_an_imported_namespace_is_selected_by_host() -> None:
@@ -370,12 +390,6 @@ def test_kubernetes_service_preferred_over_service_entry_from_another_namespace(
     assert [r.name for r in scope.destination_rules[REVIEWS]] == ["reviews"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: istiod keeps a Service per ServiceEntry and appendSidecarServices merges the ports of "
-    "same-hostname services in the same namespace (canMergeServices), so the scope has ports [7000, 8000]; "
-    "pilotfish keeps only the oldest ServiceEntry's service, ports [7000]",
-)
 def test_same_host_service_entries_in_one_namespace_merge_ports() -> None:
     push = push_for(
         entry("ext", "2024-01-01T00:00:01Z", "multi.example.com", 7000),
