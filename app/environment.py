@@ -60,8 +60,10 @@ class Environment:
                 return True
         return False
 
-    def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:
-        inputs = PushInputs(
+    def push_inputs(self) -> PushInputs:
+        """What a PushContext is built from, as immutable tuples taken now: the build itself
+        may then run off the event loop while events keep arriving."""
+        return PushInputs(
             mesh=self.store.mesh,
             services=self.registry.services(),
             virtual_services=self.store.list(Kind.VIRTUAL_SERVICE),
@@ -71,4 +73,6 @@ class Environment:
             endpoints=self.registry,
             domain_suffix=self.domain_suffix,
         )
-        return PushContext.build(previous, inputs, None if change is None else change.kinds)
+
+    def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:
+        return PushContext.build(previous, self.push_inputs(), None if change is None else change.kinds)

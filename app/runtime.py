@@ -3,7 +3,8 @@
 
 Config events are applied to the Environment as they arrive (cheap, synchronous); the
 resulting PushRequest goes to the one Debouncer. When it fires, a full request rebuilds the
-PushContext from the previous one (only the slices its kinds affect); an endpoint-only
+PushContext from the previous one (only the slices its kinds affect, in a worker thread so
+the loop keeps serving streams); an endpoint-only
 request does not rebuild anything, as generators read endpoints from the live EndpointIndex.
 Either way every connected proxy is queued, and the workers push to each through its stream.
 """
@@ -104,9 +105,11 @@ class Runtime:
 
     async def _fire(self, request: PushRequest) -> None:
         if request.full:
-            previous = self.push_context()
-            change = None if request.all_kinds else Change(kinds=request.config_kinds)
-            self._push = self.env.build_push_context(previous, change)
+            # the inputs are taken on the loop; the build runs in a thread so streams keep
+            # being served while a large mesh's indexes are recomputed
+            kinds = None if request.all_kinds else request.config_kinds
+            inputs = self.env.push_inputs()
+            self._push = await asyncio.to_thread(PushContext.build, self.push_context(), inputs, kinds)
         for stream in self.streams():
             self.queue.enqueue(stream, request)
 

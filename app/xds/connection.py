@@ -20,7 +20,7 @@ from google.protobuf import json_format
 
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
-from app.xds.generate import generate
+from app.xds.generate import generator_for
 from app.xds.needs_push import types_to_push
 from app.xds.push import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
@@ -90,10 +90,11 @@ class Connection(Generic[Req, Resp]):
                 self.id,
                 outcome.error,
             )
-        if not outcome.respond:
+        generator = generator_for(outcome.type_url)
+        if not outcome.respond or generator is None:
             return []
         watch = self.session.watches[outcome.type_url]
-        resp = self.session.answer(outcome.type_url, generate(outcome.type_url, self.proxy, push, watch))
+        resp = self.session.answer(outcome.type_url, generator(self.proxy, push, watch))
         return self._sent([resp] if resp is not None else [], push)
 
     def on_push(self, push: PushContext, req: PushRequest) -> list[Resp]:
@@ -101,9 +102,12 @@ class Connection(Generic[Req, Resp]):
         sent: set[str] = set()
         out: list[Resp] = []
         for type_url in types_to_push(self.proxy, req, self.session.watches):
+            generator = generator_for(type_url)
+            if generator is None:
+                continue
             watch = self.session.watches[type_url]
             force = req.forced or _FOLLOWS.get(type_url) in sent
-            resp = self.session.response(type_url, generate(type_url, self.proxy, push, watch), force=force)
+            resp = self.session.response(type_url, generator(self.proxy, push, watch), force=force)
             if resp is not None:
                 sent.add(type_url)
                 out.append(resp)

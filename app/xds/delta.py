@@ -22,7 +22,7 @@ from app.xds.watch import WILDCARD, NonceSource, Resource, WatchedResource, is_w
 
 
 class DeltaSession:
-    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str]) -> None:
+    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str] | None) -> None:
         self._nonces = nonces
         self._allowed = allowed_types
         self.watches: dict[str, WatchedResource] = {}

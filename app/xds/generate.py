@@ -44,5 +44,6 @@ def _routes(proxy: Proxy, push: PushContext, watch: WatchedResource) -> list[Res
 GENERATORS: dict[str, Generator] = {CLUSTER: _clusters, ENDPOINT: _endpoints, LISTENER: _listeners, ROUTE: _routes}
 
 
-def generate(type_url: str, proxy: Proxy, push: PushContext, watch: WatchedResource) -> list[Resource]:
-    return GENERATORS[type_url](proxy, push, watch)
+def generator_for(type_url: str) -> Generator | None:
+    """The generator of a type, or None for a type pilotfish does not serve."""
+    return GENERATORS.get(type_url)

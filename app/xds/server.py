@@ -25,7 +25,7 @@ from app.model.push_context import PushContext
 from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
 from app.xds.push import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import ProtocolError, SotwSession
 from app.xds.watch import counter_nonces
 
@@ -33,12 +33,12 @@ logger = logging.getLogger(__name__)
 
 AnyConnection = Connection[Any, Any]
 
-# service -> (SotW method, Delta method, types it serves)
-SERVICES: dict[str, tuple[str, str, frozenset[str]]] = {
+# service -> (SotW method, Delta method, types it serves; None: any, as ADS)
+SERVICES: dict[str, tuple[str, str, frozenset[str] | None]] = {
     "envoy.service.discovery.v3.AggregatedDiscoveryService": (
         "StreamAggregatedResources",
         "DeltaAggregatedResources",
-        frozenset(ADS_ORDER),
+        None,
     ),
     "envoy.service.cluster.v3.ClusterDiscoveryService": ("StreamClusters", "DeltaClusters", frozenset({CLUSTER})),
     "envoy.service.endpoint.v3.EndpointDiscoveryService": ("StreamEndpoints", "DeltaEndpoints", frozenset({ENDPOINT})),
@@ -137,13 +137,13 @@ class XdsServer:
             stream.inbox.put_nowait(_EOF)
         await stopping
 
-    def _sotw_handler(self, types: frozenset[str]) -> Callable[[AsyncIterator[Any], Any], Any]:
+    def _sotw_handler(self, types: frozenset[str] | None) -> Callable[[AsyncIterator[Any], Any], Any]:
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
             await self._serve(requests, context, SotwSession(counter_nonces(), types), delta=False)
 
         return handle
 
-    def _delta_handler(self, types: frozenset[str]) -> Callable[[AsyncIterator[Any], Any], Any]:
+    def _delta_handler(self, types: frozenset[str] | None) -> Callable[[AsyncIterator[Any], Any], Any]:
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
             await self._serve(requests, context, DeltaSession(counter_nonces(), types), delta=True)
 

@@ -46,15 +46,17 @@ class ProtocolError(Exception):
     """A request no well-behaved client sends; the stream ends with INVALID_ARGUMENT."""
 
 
-def check_type(type_url: str, allowed: frozenset[str]) -> None:
+def check_type(type_url: str, allowed: frozenset[str] | None) -> None:
+    """``allowed`` None (ADS) takes any type: one the server has no generator for is watched
+    but never answered, as istiod does (e.g. SDS secrets it does not serve)."""
     if not type_url:
         raise ProtocolError("request without type_url")
-    if type_url not in allowed:
+    if allowed is not None and type_url not in allowed:
         raise ProtocolError(f"type {type_url} is not served on this stream")
 
 
 class SotwSession:
-    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str]) -> None:
+    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str] | None) -> None:
         self._nonces = nonces
         self._allowed = allowed_types
         self.watches: dict[str, WatchedResource] = {}

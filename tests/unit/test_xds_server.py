@@ -211,3 +211,16 @@ async def test_nack_is_visible_in_syncz_and_nothing_is_resent(runtime: Runtime, 
     assert conn["watches"]["cds"]["nacks"] == 1 and conn["nacks"] == 1
     assert REVIEWS in {c["name"] for c in dump["clusters"]}
     s.call.cancel()
+
+
+async def test_ads_type_without_generator_is_watched_not_answered_and_stream_stays(channel: grpc.aio.Channel) -> None:
+    # Envoy asks for SDS secrets over ADS for credentialName gateways; istiod answers what it
+    # serves and ignores the rest, the stream stays up
+    secret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+    s = Stream(channel, ADS + "DeltaAggregatedResources", delta=True)
+    await s.send(node(discovery_pb2.DeltaDiscoveryRequest(type_url=secret, resource_names_subscribe=["kubernetes://c"])))
+    await s.nothing()
+    await s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER))
+    cds = await s.recv()
+    assert cds.type_url == CLUSTER and REVIEWS in {r.name for r in cds.resources}
+    s.call.cancel()
