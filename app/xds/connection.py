@@ -23,7 +23,7 @@ from app.model.push_context import PushContext
 from app.xds.generate import generator_for
 from app.xds.needs_push import types_to_push
 from app.xds.push import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
 from app.xds.sotw import Outcome, RequestKind
 from app.xds.watch import Resource, WatchedResource
 
@@ -101,12 +101,16 @@ class Connection(Generic[Req, Resp]):
         self.stats.pushes += 1
         sent: set[str] = set()
         out: list[Resp] = []
+        # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
+        # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
+        elsewhere = set(types_to_push(self.proxy, req, ADS_ORDER)) - self.session.watches.keys()
         for type_url in types_to_push(self.proxy, req, self.session.watches):
             generator = generator_for(type_url)
             if generator is None:
                 continue
             watch = self.session.watches[type_url]
-            force = req.forced or _FOLLOWS.get(type_url) in sent
+            leader = _FOLLOWS.get(type_url)
+            force = req.forced or leader in sent or leader in elsewhere
             resp = self.session.response(type_url, generator(self.proxy, push, watch), force=force)
             if resp is not None:
                 sent.add(type_url)
