@@ -43,7 +43,7 @@ class Runtime:
             debounce_max=settings.debounce_max,
             eds_debounce=settings.eds_debounce,
         )
-        self.xds = XdsServer(self.push_context, on_connect=lambda _s: None, on_disconnect=self.queue.remove)
+        self.xds = XdsServer(self.push_context, on_disconnect=self.queue.remove)
         self.http = DebugServer(self)
         self.started = asyncio.Event()
 

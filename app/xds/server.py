@@ -77,11 +77,9 @@ class XdsServer:
     def __init__(
         self,
         snapshot: Callable[[], PushContext],
-        on_connect: Callable[[Stream], None],
         on_disconnect: Callable[[Stream], None],
     ) -> None:
         self._snapshot = snapshot
-        self._on_connect = on_connect
         self._on_disconnect = on_disconnect
         self._ids = itertools.count(1)
         self.streams: dict[str, Stream] = {}
@@ -187,7 +185,6 @@ class XdsServer:
         conn_id = f"{proxy.id}-{next(self._ids)}"
         stream = Stream(Connection(conn_id, proxy, session, delta), inbox)
         self.streams[conn_id] = stream
-        self._on_connect(stream)
         logger.info("xDS %s connected: %s (%s)", "delta" if delta else "sotw", conn_id, first.node.id)
         return stream
 
