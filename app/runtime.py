@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 
 from app.debug.server import DebugServer
@@ -115,12 +114,12 @@ class Runtime:
 
 
 def _push_request(change: Change, events: int) -> PushRequest | None:
-    now = time.monotonic()
+    """The request a change makes; the Debouncer stamps its start time."""
     if change.kinds:
-        return PushRequest(full=True, config_kinds=change.kinds, reasons={"config": events}, start=now)
+        return PushRequest(full=True, config_kinds=change.kinds, reasons={"config": events})
     if change.registry.endpoints_changed:
         return PushRequest(
-            full=False, endpoint_services=change.registry.endpoints_changed, reasons={"endpoint": events}, start=now
+            full=False, endpoint_services=change.registry.endpoints_changed, reasons={"endpoint": events}
         )
     return None
 

@@ -4,6 +4,7 @@ camelCase field names, each list sorted by name; Istio objects use Istio's field
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import json_format
@@ -23,35 +24,38 @@ def to_json(msg: Message) -> dict[str, Any]:
     return json_format.MessageToDict(msg, preserving_proto_field_name=False)
 
 
+def _json(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    # generators return their resources sorted by name
+    return [to_json(m) for m in messages]
+
+
 def dump_clusters(proxy: Proxy, push: PushContext) -> dict[str, Any]:
-    clusters = sorted(generate_clusters(proxy, push), key=lambda c: c.name)
-    return {"clusters": [to_json(c) for c in clusters]}
+    return {"clusters": _json(generate_clusters(proxy, push))}
 
 
 def dump_endpoints(proxy: Proxy, push: PushContext) -> dict[str, Any]:
     """The assignment of every EDS cluster the proxy gets (what Envoy subscribes to)."""
     names = eds_cluster_names(generate_clusters(proxy, push))
-    assignments = sorted(generate_endpoints(proxy, push, names), key=lambda a: a.cluster_name)
-    return {"endpoints": [to_json(a) for a in assignments]}
+    return {"endpoints": _json(generate_endpoints(proxy, push, names))}
 
 
 def dump_listeners(proxy: Proxy, push: PushContext) -> dict[str, Any]:
-    listeners = sorted(generate_listeners(proxy, push), key=lambda li: li.name)
-    return {"listeners": [to_json(li) for li in listeners]}
+    return {"listeners": _json(generate_listeners(proxy, push))}
 
 
 def dump_routes(proxy: Proxy, push: PushContext) -> dict[str, Any]:
     """Every route configuration the proxy's listeners name (what Envoy subscribes to)."""
-    routes = sorted(generate_routes(proxy, push, route_names(generate_listeners(proxy, push))), key=lambda r: r.name)
-    return {"routes": [to_json(r) for r in routes]}
+    return {"routes": _json(generate_routes(proxy, push, route_names(generate_listeners(proxy, push))))}
 
 
 def dump_all(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+    clusters = generate_clusters(proxy, push)
+    listeners = generate_listeners(proxy, push)
     return {
-        **dump_clusters(proxy, push),
-        **dump_endpoints(proxy, push),
-        **dump_listeners(proxy, push),
-        **dump_routes(proxy, push),
+        "clusters": _json(clusters),
+        "endpoints": _json(generate_endpoints(proxy, push, eds_cluster_names(clusters))),
+        "listeners": _json(listeners),
+        "routes": _json(generate_routes(proxy, push, route_names(listeners))),
     }
 
 

@@ -51,9 +51,9 @@ def sync_status(stream: Stream) -> dict[str, Any]:
         "proxyType": str(conn.proxy.type),
         "namespace": conn.proxy.namespace,
         "protocol": "delta" if conn.delta else "sotw",
-        "pushes": conn.stats.pushes,
-        "pushVersion": conn.stats.last_push_version,
-        "nacks": conn.stats.nacks,
+        "pushes": conn.pushes,
+        "pushVersion": conn.push_version,
+        "nacks": sum(w.nacks for w in conn.watched()),
         "watches": {
             SHORT_NAMES.get(w.type_url, w.type_url): {
                 "wildcard": w.wildcard,

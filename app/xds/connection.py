@@ -10,9 +10,7 @@ The gRPC servicer (server.py) only feeds it and writes what it returns.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from envoy.config.core.v3 import base_pb2
@@ -20,6 +18,7 @@ from google.protobuf import json_format
 
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
+from app.xds.delta import DeltaSession
 from app.xds.generate import generator_for
 from app.xds.needs_push import types_to_push
 from app.xds.push import PushRequest
@@ -60,29 +59,21 @@ def proxy_from_node(node: base_pb2.Node) -> Proxy:
     return build_proxy(node.id, metadata, locality)
 
 
-@dataclass(slots=True)
-class ConnectionStats:
-    connected_at: float = field(default_factory=time.time)
-    requests: int = 0
-    responses: int = 0
-    pushes: int = 0
-    nacks: int = 0
-    last_push_version: int = 0
-
-
 class Connection(Generic[Req, Resp]):
-    def __init__(self, conn_id: str, proxy: Proxy, session: Session[Req, Resp], delta: bool) -> None:
+    def __init__(self, conn_id: str, proxy: Proxy, session: Session[Req, Resp]) -> None:
         self.id = conn_id
         self.proxy = proxy
         self.session = session
-        self.delta = delta
-        self.stats = ConnectionStats()
+        self.pushes = 0
+        self.push_version = 0  # the PushContext version of the last responses sent
+
+    @property
+    def delta(self) -> bool:
+        return isinstance(self.session, DeltaSession)
 
     def on_request(self, req: Req, push: PushContext) -> list[Resp]:
-        self.stats.requests += 1
         outcome = self.session.on_request(req)
         if outcome.kind is RequestKind.NACK:
-            self.stats.nacks += 1
             logger.warning(
                 "%s NACK from %s (%s): %s",
                 SHORT_NAMES.get(outcome.type_url, outcome.type_url),
@@ -98,7 +89,7 @@ class Connection(Generic[Req, Resp]):
         return self._sent([resp] if resp is not None else [], push)
 
     def on_push(self, push: PushContext, req: PushRequest) -> list[Resp]:
-        self.stats.pushes += 1
+        self.pushes += 1
         sent: set[str] = set()
         out: list[Resp] = []
         # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
@@ -118,9 +109,8 @@ class Connection(Generic[Req, Resp]):
         return self._sent(out, push)
 
     def _sent(self, responses: list[Resp], push: PushContext) -> list[Resp]:
-        self.stats.responses += len(responses)
         if responses:
-            self.stats.last_push_version = push.version
+            self.push_version = push.version
         return responses
 
     def watched(self) -> Iterable[WatchedResource]:

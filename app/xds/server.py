@@ -94,12 +94,12 @@ class XdsServer:
                     service,
                     {
                         sotw_method: grpc.stream_stream_rpc_method_handler(
-                            self._sotw_handler(types),
+                            self._handler(SotwSession, types),
                             request_deserializer=discovery_pb2.DiscoveryRequest.FromString,
                             response_serializer=discovery_pb2.DiscoveryResponse.SerializeToString,
                         ),
                         delta_method: grpc.stream_stream_rpc_method_handler(
-                            self._delta_handler(types),
+                            self._handler(DeltaSession, types),
                             request_deserializer=discovery_pb2.DeltaDiscoveryRequest.FromString,
                             response_serializer=discovery_pb2.DeltaDiscoveryResponse.SerializeToString,
                         ),
@@ -135,15 +135,11 @@ class XdsServer:
             stream.inbox.put_nowait(_EOF)
         await stopping
 
-    def _sotw_handler(self, types: frozenset[str] | None) -> Callable[[AsyncIterator[Any], Any], Any]:
+    def _handler(
+        self, session_type: type[SotwSession] | type[DeltaSession], types: frozenset[str] | None
+    ) -> Callable[[AsyncIterator[Any], Any], Any]:
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await self._serve(requests, context, SotwSession(counter_nonces(), types), delta=False)
-
-        return handle
-
-    def _delta_handler(self, types: frozenset[str] | None) -> Callable[[AsyncIterator[Any], Any], Any]:
-        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await self._serve(requests, context, DeltaSession(counter_nonces(), types), delta=True)
+            await self._serve(requests, context, session_type(counter_nonces(), types))
 
         return handle
 
@@ -152,7 +148,6 @@ class XdsServer:
         requests: AsyncIterator[Any],
         context: grpc.aio.ServicerContext[Any, Any],
         session: Session[Any, Any],
-        delta: bool,
     ) -> None:
         inbox: asyncio.Queue[object] = asyncio.Queue()
         stream: Stream | None = None
@@ -165,7 +160,7 @@ class XdsServer:
                             await self._write_push(stream, item, context)
                             continue
                         if stream is None:
-                            stream = self._connect(item, session, delta, inbox)
+                            stream = self._connect(item, session, inbox)
                         for resp in stream.connection.on_request(item, self._snapshot()):
                             await context.write(resp)
                 finally:
@@ -178,14 +173,15 @@ class XdsServer:
             if stream is not None:
                 self._disconnect(stream)
 
-    def _connect(self, first: Any, session: Session[Any, Any], delta: bool, inbox: asyncio.Queue[object]) -> Stream:
+    def _connect(self, first: Any, session: Session[Any, Any], inbox: asyncio.Queue[object]) -> Stream:
         if not first.HasField("node") or not first.node.id:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
         conn_id = f"{proxy.id}-{next(self._ids)}"
-        stream = Stream(Connection(conn_id, proxy, session, delta), inbox)
+        stream = Stream(Connection(conn_id, proxy, session), inbox)
         self.streams[conn_id] = stream
-        logger.info("xDS %s connected: %s (%s)", "delta" if delta else "sotw", conn_id, first.node.id)
+        protocol = "delta" if stream.connection.delta else "sotw"
+        logger.info("xDS %s connected: %s (%s)", protocol, conn_id, first.node.id)
         return stream
 
     def _disconnect(self, stream: Stream) -> None:

@@ -46,7 +46,7 @@ def add(env: Environment, text: str) -> None:
 def sotw(
     types: frozenset[str] | None = None,
 ) -> Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
-    return Connection("c1", build_proxy(NODE), SotwSession(counter_nonces(), types), delta=False)
+    return Connection("c1", build_proxy(NODE), SotwSession(counter_nonces(), types))
 
 
 def test_dr_change_pushes_clusters_then_endpoints_even_when_endpoints_are_unchanged() -> None:
@@ -77,7 +77,7 @@ def test_unchanged_push_sends_nothing_and_endpoint_push_sends_only_endpoints() -
 def test_virtual_service_change_sends_listeners_before_routes() -> None:
     env = environment()
     push = env.build_push_context(None)
-    conn = Connection("c1", build_proxy(NODE), DeltaSession(counter_nonces(), None), delta=True)
+    conn = Connection("c1", build_proxy(NODE), DeltaSession(counter_nonces(), None))
     conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=LISTENER), push)
     conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=ROUTE, resource_names_subscribe=["9080"]), push)
     add(
