@@ -23,8 +23,7 @@ from app.xds.generate import generator_for
 from app.xds.needs_push import types_to_push
 from app.xds.push import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
-from app.xds.sotw import Outcome, RequestKind
-from app.xds.watch import Resource, WatchedResource
+from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,17 @@ from collections.abc import Sequence
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resources import EXPLICIT_TYPES
-from app.xds.sotw import Outcome, RequestKind, check_type
-from app.xds.watch import WILDCARD, NonceSource, Resource, WatchedResource, is_wildcard_request, set_version
+from app.xds.watch import (
+    WILDCARD,
+    NonceSource,
+    Outcome,
+    RequestKind,
+    Resource,
+    WatchedResource,
+    check_type,
+    is_wildcard_request,
+    set_version,
+)
 
 
 class DeltaSession:

@@ -26,8 +26,8 @@ from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
 from app.xds.push import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
-from app.xds.sotw import ProtocolError, SotwSession
-from app.xds.watch import counter_nonces
+from app.xds.sotw import SotwSession
+from app.xds.watch import ProtocolError, counter_nonces
 
 logger = logging.getLogger(__name__)
 

@@ -16,43 +16,22 @@ Rules kept here (xDS protocol doc, "ACK/NACK and resource type instance version"
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resources import EXPLICIT_TYPES
-from app.xds.watch import WILDCARD, NonceSource, Resource, WatchedResource, is_wildcard_request, set_version
-
-
-class RequestKind(enum.Enum):
-    INITIAL = "initial"  # first request for a type on this stream
-    ACK = "ack"
-    NACK = "nack"
-    STALE = "stale"  # answers a response that is not the latest: ignored
-    SUBSCRIPTION = "subscription"  # an ACK (or a Delta request) that changes the names watched
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    kind: RequestKind
-    type_url: str
-    respond: bool
-    error: str = ""
-
-
-class ProtocolError(Exception):
-    """A request no well-behaved client sends; the stream ends with INVALID_ARGUMENT."""
-
-
-def check_type(type_url: str, allowed: frozenset[str] | None) -> None:
-    """``allowed`` None (ADS) takes any type: one the server has no generator for is watched
-    but never answered, as istiod does (e.g. SDS secrets it does not serve)."""
-    if not type_url:
-        raise ProtocolError("request without type_url")
-    if allowed is not None and type_url not in allowed:
-        raise ProtocolError(f"type {type_url} is not served on this stream")
+from app.xds.watch import (
+    WILDCARD,
+    NonceSource,
+    Outcome,
+    RequestKind,
+    Resource,
+    WatchedResource,
+    check_type,
+    is_wildcard_request,
+    set_version,
+)
 
 
 class SotwSession:

@@ -1,4 +1,5 @@
-"""What one xDS stream watches, per type: istiod's WatchedResource, shared by SotW and Delta.
+"""What one xDS stream watches, per type (istiod's WatchedResource), and the request outcomes
+and errors both protocol sessions share.
 
 Plain mutable state owned by one session (one stream, one coroutine). Versions are content
 hashes, so "has the client got this?" is a string comparison and an unchanged resource is
@@ -7,6 +8,7 @@ never resent (nor a NACKed one, until its content changes).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -84,3 +86,32 @@ def is_wildcard_request(type_url: str, names: Iterable[str]) -> bool:
     type that is wildcard by default (CDS, LDS: the legacy empty request)."""
     listed = list(names)
     return WILDCARD in listed or (not listed and type_url not in EXPLICIT_TYPES)
+
+
+class RequestKind(enum.Enum):
+    INITIAL = "initial"  # first request for a type on this stream
+    ACK = "ack"
+    NACK = "nack"
+    STALE = "stale"  # answers a response that is not the latest: ignored
+    SUBSCRIPTION = "subscription"  # an ACK (or a Delta request) that changes the names watched
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: RequestKind
+    type_url: str
+    respond: bool
+    error: str = ""
+
+
+class ProtocolError(Exception):
+    """A request no well-behaved client sends; the stream ends with INVALID_ARGUMENT."""
+
+
+def check_type(type_url: str, allowed: frozenset[str] | None) -> None:
+    """``allowed`` None (ADS) takes any type: one the server has no generator for is watched
+    but never answered, as istiod does (e.g. SDS secrets it does not serve)."""
+    if not type_url:
+        raise ProtocolError("request without type_url")
+    if allowed is not None and type_url not in allowed:
+        raise ProtocolError(f"type {type_url} is not served on this stream")

@@ -8,8 +8,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.delta import DeltaSession
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
-from app.xds.sotw import ProtocolError, RequestKind
-from app.xds.watch import counter_nonces, encode
+from app.xds.watch import ProtocolError, RequestKind, counter_nonces, encode
 from tests.support.xds import cla, clusters
 
 

@@ -7,8 +7,8 @@ import pytest
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER
-from app.xds.sotw import ProtocolError, RequestKind, SotwSession
-from app.xds.watch import counter_nonces
+from app.xds.sotw import SotwSession
+from app.xds.watch import ProtocolError, RequestKind, counter_nonces
 from tests.support.xds import cla, clusters
 
 
