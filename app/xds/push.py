@@ -29,16 +29,14 @@ _NO_REASONS: Mapping[str, int] = MappingProxyType({})
 
 
 class TriggerReason(enum.StrEnum):
-    """Why a push was requested; istiod's TriggerReason names, used as metric labels."""
+    """Why a push was requested; istiod's TriggerReason names, the keys of ``PushRequest.reasons``."""
 
     ENDPOINT = "endpoint"
     CONFIG = "config"
-    SERVICE = "service"
-    NAMESPACE = "namespace"
-    GLOBAL = "global"  # mesh config: everything may have changed
-    PROXY_REQUEST = "proxyrequest"
-    DEBUG = "debug"
     UNKNOWN = "unknown"  # the Debouncer's label for a request that named none
+
+
+_UNKNOWN_REASON: Mapping[str, int] = MappingProxyType({TriggerReason.UNKNOWN.value: 1})
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +181,7 @@ class Debouncer:
             req = replace(
                 req,
                 start=req.start or now,
-                reasons=req.reasons or MappingProxyType({TriggerReason.UNKNOWN.value: 1}),
+                reasons=req.reasons or _UNKNOWN_REASON,
             )
         if not self._eds_debounce and not req.full:
             self._now_req = req if self._now_req is None else self._now_req.merge(req)

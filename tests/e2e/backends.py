@@ -14,16 +14,8 @@ import socket
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 from aiohttp import web
-
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    address: str
-    port: int
 
 
 def _bind_common_port(addresses: list[str], attempts: int = 50) -> tuple[int, list[socket.socket]]:
@@ -60,9 +52,6 @@ class Backends:
         self._thread = threading.Thread(target=self._loop.run_forever, name="e2e-backends", daemon=True)
         self._runners: list[web.AppRunner] = []
         self.port = 0
-
-    def __getitem__(self, name: str) -> Backend:
-        return Backend(name, self._addresses[name], self.port)
 
     def start(self) -> Backends:
         names = list(self._addresses)

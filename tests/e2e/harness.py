@@ -1,4 +1,5 @@
-"""Small tools the end-to-end tests share: free ports, polling, the config dir, HTTP through Envoy.
+"""Small tools the end-to-end tests share: free ports, polling, the config dir (and a Kubernetes
+service written into it), HTTP through Envoy.
 
 Everything here is synchronous: the backends run in their own thread (backends.py), so a test
 may block while it waits for Envoy without starving anything it talks to.
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "e2e"
 # generous: a loaded 2-core CI machine; polling returns as soon as the condition holds
 WAIT_TIMEOUT = 45.0
+POLL_INTERVAL = 0.1
 
 T = TypeVar("T")
 
@@ -38,12 +40,7 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
-def wait_until(
-    predicate: Callable[[], T | None],
-    what: str,
-    timeout: float = WAIT_TIMEOUT,
-    interval: float = 0.1,
-) -> T:
+def wait_until(predicate: Callable[[], T | None], what: str, timeout: float = WAIT_TIMEOUT) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that.
 
     An exception from the predicate counts as "not yet" (Envoy's admin port may not be up);
@@ -62,7 +59,7 @@ def wait_until(
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last result: {last!r}")
-        time.sleep(interval)
+        time.sleep(POLL_INTERVAL)
 
 
 class ConfigDir:
@@ -82,13 +79,70 @@ class ConfigDir:
 
     def render(self, template: str, name: str | None = None, **values: object) -> Path:
         """Write tests/data/e2e/``template`` with ``$placeholders`` filled in, as ``name``."""
-        text = string.Template((TEMPLATES / template).read_text()).substitute(
-            {k: str(v) for k, v in values.items()}
-        )
+        text = string.Template((TEMPLATES / template).read_text()).substitute({k: str(v) for k, v in values.items()})
         return self.write(name or Path(template).name, text)
 
     def remove(self, name: str) -> None:
         (self.path / name).unlink()
+
+
+@dataclass(frozen=True)
+class KubernetesRegistration:
+    """Service ``app`` of ``namespace``, one Pod per version (name -> address) and their EndpointSlice."""
+
+    addresses: Mapping[str, str]
+    cluster_ip: str
+    service_port: int = 80
+    namespace: str = "default"
+
+    @property
+    def host(self) -> str:
+        return f"app.{self.namespace}.svc.cluster.local"
+
+    def write(self, config: ConfigDir, target_port: int) -> None:
+        config.render(
+            "kubernetes/service.yaml",
+            "app-service.yaml",
+            namespace=self.namespace,
+            cluster_ip=self.cluster_ip,
+            service_port=self.service_port,
+            target_port=target_port,
+        )
+        for version in self.addresses:
+            self._write_pod(config, version, target_port)
+        self._write_slice(config, list(self.addresses), target_port)
+
+    def remove_endpoint(self, config: ConfigDir, version: str, target_port: int) -> None:
+        # as Kubernetes does when the pod goes away: the slice drops it, the pod is deleted
+        self._write_slice(config, [v for v in self.addresses if v != version], target_port)
+        config.remove(f"app-{version}.yaml")
+
+    def _write_pod(self, config: ConfigDir, version: str, target_port: int) -> None:
+        config.render(
+            "kubernetes/pod.yaml",
+            f"app-{version}.yaml",
+            namespace=self.namespace,
+            version=version,
+            address=self.addresses[version],
+            target_port=target_port,
+        )
+
+    def _write_slice(self, config: ConfigDir, versions: list[str], target_port: int) -> None:
+        endpoints = [
+            {
+                "addresses": [self.addresses[v]],
+                "conditions": {"ready": True},
+                "targetRef": {"kind": "Pod", "name": f"app-{v}", "namespace": self.namespace},
+            }
+            for v in versions
+        ]
+        config.render(
+            "kubernetes/endpointslice.yaml",
+            "app-endpointslice.yaml",
+            namespace=self.namespace,
+            target_port=target_port,
+            endpoints=json.dumps(endpoints),
+        )
 
 
 @dataclass(frozen=True)
@@ -101,16 +155,9 @@ class Reply:
     text: str = ""
 
 
-def send(
-    port: int,
-    path: str = "/",
-    *,
-    host: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    address: str = "127.0.0.1",
-) -> Reply:
-    """One GET on a fresh connection (so a listener update is never hidden behind a kept-alive one)."""
-    conn = http.client.HTTPConnection(address, port, timeout=10)
+def send(port: int, path: str = "/", *, host: str | None = None, headers: Mapping[str, str] | None = None) -> Reply:
+    """One GET to 127.0.0.1 on a fresh connection (so a listener update is never hidden behind a kept-alive one)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         all_headers = dict(headers or {})
         if host is not None:

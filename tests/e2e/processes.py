@@ -56,6 +56,22 @@ class LoggedProcess:
     def describe(self) -> str:
         return f"--- {self.name} (pid {self.process.pid}) log, last {LOG_TAIL} chars ---\n{self.log_tail()}"
 
+    def kill(self) -> None:
+        """SIGKILL, reap, and forget."""
+        self.process.kill()
+        self.process.wait()
+        LIVE.pop(self.process.pid, None)
+
+    def wait_ready(self, port: int, what: str, timeout: float) -> None:
+        """Poll ``/ready`` on ``port`` until it answers 200; raises RuntimeError if the process exits first."""
+
+        def ready() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode} before it was ready")
+            return http_get(f"http://127.0.0.1:{port}/ready", timeout=2)[0] == 200
+
+        wait_until(ready, what, timeout=timeout)
+
 
 LIVE: dict[int, LoggedProcess] = {}
 
@@ -84,7 +100,6 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 
 class Pilotfish(LoggedProcess):
     xds_port: int
-    http_port: int
     returncode: int | None = None
 
     def stop(self) -> int:
@@ -94,9 +109,7 @@ class Pilotfish(LoggedProcess):
             try:
                 self.returncode = self.process.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                LIVE.pop(self.process.pid, None)
+                self.kill()
                 message = f"pilotfish did not exit {STOP_TIMEOUT:.0f}s after SIGTERM"
                 raise AssertionError(f"{message}\n{self.describe()}") from None
             LIVE.pop(self.process.pid, None)
@@ -114,19 +127,11 @@ def run_pilotfish(config_dir: ConfigDir, workdir: Path) -> Iterator[Pilotfish]:
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = _spawn(Pilotfish, "pilotfish", argv, workdir / f"pilotfish-{xds_port}.log", env)
-    server.xds_port, server.http_port = xds_port, http_port
-
-    def ready() -> bool:
-        if not server.alive():
-            raise RuntimeError(f"pilotfish exited with {server.process.returncode} before it was ready")
-        return http_get(f"http://127.0.0.1:{http_port}/ready", timeout=2)[0] == 200
-
+    server.xds_port = xds_port
     try:
-        wait_until(ready, "pilotfish /ready", timeout=60)
+        server.wait_ready(http_port, "pilotfish /ready", timeout=60)
     except (RuntimeError, AssertionError) as e:
-        server.process.kill()
-        server.process.wait()
-        LIVE.pop(server.process.pid, None)
+        server.kill()
         raise AssertionError(f"{e}\n{server.describe()}") from None
     try:
         yield server
@@ -231,7 +236,6 @@ def _single_endpoint(cluster: str, address: dict[str, Any]) -> dict[str, Any]:
 
 class Envoy(LoggedProcess):
     admin_port: int
-    api_type: str
 
     def admin(self, path: str) -> str:
         status, body = http_get(f"http://127.0.0.1:{self.admin_port}{path}")
@@ -303,8 +307,7 @@ class Envoy(LoggedProcess):
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                self.kill()
         LIVE.pop(self.process.pid, None)
 
 
@@ -323,17 +326,11 @@ def run_envoy(pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir
     ]  # fmt: skip
     name = f"envoy {proxy.node_id.split('~')[0]} {api_type}"
     envoy = _spawn(Envoy, name, argv, workdir / f"envoy-{admin_port}.log")
-    envoy.admin_port, envoy.api_type = admin_port, api_type
+    envoy.admin_port = admin_port
     try:
-
-        def live() -> bool:
-            if not envoy.alive():
-                raise RuntimeError(f"Envoy exited with {envoy.process.returncode}")
-            # LIVE only after the first CDS and LDS responses (initial_fetch_timeout 0s: no giving up)
-            return http_get(f"http://127.0.0.1:{admin_port}/ready", timeout=2)[0] == 200
-
         try:
-            wait_until(live, f"{name} to get its first CDS and LDS and go LIVE", timeout=WAIT_TIMEOUT)
+            # LIVE only after the first CDS and LDS responses (initial_fetch_timeout 0s: no giving up)
+            envoy.wait_ready(admin_port, f"{name} to get its first CDS and LDS and go LIVE", timeout=WAIT_TIMEOUT)
         except (RuntimeError, AssertionError) as e:
             raise AssertionError(f"{e}\n{envoy.describe()}\n{pilotfish.describe()}") from None
         yield envoy

@@ -8,14 +8,14 @@ then a removed endpoint no longer receiving any, all on one Envoy and one xDS st
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import pytest
 
 from tests.e2e.conftest import StartBackends, StartEnvoy, StartPilotfish
-from tests.e2e.harness import ConfigDir, backends_seen, free_port, routed_to, send, wait_until
+from tests.e2e.harness import ConfigDir, KubernetesRegistration, backends_seen, free_port, routed_to, send, wait_until
 from tests.e2e.processes import GATEWAY
 
 VERSIONS = ("v1", "v2")
@@ -24,9 +24,14 @@ VERSIONS = ("v1", "v2")
 class Registration(Protocol):
     """How the two versions of the backend service are written into the config dir."""
 
-    host: str
-    namespace: str
-    addresses: dict[str, str]
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def addresses(self) -> Mapping[str, str]: ...
 
     def write(self, config: ConfigDir, target_port: int) -> None: ...
 
@@ -56,63 +61,11 @@ class ServiceEntryRegistration:
         config.remove(f"app-{version}.yaml")
 
 
-@dataclass(frozen=True)
-class KubernetesRegistration:
-    """``app.default.svc.cluster.local``: a Service, one Pod per version and their EndpointSlice."""
-
-    host: str = "app.default.svc.cluster.local"
-    namespace: str = "default"
-    addresses = {"v1": "127.0.0.21", "v2": "127.0.0.22"}
-
-    def write(self, config: ConfigDir, target_port: int) -> None:
-        config.render(
-            "kubernetes/service.yaml",
-            "app-service.yaml",
-            namespace=self.namespace,
-            cluster_ip="10.96.0.50",
-            service_port=80,
-            target_port=target_port,
-        )
-        for version in self.addresses:
-            self._write_pod(config, version, target_port)
-        self._write_slice(config, list(self.addresses), target_port)
-
-    def remove_endpoint(self, config: ConfigDir, version: str, target_port: int) -> None:
-        # as Kubernetes does when the pod goes away: the slice drops it, the pod is deleted
-        self._write_slice(config, [v for v in self.addresses if v != version], target_port)
-        config.remove(f"app-{version}.yaml")
-
-    def _write_pod(self, config: ConfigDir, version: str, target_port: int) -> None:
-        config.render(
-            "kubernetes/pod.yaml",
-            f"app-{version}.yaml",
-            namespace=self.namespace,
-            version=version,
-            address=self.addresses[version],
-            target_port=target_port,
-        )
-
-    def _write_slice(self, config: ConfigDir, versions: list[str], target_port: int) -> None:
-        endpoints = [
-            {
-                "addresses": [self.addresses[v]],
-                "conditions": {"ready": True},
-                "targetRef": {"kind": "Pod", "name": f"app-{v}", "namespace": self.namespace},
-            }
-            for v in versions
-        ]
-        config.render(
-            "kubernetes/endpointslice.yaml",
-            "app-endpointslice.yaml",
-            namespace=self.namespace,
-            target_port=target_port,
-            endpoints=json.dumps(endpoints),
-        )
-
-
 REGISTRATIONS = [
     pytest.param(ServiceEntryRegistration(), id="serviceentry"),
-    pytest.param(KubernetesRegistration(), id="kubernetes"),
+    pytest.param(
+        KubernetesRegistration({"v1": "127.0.0.21", "v2": "127.0.0.22"}, cluster_ip="10.96.0.50"), id="kubernetes"
+    ),
 ]
 
 

@@ -7,7 +7,6 @@ and DestinationRule subsets. When pilotfish stops, Envoy keeps serving its last 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ import pytest
 
 from tests.e2e.backends import Backends
 from tests.e2e.conftest import StartEnvoy, StartPilotfish, new_config_dir
-from tests.e2e.harness import ConfigDir, backends_seen, free_port, routed_to, wait_until
+from tests.e2e.harness import ConfigDir, KubernetesRegistration, backends_seen, free_port, routed_to, wait_until
 from tests.e2e.processes import SIDECAR, Pilotfish, run_pilotfish
 
 ADDRESSES = {"v1": "127.0.0.31", "v2": "127.0.0.32"}
@@ -37,34 +36,8 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         egress_port = free_port()
         config = new_config_dir(tmp_path_factory.mktemp("sidecar") / "config")
         # the egress listener serves the services that have its port (istiod httproute.go)
-        config.render(
-            "kubernetes/service.yaml",
-            "app-service.yaml",
-            namespace="default",
-            cluster_ip="10.96.0.60",
-            service_port=egress_port,
-            target_port=backends.port,
-        )
-        for version, address in ADDRESSES.items():
-            config.render(
-                "kubernetes/pod.yaml",
-                f"app-{version}.yaml",
-                namespace="default",
-                version=version,
-                address=address,
-                target_port=backends.port,
-            )
-        endpoints = [
-            {"addresses": [address], "conditions": {"ready": True}, "targetRef": {"kind": "Pod", "name": f"app-{v}"}}
-            for v, address in ADDRESSES.items()
-        ]
-        config.render(
-            "kubernetes/endpointslice.yaml",
-            "app-endpointslice.yaml",
-            namespace="default",
-            target_port=backends.port,
-            endpoints=json.dumps(endpoints),
-        )
+        app = KubernetesRegistration(ADDRESSES, cluster_ip="10.96.0.60", service_port=egress_port)
+        app.write(config, backends.port)
         config.render("subsets.yaml", "app-destinationrule.yaml", namespace="default", host=FQDN)
         config.render("sidecar/virtualservice.yaml", "app-virtualservice.yaml")
         config.render("sidecar/sidecar.yaml", egress_port=egress_port)

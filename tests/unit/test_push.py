@@ -533,10 +533,15 @@ class Pusher:
             self.running.discard(conn)
 
 
-async def test_workers_push_everything_and_stop_when_the_queue_closes() -> None:
+def start_workers(workers: int) -> tuple[PushQueue[str], Pusher, asyncio.Task[None]]:
+    """A queue, a Pusher and ``workers`` workers draining one into the other (they start at the next await)."""
     q: PushQueue[str] = PushQueue()
     pusher = Pusher()
-    task = asyncio.create_task(run_push_workers(q, pusher, workers=3))
+    return q, pusher, asyncio.create_task(run_push_workers(q, pusher, workers=workers))
+
+
+async def test_workers_push_everything_and_stop_when_the_queue_closes() -> None:
+    q, pusher, task = start_workers(3)
     for conn in ("a", "b", "c", "d"):
         q.enqueue(conn, eds(conn))
     await settle()
@@ -547,12 +552,10 @@ async def test_workers_push_everything_and_stop_when_the_queue_closes() -> None:
 
 
 async def test_workers_bound_concurrent_pushes() -> None:
-    q: PushQueue[str] = PushQueue()
-    pusher = Pusher()
+    q, pusher, task = start_workers(2)
     gate = asyncio.Event()
     conns = ["a", "b", "c", "d", "e"]
     pusher.gates = dict.fromkeys(conns, gate)
-    task = asyncio.create_task(run_push_workers(q, pusher, workers=2))
     for conn in conns:
         q.enqueue(conn, eds(conn))
     await settle()
@@ -567,10 +570,8 @@ async def test_workers_bound_concurrent_pushes() -> None:
 
 
 async def test_a_failing_push_is_logged_and_the_worker_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    q: PushQueue[str] = PushQueue()
-    pusher = Pusher()
+    q, pusher, task = start_workers(1)
     pusher.fail = {"a"}
-    task = asyncio.create_task(run_push_workers(q, pusher, workers=1))
     with caplog.at_level(logging.ERROR, logger="app.xds.push"):
         q.enqueue("a", eds("x"))
         q.enqueue("b", eds("y"))
@@ -586,10 +587,8 @@ async def test_a_failing_push_is_logged_and_the_worker_goes_on(caplog: pytest.Lo
 
 
 async def test_a_connection_is_never_pushed_by_two_workers_at_once() -> None:
-    q: PushQueue[str] = PushQueue()
-    pusher = Pusher()
+    q, pusher, task = start_workers(4)
     pusher.gates["a"] = asyncio.Event()
-    task = asyncio.create_task(run_push_workers(q, pusher, workers=4))
     q.enqueue("a", eds("x"))
     await settle()
     q.enqueue("a", eds("y"))
@@ -604,10 +603,8 @@ async def test_a_connection_is_never_pushed_by_two_workers_at_once() -> None:
 
 
 async def test_cancelling_the_workers_cancels_pushes_in_flight_and_marks_them_done() -> None:
-    q: PushQueue[str] = PushQueue()
-    pusher = Pusher()
+    q, pusher, task = start_workers(2)
     pusher.gates["a"] = asyncio.Event()
-    task = asyncio.create_task(run_push_workers(q, pusher, workers=2))
     q.enqueue("a", eds("x"))
     await settle()
     q.enqueue("a", eds("y"))  # arrives while "a" is in flight
