@@ -21,7 +21,7 @@ from app.errors import ConfigError
 from app.model.push_context import PushContext
 from app.settings import Settings
 from app.sources.files import FileSource
-from app.xds.push import Debouncer, PushQueue, PushRequest, run_push_workers
+from app.xds.push import Debouncer, PushQueue, PushRequest, TriggerReason, run_push_workers
 from app.xds.server import Stream, XdsServer
 
 logger = logging.getLogger("pilotfish")
@@ -116,10 +116,10 @@ class Runtime:
 def _push_request(change: Change, events: int) -> PushRequest | None:
     """The request a change makes; the Debouncer stamps its start time."""
     if change.kinds:
-        return PushRequest(full=True, config_kinds=change.kinds, reasons={"config": events})
+        return PushRequest(full=True, config_kinds=change.kinds, reasons={TriggerReason.CONFIG: events})
     if change.registry.endpoints_changed:
         return PushRequest(
-            full=False, endpoint_services=change.registry.endpoints_changed, reasons={"endpoint": events}
+            full=False, endpoint_services=change.registry.endpoints_changed, reasons={TriggerReason.ENDPOINT: events}
         )
     return None
 

@@ -20,9 +20,9 @@ from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.xds.delta import DeltaSession
 from app.xds.generate import generator_for
-from app.xds.needs_push import types_to_push
+from app.xds.needs_push import FOLLOWS, types_to_push
 from app.xds.push import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
+from app.xds.resources import ADS_ORDER, SHORT_NAMES
 from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
 
 logger = logging.getLogger(__name__)
@@ -32,9 +32,8 @@ Resp = TypeVar("Resp")
 _Req_contra = TypeVar("_Req_contra", contravariant=True)
 _Resp_co = TypeVar("_Resp_co", covariant=True)
 
-# a type pushed again makes its dependent type follow (Envoy warms clusters with EDS and
-# listeners with RDS)
-_FOLLOWS = {ENDPOINT: CLUSTER, ROUTE: LISTENER}
+# child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
+_LEADER = {child: parent for parent, child in FOLLOWS.items()}
 
 
 class Session(Protocol[_Req_contra, _Resp_co]):
@@ -91,15 +90,17 @@ class Connection(Generic[Req, Resp]):
         self.pushes += 1
         sent: set[str] = set()
         out: list[Resp] = []
+        watched = self.session.watches.keys()
         # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
         # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
-        elsewhere = set(types_to_push(self.proxy, req, ADS_ORDER)) - self.session.watches.keys()
-        for type_url in types_to_push(self.proxy, req, self.session.watches):
+        affected = types_to_push(self.proxy, req, watched | set(ADS_ORDER))
+        elsewhere = set(affected) - watched
+        for type_url in (t for t in affected if t in watched):
             generator = generator_for(type_url)
             if generator is None:
                 continue
             watch = self.session.watches[type_url]
-            leader = _FOLLOWS.get(type_url)
+            leader = _LEADER.get(type_url)
             force = req.forced or leader in sent or leader in elsewhere
             resp = self.session.response(type_url, generator(self.proxy, push, watch), force=force)
             if resp is not None:
