@@ -113,12 +113,10 @@ def validate_wildcard_host(host: str) -> str | None:
     if host == "*":
         return None
     first, _, rest = host.partition(".")
-    if first.startswith("*"):
-        if not _WILDCARD_LABEL.match(first) or "*" in rest:
-            return f"{host!r}: a wildcard is only allowed at the start of the leftmost label ('*.domain')"
-        return validate_fqdn(rest) if rest else None
-    if "*" in host:
+    if "*" in rest or ("*" in first and not _WILDCARD_LABEL.match(first)):
         return f"{host!r}: a wildcard is only allowed at the start of the leftmost label ('*.domain')"
+    if first.startswith("*"):
+        return validate_fqdn(rest) if rest else None
     return validate_fqdn(host)
 
 

@@ -58,12 +58,11 @@ def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = Tru
         return doc
     if not isinstance(doc, Mapping):
         raise FieldError(path, f"expected an object, got {_type_name(doc)}")
-    by_json = descriptor.fields_by_camelcase_name
     out: dict[str, Any] = {}
     for key, value in doc.items():
         here = f"{path}.{key}" if path else str(key)
-        fd = by_json.get(key) if isinstance(key, str) else None
-        if fd is None or fd.json_name != key:
+        fd = _json_field(descriptor, key) if isinstance(key, str) else None
+        if fd is None:
             if strict:
                 raise FieldError(here, "unknown field")
             continue
@@ -71,6 +70,13 @@ def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = Tru
             value = _normalize_field(value, fd, fd.message_type, here, strict)
         out[key] = value
     return out
+
+
+def _json_field(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
+    """The field ``key`` names: only by its camelCase JSON name, as the Kubernetes API server
+    accepts it (ParseDict would also take the proto name)."""
+    fd = descriptor.fields_by_camelcase_name.get(key)
+    return fd if fd is not None and fd.json_name == key else None
 
 
 def _normalize_field(value: Any, fd: FieldDescriptor, mt: Descriptor, path: str, strict: bool) -> Any:
@@ -252,9 +258,8 @@ def _plan(descriptor: Descriptor) -> dict[str, _FieldPlan]:
     plan = _PLANS.get(descriptor.full_name)
     if plan is None:
         plan = _PLANS[descriptor.full_name] = {}
-        by_json = descriptor.fields_by_camelcase_name
         for fd in descriptor.fields:
-            if by_json.get(fd.json_name) == fd:  # as normalize: only the camelCase JSON name
+            if _json_field(descriptor, fd.json_name) == fd:
                 plan[fd.json_name] = _field_plan(fd)
     return plan
 

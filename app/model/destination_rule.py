@@ -69,20 +69,15 @@ class _HostRules:
         new_sel = _selector(spec)
         for entry in existing:
             old_sel = _selector(entry.rule)
-            both_without = new_sel is None and old_sel is None
-            both_with = new_sel is not None and old_sel is not None
-            same_selector = (new_sel or {}) == (old_sel or {})
-            if export_to == entry.export_to:
-                append_separately = not (both_without or (both_with and same_selector))
-            elif entry.export_to and export_to > entry.export_to:
-                append_separately = True  # merge into it, and also keep as its own entry
-            else:
-                append_separately = True
+            if export_to != entry.export_to and not (entry.export_to and export_to > entry.export_to):
+                append_separately = True  # exportTo neither the same nor a superset: no merge
                 continue
-            if both_with and not same_selector:
+            if new_sel is not None and old_sel is not None and new_sel != old_sel:
+                append_separately = True  # different selectors never merge
                 continue
-            if both_without or (both_with and same_selector):
-                append_separately = False
+            # the same selector or none: merged in; a selector on one side only: merged in and
+            # also kept as its own entry
+            append_separately = (new_sel is None) != (old_sel is None)
             _merge_into(entry, spec, obj.namespaced_name)
         if append_separately:
             existing.append(new_entry)
@@ -175,17 +170,17 @@ class DestinationRuleIndex:
             local = own.lookup(hostname) if own else None
         else:
             local = self.root_namespace_local.lookup(hostname)
+        if local and any(r.selector is None for r in local):
+            return local
         exported: Sequence[ConsolidatedDestinationRule] = ()
         if service_namespace:
             exported = self._exported(service_namespace, hostname, proxy_namespace)
         if not exported:
             exported = self._exported(self.root_namespace, hostname, proxy_namespace)
         if local:
-            if all(r.selector is not None for r in local):
-                # selector rules apply only to some workloads; the others still need a catch-all
-                # (istio/istio#57719)
-                return (*local, *(r for r in exported if r.selector is None))
-            return local
+            # only selector rules, which apply to some workloads: the others still need a
+            # catch-all (istio/istio#57719)
+            return (*local, *(r for r in exported if r.selector is None))
         return exported
 
     def _exported(self, owner: str, hostname: str, client: str) -> Sequence[ConsolidatedDestinationRule]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.config.model import EMPTY_LABELS
 
@@ -131,6 +131,11 @@ class Service:
             if p.name == name:
                 return p
         return None
+
+    def with_ports_of(self, other: Service) -> Service:
+        """This service with the ports of ``other`` whose numbers it lacks appended (itself when none)."""
+        extra = tuple(p for p in other.ports if self.port_by_number(p.port) is None)
+        return replace(self, ports=self.ports + extra) if extra else self
 
     @property
     def key(self) -> tuple[str, str]:

@@ -162,9 +162,7 @@ def build_sidecar_scope(
         found = scope_services[at]
         if found.namespace == svc.namespace:
             # listeners may each import part of a service's ports: keep the union
-            extra = tuple(p for p in svc.ports if found.port_by_number(p.port) is None)
-            if extra:
-                scope_services[at] = dataclasses.replace(found, ports=found.ports + extra)
+            scope_services[at] = found.with_ports_of(svc)
 
     scope_vs: list[ResolvedVirtualService] = []
     for raw in raw_listeners:
@@ -187,7 +185,7 @@ def build_sidecar_scope(
         for vs in vss:
             if vs not in scope_vs:
                 scope_vs.append(vs)
-            for host, ports in _destinations_for_namespace(vs, namespace).items():
+            for host, ports in destination_hosts(vs, namespace).items():
                 add_service(_vs_destination_service(host, ports, namespace, services, port))
 
     drs: dict[str, tuple[ConsolidatedDestinationRule, ...]] = {}
@@ -209,28 +207,6 @@ def build_sidecar_scope(
         destination_rules=drs,
         outbound_traffic_policy=policy,
     )
-
-
-def _serves_source_namespace(route: net.HTTPRoute, namespace: str) -> bool:
-    """False when the route's matches name source namespaces and none is ``namespace``.
-
-    As istiod's check, a match without ``sourceNamespace`` does not count either way."""
-    named = [m.source_namespace for m in route.match if m.source_namespace]
-    return not named or namespace in named
-
-
-def _destinations_for_namespace(vs: ResolvedVirtualService, namespace: str) -> dict[str, set[int]]:
-    """The hosts a VirtualService routes to from ``namespace``: HTTP routes that only match
-    other source namespaces add none (istiod virtualServiceDestinationsFilteredBySourceNamespace;
-    TCP and TLS routes are not filtered there)."""
-    kept = [route for route in vs.spec.http if _serves_source_namespace(route, namespace)]
-    if len(kept) == len(vs.spec.http):
-        return destination_hosts(vs)
-    spec = net.VirtualService()
-    spec.CopyFrom(vs.spec)
-    del spec.http[:]
-    spec.http.extend(kept)
-    return destination_hosts(dataclasses.replace(vs, spec=spec))
 
 
 def _vs_destination_service(

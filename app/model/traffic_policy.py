@@ -22,14 +22,12 @@ def merge_traffic_policy(
 ) -> net.TrafficPolicy | None:
     """The policy for a cluster of ``port``; ``subset_policy`` is the subset's, or the rule's
     own policy again for the default cluster (then its portLevelSettings apply)."""
-    if subset_policy is None:
-        # a subset without a policy of its own gets the rule's policy as resolved for the port
-        if original is not None and original.port_level_settings:
-            return merge_traffic_policy(None, original, port)
-        return original
     if original is not None and original.port_level_settings:
         # a subset cluster starts from the rule's policy as already resolved for this port
+        # (all it gets, when it has no policy of its own)
         original = merge_traffic_policy(None, original, port)
+    if subset_policy is None:
+        return original
     merged = net.TrafficPolicy()
     if original is not None:
         for part in (*_PARTS, *_TOP_ONLY):

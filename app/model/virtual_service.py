@@ -82,8 +82,19 @@ def _replace(values: RepeatedScalarFieldContainer[str], fn: Callable[[str], str]
     values.extend(resolved)
 
 
-def destination_hosts(vs: ResolvedVirtualService) -> dict[str, set[int]]:
-    """Hosts the VirtualService routes to, with the ports it names (empty set: no port named)."""
+def _serves_source_namespace(route: net.HTTPRoute, namespace: str) -> bool:
+    """False when the route's matches name source namespaces and none is ``namespace``.
+
+    As istiod's check, a match without ``sourceNamespace`` does not count either way."""
+    named = [m.source_namespace for m in route.match if m.source_namespace]
+    return not named or namespace in named
+
+
+def destination_hosts(vs: ResolvedVirtualService, source_namespace: str) -> dict[str, set[int]]:
+    """Hosts the VirtualService routes to from ``source_namespace``, with the ports it names
+    (empty set: no port named). HTTP routes that only match other source namespaces add none
+    (istiod virtualServiceDestinationsFilteredBySourceNamespace; TCP and TLS routes are not
+    filtered there)."""
     out: dict[str, set[int]] = {}
 
     def add(dest: net.Destination) -> None:
@@ -94,6 +105,8 @@ def destination_hosts(vs: ResolvedVirtualService) -> dict[str, set[int]]:
             ports.add(0)
 
     for http in vs.spec.http:
+        if not _serves_source_namespace(http, source_namespace):
+            continue
         for d in http.route:
             add(d.destination)
         if http.HasField("mirror"):

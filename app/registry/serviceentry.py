@@ -14,7 +14,6 @@ endpoints go into the Kubernetes Service's shard under their own source.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -105,15 +104,13 @@ def merge_same_host_services(services: Sequence[Service]) -> Service:
     one that differs is ignored; its endpoints still join the host's shard."""
     merged = services[0]
     for svc in services[1:]:
-        mergeable = (
+        if (
             svc.resolution == merged.resolution
             and svc.labels == merged.labels
             and svc.selector == merged.selector
             and svc.export_to == merged.export_to
-        )
-        extra = tuple(p for p in svc.ports if merged.port_by_number(p.port) is None) if mergeable else ()
-        if extra:
-            merged = dataclasses.replace(merged, ports=merged.ports + extra)
+        ):
+            merged = merged.with_ports_of(svc)
     return merged
 
 

@@ -151,64 +151,25 @@ def test_export_to_superset_merges_with_the_rule_it_covers() -> None:
 
 # push_context_test.go TestSetDestinationRuleWithWorkloadSelector (selector rules need no exportTo:
 # they are always private to their namespace)
+def httpbin_rule(ns: str, name: str, max_connections: int, created: str, *, app: str = "", export_to: str = "") -> str:
+    """A DestinationRule for httpbin.org with its own connection limit, selecting ``app`` or exported."""
+    lines = ["host: httpbin.org"]
+    if app:
+        lines.append(f"workloadSelector: {{matchLabels: {{app: {app}}}}}")
+    if export_to:
+        lines.append(f"exportTo: {export_to}")
+    lines.append(f"trafficPolicy: {{connectionPool: {{tcp: {{maxConnections: {max_connections}}}}}}}")
+    return dr(ns, name, "\n".join(lines), created)
+
+
 SEL_RULES = (
-    dr(
-        "test",
-        "ns-rule1",
-        """
-        host: httpbin.org
-        workloadSelector: {matchLabels: {app: app1}}
-        trafficPolicy: {connectionPool: {tcp: {maxConnections: 111}}}
-        """,
-        "2024-01-01T00:00:01Z",
-    ),
-    dr(
-        "test",
-        "ns-rule2",
-        """
-        host: httpbin.org
-        workloadSelector: {matchLabels: {app: app2}}
-        trafficPolicy: {connectionPool: {tcp: {maxConnections: 222}}}
-        """,
-        "2024-01-01T00:00:02Z",
-    ),
-    dr(
-        "test",
-        "ns-rule3",
-        """
-        host: httpbin.org
-        workloadSelector: {matchLabels: {app: app2}}
-        trafficPolicy: {connectionPool: {tcp: {maxConnections: 333}}}
-        """,
-        "2024-01-01T00:00:02Z",
-    ),
+    httpbin_rule("test", "ns-rule1", 111, "2024-01-01T00:00:01Z", app="app1"),
+    httpbin_rule("test", "ns-rule2", 222, "2024-01-01T00:00:02Z", app="app2"),
+    httpbin_rule("test", "ns-rule3", 333, "2024-01-01T00:00:02Z", app="app2"),
 )
-NS_RULE5 = dr(
-    "test",
-    "ns-rule5",
-    """
-    host: httpbin.org
-    exportTo: [".", test2]
-    trafficPolicy: {connectionPool: {tcp: {maxConnections: 555}}}
-    """,
-    "2023-12-31T23:59:59Z",
-)
-APP4 = dr(
-    "test2",
-    "app4",
-    """
-    host: httpbin.org
-    workloadSelector: {matchLabels: {app: app2}}
-    trafficPolicy: {connectionPool: {tcp: {maxConnections: 444}}}
-    """,
-    "2024-01-01T00:00:02Z",
-)
-ROOT_RULE6 = dr(
-    ROOT,
-    "ns-rule6",
-    'host: httpbin.org\nexportTo: ["*"]\ntrafficPolicy: {connectionPool: {tcp: {maxConnections: 666}}}',
-    "2023-12-31T23:59:59Z",
-)
+NS_RULE5 = httpbin_rule("test", "ns-rule5", 555, "2023-12-31T23:59:59Z", export_to='[".", test2]')
+APP4 = httpbin_rule("test2", "app4", 444, "2024-01-01T00:00:02Z", app="app2")
+ROOT_RULE6 = httpbin_rule(ROOT, "ns-rule6", 666, "2023-12-31T23:59:59Z", export_to='["*"]')
 
 
 def test_workload_selector_rules_sort_first_and_absorb_a_superset_exported_rule() -> None:

@@ -19,9 +19,9 @@ from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
-from app.model.push_context import PushContext
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
+from tests.support.mesh import push_context
 
 ROOT = "istio-system"
 REVIEWS = "reviews.bookinfo.svc.cluster.local"
@@ -68,14 +68,6 @@ WORLD = (
 ALL = [CLIENT, REVIEWS, RATINGS, DETAILS, ECHO, ISTIOD, API]
 
 
-def push_for(*docs: str) -> PushContext:
-    result = load_documents("".join(docs), "world.yaml")
-    assert result.rejected == []
-    env = Environment()
-    env.apply([ConfigEvent(EventType.ADD, o) for o in result.objects])
-    return env.build_push_context(None)
-
-
 def proxy(ns: str, labels: Mapping[str, str] | None = None, kind: str = "sidecar") -> Proxy:
     return build_proxy(f"{kind}~10.1.0.7~pod-1.{ns}~{ns}.svc.cluster.local", {"LABELS": dict(labels or {})})
 
@@ -108,19 +100,19 @@ SIDECARS = (
 
 def test_matching_workload_selector_sidecar_wins_over_namespace_sidecar() -> None:
     # the selector Sidecar is newer than the namespace one: selector Sidecars are tried first anyway
-    scope = push_for(*WORLD, *SIDECARS).sidecar_scope(proxy("bookinfo", {"app": "reviews", "version": "v1"}))
+    scope = push_context(*WORLD, *SIDECARS).sidecar_scope(proxy("bookinfo", {"app": "reviews", "version": "v1"}))
     assert (scope.name, scope.namespace) == ("bookinfo/for-reviews", "bookinfo")
     assert hosts(scope.services) == [REVIEWS, RATINGS]
 
 
 def test_namespace_sidecar_without_selector_for_other_workloads() -> None:
-    scope = push_for(*WORLD, *SIDECARS).sidecar_scope(proxy("bookinfo", {"app": "ratings"}))
+    scope = push_context(*WORLD, *SIDECARS).sidecar_scope(proxy("bookinfo", {"app": "ratings"}))
     assert scope.name == "bookinfo/namespace-wide"
     assert hosts(scope.services) == [REVIEWS, RATINGS, DETAILS]
 
 
 def test_root_namespace_sidecar_without_selector_applies_to_other_namespaces() -> None:
-    scope = push_for(*WORLD, *SIDECARS).sidecar_scope(proxy("other"))
+    scope = push_context(*WORLD, *SIDECARS).sidecar_scope(proxy("other"))
     # "." in the root Sidecar means the proxy's namespace, not the root namespace
     assert (scope.name, scope.namespace) == ("istio-system/mesh-default", "other")
     assert hosts(scope.services) == [DETAILS, ISTIOD]
@@ -128,13 +120,13 @@ def test_root_namespace_sidecar_without_selector_applies_to_other_namespaces() -
 
 def test_root_selector_sidecars_do_not_apply_to_other_namespaces() -> None:
     # shared has only a Sidecar for app=x; the root selector Sidecar (app=shared) is not considered
-    scope = push_for(*WORLD, *SIDECARS).sidecar_scope(proxy("shared", {"app": "shared"}))
+    scope = push_context(*WORLD, *SIDECARS).sidecar_scope(proxy("shared", {"app": "shared"}))
     assert (scope.name, scope.namespace) == ("istio-system/mesh-default", "shared")
     assert hosts(scope.services) == [ECHO, ISTIOD]
 
 
 def test_default_scope_without_any_sidecar() -> None:
-    scope = push_for(*WORLD).sidecar_scope(proxy("other"))
+    scope = push_context(*WORLD).sidecar_scope(proxy("other"))
     assert (scope.name, scope.sidecar, scope.namespace) == (None, None, "other")
     assert hosts(scope.services) == ALL
     assert len(scope.egress_listeners) == 1
@@ -143,13 +135,13 @@ def test_default_scope_without_any_sidecar() -> None:
 
 
 def test_gateways_always_get_the_default_scope() -> None:
-    scope = push_for(*WORLD, *SIDECARS).sidecar_scope(proxy("bookinfo", {"app": "reviews"}, kind="router"))
+    scope = push_context(*WORLD, *SIDECARS).sidecar_scope(proxy("bookinfo", {"app": "reviews"}, kind="router"))
     assert (scope.name, scope.namespace) == (None, "bookinfo")
     assert hosts(scope.services) == ALL
 
 
 def test_oldest_matching_selector_sidecar_wins() -> None:
-    push = push_for(
+    push = push_context(
         *WORLD,
         sidecar(
             "client", "newer", "workloadSelector: {labels: {app: c}}\negress: [{hosts: [./*]}]", "2024-03-01T00:00:00Z"
@@ -183,7 +175,7 @@ def test_oldest_matching_selector_sidecar_wins() -> None:
 )
 def test_egress_hosts(egress_hosts: list[str], want: list[str]) -> None:
     spec = f"egress: [{{hosts: [{', '.join(repr(h) for h in egress_hosts)}]}}]"
-    scope = push_for(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
+    scope = push_context(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
     assert hosts(scope.services) == want
     assert hosts(scope.egress_listeners[0].services) == want
 
@@ -197,7 +189,7 @@ def test_port_restricted_egress_listener_imports_only_that_port() -> None:
       hosts: [bookinfo/*]
     - hosts: [other/*]
     """
-    scope = push_for(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
+    scope = push_context(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
     first, second, third = scope.egress_listeners
     assert first.port is not None and first.port.number == 9080
     assert [(s.hostname, [p.port for p in s.ports]) for s in first.services] == [(REVIEWS, [9080]), (RATINGS, [9080])]
@@ -214,7 +206,7 @@ def test_listeners_importing_different_ports_of_a_service_union_them() -> None:
       hosts: [bookinfo/*]
     - hosts: [bookinfo/{REVIEWS}]
     """
-    scope = push_for(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
+    scope = push_context(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
     assert hosts(scope.services) == [REVIEWS]
     assert ports(scope, REVIEWS) == [9090, 9080]
     assert [p.port for p in scope.egress_listeners[0].services[0].ports] == [9090]
@@ -246,7 +238,7 @@ VS_ELSEWHERE = doc(
 
 
 def test_services_routed_to_by_a_selected_virtual_service_are_added() -> None:
-    push = push_for(*WORLD, VS_ROUTES, VS_ELSEWHERE, sidecar("client", "sc", "egress: [{hosts: [./*]}]"))
+    push = push_context(*WORLD, VS_ROUTES, VS_ELSEWHERE, sidecar("client", "sc", "egress: [{hosts: [./*]}]"))
     scope = push.sidecar_scope(proxy("client"))
     assert [v.namespaced_name for v in scope.virtual_services] == ["client/client-routes"]
     got = [(s.hostname, [p.port for p in s.ports]) for s in scope.services]
@@ -262,7 +254,7 @@ def test_services_routed_to_by_a_selected_virtual_service_are_added() -> None:
 
 def test_virtual_service_destinations_on_a_port_listener_take_the_listener_port() -> None:
     spec = "egress: [{port: {number: 9080, protocol: HTTP, name: http}, hosts: [./*]}]"
-    push = push_for(*WORLD, VS_ROUTES, sidecar("client", "sc", spec))
+    push = push_context(*WORLD, VS_ROUTES, sidecar("client", "sc", spec))
     scope = push.sidecar_scope(proxy("client"))
     # serviceMatchingListenerPort: the listener port decides, even over a port the route names
     # (ratings is routed to on 1234 but imported on 9080); details has no 9080 and is left out
@@ -285,7 +277,8 @@ def test_routes_for_another_source_namespace_add_no_services() -> None:
         - route: [{{destination: {{host: {DETAILS}}}}}]
         """,
     )
-    scope = push_for(*WORLD, routes, sidecar("client", "sc", "egress: [{hosts: [./*]}]")).sidecar_scope(proxy("client"))
+    push = push_context(*WORLD, routes, sidecar("client", "sc", "egress: [{hosts: [./*]}]"))
+    scope = push.sidecar_scope(proxy("client"))
     assert hosts(scope.services) == [CLIENT, DETAILS]
 
 
@@ -310,7 +303,7 @@ def test_source_namespace_routes_are_filtered_per_scope_namespace() -> None:
         """,
     )
     egress = "egress: [{hosts: [./*, client/*]}]"
-    push = push_for(*WORLD, routes, sidecar("client", "sc", egress), sidecar("elsewhere", "sc", egress))
+    push = push_context(*WORLD, routes, sidecar("client", "sc", egress), sidecar("elsewhere", "sc", egress))
     assert hosts(push.sidecar_scope(proxy("client")).services) == [CLIENT, ECHO, RATINGS]
     assert hosts(push.sidecar_scope(proxy("elsewhere")).services) == [CLIENT, ECHO, DETAILS, RATINGS]
 
@@ -324,8 +317,8 @@ def test_virtual_service_in_an_imported_namespace_is_selected_by_host() -> None:
     )
     spec_hit = f"egress: [{{hosts: [bookinfo/{REVIEWS}]}}]"
     spec_miss = f"egress: [{{hosts: [bookinfo/{RATINGS}]}}]"
-    hit = push_for(*WORLD, vs_bookinfo, sidecar("client", "sc", spec_hit)).sidecar_scope(proxy("client"))
-    miss = push_for(*WORLD, vs_bookinfo, sidecar("client", "sc", spec_miss)).sidecar_scope(proxy("client"))
+    hit = push_context(*WORLD, vs_bookinfo, sidecar("client", "sc", spec_hit)).sidecar_scope(proxy("client"))
+    miss = push_context(*WORLD, vs_bookinfo, sidecar("client", "sc", spec_miss)).sidecar_scope(proxy("client"))
     assert [v.namespaced_name for v in hit.virtual_services] == ["bookinfo/reviews"]
     assert hosts(hit.services) == [REVIEWS, DETAILS]
     assert miss.virtual_services == ()
@@ -339,7 +332,7 @@ def test_wildcard_virtual_service_is_selected_by_an_exact_egress_host() -> None:
         "all-bookinfo",
         f'hosts: ["*.bookinfo.svc.cluster.local"]\nhttp: [{{route: [{{destination: {{host: {DETAILS}}}}}]}}]',
     )
-    scope = push_for(
+    scope = push_context(
         *WORLD, vs_wild, sidecar("client", "sc", f"egress: [{{hosts: [bookinfo/{REVIEWS}]}}]")
     ).sidecar_scope(proxy("client"))
     assert [v.namespaced_name for v in scope.virtual_services] == ["bookinfo/all-bookinfo"]
@@ -362,7 +355,7 @@ SAME_HOST = (
 
 
 def test_one_namespace_per_hostname_prefers_the_scope_namespace() -> None:
-    push = push_for(*SAME_HOST)
+    push = push_context(*SAME_HOST)
     assert [(s.hostname, s.namespace) for s in push.sidecar_scope(proxy("client")).services] == [
         ("shared.example.com", "client")
     ]
@@ -370,7 +363,7 @@ def test_one_namespace_per_hostname_prefers_the_scope_namespace() -> None:
     assert [(s.hostname, s.namespace) for s in push.sidecar_scope(proxy("ns-c")).services] == [
         ("shared.example.com", "ns-a")
     ]
-    scope = push_for(*SAME_HOST, sidecar("ns-c", "sc", "egress: [{hosts: [ns-b/*, ns-a/*]}]")).sidecar_scope(
+    scope = push_context(*SAME_HOST, sidecar("ns-c", "sc", "egress: [{hosts: [ns-b/*, ns-a/*]}]")).sidecar_scope(
         proxy("ns-c")
     )
     assert [(s.hostname, s.namespace) for s in scope.services] == [("shared.example.com", "ns-a")]
@@ -385,13 +378,13 @@ def test_kubernetes_service_preferred_over_service_entry_from_another_namespace(
         "2020-01-01T00:00:00Z",
     )
     rule = doc("DestinationRule", "bookinfo", "reviews", "host: reviews\nsubsets: [{name: v1}]")
-    scope = push_for(*WORLD, squatter, rule).sidecar_scope(proxy("other"))
+    scope = push_context(*WORLD, squatter, rule).sidecar_scope(proxy("other"))
     assert [(s.hostname, s.namespace) for s in scope.services if s.hostname == REVIEWS] == [(REVIEWS, "bookinfo")]
     assert [r.name for r in scope.destination_rules[REVIEWS]] == ["reviews"]
 
 
 def test_same_host_service_entries_in_one_namespace_merge_ports() -> None:
-    push = push_for(
+    push = push_context(
         entry("ext", "2024-01-01T00:00:01Z", "multi.example.com", 7000),
         entry("ext", "2024-01-01T00:00:02Z", "multi.example.com", 8000),
     )
@@ -421,7 +414,7 @@ RULES = (
 
 
 def test_destination_rules_for_each_scope_service() -> None:
-    scope = push_for(*WORLD, *RULES).sidecar_scope(proxy("client"))
+    scope = push_context(*WORLD, *RULES).sidecar_scope(proxy("client"))
     assert {h: [f"{r.namespace}/{r.name}" for r in rs] for h, rs in scope.destination_rules.items()} == {
         CLIENT: ["istio-system/mesh-mtls"],
         REVIEWS: ["bookinfo/reviews"],
@@ -434,7 +427,7 @@ def test_destination_rules_for_each_scope_service() -> None:
 
 
 def test_destination_rule_for_a_proxy_honours_workload_selectors_in_its_namespace() -> None:
-    push = push_for(*WORLD, *RULES)
+    push = push_context(*WORLD, *RULES)
     details = push.service_index.service(DETAILS, "other")
     assert details is not None
 
@@ -448,13 +441,13 @@ def test_destination_rule_for_a_proxy_honours_workload_selectors_in_its_namespac
 
 
 def test_destination_rules_only_for_services_in_the_scope() -> None:
-    push = push_for(*WORLD, *RULES, sidecar("bookinfo", "sc", "egress: [{hosts: [./*]}]"))
+    push = push_context(*WORLD, *RULES, sidecar("bookinfo", "sc", "egress: [{hosts: [./*]}]"))
     scope = push.sidecar_scope(proxy("bookinfo"))
     assert sorted(scope.destination_rules) == [RATINGS, REVIEWS]
 
 
 def test_mesh_default_destination_rule_export_to_reaches_the_index() -> None:
-    private = push_for(mesh('defaultDestinationRuleExportTo: ["."]'), *WORLD, *RULES[:2])
+    private = push_context(mesh('defaultDestinationRuleExportTo: ["."]'), *WORLD, *RULES[:2])
     # both rules are now private to their namespaces: the client sees neither; a proxy in the root
     # namespace sees the root one; a bookinfo proxy sees its own
     assert private.sidecar_scope(proxy("client")).destination_rules == {}
@@ -475,15 +468,13 @@ def mesh(body: str) -> str:
 def test_outbound_traffic_policy() -> None:
     registry_only = "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\negress: [{hosts: [./*]}]"
     allow_any = "outboundTrafficPolicy: {mode: ALLOW_ANY}\negress: [{hosts: [./*]}]"
-    assert push_for(*WORLD).sidecar_scope(proxy("client")).outbound_traffic_policy == "ALLOW_ANY"
-    assert (
-        push_for(*WORLD, sidecar("client", "sc", registry_only)).sidecar_scope(proxy("client")).outbound_traffic_policy
-        == "REGISTRY_ONLY"
-    )
+    assert push_context(*WORLD).sidecar_scope(proxy("client")).outbound_traffic_policy == "ALLOW_ANY"
+    push = push_context(*WORLD, sidecar("client", "sc", registry_only))
+    assert push.sidecar_scope(proxy("client")).outbound_traffic_policy == "REGISTRY_ONLY"
     strict_mesh = mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")
-    assert push_for(strict_mesh, *WORLD).sidecar_scope(proxy("client")).outbound_traffic_policy == "REGISTRY_ONLY"
+    assert push_context(strict_mesh, *WORLD).sidecar_scope(proxy("client")).outbound_traffic_policy == "REGISTRY_ONLY"
     assert (
-        push_for(strict_mesh, *WORLD, sidecar("client", "sc", allow_any))
+        push_context(strict_mesh, *WORLD, sidecar("client", "sc", allow_any))
         .sidecar_scope(proxy("client"))
         .outbound_traffic_policy
         == "ALLOW_ANY"
@@ -492,13 +483,13 @@ def test_outbound_traffic_policy() -> None:
 
 def test_mesh_root_namespace_setting_moves_the_root_sidecar() -> None:
     docs = (*WORLD, sidecar("mesh-root", "default", "egress: [{hosts: [./*]}]"))
-    assert push_for(*docs).sidecar_scope(proxy("other")).name is None
-    moved = push_for(mesh("rootNamespace: mesh-root"), *docs).sidecar_scope(proxy("other"))
+    assert push_context(*docs).sidecar_scope(proxy("other")).name is None
+    moved = push_context(mesh("rootNamespace: mesh-root"), *docs).sidecar_scope(proxy("other"))
     assert (moved.name, hosts(moved.services)) == ("mesh-root/default", [DETAILS])
 
 
 def test_scope_is_shared_by_proxies_of_a_namespace() -> None:
-    push = push_for(*WORLD, *SIDECARS)
+    push = push_context(*WORLD, *SIDECARS)
     assert push.sidecar_scope(proxy("other", {"app": "a"})) is push.sidecar_scope(proxy("other", {"app": "b"}))
     assert push.sidecar_scope(proxy("bookinfo", {"app": "reviews"})) is not push.sidecar_scope(proxy("bookinfo"))
 

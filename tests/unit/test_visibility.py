@@ -20,6 +20,7 @@ from app.model.proxy import build_proxy
 from app.model.push_context import PushContext
 from app.model.service import Registry
 from app.model.virtual_service import MESH_GATEWAY, resolve_gateway_name
+from tests.support.mesh import push_context
 
 
 def doc(kind: str, ns: str, name: str, spec: str, created: str = "2024-01-01T00:00:00Z", api: str = "") -> str:
@@ -45,14 +46,6 @@ def mesh(body: str) -> str:
         "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\n"
         "data:\n  mesh: |\n" + textwrap.indent(textwrap.dedent(body).strip(), "    ") + "\n"
     )
-
-
-def push_for(*docs: str) -> PushContext:
-    result = load_documents("".join(docs), "world.yaml")
-    assert result.rejected == []
-    env = Environment()
-    env.apply([ConfigEvent(EventType.ADD, o) for o in result.objects])
-    return env.build_push_context(None)
 
 
 def visible_hosts(push: PushContext, namespace: str) -> list[str]:
@@ -87,12 +80,12 @@ EXPORT_WORLD = (
     ],
 )
 def test_service_export_to(namespace: str, want: list[str]) -> None:
-    push = push_for(*EXPORT_WORLD)
+    push = push_context(*EXPORT_WORLD)
     assert visible_hosts(push, namespace) == [f"{s}.example.com" for s in want]
 
 
 def test_service_exported_to_none_is_visible_nowhere_not_even_its_namespace() -> None:
-    push = push_for(*EXPORT_WORLD)
+    push = push_context(*EXPORT_WORLD)
     svc = push.service_index.service("none.example.com", "test1")
     assert svc is not None
     assert not push.service_index.is_visible(svc, "test1")
@@ -100,7 +93,7 @@ def test_service_exported_to_none_is_visible_nowhere_not_even_its_namespace() ->
 
 
 def test_private_then_exported_then_public_regardless_of_age() -> None:
-    push = push_for(
+    push = push_context(
         se("ns-a", "old-public", "old-public.example.com", "2020-01-01T00:00:00Z"),
         se("ns-b", "mid-exported", "mid-exported.example.com", "2021-01-01T00:00:00Z", "exportTo: [ns-a]"),
         se("ns-a", "new-private", "new-private.example.com", "2022-01-01T00:00:00Z", 'exportTo: ["."]'),
@@ -129,7 +122,7 @@ def test_kubernetes_service_export_to_annotation() -> None:
           ports: [{name: http, port: 9080}]
         """
     )
-    push = push_for(service)
+    push = push_context(service)
     assert visible_hosts(push, "bookinfo") == ["reviews.bookinfo.svc.cluster.local"]
     assert visible_hosts(push, "partner") == ["reviews.bookinfo.svc.cluster.local"]
     assert visible_hosts(push, "other") == []
@@ -140,14 +133,14 @@ def test_mesh_default_service_export_to() -> None:
         se("ns-a", "defaulted", "defaulted.example.com", "2024-01-01T00:00:01Z"),
         se("ns-a", "public", "public.example.com", "2024-01-01T00:00:02Z", 'exportTo: ["*"]'),
     )
-    private = push_for(mesh('defaultServiceExportTo: ["."]'), *docs)
+    private = push_context(mesh('defaultServiceExportTo: ["."]'), *docs)
     assert visible_hosts(private, "ns-a") == ["defaulted.example.com", "public.example.com"]
     assert visible_hosts(private, "ns-b") == ["public.example.com"]
-    assert visible_hosts(push_for(*docs), "ns-b") == ["defaulted.example.com", "public.example.com"]
+    assert visible_hosts(push_context(*docs), "ns-b") == ["defaulted.example.com", "public.example.com"]
 
 
 def test_kubernetes_service_beats_an_older_service_entry_for_the_same_name() -> None:
-    push = push_for(
+    push = push_context(
         se("bookinfo", "squatter", "reviews.bookinfo.svc.cluster.local", "2020-01-01T00:00:00Z"),
         doc("Service", "bookinfo", "reviews", "clusterIP: 10.0.0.1\nports: [{name: http, port: 9080}]"),
     )
@@ -162,7 +155,7 @@ def test_kubernetes_service_beats_an_older_service_entry_for_the_same_name() -> 
 
 def test_services_created_together_are_ordered_by_name_then_namespace() -> None:
     svc = "clusterIP: 10.0.0.{n}\nports: [{{name: http, port: 80}}]"
-    push = push_for(
+    push = push_context(
         doc("Service", "ns", "a-b", svc.format(n=2)),
         doc("Service", "ns", "a", svc.format(n=1)),
     )
@@ -205,11 +198,11 @@ VS_WORLD = (
     ],
 )
 def test_virtual_service_export_to(namespace: str, gateway: str, want: list[str]) -> None:
-    assert mesh_vs_hosts(push_for(*VS_WORLD), namespace, gateway) == want
+    assert mesh_vs_hosts(push_context(*VS_WORLD), namespace, gateway) == want
 
 
 def test_virtual_services_private_then_exported_then_public_by_creation_time() -> None:
-    push = push_for(
+    push = push_context(
         vs("ns-a", "public-new", f"hosts: [public-new.com]\n{route('a')}", "2024-03-01T00:00:00Z"),
         vs("ns-a", "public-old", f"hosts: [public-old.com]\n{route('a')}", "2024-01-01T00:00:00Z"),
         vs("ns-b", "exported", f"hosts: [exported.com]\nexportTo: [ns-a]\n{route('a')}", "2024-01-02T00:00:00Z"),
@@ -231,13 +224,13 @@ def test_mesh_default_virtual_service_export_to() -> None:
         vs("ns-a", "defaulted", f"hosts: [defaulted.com]\n{route('a')}"),
         vs("ns-a", "public", f'hosts: [public.com]\nexportTo: ["*"]\n{route("a")}', "2024-02-01T00:00:00Z"),
     )
-    push = push_for(mesh('defaultVirtualServiceExportTo: ["."]'), *docs)
+    push = push_context(mesh('defaultVirtualServiceExportTo: ["."]'), *docs)
     assert mesh_vs_hosts(push, "ns-a") == ["defaulted.com", "public.com"]
     assert mesh_vs_hosts(push, "ns-b") == ["public.com"]
 
 
 def test_delegate_virtual_services_are_not_bound_to_the_mesh() -> None:
-    push = push_for(vs("ns-a", "delegate", route("a")), vs("ns-a", "normal", f"hosts: [x.com]\n{route('a')}"))
+    push = push_context(vs("ns-a", "delegate", route("a")), vs("ns-a", "normal", f"hosts: [x.com]\n{route('a')}"))
     assert mesh_vs_hosts(push, "ns-a") == ["x.com"]
     assert list(push.virtual_service_index.delegates) == [("ns-a", "delegate")]
 
@@ -271,7 +264,7 @@ def test_virtual_service_gateways_are_resolved_everywhere() -> None:
     - match: [{gateways: [./gw2]}]
       route: [{destination: {host: shop}}]
     """
-    push = push_for(vs("app", "shop", spec))
+    push = push_context(vs("app", "shop", spec))
     resolved = push.virtual_service_index.for_gateway("app", "app/gw")[0]
     assert list(resolved.spec.gateways) == ["app/gw", "app/gw2", "istio-system/ingress", "edge/legacy", "mesh"]
     assert list(resolved.spec.http[0].match[0].gateways) == ["app/gw", "edge/legacy"]
@@ -298,7 +291,7 @@ def test_virtual_service_short_hosts_become_fqdn_in_its_namespace() -> None:
     - match: [{sniHosts: [reviews.bookinfo.svc.cluster.local]}]
       route: [{destination: {host: tlsdest}}]
     """
-    push = push_for(vs("bookinfo", "reviews", spec))
+    push = push_context(vs("bookinfo", "reviews", spec))
     resolved = push.virtual_service_index.for_gateway("bookinfo", MESH_GATEWAY)[0].spec
     assert list(resolved.hosts) == ["reviews.bookinfo.svc.cluster.local", "ratings.other", "*.example.com"]
     assert [d.destination.host for d in resolved.http[0].route] == [
