@@ -1,9 +1,11 @@
 """Push contexts and proxies for generator tests: YAML text (or a config dir) in, the PushContext
 the generators read out, built the way pilotfish builds it from files; proxies as ``build_proxy``
-makes them from the node id Istio sends."""
+makes them from the node id Istio sends; and the Kubernetes objects (Service, Pod, EndpointSlice)
+that YAML is made of, as one-document texts to concatenate."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,3 +66,76 @@ def _proxy(
     namespace = pod.rsplit(".", 1)[1]
     metadata = {"LABELS": dict(labels or {}), "INTERCEPTION_MODE": interception_mode}
     return build_proxy(f"{kind}~{ip}~{pod}~{namespace}.svc.cluster.local", metadata, locality)
+
+
+# --- objects as YAML text (labels, selector and ports in YAML flow style) --------------------
+
+
+def config_doc(
+    kind: str,
+    name: str,
+    spec: str,
+    *,
+    namespace: str = "default",
+    api: str = "networking.istio.io/v1",
+    created: str = "",
+) -> str:
+    """One object whose ``spec`` is given as block-style YAML (its common indentation removed)."""
+    body = textwrap.indent(textwrap.dedent(spec).strip(), "  ")
+    stamp = f', creationTimestamp: "{created}"' if created else ""
+    meta = f"{{name: {name}, namespace: {namespace}{stamp}}}"
+    return f"\n---\napiVersion: {api}\nkind: {kind}\nmetadata: {meta}\nspec:\n{body}\n"
+
+
+def kube_service(
+    name: str, ports: str, *, namespace: str = "default", cluster_ip: str = "", selector: str = "", labels: str = ""
+) -> str:
+    """A Service; ``ports`` e.g. ``[{name: http, port: 80, targetPort: 8080}]``."""
+    meta = f"{{name: {name}, namespace: {namespace}" + (f", labels: {{{labels}}}}}" if labels else "}")
+    ip = f"\n  clusterIP: {cluster_ip}" if cluster_ip else ""
+    sel = f"\n  selector: {{{selector}}}" if selector else ""
+    return f"\n---\napiVersion: v1\nkind: Service\nmetadata: {meta}\nspec:{ip}{sel}\n  ports: {ports}\n"
+
+
+def kube_pod(
+    name: str,
+    ip: str,
+    labels: str,
+    *,
+    namespace: str = "default",
+    service_account: str = "default",
+    sidecar: bool = True,
+    container_ports: str = "",
+) -> str:
+    """A running, ready Pod at ``ip``; ``sidecar`` adds the ``security.istio.io/tlsMode: istio`` label."""
+    tls = ", security.istio.io/tlsMode: istio" if sidecar else ""
+    container = f"{{name: app, ports: {container_ports}}}" if container_ports else "{name: app}"
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}, labels: {{{labels}{tls}}}}}
+spec: {{serviceAccountName: {service_account}, containers: [{container}]}}
+status: {{phase: Running, podIP: {ip}, conditions: [{{type: Ready, status: "True"}}]}}
+"""
+
+
+def endpoint_slice(service: str, ports: str, *endpoints: str, namespace: str = "default") -> str:
+    """The EndpointSlice ``SERVICE-1`` of a Service; each endpoint a ``slice_endpoint``."""
+    return f"""
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {service}-1, namespace: {namespace}, labels: {{kubernetes.io/service-name: {service}}}}}
+addressType: IPv4
+ports: {ports}
+endpoints:{"".join(endpoints)}
+"""
+
+
+def slice_endpoint(ip: str, pod: str, conditions: str = "{ready: true}", *, namespace: str = "default") -> str:
+    """One endpoint of an EndpointSlice: ``ip``, backed by Pod ``pod``."""
+    return f"""
+- addresses: [{ip}]
+  conditions: {conditions}
+  targetRef: {{kind: Pod, name: {pod}, namespace: {namespace}}}"""

@@ -37,7 +37,17 @@ from app.xds.envoy.cluster import (
 from app.xds.envoy.cluster_policy import HTTP_PROTOCOL_OPTIONS_KEY
 from app.xds.generators.cds import generate_clusters
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
-from tests.support.mesh import push_context, push_context_from_dir, router_proxy, sidecar_proxy
+from tests.support.mesh import (
+    config_doc,
+    endpoint_slice,
+    kube_pod,
+    kube_service,
+    push_context,
+    push_context_from_dir,
+    router_proxy,
+    sidecar_proxy,
+    slice_endpoint,
+)
 
 C = cluster_pb2.Cluster
 MAX = 4294967295
@@ -757,45 +767,25 @@ def test_service_identities_merge_endpoints_service_and_trust_domain_aliases() -
 
 BOOKINFO = Path(__file__).resolve().parents[2] / "examples" / "bookinfo"
 
-WORKLOADS = """
-apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: default}
-spec:
-  clusterIP: 10.96.0.20
-  selector: {app: reviews}
-  ports:
-  - {name: http, port: 9080, targetPort: 8080}
-  - {name: udp-dns, port: 53, protocol: UDP}
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: reviews-v1-0
-  namespace: default
-  labels: {app: reviews, version: v1, security.istio.io/tlsMode: istio}
-spec:
-  serviceAccountName: reviews
-  containers: [{name: reviews, ports: [{containerPort: 8080, name: http}]}]
-status: {phase: Running, podIP: 10.1.0.20, conditions: [{type: Ready, status: "True"}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: reviews-1, namespace: default, labels: {kubernetes.io/service-name: reviews}}
-addressType: IPv4
-ports: [{name: http, port: 8080, protocol: TCP}]
-endpoints:
-- addresses: [10.1.0.20]
-  conditions: {ready: true}
-  targetRef: {kind: Pod, name: reviews-v1-0, namespace: default}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: reviews, namespace: default}
-spec:
-  host: reviews
-  subsets: [{name: v1, labels: {version: v1}}]
-"""
+WORKLOADS = (
+    kube_service(
+        "reviews",
+        "[{name: http, port: 9080, targetPort: 8080}, {name: udp-dns, port: 53, protocol: UDP}]",
+        cluster_ip="10.96.0.20",
+        selector="app: reviews",
+    )
+    + kube_pod(
+        "reviews-v1-0",
+        "10.1.0.20",
+        "app: reviews, version: v1",
+        service_account="reviews",
+        container_ports="[{containerPort: 8080, name: http}]",
+    )
+    + endpoint_slice(
+        "reviews", "[{name: http, port: 8080, protocol: TCP}]", slice_endpoint("10.1.0.20", "reviews-v1-0")
+    )
+    + config_doc("DestinationRule", "reviews", "host: reviews\nsubsets: [{name: v1, labels: {version: v1}}]")
+)
 
 
 def test_generator_sidecar_gets_outbound_inbound_and_catch_all_clusters_sorted() -> None:

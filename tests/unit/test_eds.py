@@ -14,80 +14,64 @@ from google.protobuf import json_format
 
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
+from app.xds.envoy.cluster import parse_cluster_name
 from app.xds.generators.cds import generate_clusters
-from app.xds.generators.eds import eds_cluster_names, generate_endpoints, parse_cluster_name
+from app.xds.generators.eds import eds_cluster_names, generate_endpoints
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
-from tests.support.mesh import push_context, sidecar_proxy
+from tests.support.mesh import (
+    config_doc,
+    endpoint_slice,
+    kube_pod,
+    kube_service,
+    push_context,
+    sidecar_proxy,
+    slice_endpoint,
+)
 
 REVIEWS = "reviews.default.svc.cluster.local"
 PAY = "pay.example.com"
 
 
 def pod(name: str, ip: str, labels: str, *, sidecar: bool = True) -> str:
-    tls = ", security.istio.io/tlsMode: istio" if sidecar else ""
-    return f"""
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default, labels: {{app: reviews, {labels}{tls}}}}}
-spec: {{serviceAccountName: reviews}}
-status: {{podIP: {ip}, conditions: [{{type: Ready, status: "True"}}]}}
-"""
+    return kube_pod(name, ip, f"app: reviews, {labels}", service_account="reviews", sidecar=sidecar)
 
 
-def slice_endpoint(ip: str, pod_name: str, conditions: str = "{ready: true}") -> str:
-    return f"""
-- addresses: [{ip}]
-  conditions: {conditions}
-  targetRef: {{kind: Pod, name: {pod_name}, namespace: default}}"""
+def reviews_service(labels: str = "") -> str:
+    ports = "[{name: http, port: 9080, targetPort: 8080}, {name: grpc, port: 9090, targetPort: 9091}]"
+    return kube_service("reviews", ports, cluster_ip="10.96.0.20", selector="app: reviews", labels=labels)
 
 
-KUBE = (
-    """
-apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: default}
-spec:
-  clusterIP: 10.96.0.20
-  selector: {app: reviews}
-  ports:
-  - {name: http, port: 9080, targetPort: 8080}
-  - {name: grpc, port: 9090, targetPort: 9091}
-"""
-    + pod("reviews-v1", "10.1.0.1", "version: v1, istio-locality: us-east1.us-east1-b")
+REVIEWS_WORKLOADS = (
+    pod("reviews-v1", "10.1.0.1", "version: v1, istio-locality: us-east1.us-east1-b")
     + pod("reviews-v2", "10.1.0.2", "version: v2, istio-locality: us-east1.us-east1-c", sidecar=False)
     + pod("reviews-v3", "10.1.0.3", "version: v3, istio-locality: us-west1.us-west1-a")
     + pod("reviews-eu", "10.1.0.4", "version: v1, istio-locality: eu-west1.eu-west1-a")
     + pod("reviews-down", "10.1.0.5", "version: v1, istio-locality: us-east1.us-east1-b")
     + pod("reviews-old", "10.1.0.6", "version: v1, istio-locality: us-east1.us-east1-b")
-    + """
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: reviews-1, namespace: default, labels: {kubernetes.io/service-name: reviews}}
-addressType: IPv4
-ports: [{name: http, port: 8080}, {name: grpc, port: 9091}]
-endpoints:"""
-    + slice_endpoint("10.1.0.1", "reviews-v1")
-    + slice_endpoint("10.1.0.2", "reviews-v2")
-    + slice_endpoint("10.1.0.3", "reviews-v3")
-    + slice_endpoint("10.1.0.4", "reviews-eu")
-    + slice_endpoint("10.1.0.5", "reviews-down", "{ready: false}")
-    + slice_endpoint("10.1.0.6", "reviews-old", "{ready: false, terminating: true}")
-    + "\n"
+    + endpoint_slice(
+        "reviews",
+        "[{name: http, port: 8080}, {name: grpc, port: 9091}]",
+        slice_endpoint("10.1.0.1", "reviews-v1"),
+        slice_endpoint("10.1.0.2", "reviews-v2"),
+        slice_endpoint("10.1.0.3", "reviews-v3"),
+        slice_endpoint("10.1.0.4", "reviews-eu"),
+        slice_endpoint("10.1.0.5", "reviews-down", "{ready: false}"),
+        slice_endpoint("10.1.0.6", "reviews-old", "{ready: false, terminating: true}"),
+    )
 )
+KUBE = reviews_service() + REVIEWS_WORKLOADS
 
-SUBSETS_DR = """
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: reviews, namespace: default}
-spec:
-  host: reviews
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}
-"""
+
+def dr(spec: str) -> str:
+    """The DestinationRule ``reviews`` with ``spec`` below its host."""
+    return config_doc("DestinationRule", "reviews", "host: reviews\n" + spec.strip())
+
+
+SUBSETS_DR = dr("""
+subsets:
+- {name: v1, labels: {version: v1}}
+- {name: v2, labels: {version: v2}, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}
+""")
 
 SERVICE_ENTRY = """
 ---
@@ -143,6 +127,7 @@ spec:
 
 PROXY = sidecar_proxy("productpage-1.default", "10.1.9.9", {"app": "productpage"}, locality="us-east1/us-east1-b")
 
+
 def one(push: PushContext, name: str, proxy: Proxy = PROXY) -> CLA:
     [la] = generate_endpoints(proxy, push, [name])
     assert la.cluster_name == name
@@ -163,19 +148,6 @@ def priorities(la: CLA) -> dict[str, int]:
 
 def tls_matched(la: CLA) -> list[bool]:
     return ["envoy.transport_socket_match" in e.metadata.filter_metadata for g in la.endpoints for e in g.lb_endpoints]
-
-
-def dr(spec: str) -> str:
-    body = "\n".join("  " + line for line in spec.strip().splitlines())
-    return f"""
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {{name: reviews, namespace: default}}
-spec:
-  host: reviews
-{body}
-"""
 
 
 # --- names and the empty assignment --------------------------------------------------------
@@ -289,11 +261,7 @@ def test_subset_missing_from_the_rule_selects_every_endpoint_as_istiod_does() ->
     assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
 
 
-STICKY = KUBE.replace(
-    "metadata: {name: reviews, namespace: default}\nspec:\n  clusterIP",
-    "metadata: {name: reviews, namespace: default, labels: {istio.io/persistent-session: sid}}\nspec:\n  clusterIP",
-    1,
-)
+STICKY = reviews_service("istio.io/persistent-session: sid") + REVIEWS_WORKLOADS
 
 
 def test_draining_endpoints_go_only_to_persistent_session_services() -> None:

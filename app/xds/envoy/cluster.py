@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -55,6 +55,7 @@ MAX_CLEANUP_SECONDS = (2**63 - 1 - 999_999_999) // 1_000_000_000
 LOCALHOST_V4, LOCALHOST_V6 = "127.0.0.1", "::1"
 INBOUND_PASSTHROUGH_BIND_V4, INBOUND_PASSTHROUGH_BIND_V6 = "127.0.0.6", "::6"
 _DNS_TYPES = (Cluster.STRICT_DNS, Cluster.LOGICAL_DNS)
+_SNI_DNAT_PREFIXES = ("outbound_.", "inbound_.")
 _TLS = net.ClientTLSSettings
 
 
@@ -86,6 +87,31 @@ def outbound_sni(port: int, hostname: str, subset: str = "") -> str:
 
 def inbound_cluster_name(port: int) -> str:
     return f"inbound|{port}||"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKey:
+    """A cluster name taken apart (istiod model.ParseSubsetKey)."""
+
+    direction: str
+    port: int
+    subset: str
+    hostname: str
+    sni_dnat: bool  # the outbound_.PORT_.SUBSET_.HOST form
+
+
+def parse_cluster_name(name: str) -> ClusterKey:
+    """``DIR|PORT|SUBSET|HOST`` or ``DIR_.PORT_.SUBSET_.HOST``. A part that is missing or does not
+    parse comes back empty (port 0), as in istiod; so ``inbound|PORT||`` has no hostname."""
+    sni_dnat = name.startswith(_SNI_DNAT_PREFIXES)
+    sep = "_." if sni_dnat else "|"
+    parts = [*name.split(sep, 3), "", "", ""]
+    count = name.count(sep)
+    direction = parts[0] if count >= 1 else ""
+    port = int(parts[1]) if count >= 2 and parts[1].isdigit() else 0
+    subset = parts[2] if count >= 3 else ""
+    hostname = parts[3] if count == 3 else ""  # a fifth part voids the hostname
+    return ClusterKey(direction, port, subset, hostname, sni_dnat)
 
 
 # --- outbound ------------------------------------------------------------------------------
@@ -150,7 +176,6 @@ def build_outbound_clusters(
         port=port,
         proxy=proxy,
         direction=Direction.OUTBOUND,
-        sidecar=proxy.type is ProxyType.SIDECAR,
         service=service,
         service_accounts=tuple(service_accounts),
         istio_mtls_sni=outbound_sni(port.port, service.hostname),
@@ -269,16 +294,12 @@ def _base_cluster(
 def _keep_first_endpoint(la: endpoint_pb2.ClusterLoadAssignment) -> None:
     """Envoy rejects a LOGICAL_DNS cluster with more than one endpoint, and one rejected cluster
     NACKs the whole CDS response. istiod relies on validation (at most one endpoint for
-    DNS_ROUND_ROBIN) and would push it anyway; pilotfish deliberately keeps the first one."""
-    first = next((g for g in la.endpoints if len(g.lb_endpoints) > 0), None)
-    if first is None or (len(la.endpoints) == 1 and len(first.lb_endpoints) == 1):
-        return
-    kept = endpoint_components_pb2.LocalityLbEndpoints()
-    kept.CopyFrom(first)
-    del kept.lb_endpoints[1:]
-    kept.load_balancing_weight.value = kept.lb_endpoints[0].load_balancing_weight.value
-    del la.endpoints[:]
-    la.endpoints.append(kept)
+    DNS_ROUND_ROBIN) and would push it anyway; pilotfish deliberately keeps the first one.
+    The groups come from dns_locality_endpoints, so none is empty."""
+    del la.endpoints[1:]
+    first = la.endpoints[0]
+    del first.lb_endpoints[1:]
+    first.load_balancing_weight.value = first.lb_endpoints[0].load_balancing_weight.value
 
 
 def _dns_lookup_family(ips: Sequence[str]) -> int:
@@ -408,7 +429,6 @@ def build_inbound_cluster(
         port=service_port,
         proxy=proxy,
         direction=Direction.INBOUND,
-        sidecar=proxy.type is ProxyType.SIDECAR,
         service=service,
         dr_with_selector=dr is not None and dr.HasField("workload_selector"),
     )
@@ -465,6 +485,7 @@ __all__ = [
     "INBOUND_PASSTHROUGH_CLUSTER",
     "PASSTHROUGH_CLUSTER",
     "AppliedDestinationRule",
+    "ClusterKey",
     "ServiceTarget",
     "build_blackhole_cluster",
     "build_inbound_cluster",
@@ -476,5 +497,6 @@ __all__ = [
     "istio_metadata",
     "outbound_cluster_name",
     "outbound_sni",
+    "parse_cluster_name",
     "service_identities",
 ]

@@ -21,16 +21,15 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.model.proxy import Proxy
+from app.model.proxy import Proxy, ProxyType
 from app.model.service import Service, ServicePort
 from app.xds.envoy import cluster_tls
 from app.xds.envoy.cluster_tls import MtlsMode, raw_buffer_socket
-from app.xds.envoy.endpoint import apply_locality_load_balancer, locality_lb_setting
+from app.xds.envoy.endpoint import MAX_UINT32, apply_locality_load_balancer, locality_lb_setting
 
 Cluster = cluster_pb2.Cluster
 HTTP_PROTOCOL_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 PROXY_PROTOCOL_SOCKET = "envoy.transport_sockets.upstream_proxy_protocol"
-MAX_UINT32 = 2**32 - 1
 _LB = net.LoadBalancerSettings
 _H2 = net.ConnectionPoolSettings.HTTPSettings
 
@@ -79,12 +78,15 @@ class PolicyContext:
     port: ServicePort
     proxy: Proxy  # the proxy the cluster is for: locality LB is relative to it
     direction: Direction = Direction.OUTBOUND
-    sidecar: bool = True
     service: Service | None = None
     service_accounts: tuple[str, ...] = ()
     istio_mtls_sni: str = ""  # outbound_.PORT_.SUBSET_.HOST
     mtls_mode: MtlsMode = MtlsMode.UNKNOWN
     dr_with_selector: bool = False
+
+    @property
+    def sidecar(self) -> bool:
+        return self.proxy.type is ProxyType.SIDECAR
 
     @property
     def mesh_external(self) -> bool:
@@ -352,9 +354,7 @@ def _apply_consistent_hash(c: cluster_pb2.Cluster, ch: net.LoadBalancerSettings.
 # --- locality load balancing --------------------------------------------------------------
 
 
-def _apply_locality_lb(
-    c: cluster_pb2.Cluster, setting: net.LocalityLoadBalancerSetting | None, proxy: Proxy
-) -> None:
+def _apply_locality_lb(c: cluster_pb2.Cluster, setting: net.LocalityLoadBalancerSetting | None, proxy: Proxy) -> None:
     """istiod applyLocalityLoadBalancer: weighted locality LB on the cluster; priorities and
     weights on its inline endpoints (DNS clusters; EDS clusters get theirs in EDS)."""
     if setting is None:

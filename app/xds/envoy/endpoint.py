@@ -12,7 +12,7 @@ ApplyLocalityLoadBalancer: ``distribute`` weights, region/zone/subzone failover 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from envoy.config.core.v3 import health_check_pb2
@@ -23,6 +23,7 @@ from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, HealthStatus, Service, ServicePort
+from app.registry.kube import NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
 from app.xds.envoy.cluster_tls import TLS_MODE_ISTIO
 
 ISTIO_METADATA_KEY = "istio"
@@ -31,11 +32,7 @@ UNIX_ADDRESS_PREFIX = "unix://"
 DRAINING_LABEL = "istio.io/draining"  # PILOT_DRAINING_LABEL default
 # PILOT_PERSISTENT_SESSION_LABEL / _HEADER_LABEL defaults: such services still get draining endpoints
 PERSISTENT_SESSION_LABELS = ("istio.io/persistent-session", "istio.io/persistent-session-header")
-REGION_LABEL = "topology.kubernetes.io/region"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-SUBZONE_LABEL = "topology.istio.io/subzone"
 CLUSTER_LABEL = "topology.istio.io/cluster"
-NETWORK_LABEL = "topology.istio.io/network"
 MAX_UINT32 = 2**32 - 1
 _TLS = net.ClientTLSSettings
 _HEALTH = {
@@ -102,8 +99,7 @@ def is_sent(ep: Endpoint, service: Service) -> bool:
 def build_lb_endpoint(ep: Endpoint, mtls: bool, service: Service, cluster_id: str) -> LbEndpoint:
     """istiod buildEnvoyLbEndpoint (no HBONE tunnel): address, health, weight (0 means 1) and
     metadata; ``cluster_id`` is the endpoint's cluster in the workload telemetry string."""
-    health = HealthStatus.DRAINING if ep.labels.get(DRAINING_LABEL) else ep.health
-    out = LbEndpoint(health_status=_HEALTH[health])
+    out = LbEndpoint(health_status=_HEALTH[HealthStatus.DRAINING if is_draining(ep) else ep.health])
     out.load_balancing_weight.value = ep.weight if ep.weight > 0 else 1
     address = out.endpoint.address
     if ep.address.startswith(UNIX_ADDRESS_PREFIX):
@@ -159,8 +155,11 @@ def _sum_weights(group: LocalityLbEndpoints) -> int:
     return min(total, MAX_UINT32)
 
 
-def subset_matches(ep: Endpoint, subset_labels: Mapping[str, str]) -> bool:
-    return all(ep.labels.get(k) == v for k, v in subset_labels.items())
+def port_subset_endpoints(
+    endpoints: Iterable[Endpoint], port: ServicePort, subset_labels: Mapping[str, str]
+) -> Iterator[Endpoint]:
+    """The endpoints of ``port`` whose labels match the subset's (all of them for no labels)."""
+    return (e for e in endpoints if e.service_port_name == port.name and selector_matches(subset_labels, e.labels))
 
 
 def dns_locality_endpoints(
@@ -173,7 +172,7 @@ def dns_locality_endpoints(
 ) -> list[LocalityLbEndpoints]:
     """A DNS cluster's inline endpoints (istiod EndpointBuilder.FromServiceEndpoints): this port's
     endpoints matching the subset labels; addresses may be hostnames here."""
-    selected = (e for e in endpoints if e.service_port_name == port.name and subset_matches(e, subset_labels))
+    selected = port_subset_endpoints(endpoints, port, subset_labels)
     return [le.group for le in build_locality_endpoints(proxy, service, selected, rule_tls_mode)]
 
 
