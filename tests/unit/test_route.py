@@ -131,7 +131,7 @@ def one(routes: list[route_pb2.Route]) -> dict[str, Any]:
 
 
 def test_default_route_matches_istiod() -> None:
-    r = build_default_route(f"outbound|80||{HOST}", ctx())
+    r = build_default_route(HOST, 80, ctx())
     assert as_dict(r) == expected(
         {
             "name": "default",
@@ -161,11 +161,11 @@ def test_default_route_uses_mesh_retry_policy_and_service_consistent_hash() -> N
             },
         }
     }
-    r = build_default_route(f"outbound|80||{HOST}", ctx(mesh=mesh, rules=rules))
+    r = build_default_route(HOST, 80, ctx(mesh=mesh, rules=rules))
     assert not r.route.HasField("retry_policy")
     assert as_dict(r)["route"]["hashPolicy"] == [{"connectionProperties": {"sourceIp": True}}]
     # the port without its own hash falls back to the service-wide one
-    r = build_default_route(f"outbound|9080||{HOST}", ctx(rules=rules))
+    r = build_default_route(HOST, 9080, ctx(rules=rules))
     assert as_dict(r)["route"]["hashPolicy"] == [{"header": {"headerName": "x-user"}}]
     # hashing does not drop previous_hosts on the default route (istiod passes false)
     assert as_dict(r)["route"]["retryPolicy"] == DEFAULT_RETRY
@@ -728,7 +728,7 @@ def _every_shape() -> list[route_pb2.Route]:
     )
     routes = build_vs_routes(service, c)
     assert len(routes) == 9
-    routes.append(build_default_route(f"outbound|80||{HOST}", c))
+    routes.append(build_default_route(HOST, 80, c))
     return routes
 
 

@@ -29,7 +29,7 @@ from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.model.service import Resolution, Service
 from app.model.virtual_service import ResolvedVirtualService
-from app.xds.envoy.cluster import outbound_cluster_name
+from app.xds.envoy.cluster import outbound_cluster_name, parse_cluster_name
 from app.xds.envoy.route_match import is_catch_all_route, source_matches, translate_route_match
 from app.xds.envoy.route_policy import (
     cors_policy,
@@ -102,44 +102,37 @@ def destination_cluster(dest: net.Destination, ctx: RouteContext) -> str:
 
 def build_vs_routes(vs: ResolvedVirtualService, ctx: RouteContext) -> list[route_pb2.Route]:
     """istiod BuildHTTPRoutesForVirtualService: each applicable match of each HTTPRoute, in
-    order, becomes one route; nothing after a catch-all route could ever match, so stop there."""
+    order, becomes one route; nothing after a catch-all route (or an HTTPRoute without matches,
+    which catches all) could ever match, so stop there."""
     out: list[route_pb2.Route] = []
     for http in vs.spec.http:
-        if not http.match:
-            r = _translate_route(vs, http, None, ctx)
-            if r is not None:
-                out.append(r)
-            break
-        caught_all = False
-        for match in http.match:
+        for match in http.match or (None,):
             r = _translate_route(vs, http, match, ctx)
             if r is not None:
                 out.append(r)
                 if is_catch_all_route(r):
-                    caught_all = True
-                    break
-        if caught_all:
+                    return out
+        if not http.match:
             break
     return out
 
 
-def build_default_route(cluster: str, ctx: RouteContext) -> route_pb2.Route:
+def build_default_route(hostname: str, port: int, ctx: RouteContext) -> route_pb2.Route:
     """istiod BuildDefaultHTTPOutboundRoute (+ the hash policy buildSidecarVirtualHostForService
-    adds): every path to ``cluster`` with no timeout and the mesh's default retry policy."""
+    adds): every path to ``outbound|PORT||HOST`` with no timeout and the mesh's default retry
+    policy."""
     out = route_pb2.Route(name=DEFAULT_ROUTE_NAME, match=route_pb2.RouteMatch(prefix="/"))
-    parsed = _parse_cluster(cluster)
-    out.decorator.operation = f"{parsed[0]}:{parsed[1]}/*" if parsed else f"{cluster}/*"
+    out.decorator.operation = f"{hostname}:{port}/*"
     action = out.route
-    action.cluster = cluster
+    action.cluster = outbound_cluster_name(port, hostname)
     # istiod keeps previous_hosts here even when the service hashes consistently
     retries = retry_policy(_mesh_retry_policy(ctx.mesh), consistent_hash=False)
     if retries is not None:
         action.retry_policy.CopyFrom(retries)
     _set_timeout(action, None)
-    if parsed:
-        hp = hash_policy(service_consistent_hash(ctx.destination_rules.get(parsed[0]), parsed[1]))
-        if hp is not None:
-            action.hash_policy.append(hp)
+    hp = hash_policy(service_consistent_hash(ctx.destination_rules.get(hostname), port))
+    if hp is not None:
+        action.hash_policy.append(hp)
     return out
 
 
@@ -237,7 +230,7 @@ def _single_destination(out: route_pb2.Route, dst: net.HTTPRouteDestination, ctx
         # the route-level rewrite wins, so one and several destinations behave alike
         if authority and action.WhichOneof("host_rewrite_specifier") is None:
             action.host_rewrite_literal = authority
-    hp = hash_policy(destination_consistent_hash(dst.destination, ctx.destination_rules.get(dst.destination.host)))
+    hp = _destination_hash_policy(dst.destination, ctx)
     if hp is not None:
         action.hash_policy.append(hp)
     return hp is not None
@@ -257,7 +250,7 @@ def _weighted_destinations(
             authority = _apply_header_operations(cw, dst.headers)
             if authority:
                 cw.host_rewrite_literal = authority
-        hp = hash_policy(destination_consistent_hash(dst.destination, ctx.destination_rules.get(dst.destination.host)))
+        hp = _destination_hash_policy(dst.destination, ctx)
         if hp is not None:
             action.hash_policy.append(hp)
 
@@ -278,6 +271,10 @@ def _apply_header_operations(
     return ops.authority
 
 
+def _destination_hash_policy(dest: net.Destination, ctx: RouteContext) -> route_pb2.RouteAction.HashPolicy | None:
+    return hash_policy(destination_consistent_hash(dest, ctx.destination_rules.get(dest.host)))
+
+
 def _mesh_retry_policy(mesh: mesh_pb2.MeshConfig) -> net.HTTPRetry | None:
     return mesh.default_http_retry_policy if mesh.HasField("default_http_retry_policy") else None
 
@@ -289,15 +286,6 @@ def _set_timeout(action: route_pb2.RouteAction, timeout: duration_pb2.Duration |
     if timeout is not None:
         action.timeout.CopyFrom(timeout)
     action.max_grpc_timeout.CopyFrom(action.timeout)
-
-
-def _parse_cluster(cluster: str) -> tuple[str, int] | None:
-    """(host, port) of an ``outbound|PORT|SUBSET|HOST`` name (istiod ParseSubsetKey)."""
-    parts = cluster.split("|")
-    if len(parts) != 4:
-        return None
-    port = int(parts[1]) if parts[1].isdigit() else 0
-    return parts[3], port
 
 
 def _route_operation(out: route_pb2.Route, vs_name: str, listener_port: int) -> str:
@@ -313,7 +301,7 @@ def _route_operation(out: route_pb2.Route, vs_name: str, listener_port: int) -> 
     else:
         path = "/*"
     if out.WhichOneof("action") == "route" and out.route.WhichOneof("cluster_specifier") == "cluster":
-        parsed = _parse_cluster(out.route.cluster)
-        if parsed is not None:
-            return f"{parsed[0]}:{parsed[1]}{path}"
+        key = parse_cluster_name(out.route.cluster)
+        if key.hostname:  # an ``outbound|PORT|SUBSET|HOST`` name, not UnknownService
+            return f"{key.hostname}:{key.port}{path}"
     return f"{vs_name}:{listener_port}{path}"

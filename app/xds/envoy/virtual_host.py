@@ -10,7 +10,7 @@ suffix; virtual host names still do (``reviews.default.svc.cluster.local:9080``)
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -19,7 +19,6 @@ from app.config.host import specificity_key
 from app.model.service import Registry, Resolution, Service
 from app.xds.envoy.route_match import is_catch_all_route
 
-PASSTHROUGH_CLUSTER = "PassthroughCluster"
 ALLOW_ANY_NAME = "allow_any"  # istiod util.Passthrough: virtual host and route name
 BLOCK_ALL_NAME = "block_all"  # istiod util.BlackHole
 UNSPECIFIED_IP = "0.0.0.0"
@@ -184,24 +183,22 @@ def gateway_blackhole_virtual_host(port: int) -> rc.VirtualHost:
 
 @dataclass(slots=True)
 class GatewayVirtualHost:
-    """A gateway virtual host being assembled. ``keys`` identify its routes (the VirtualService
-    and rule each came from), standing in for the route pointers istiod compares when it
-    collapses virtual hosts with the same routes."""
+    """A gateway virtual host being assembled. Its ``routes`` are the very objects built once
+    per VirtualService, shared by every virtual host it serves, so virtual hosts are collapsed
+    by route identity as istiod compares route pointers."""
 
     name: str
     domains: list[str]
     include_attempt_count: bool
     routes: list[rc.Route] = field(default_factory=list)
-    keys: list[Hashable] = field(default_factory=list)
     require_tls: bool = False
 
     def build(self) -> rc.VirtualHost:
-        ordinary = [r for r in self.routes if not is_catch_all_route(r)]
-        catch_all = [r for r in self.routes if is_catch_all_route(r)]
         vh = rc.VirtualHost(
             name=self.name,
             domains=self.domains,
-            routes=ordinary + catch_all,  # istiod SortVHostRoutes: catch-alls last, order kept
+            # istiod SortVHostRoutes: catch-alls last, order kept (the sort is stable)
+            routes=sorted(self.routes, key=is_catch_all_route),
             include_request_attempt_count=self.include_attempt_count,
         )
         if self.require_tls:
@@ -213,10 +210,10 @@ def collapse_gateway_virtual_hosts(by_host: dict[str, GatewayVirtualHost]) -> li
     """Merge virtual hosts whose routes are the same into the first of them by host order
     (istiod collapseDuplicateRoutes, on by default via PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION)."""
     kept: dict[str, GatewayVirtualHost] = {}
-    primary_for: dict[tuple[Hashable, ...], str] = {}
+    primary_for: dict[tuple[int, ...], str] = {}
     for host in sorted(by_host, key=specificity_key):
         vh = by_host[host]
-        key = tuple(vh.keys)
+        key = tuple(map(id, vh.routes))
         primary = primary_for.get(key)
         if primary is not None and _mergeable(vh, kept[primary]):
             kept[primary].domains.extend(vh.domains)

@@ -33,11 +33,10 @@ from app.model.service import Protocol as PortProtocol
 from app.model.service import Resolution, Service
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
-from app.xds.envoy.cluster import outbound_cluster_name
+from app.xds.envoy.cluster import PASSTHROUGH_CLUSTER, outbound_cluster_name
 from app.xds.envoy.listener import EgressListenerView
 from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
 from app.xds.envoy.virtual_host import (
-    PASSTHROUGH_CLUSTER,
     GatewayVirtualHost,
     VirtualHostWrapper,
     build_catch_all_virtual_host,
@@ -59,11 +58,12 @@ def generate_routes(
     names = sorted(set(route_names))
     scope = push.sidecar_scope(proxy)
     rules = ProxyDestinationRules(proxy, scope)
+    attempt_count = _include_attempt_count(push.mesh)
     if proxy.is_gateway:
         targets = proxy_service_targets(proxy, push)
         servers = merge_gateways(proxy, push.gateways, targets).servers_by_route_name
-        return [_gateway_route_config(proxy, push, rules, servers.get(n, ()), n) for n in names]
-    return [_sidecar_route_config(proxy, push, scope, rules, n) for n in names]
+        return [_gateway_route_config(proxy, push, rules, servers.get(n, ()), n, attempt_count) for n in names]
+    return [_sidecar_route_config(proxy, push, scope, rules, n, attempt_count) for n in names]
 
 
 class ProxyDestinationRules(Mapping[str, net.DestinationRule]):
@@ -130,13 +130,17 @@ def _parse_sidecar_route_name(name: str) -> tuple[int, bool] | None:
 
 
 def _sidecar_route_config(
-    proxy: Proxy, push: PushContextView, scope: SidecarScopeView, rules: Mapping[str, net.DestinationRule], name: str
+    proxy: Proxy,
+    push: PushContextView,
+    scope: SidecarScopeView,
+    rules: Mapping[str, net.DestinationRule],
+    name: str,
+    include_attempt_count: bool,
 ) -> route_pb2.RouteConfiguration:
     parsed = _parse_sidecar_route_name(name)
     if parsed is None:
         return _empty_route_config(name)
     port, sniffed = parsed
-    include_attempt_count = _include_attempt_count(push.mesh)
     listener = _egress_listener_for_rds(scope, port)
     vhosts = []
     if listener is not None:
@@ -165,7 +169,7 @@ def _egress_cluster(scope: SidecarScopeView) -> str:
     if spec is None or not spec.outbound_traffic_policy.HasField("egress_proxy"):
         return PASSTHROUGH_CLUSTER
     dest = spec.outbound_traffic_policy.egress_proxy
-    return outbound_cluster_name(dest.port.number if dest.HasField("port") else 0, dest.host, dest.subset)
+    return outbound_cluster_name(dest.port.number, dest.host, dest.subset)
 
 
 def _sidecar_virtual_hosts(
@@ -212,7 +216,7 @@ def _sidecar_virtual_hosts(
         if svc.hostname in routed or svc.resolution is Resolution.ALIAS:
             continue
         if _http_or_sniffed(svc.ports[0].protocol):
-            route = build_default_route(outbound_cluster_name(port, svc.hostname), ctx)
+            route = build_default_route(svc.hostname, port, ctx)
             wrappers.append(VirtualHostWrapper(port, (svc,), (), (route,)))
     return build_sidecar_virtual_hosts(wrappers, proxy.dns_domain, include_attempt_count)
 
@@ -328,10 +332,10 @@ def _gateway_route_config(
     rules: ProxyDestinationRules,
     servers: Sequence[GatewayServer],
     name: str,
+    include_attempt_count: bool,
 ) -> route_pb2.RouteConfiguration:
     if not servers:
         return _empty_route_config(name)
-    include_attempt_count = _include_attempt_count(push.mesh)
     bound: dict[str, list[ResolvedVirtualService]] = {}
     built: dict[tuple[str, str], list[rc.Route]] = {}
     by_host: dict[str, GatewayVirtualHost] = {}
@@ -371,7 +375,6 @@ def _gateway_route_config(
             for hostname in hosts:
                 vh = vhost(hostname.lower(), port)
                 vh.routes.extend(built[key])
-                vh.keys.extend((*key, i) for i in range(len(built[key])))
                 vh.require_tls = vh.require_tls or redirect
         if redirect:
             # as istiod, every server host gets a TLS-only virtual host, even one no VirtualService
