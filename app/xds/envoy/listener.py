@@ -12,7 +12,6 @@ PassthroughFilterChain fallback, and ``virtualOutbound`` on 15001.
 from __future__ import annotations
 
 import enum
-import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol as TypingProtocol
@@ -23,8 +22,10 @@ from envoy.config.listener.v3 import listener_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
+from app.config.host import is_ip_address
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.model.service import Protocol as PortProtocol
+from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import ResolvedVirtualService
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
 from app.xds.envoy.listener_filters import (
@@ -50,7 +51,6 @@ DEFAULT_OUTBOUND_PORT = 15001  # meshConfig.proxyListenPort
 DEFAULT_INBOUND_PORT = 15006  # meshConfig.proxyInboundListenPort
 STATUS_PORT = 15021  # the agent's health/status listener
 PROMETHEUS_PORT = 15090  # Envoy's stats listener
-ALLOW_ANY = "ALLOW_ANY"
 _OUTBOUND = base_pb2.OUTBOUND
 
 
@@ -169,7 +169,7 @@ class _Builder:
             return
         own_ip = self.ctx.proxy.ip_addresses[0] if self.ctx.proxy.ip_addresses else ""
         for ep in instances:
-            if not _is_ip(ep.address) or ep.address == own_ip:
+            if not is_ip_address(ep.address) or ep.address == own_ip:
                 continue
             self.add(service, port, ep.address, bind_to_port, vss)
 
@@ -206,11 +206,12 @@ class _Builder:
             if current is not None and current.protocol not in TCP_PROTOCOLS:
                 return  # HTTP / sniffed listener already there: routes come from RDS
             merge_upgrades = current is not None
-            opts = [self._http_opts(service, port, bind, kind)]
+            http = self._http_opts(service, port, bind, kind)
             if bind == self.ctx.wildcard:
                 # a TCP fallthrough next to HTTP on the wildcard: sniff HTTP (istiod)
-                opts = [o.with_alpn(PLAINTEXT_HTTP_ALPNS, RAW_BUFFER_TRANSPORT) for o in opts]
+                http = http.with_alpn(PLAINTEXT_HTTP_ALPNS, RAW_BUFFER_TRANSPORT)
                 protocol = PortProtocol.UNSUPPORTED
+            opts = [http]
         elif kind is _Kind.TCP:
             opts = sidecar_tcp_chain_opts(self.ctx, service, port, cidr, bind, vss)
             merge_upgrades = current is not None and current.protocol.is_http
@@ -291,14 +292,6 @@ def _well_known_compatible(incoming: PortProtocol, existing: PortProtocol) -> bo
     # server-first Mongo and MySQL cannot share a port with anything sniffed
     special = (PortProtocol.MONGO, PortProtocol.MYSQL)
     return not ((incoming in special or existing in special) and incoming != existing)
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def catch_all_filters(outbound_policy: str) -> list[lc.Filter]:

@@ -38,6 +38,9 @@ from google.protobuf import any_pb2, duration_pb2, message, wrappers_pb2
 
 from app.api import mesh_pb2
 from app.model.service import Protocol
+from app.xds.envoy.cluster_tls import TLS_SOCKET
+from app.xds.envoy.route import CORS_FILTER as CORS
+from app.xds.envoy.route import FAULT_FILTER as FAULT
 
 HCM = "envoy.filters.network.http_connection_manager"
 TCP_PROXY = "envoy.filters.network.tcp_proxy"
@@ -46,11 +49,8 @@ ORIGINAL_DST = "envoy.filters.listener.original_dst"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
 HTTP_INSPECTOR = "envoy.filters.listener.http_inspector"
 ROUTER = "envoy.filters.http.router"
-CORS = "envoy.filters.http.cors"
-FAULT = "envoy.filters.http.fault"
 GRPC_STATS = "envoy.filters.http.grpc_stats"
 GRPC_WEB = "envoy.filters.http.grpc_web"
-TLS_SOCKET = "envoy.transport_sockets.tls"
 
 TLS_TRANSPORT = "tls"
 RAW_BUFFER_TRANSPORT = "raw_buffer"
@@ -62,6 +62,7 @@ ALL_ISTIO_MTLS_ALPNS = ("istio", "istio-peer-exchange", "istio-http/1.0", "istio
 MTLS_TCP_ALPNS = ("istio-peer-exchange", "istio")
 
 PASSTHROUGH_FILTER_CHAIN = "PassthroughFilterChain"
+SERVER_NAME = "istio-envoy"  # the HCM server_name of inbound and gateway listeners
 STAT_PREFIX_DELIMITER = ";"  # istiod util.DelimitedStatsPrefix
 
 

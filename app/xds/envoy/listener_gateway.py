@@ -28,6 +28,7 @@ from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
 from app.xds.envoy.cluster import ServiceTarget
 from app.xds.envoy.listener_filters import (
+    SERVER_NAME,
     ChainOpts,
     HttpOptions,
     build_filter_chain,
@@ -40,7 +41,6 @@ from app.xds.envoy.listener_filters import (
 from app.xds.envoy.listener_tcp import OutboundContext, route_filters
 from app.xds.envoy.listener_tls import gateway_tls_context, has_server_certificate
 
-SERVER_NAME = "istio-envoy"
 _TLS = net.ServerTLSSettings
 
 
@@ -72,8 +72,9 @@ class _GatewayBuilder:
     tls_hosts_by_port: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def chains(self, key: ServerPort, merged: MergedServers) -> list[ChainOpts]:
-        if parse_protocol(key.protocol).is_http:
-            return [ChainOpts(http=_gateway_http_options(merged.route_name, parse_protocol(key.protocol)))]
+        protocol = parse_protocol(key.protocol)
+        if protocol.is_http:
+            return [ChainOpts(http=_gateway_http_options(merged.route_name, protocol))]
         out: list[ChainOpts] = []
         for server in merged.servers:
             if server.protocol is Protocol.HTTPS and server.has_tls and not server.passthrough:
@@ -172,9 +173,7 @@ def build_gateway_listeners(
         name = f"{bind}_{key.number}"
         chains = builder.chains(key, merged.merged_servers[key])
         by_name.setdefault(name, (bind, key.number, []))[2].extend(chains)
-    return [
-        _listener(name, bind, port, chains, ctx) for name, (bind, port, chains) in by_name.items() if chains
-    ]
+    return [_listener(name, bind, port, chains, ctx) for name, (bind, port, chains) in by_name.items() if chains]
 
 
 def _listener(

@@ -31,6 +31,7 @@ from app.xds.envoy.listener_filters import (
     MTLS_TCP_ALPNS,
     PLAINTEXT_HTTP_ALPNS,
     RAW_BUFFER_TRANSPORT,
+    SERVER_NAME,
     TLS_TRANSPORT,
     ChainOpts,
     HttpOptions,
@@ -53,7 +54,6 @@ VIRTUAL_INBOUND = "virtualInbound"
 VIRTUAL_INBOUND_BLACKHOLE = "virtualInbound-blackhole"
 VIRTUAL_INBOUND_CATCH_ALL_HTTP = "virtualInbound-catchall-http"
 ORIGINAL_SRC = "envoy.filters.listener.original_src"
-SERVER_NAME = "istio-envoy"
 MAX_ACCEPT_PER_EVENT = 1  # MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default
 
 
@@ -170,17 +170,20 @@ def _blackhole_chain(port: int) -> lc.FilterChain:
 
 
 def _chains(ctx: OutboundContext, cc: _ChainConfig) -> list[lc.FilterChain]:
+    options = _options(cc.service_port.protocol)
+    # built once per port: the mTLS and plaintext chains of a port share them
+    http = _http_options(ctx, cc) if any(m.http for m in options) else None
+    tcp = () if all(m.http for m in options) else tuple(_tcp_filters(cc))
+    stat_prefix = cc.stat_prefix()
     out = []
-    for m in _options(cc.service_port.protocol):
+    for m in options:
         opts = ChainOpts(
-            application_protocols=m.alpns,
-            transport_protocol=m.transport,
             tls_context=inbound_mtls_context(ctx.mesh, tcp=not m.http) if m.tls else None,
-            http=_http_options(ctx, cc) if m.http else None,
-            network_filters=() if m.http else tuple(_tcp_filters(cc)),
+            http=http if m.http else None,
+            network_filters=() if m.http else tcp,
             name=cc.name(m.http),
         )
-        chain = build_filter_chain(opts, cc.stat_prefix(), ctx.mesh)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh)
         match = chain.filter_chain_match
         match.transport_protocol = m.transport
         match.application_protocols.extend(m.alpns)

@@ -102,10 +102,11 @@ def tcp_settings(rule: net.DestinationRule | None, subset: str) -> TcpSettings:
 
 
 def single_destination_filters(
-    stat_prefix: str, cluster: str, subset: str, port: ServicePort, rule: net.DestinationRule | None
+    cluster: str, subset: str, port: ServicePort, rule: net.DestinationRule | None
 ) -> list[lc.Filter]:
-    proxy = tcp_proxy_filter(stat_prefix, cluster, settings=tcp_settings(rule, subset))
-    return tcp_filter_stack(port.protocol, proxy, stat_prefix)
+    """The stack toward one cluster, which is also its stat prefix."""
+    proxy = tcp_proxy_filter(cluster, cluster, settings=tcp_settings(rule, subset))
+    return tcp_filter_stack(port.protocol, proxy, cluster)
 
 
 def route_filters(
@@ -118,7 +119,7 @@ def route_filters(
     rule = ctx.rules.get(service.hostname) if service is not None else None
     if len(routes) == 1:
         cluster = destination_cluster(first, service, port.port)
-        return single_destination_filters(cluster, cluster, first.subset, port, rule)
+        return single_destination_filters(cluster, first.subset, port, rule)
     stat_prefix = f"{vs.obj.meta.name}.{vs.obj.meta.namespace}"
     weighted = [
         (destination_cluster(r.destination, ctx.services.get(r.destination.host), port.port), r.weight)
@@ -161,11 +162,11 @@ def sidecar_tcp_chain_opts(
     return _tcp_chain_opts(ctx, service, listen_port, cidrs, vss)
 
 
-def _default_chain(ctx: OutboundContext, service: Service, listen_port: ServicePort) -> tuple[str, list[lc.Filter]]:
+def _default_filters(ctx: OutboundContext, service: Service, listen_port: ServicePort) -> list[lc.Filter]:
     # a Sidecar egress port other than the service's own: use the service's port when it has one
     port = service.ports[0].port if len(service.ports) == 1 else listen_port.port
     cluster = outbound_cluster_name(port, service.hostname)
-    return cluster, single_destination_filters(cluster, cluster, "", listen_port, ctx.rules.get(service.hostname))
+    return single_destination_filters(cluster, "", listen_port, ctx.rules.get(service.hostname))
 
 
 def _tls_chain_opts(
@@ -208,7 +209,7 @@ def _tls_chain_opts(
     sni: tuple[str, ...] = ()
     if cidrs or not address or (address == ctx.wildcard and bind == ctx.wildcard):
         sni = (service.hostname,)
-    _, filters = _default_chain(ctx, service, listen_port)
+    filters = _default_filters(ctx, service, listen_port)
     return [ChainOpts(sni_hosts=sni, destination_cidrs=cidrs, network_filters=tuple(filters))]
 
 
@@ -245,7 +246,7 @@ def _tcp_chain_opts(
                 if sorted(subnets) == sorted(cidrs):
                     default_added = True
     if not default_added:
-        _, filters = _default_chain(ctx, service, listen_port)
+        filters = _default_filters(ctx, service, listen_port)
         out.append(ChainOpts(destination_cidrs=cidrs, network_filters=tuple(filters)))
     return out
 

@@ -21,6 +21,7 @@ from app.xds.envoy.listener_filters import HCM
 from app.xds.envoy.listener_gateway import build_gateway_listeners
 from app.xds.envoy.listener_inbound import build_virtual_inbound_listener
 from app.xds.envoy.listener_tcp import OutboundContext
+from app.xds.generators.rds import ProxyDestinationRules
 from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
 
 
@@ -64,10 +65,6 @@ def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:
 
 
 def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> OutboundContext:
-    services = {s.hostname: s for s in scope.services}
-    rules = {}
-    for service in scope.services:
-        applied = scope.destination_rule(proxy, service)
-        if applied is not None:
-            rules[service.hostname] = applied.rule
-    return OutboundContext(proxy=proxy, mesh=push.mesh, services=services, rules=rules)
+    # rules are looked up on demand: only TCP chains read them
+    rules = ProxyDestinationRules(proxy, scope)
+    return OutboundContext(proxy=proxy, mesh=push.mesh, services=rules.services, rules=rules)
