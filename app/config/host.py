@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 V = TypeVar("V")
@@ -45,6 +45,32 @@ def subset_of(a: str, b: str) -> bool:
     if is_wildcard(a):
         return False
     return a == b
+
+
+def names_for_namespace(hosts: Iterable[str], namespace: str) -> list[str]:
+    """istiod host.NamesForNamespace: the hosts visible to config in ``namespace``, without
+    their ``ns/`` (a Gateway server's ``ns/host`` only admits that namespace, or any for ``*``)."""
+    out: list[str] = []
+    for h in hosts:
+        ns, slash, name = h.partition("/")
+        if slash:
+            if ns not in (namespace, "*"):
+                continue
+            h = name
+        out.append(h)
+    return out
+
+
+def intersection(a: Iterable[str], b: Sequence[str]) -> list[str]:
+    """istiod host.Names.Intersection: for each overlapping pair, the narrower of the two, once
+    each, in order; empty exactly when no host of ``a`` ``matches`` one of ``b``."""
+    out: list[str] = []
+    for x in a:
+        for y in b:
+            narrower = x if subset_of(x, y) else y if subset_of(y, x) else None
+            if narrower is not None and narrower not in out:
+                out.append(narrower)
+    return out
 
 
 def specificity_key(host: str) -> tuple[int, int, str]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from app.api import networking_pb2 as net
 from app.config.host import is_wildcard, most_specific_match, resolve_short_name
+from app.config.labels import selector_matches
 from app.config.model import ConfigObject
 
 PRIVATE = "."
@@ -208,6 +209,6 @@ def select_for_proxy(
         selector = cdr.selector
         if selector is None:
             catch_all = cdr
-        elif cdr.namespace == scope_namespace and all(proxy_labels.get(k) == v for k, v in selector.items()):
+        elif cdr.namespace == scope_namespace and selector_matches(selector, proxy_labels):
             return cdr
     return catch_all

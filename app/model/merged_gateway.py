@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.api import networking_pb2 as net
+from app.config.labels import selector_matches
 from app.config.model import ConfigObject
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort, parse_protocol
@@ -111,7 +112,7 @@ def merge_gateways(
 def _selected_gateways(proxy: Proxy, gateways: Sequence[ConfigObject]) -> list[ConfigObject]:
     # istiod sortConfigByCreationTime: oldest first, then by name, then by namespace
     ordered = sorted(gateways, key=lambda g: (g.meta.creation_timestamp, g.meta.name, g.meta.namespace))
-    return [g for g in ordered if all(proxy.labels.get(k) == v for k, v in g.spec.selector.items())]
+    return [g for g in ordered if selector_matches(g.spec.selector, proxy.labels)]
 
 
 def _resolve_port(number: int, targets: Sequence[tuple[Service, ServicePort, Endpoint]]) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigObject, Kind
 from app.model.destination_rule import DestinationRuleIndex
@@ -147,7 +148,7 @@ class PushContext:
             return None
         for obj in self.sidecars_by_namespace.get(proxy.namespace, ()):
             selector = obj.spec.workload_selector.labels if obj.spec.HasField("workload_selector") else None
-            if selector is None or all(proxy.labels.get(k) == v for k, v in selector.items()):
+            if selector is None or selector_matches(selector, proxy.labels):
                 return obj
         for obj in self.sidecars_by_namespace.get(self.mesh.root_namespace, ()):
             if not obj.spec.HasField("workload_selector"):

@@ -25,6 +25,7 @@ from app.model.virtual_service import (
     MESH_GATEWAY,
     ResolvedVirtualService,
     VirtualServiceIndex,
+    VirtualServicesByHost,
     destination_hosts,
 )
 
@@ -41,6 +42,7 @@ class EgressListener:
     hosts: Mapping[str, tuple[str, ...]]  # namespace (or "*") -> hosts
     services: tuple[Service, ...]
     virtual_services: tuple[ResolvedVirtualService, ...]
+    virtual_services_by_host: VirtualServicesByHost  # the same, for per-service lookups
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,8 @@ class SidecarScope:
     namespace: str  # the namespace the scope was computed for
     sidecar: net.Sidecar | None
     egress_listeners: tuple[EgressListener, ...]
-    services: tuple[Service, ...]
+    services: tuple[Service, ...]  # one per hostname
+    services_by_host: Mapping[str, Service]  # the same services by hostname
     virtual_services: tuple[ResolvedVirtualService, ...]
     destination_rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]  # by service hostname
     outbound_traffic_policy: str  # ALLOW_ANY or REGISTRY_ONLY
@@ -148,21 +151,17 @@ def build_sidecar_scope(
         raw_listeners = [net.IstioEgressListener(hosts=["*/*"])]
 
     listeners: list[EgressListener] = []
-    scope_services: list[Service] = []
-    index_by_host: dict[str, int] = {}
+    by_host: dict[str, Service] = {}  # in the order first imported
 
     def add_service(svc: Service | None) -> None:
         if svc is None:
             return
-        at = index_by_host.get(svc.hostname)
-        if at is None:
-            index_by_host[svc.hostname] = len(scope_services)
-            scope_services.append(svc)
-            return
-        found = scope_services[at]
-        if found.namespace == svc.namespace:
+        found = by_host.get(svc.hostname)
+        if found is None:
+            by_host[svc.hostname] = svc
+        elif found.namespace == svc.namespace:
             # listeners may each import part of a service's ports: keep the union
-            scope_services[at] = found.with_ports_of(svc)
+            by_host[svc.hostname] = found.with_ports_of(svc)
 
     scope_vs: list[ResolvedVirtualService] = []
     for raw in raw_listeners:
@@ -178,6 +177,7 @@ def build_sidecar_scope(
                 hosts=hosts,
                 services=tuple(selected),
                 virtual_services=tuple(vss),
+                virtual_services_by_host=VirtualServicesByHost.build(vss),
             )
         )
         for svc in selected:
@@ -189,7 +189,7 @@ def build_sidecar_scope(
                 add_service(_vs_destination_service(host, ports, namespace, services, port))
 
     drs: dict[str, tuple[ConsolidatedDestinationRule, ...]] = {}
-    for svc in scope_services:
+    for svc in by_host.values():
         found = destination_rules.rules_for(namespace, svc.hostname, svc.namespace)
         if found:
             drs[svc.hostname] = tuple(found)
@@ -202,7 +202,8 @@ def build_sidecar_scope(
         namespace=namespace,
         sidecar=spec,
         egress_listeners=tuple(listeners),
-        services=tuple(scope_services),
+        services=tuple(by_host.values()),
+        services_by_host=by_host,
         virtual_services=tuple(scope_vs),
         destination_rules=drs,
         outbound_traffic_policy=policy,

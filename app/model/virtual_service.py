@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
 from app.api import networking_pb2 as net
-from app.config.host import resolve_short_name
+from app.config.host import is_wildcard, matches, resolve_short_name
 from app.config.model import ConfigObject
 
 MESH_GATEWAY = "mesh"
@@ -163,3 +163,35 @@ class VirtualServiceIndex:
             *self.exported.get((namespace, gateway), ()),
             *self.public.get(gateway, ()),
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServicesByHost:
+    """VirtualServices in their order, looked up by a host they match without scanning them
+    all: a sidecar's listeners ask once per service port, so a scan is services x VSs per push."""
+
+    ordered: tuple[ResolvedVirtualService, ...]
+    exact: Mapping[str, tuple[int, ...]]  # host -> positions in ``ordered``
+    wildcard: tuple[int, ...]  # positions of those with a wildcard host
+
+    @classmethod
+    def build(cls, virtual_services: Iterable[ResolvedVirtualService]) -> VirtualServicesByHost:
+        ordered = tuple(virtual_services)
+        exact: dict[str, list[int]] = {}
+        wildcard: list[int] = []
+        for i, vs in enumerate(ordered):
+            for h in vs.spec.hosts:
+                if is_wildcard(h):
+                    if not wildcard or wildcard[-1] != i:
+                        wildcard.append(i)
+                else:
+                    exact.setdefault(h, []).append(i)
+        return cls(ordered, {h: tuple(v) for h, v in exact.items()}, tuple(wildcard))
+
+    def matching(self, hostname: str) -> list[ResolvedVirtualService]:
+        """Those with a host that shares a name with ``hostname``, in order."""
+        if is_wildcard(hostname):
+            return [vs for vs in self.ordered if any(matches(h, hostname) for h in vs.spec.hosts)]
+        found = set(self.exact.get(hostname, ()))
+        found.update(i for i in self.wildcard if any(matches(h, hostname) for h in self.ordered[i].spec.hosts))
+        return [self.ordered[i] for i in sorted(found)]

@@ -19,6 +19,7 @@ from itertools import chain
 from types import MappingProxyType
 
 from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec
+from app.config.labels import NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL
 from app.config.model import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import (
     Endpoint,
@@ -38,10 +39,6 @@ EXPORT_TO_ANNOTATION = "networking.istio.io/exportTo"
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
 TLS_MODE_LABEL = "security.istio.io/tlsMode"
 LOCALITY_LABEL = "istio-locality"
-NETWORK_LABEL = "topology.istio.io/network"
-REGION_LABEL = "topology.kubernetes.io/region"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-SUBZONE_LABEL = "topology.istio.io/subzone"
 TLS_ISTIO = "istio"
 TLS_DISABLED = "disabled"
 
@@ -153,10 +150,6 @@ def pod_workload(obj: ConfigObject, trust_domain: str) -> Workload:
 def pod_is_terminal(obj: ConfigObject) -> bool:
     spec: PodSpec = obj.spec
     return spec.phase in ("Succeeded", "Failed")
-
-
-def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 # --- Services ------------------------------------------------------------------------------

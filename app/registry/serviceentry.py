@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from app.api import networking_pb2 as net
 from app.config.host import is_ip_address
+from app.config.labels import selector_matches
 from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
@@ -34,7 +35,6 @@ from app.registry.kube import (
     locality_from_label,
     pod_is_terminal,
     pod_workload,
-    selector_matches,
     spiffe_identity,
 )
 

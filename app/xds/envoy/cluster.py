@@ -40,13 +40,14 @@ from app.xds.envoy.cluster_policy import (
     set_use_downstream_protocol,
 )
 from app.xds.envoy.cluster_tls import infer_service_mtls_mode
-from app.xds.envoy.endpoint import ISTIO_METADATA_KEY, dns_locality_endpoints, tls_mode_for_port
+from app.xds.envoy.endpoint import dns_locality_endpoints, tls_mode_for_port
+from app.xds.envoy.metadata import ISTIO_METADATA_KEY, add_config_metadata
 
 Cluster = cluster_pb2.Cluster
 BLACKHOLE_CLUSTER = "BlackHoleCluster"
 PASSTHROUGH_CLUSTER = "PassthroughCluster"
 INBOUND_PASSTHROUGH_CLUSTER = "InboundPassthroughCluster"
-DESTINATION_RULE_CONFIG_PREFIX = "/apis/networking.istio.io/v1/namespaces/"
+UNKNOWN_SERVICE = "UnknownService"  # istiod GetDestinationCluster for a destination without a host
 CARES_RESOLVER = "envoy.network.dns_resolver.cares"
 CARES_UDP_MAX_QUERIES = 100  # PILOT_DNS_CARES_UDP_MAX_QUERIES default
 DNS_JITTER_NANOS = 100_000_000  # PILOT_DNS_JITTER_DURATION default, 100ms
@@ -78,6 +79,24 @@ ServiceTarget = tuple[Service, ServicePort, Endpoint]
 
 def outbound_cluster_name(port: int, hostname: str, subset: str = "") -> str:
     return f"outbound|{port}|{subset}|{hostname}"
+
+
+def destination_cluster(dest: net.Destination, service: Service | None, listener_port: int) -> str:
+    """istiod GetDestinationCluster: ``UnknownService`` for a destination without a host; else
+    the port the destination names, else the service's only port, else the listener port. An
+    alias service routes to the service it names."""
+    if not dest.host:
+        return UNKNOWN_SERVICE
+    host = dest.host
+    if service is not None and service.resolution is Resolution.ALIAS and service.external_name:
+        host = service.external_name
+    if dest.HasField("port"):
+        port = dest.port.number
+    elif service is not None and len(service.ports) == 1:
+        port = service.ports[0].port
+    else:
+        port = listener_port
+    return outbound_cluster_name(port, host, dest.subset)
 
 
 def outbound_sni(port: int, hostname: str, subset: str = "") -> str:
@@ -360,8 +379,7 @@ def _add_inbound_telemetry_metadata(
 
 
 def _add_config_metadata(c: cluster_pb2.Cluster, rule: AppliedDestinationRule) -> None:
-    path = f"{DESTINATION_RULE_CONFIG_PREFIX}{rule.namespace}/destination-rule/{rule.name}"
-    istio_metadata(c).fields["config"].string_value = path
+    add_config_metadata(c.metadata, "destination-rule", rule.namespace, rule.name)
 
 
 def _add_alpn_override(c: cluster_pb2.Cluster, policy: net.TrafficPolicy | None) -> None:

@@ -10,6 +10,7 @@ the ``tlsMode-istio`` / ``tlsMode-disabled`` transport socket matches of auto mT
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -153,7 +154,8 @@ def _default_common_context() -> tls_pb2.CommonTlsContext:
     return common
 
 
-def _exact_matchers(values: list[str]) -> list[string_pb2.StringMatcher]:
+def exact_matchers(values: Iterable[str]) -> list[string_pb2.StringMatcher]:
+    """Exact-match StringMatchers, as istiod util.StringToExactMatch (subject alt names)."""
     return [string_pb2.StringMatcher(exact=v) for v in values]
 
 
@@ -163,7 +165,7 @@ def _istio_mutual_context(draft: ClusterDraft, tls: net.ClientTLSSettings) -> tl
     common = out.common_tls_context
     common.tls_certificate_sds_secret_configs.append(sds_secret_config(SDS_DEFAULT))
     combined = common.combined_validation_context
-    combined.default_validation_context.match_subject_alt_names.extend(_exact_matchers(list(tls.subject_alt_names)))
+    combined.default_validation_context.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
     combined.default_validation_context.SetInParent()
     combined.validation_context_sds_secret_config.CopyFrom(sds_secret_config(SDS_ROOT))
     common.alpn_protocols.extend(ALPN_IN_MESH_H2 if draft.is_http2 else ALPN_IN_MESH)
@@ -186,7 +188,7 @@ def _user_tls_context(
         if not skip_verify:
             combined = common.combined_validation_context
             combined.default_validation_context.SetInParent()
-            combined.default_validation_context.match_subject_alt_names.extend(_exact_matchers(sans))
+            combined.default_validation_context.match_subject_alt_names.extend(exact_matchers(sans))
             combined.validation_context_sds_secret_config.CopyFrom(
                 credential_sds_secret_config(tls.credential_name + SDS_CA_SUFFIX)
             )
@@ -202,7 +204,7 @@ def _user_tls_context(
         else:
             combined = common.combined_validation_context
             combined.default_validation_context.SetInParent()
-            combined.default_validation_context.match_subject_alt_names.extend(_exact_matchers(sans))
+            combined.default_validation_context.match_subject_alt_names.extend(exact_matchers(sans))
             if tls.ca_crl:
                 combined.default_validation_context.crl.filename = tls.ca_crl
             root = f"file-root:{tls.ca_certificates or 'system'}"

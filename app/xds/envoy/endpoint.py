@@ -21,18 +21,17 @@ from envoy.config.endpoint.v3.endpoint_components_pb2 import LbEndpoint, Localit
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
+from app.config.labels import CLUSTER_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, HealthStatus, Service, ServicePort
-from app.registry.kube import NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
 from app.xds.envoy.cluster_tls import TLS_MODE_ISTIO
+from app.xds.envoy.metadata import ISTIO_METADATA_KEY
 
-ISTIO_METADATA_KEY = "istio"
 TRANSPORT_SOCKET_MATCH_KEY = "envoy.transport_socket_match"
 UNIX_ADDRESS_PREFIX = "unix://"
 DRAINING_LABEL = "istio.io/draining"  # PILOT_DRAINING_LABEL default
 # PILOT_PERSISTENT_SESSION_LABEL / _HEADER_LABEL defaults: such services still get draining endpoints
 PERSISTENT_SESSION_LABELS = ("istio.io/persistent-session", "istio.io/persistent-session-header")
-CLUSTER_LABEL = "topology.istio.io/cluster"
 MAX_UINT32 = 2**32 - 1
 _TLS = net.ClientTLSSettings
 _HEALTH = {

@@ -26,7 +26,7 @@ from app.config.host import is_ip_address
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.model.service import Protocol as PortProtocol
 from app.model.sidecar_scope import ALLOW_ANY
-from app.model.virtual_service import ResolvedVirtualService
+from app.model.virtual_service import ResolvedVirtualService, VirtualServicesByHost
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
 from app.xds.envoy.listener_filters import (
     PASSTHROUGH_FILTER_CHAIN,
@@ -67,6 +67,8 @@ class EgressListenerView(TypingProtocol):
     def services(self) -> Sequence[Service]: ...
     @property
     def virtual_services(self) -> Sequence[ResolvedVirtualService]: ...
+    @property
+    def virtual_services_by_host(self) -> VirtualServicesByHost: ...
 
 
 class _Kind(enum.Enum):
@@ -133,7 +135,7 @@ class _Builder:
             return  # Unix domain socket listeners are not supported
         bind_to_port = none_mode or egress.capture_mode == "NONE"
         bind = egress.bind or (self.ctx.localhost if bind_to_port else "")
-        vss = egress.virtual_services
+        vss = egress.virtual_services_by_host
         if egress.port is not None:
             p = egress.port
             listen_port = ServicePort(p.name, p.number, parse_protocol(p.protocol))
@@ -160,7 +162,7 @@ class _Builder:
         return not bind and service.resolution is Resolution.PASSTHROUGH and not service.addresses and tcp_like
 
     def _add_per_endpoint(
-        self, service: Service, port: ServicePort, bind_to_port: bool, vss: Sequence[ResolvedVirtualService]
+        self, service: Service, port: ServicePort, bind_to_port: bool, vss: VirtualServicesByHost
     ) -> None:
         instances = [e for e in self.endpoints(service) if e.service_port_name == port.name]
         if service.registry is not Registry.KUBERNETES and not instances and service.selector is None:
@@ -179,7 +181,7 @@ class _Builder:
         port: ServicePort,
         bind: str,
         bind_to_port: bool,
-        vss: Sequence[ResolvedVirtualService],
+        vss: VirtualServicesByHost,
     ) -> None:
         """istiod buildSidecarOutboundListener: add one service port, merging on conflicts."""
         if service.resolution is Resolution.ALIAS:

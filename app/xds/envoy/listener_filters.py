@@ -341,10 +341,3 @@ def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: mesh_pb2
         manager = build_http_connection_manager(opts.http, stat_prefix, mesh)
         chain.filters.append(lc.Filter(name=HCM, typed_config=pack(manager)))
     return chain
-
-
-def config_metadata(kind: str, namespace: str, name: str) -> base_pb2.Metadata:
-    """istiod util.BuildConfigInfoMetadata: which config object produced a chain."""
-    out = base_pb2.Metadata()
-    out.filter_metadata["istio"]["config"] = f"/apis/networking.istio.io/v1/namespaces/{namespace}/{kind}/{name}"
-    return out

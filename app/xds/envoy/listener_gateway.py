@@ -21,7 +21,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.api import networking_pb2 as net
-from app.config.host import matches
+from app.config.host import intersection, names_for_namespace
 from app.config.model import ConfigObject
 from app.model.merged_gateway import GatewayServer, MergedServers, ServerPort, merge_gateways
 from app.model.service import Protocol, ServicePort, parse_protocol
@@ -89,7 +89,11 @@ class _GatewayBuilder:
 
     def _vs_for(self, server: GatewayServer) -> list[ResolvedVirtualService]:
         found = self.virtual_services.for_gateway(self.ctx.proxy.namespace, server.gateway_name)
-        return [vs for vs in found if _hosts_intersect(server.hosts, vs)]
+        # istiod pickMatchingGatewayHosts: ``ns/host`` server hosts only match that namespace's
+        # VirtualServices (merging already turned ``*/host`` into ``host``)
+        return [
+            vs for vs in found if intersection(names_for_namespace(server.hosts, vs.obj.meta.namespace), vs.spec.hosts)
+        ]
 
     def _tcp_chains(self, server: GatewayServer, listener_port: int) -> list[ChainOpts]:
         """istiod createGatewayTCPFilterChainOpts."""
@@ -133,18 +137,6 @@ class _GatewayBuilder:
                     filters = route_filters(self.ctx, tls.route, port, vs)
                     out.append(ChainOpts(sni_hosts=tuple(m.sni_hosts), network_filters=tuple(filters)))
         return out
-
-
-def _hosts_intersect(server_hosts: Sequence[str], vs: ResolvedVirtualService) -> bool:
-    """istiod pickMatchingGatewayHosts: ``ns/host`` server hosts only match that namespace's VSs."""
-    for gw_host in server_hosts:
-        ns, sep, name = gw_host.partition("/")
-        if sep and ns != vs.obj.meta.namespace:
-            continue
-        candidate = name if sep else gw_host
-        if any(matches(candidate, h) for h in vs.spec.hosts):
-            return True
-    return False
 
 
 def _l4_single_match(port: int, gateways: Sequence[str], server: GatewayServer) -> bool:

@@ -17,18 +17,18 @@ from envoy.config.listener.v3 import listener_components_pb2 as lc
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.config.host import matches
+from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
-from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
-from app.xds.envoy.cluster import outbound_cluster_name
+from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService, VirtualServicesByHost
+from app.xds.envoy.cluster import destination_cluster, outbound_cluster_name
 from app.xds.envoy.listener_filters import (
     ChainOpts,
     TcpSettings,
-    config_metadata,
     tcp_filter_stack,
     tcp_proxy_filter,
 )
+from app.xds.envoy.metadata import config_metadata
 
 UNSPECIFIED_V4 = "0.0.0.0"
 UNSPECIFIED_V6 = "::"
@@ -65,20 +65,6 @@ def service_address(ctx: OutboundContext, service: Service) -> str:
     if service.addresses:
         return service.addresses[0]
     return UNSPECIFIED_V6 if service.registry is Registry.EXTERNAL and ctx.ipv6_only else UNSPECIFIED_V4
-
-
-def destination_cluster(dest: net.Destination, service: Service | None, listener_port: int) -> str:
-    """istiod GetDestinationCluster: the named port, else the service's only port, else the
-    listener's; an ExternalName alias routes to its target host."""
-    host = dest.host
-    if service is not None and service.external_name:
-        host = service.external_name
-    port = listener_port
-    if dest.HasField("port") and dest.port.number:
-        port = dest.port.number
-    elif service is not None and len(service.ports) == 1:
-        port = service.ports[0].port
-    return outbound_cluster_name(port, host, dest.subset)
 
 
 def tcp_settings(rule: net.DestinationRule | None, subset: str) -> TcpSettings:
@@ -137,12 +123,8 @@ def vs_metadata(vs: ResolvedVirtualService) -> base_pb2.Metadata:
 def _static_match(m: net.L4MatchAttributes | net.TLSMatchAttributes, proxy: Proxy, port: int) -> bool:
     """istiod matchTCP / matchTLS: the predicates known when generating config for this proxy."""
     gateway_ok = len(m.gateways) == 0 or MESH_GATEWAY in m.gateways
-    labels_ok = all(proxy.labels.get(k) == v for k, v in m.source_labels.items())
+    labels_ok = selector_matches(m.source_labels, proxy.labels)
     return gateway_ok and labels_ok and m.port in (0, port) and m.source_namespace in ("", proxy.namespace)
-
-
-def configs_for_host(hostname: str, virtual_services: Sequence[ResolvedVirtualService]) -> list[ResolvedVirtualService]:
-    return [vs for vs in virtual_services if any(matches(h, hostname) for h in vs.spec.hosts)]
 
 
 def sidecar_tcp_chain_opts(
@@ -151,11 +133,11 @@ def sidecar_tcp_chain_opts(
     listen_port: ServicePort,
     cidr: str,
     bind: str,
-    virtual_services: Sequence[ResolvedVirtualService],
+    virtual_services: VirtualServicesByHost,
 ) -> list[ChainOpts]:
     """istiod buildSidecarOutboundTCPListenerOpts for one service: TLS chains for TLS / HTTPS
     ports, plain TCP chains otherwise."""
-    vss = configs_for_host(service.hostname, virtual_services)
+    vss = virtual_services.matching(service.hostname)
     cidrs = (cidr,) if cidr else ()
     if listen_port.protocol in TLS_PROTOCOLS:
         return _tls_chain_opts(ctx, service, listen_port, cidrs, bind, vss)

@@ -13,10 +13,7 @@ data sources (no hot rotation, otherwise the same).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
-from envoy.type.matcher.v3 import string_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
@@ -25,6 +22,7 @@ from app.xds.envoy.cluster_tls import (
     SDS_DEFAULT,
     SDS_ROOT,
     credential_sds_secret_config,
+    exact_matchers,
     sds_secret_config,
 )
 
@@ -125,16 +123,12 @@ def _apply_server_settings(out: tls_pb2.DownstreamTlsContext, tls: net.ServerTLS
         params.tls_maximum_protocol_version = int(tls.max_protocol_version)
 
 
-def _exact(values: Sequence[str]) -> list[string_pb2.StringMatcher]:
-    return [string_pb2.StringMatcher(exact=v) for v in values]
-
-
 def _sds_validation(
     common: tls_pb2.CommonTlsContext, sans: list[str], crl: str, root: secret_pb2.SdsSecretConfig
 ) -> None:
     combined = common.combined_validation_context
     combined.default_validation_context.SetInParent()
-    combined.default_validation_context.match_subject_alt_names.extend(_exact(sans))
+    combined.default_validation_context.match_subject_alt_names.extend(exact_matchers(sans))
     if crl:
         combined.default_validation_context.crl.filename = crl
     combined.validation_context_sds_secret_config.CopyFrom(root)
@@ -148,12 +142,12 @@ def _credential_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettin
         combined = common.combined_validation_context
         default = combined.default_validation_context
         default.SetInParent()
-        default.match_subject_alt_names.extend(_exact(list(tls.subject_alt_names)))
+        default.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
         default.verify_certificate_spki.extend(tls.verify_certificate_spki)
         default.verify_certificate_hash.extend(tls.verify_certificate_hash)
         combined.validation_context_sds_secret_config.CopyFrom(credential_sds_secret_config(names[0] + SDS_CA_SUFFIX))
     elif len(tls.subject_alt_names) > 0:
-        common.validation_context.match_subject_alt_names.extend(_exact(list(tls.subject_alt_names)))
+        common.validation_context.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
 
 
 def _file_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettings, validate: bool) -> None:
@@ -172,6 +166,6 @@ def _file_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettings, va
         return
     ctx = common.validation_context
     ctx.trusted_ca.filename = tls.ca_certificates
-    ctx.match_subject_alt_names.extend(_exact(list(tls.subject_alt_names)))
+    ctx.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
     if tls.ca_crl:
         ctx.crl.filename = tls.ca_crl

@@ -27,9 +27,11 @@ from google.protobuf import duration_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.model.service import Resolution, Service
+from app.model.service import Service
 from app.model.virtual_service import ResolvedVirtualService
+from app.xds.envoy.cluster import destination_cluster as cluster_for_destination
 from app.xds.envoy.cluster import outbound_cluster_name, parse_cluster_name
+from app.xds.envoy.metadata import add_config_metadata
 from app.xds.envoy.route_match import is_catch_all_route, source_matches, translate_route_match
 from app.xds.envoy.route_policy import (
     cors_policy,
@@ -47,11 +49,8 @@ from app.xds.envoy.route_policy import (
 )
 
 DEFAULT_ROUTE_NAME = "default"
-UNKNOWN_SERVICE = "UnknownService"
 FAULT_FILTER = "envoy.filters.http.fault"
 CORS_FILTER = "envoy.filters.http.cors"
-ISTIO_METADATA_KEY = "istio"
-VIRTUAL_SERVICE_CONFIG_PREFIX = "/apis/networking.istio.io/v1/namespaces/"
 _NO_RULES: Mapping[str, net.DestinationRule] = MappingProxyType({})
 
 __all__ = [
@@ -83,21 +82,8 @@ class RouteContext:
 
 
 def destination_cluster(dest: net.Destination, ctx: RouteContext) -> str:
-    """istiod GetDestinationCluster: the port named by the destination, else the service's only
-    port, else the listener port. An alias service routes to the service it names."""
-    if not dest.host:
-        return UNKNOWN_SERVICE
-    svc = ctx.services.get(dest.host)
-    host = dest.host
-    if svc is not None and svc.resolution is Resolution.ALIAS and svc.external_name:
-        host = svc.external_name
-    if dest.HasField("port"):
-        port = dest.port.number
-    elif svc is not None and len(svc.ports) == 1:
-        port = svc.ports[0].port
-    else:
-        port = ctx.listener_port
-    return outbound_cluster_name(port, host, dest.subset)
+    """istiod GetDestinationCluster for a route destination, with the service this proxy sees."""
+    return cluster_for_destination(dest, ctx.services.get(dest.host), ctx.listener_port)
 
 
 def build_vs_routes(vs: ResolvedVirtualService, ctx: RouteContext) -> list[route_pb2.Route]:
@@ -151,9 +137,7 @@ def _translate_route(
     if match is not None and match.name:
         out.name = f"{http.name}.{match.name}"
     meta = vs.obj.meta
-    out.metadata.filter_metadata[ISTIO_METADATA_KEY].fields[
-        "config"
-    ].string_value = f"{VIRTUAL_SERVICE_CONFIG_PREFIX}{meta.namespace}/virtual-service/{meta.name}"
+    add_config_metadata(out.metadata, "virtual-service", meta.namespace, meta.name)
     if match is not None and match.stat_prefix:
         out.stat_prefix = match.stat_prefix
 

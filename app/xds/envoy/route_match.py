@@ -17,6 +17,7 @@ from envoy.config.route.v3 import route_components_pb2 as route_pb2
 from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
 
 from app.api import networking_pb2 as net
+from app.config.labels import selector_matches
 
 JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
 JWT_PAYLOAD_KEY = "payload"
@@ -38,7 +39,7 @@ def source_matches(
         return True
     if match.gateways:
         return any(g in gateways for g in match.gateways)
-    if all(proxy_labels.get(k) == v for k, v in match.source_labels.items()):
+    if selector_matches(match.source_labels, proxy_labels):
         return not match.source_namespace or match.source_namespace == proxy_namespace
     return False
 

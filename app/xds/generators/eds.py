@@ -21,7 +21,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from app.api import networking_pb2 as net
 from app.config.host import is_ip_address
 from app.model.proxy import Proxy
-from app.model.service import Endpoint, Resolution, Service
+from app.model.service import Endpoint, Resolution
 from app.model.traffic_policy import merge_traffic_policy
 from app.xds.envoy.cluster import parse_cluster_name
 from app.xds.envoy.endpoint import (
@@ -44,8 +44,7 @@ def generate_endpoints(
 ) -> list[endpoint_pb2.ClusterLoadAssignment]:
     """One assignment per distinct name, sorted by cluster name."""
     scope = push.sidecar_scope(proxy)
-    by_hostname = {s.hostname: s for s in scope.services}  # a scope has one service per hostname
-    return [_load_assignment(name, proxy, push, scope, by_hostname) for name in sorted(set(cluster_names))]
+    return [_load_assignment(name, proxy, push, scope) for name in sorted(set(cluster_names))]
 
 
 def eds_cluster_names(clusters: Iterable[cluster_pb2.Cluster]) -> list[str]:
@@ -56,12 +55,12 @@ def eds_cluster_names(clusters: Iterable[cluster_pb2.Cluster]) -> list[str]:
 
 
 def _load_assignment(
-    name: str, proxy: Proxy, push: PushContextView, scope: SidecarScopeView, by_hostname: dict[str, Service]
+    name: str, proxy: Proxy, push: PushContextView, scope: SidecarScopeView
 ) -> endpoint_pb2.ClusterLoadAssignment:
     empty = ClusterLoadAssignment(cluster_name=name)
     key = parse_cluster_name(name)
     # istiod ignores the direction: any name whose host and port resolve gets endpoints
-    service = by_hostname.get(key.hostname) if key.hostname else None
+    service = scope.services_by_host.get(key.hostname) if key.hostname else None
     if service is None or service.resolution in _DNS_RESOLUTIONS:
         return empty
     port = service.port_by_number(key.port)

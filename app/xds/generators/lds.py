@@ -21,8 +21,7 @@ from app.xds.envoy.listener_filters import HCM
 from app.xds.envoy.listener_gateway import build_gateway_listeners
 from app.xds.envoy.listener_inbound import build_virtual_inbound_listener
 from app.xds.envoy.listener_tcp import OutboundContext
-from app.xds.generators.rds import ProxyDestinationRules
-from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
+from app.xds.generators.view import ProxyDestinationRules, PushContextView, SidecarScopeView, proxy_service_targets
 
 
 def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2.Listener]:
@@ -67,4 +66,4 @@ def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:
 def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> OutboundContext:
     # rules are looked up on demand: only TCP chains read them
     rules = ProxyDestinationRules(proxy, scope)
-    return OutboundContext(proxy=proxy, mesh=push.mesh, services=rules.services, rules=rules)
+    return OutboundContext(proxy=proxy, mesh=push.mesh, services=scope.services_by_host, rules=rules)

@@ -18,7 +18,7 @@ Synchronous and pure; the result is one RouteConfiguration per distinct name, so
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
@@ -26,7 +26,7 @@ from google.protobuf import wrappers_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
-from app.config.host import is_wildcard, matches, most_specific_match, subset_of
+from app.config.host import intersection, is_wildcard, matches, most_specific_match, names_for_namespace
 from app.model.merged_gateway import GatewayServer, merge_gateways
 from app.model.proxy import Proxy
 from app.model.service import Protocol as PortProtocol
@@ -46,7 +46,12 @@ from app.xds.envoy.virtual_host import (
     gateway_blackhole_virtual_host,
     virtual_hosts_for_sniffed_route,
 )
-from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
+from app.xds.generators.view import (
+    ProxyDestinationRules,
+    PushContextView,
+    SidecarScopeView,
+    proxy_service_targets,
+)
 
 MAX_DIRECT_RESPONSE_BODY_BYTES = 1024 * 1024  # istiod DefaultMaxDirectResponseBodySizeBytes
 
@@ -62,31 +67,8 @@ def generate_routes(
     if proxy.is_gateway:
         targets = proxy_service_targets(proxy, push)
         servers = merge_gateways(proxy, push.gateways, targets).servers_by_route_name
-        return [_gateway_route_config(proxy, push, rules, servers.get(n, ()), n, attempt_count) for n in names]
+        return [_gateway_route_config(proxy, push, scope, rules, servers.get(n, ()), n, attempt_count) for n in names]
     return [_sidecar_route_config(proxy, push, scope, rules, n, attempt_count) for n in names]
-
-
-class ProxyDestinationRules(Mapping[str, net.DestinationRule]):
-    """Service hostname -> the DestinationRule the proxy applies to it, looked up on demand
-    (routes read it for consistent-hash policies; istiod SidecarScope.DestinationRule)."""
-
-    def __init__(self, proxy: Proxy, scope: SidecarScopeView) -> None:
-        self._proxy = proxy
-        self._scope = scope
-        self.services = {s.hostname: s for s in scope.services}  # the scope's, by hostname
-
-    def __getitem__(self, hostname: str) -> net.DestinationRule:
-        svc = self.services.get(hostname)
-        applied = None if svc is None else self._scope.destination_rule(self._proxy, svc)
-        if applied is None:
-            raise KeyError(hostname)
-        return applied.rule
-
-    def __iter__(self) -> Iterator[str]:
-        return (h for h, s in self.services.items() if self._scope.destination_rule(self._proxy, s) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def _empty_route_config(name: str) -> route_pb2.RouteConfiguration:
@@ -280,30 +262,6 @@ def _split_vs_hosts(
 # --- gateways ----------------------------------------------------------------------------
 
 
-def _names_for_namespace(hosts: Iterable[str], namespace: str) -> list[str]:
-    """Server hosts visible to a VirtualService in ``namespace``, without their ``ns/``."""
-    out: list[str] = []
-    for h in hosts:
-        ns, slash, name = h.partition("/")
-        if slash:
-            if ns not in (namespace, "*"):
-                continue
-            h = name
-        out.append(h)
-    return out
-
-
-def _intersection(server_hosts: Sequence[str], vs_hosts: Sequence[str]) -> list[str]:
-    """For each overlapping pair, the narrower of the two (istiod host.Names.Intersection)."""
-    out: list[str] = []
-    for a in server_hosts:
-        for b in vs_hosts:
-            narrower = a if subset_of(a, b) else b if subset_of(b, a) else None
-            if narrower is not None and narrower not in out:
-                out.append(narrower)
-    return out
-
-
 def _gateway_services(
     proxy: Proxy, push: PushContextView, in_scope: Mapping[str, Service], vs: ResolvedVirtualService
 ) -> dict[str, Service]:
@@ -329,7 +287,8 @@ def _gateway_services(
 def _gateway_route_config(
     proxy: Proxy,
     push: PushContextView,
-    rules: ProxyDestinationRules,
+    scope: SidecarScopeView,
+    rules: Mapping[str, net.DestinationRule],
     servers: Sequence[GatewayServer],
     name: str,
     include_attempt_count: bool,
@@ -352,7 +311,7 @@ def _gateway_route_config(
         if gateway not in bound:
             bound[gateway] = push.virtual_service_index.for_gateway(proxy.namespace, gateway)
         for vs in bound[gateway]:
-            hosts = _intersection(_names_for_namespace(gs.hosts, vs.obj.meta.namespace), list(vs.spec.hosts))
+            hosts = intersection(names_for_namespace(gs.hosts, vs.obj.meta.namespace), vs.spec.hosts)
             if not hosts:
                 continue
             key = (gateway, vs.namespaced_name)
@@ -362,7 +321,7 @@ def _gateway_route_config(
                     gateways=frozenset({gateway}),
                     proxy_labels=proxy.labels,
                     proxy_namespace=proxy.namespace,
-                    services=_gateway_services(proxy, push, rules.services, vs),
+                    services=_gateway_services(proxy, push, scope.services_by_host, vs),
                     mesh=push.mesh,
                     destination_rules=rules,
                     # istiod RouteOptions.IsTLS: any tls block, even an httpsRedirect one

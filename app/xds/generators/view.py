@@ -1,11 +1,12 @@
 """What the xDS generators read from a push context: one ``PushContextView`` Protocol shared by
 CDS, EDS, LDS and RDS (app.model.push_context.PushContext satisfies it), so the generators
-depend on a narrow interface, not on how the snapshot is built (DESIGN.md §7).
+depend on a narrow interface, not on how the snapshot is built (DESIGN.md §7); and the
+per-proxy helpers more than one generator derives from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from app.api import mesh_pb2
@@ -26,11 +27,37 @@ class SidecarScopeView(Protocol):
     @property
     def services(self) -> Sequence[Service]: ...
     @property
+    def services_by_host(self) -> Mapping[str, Service]: ...
+    @property
     def egress_listeners(self) -> Sequence[EgressListenerView]: ...
     @property
     def outbound_traffic_policy(self) -> str: ...
 
     def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
+
+
+class ProxyDestinationRules(Mapping[str, net.DestinationRule]):
+    """Service hostname -> the DestinationRule the proxy applies to it, looked up on demand
+    (routes read it for consistent-hash policies, TCP chains for their settings; istiod
+    SidecarScope.DestinationRule)."""
+
+    def __init__(self, proxy: Proxy, scope: SidecarScopeView) -> None:
+        self._proxy = proxy
+        self._scope = scope
+
+    def __getitem__(self, hostname: str) -> net.DestinationRule:
+        svc = self._scope.services_by_host.get(hostname)
+        applied = None if svc is None else self._scope.destination_rule(self._proxy, svc)
+        if applied is None:
+            raise KeyError(hostname)
+        return applied.rule
+
+    def __iter__(self) -> Iterator[str]:
+        by_host = self._scope.services_by_host
+        return (h for h, s in by_host.items() if self._scope.destination_rule(self._proxy, s) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class ServiceIndexView(Protocol):
