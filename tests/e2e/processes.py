@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.e2e.harness import WAIT_TIMEOUT, ConfigDir, free_port, wait_until
-from tests.support.envoy import envoy_binary
+from tests.support.envoy import agent_bootstrap, envoy_binary
 
 REPO = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT = 20.0  # SIGTERM must end pilotfish "within a few seconds"; generous for CI
@@ -158,6 +158,20 @@ class ProxyIdentity:
     def pod_name(self) -> str:
         return self.node_id.split("~")[2].split(".")[0]
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The node metadata the Istio agent would send, reduced to what xDS needs."""
+        metadata: dict[str, Any] = {
+            "NAME": self.pod_name,
+            "NAMESPACE": self.namespace,
+            "LABELS": dict(self.labels),
+            "INSTANCE_IPS": "127.0.0.1",
+            "CLUSTER_ID": "Kubernetes",
+        }
+        if self.interception_mode is not None:
+            metadata["INTERCEPTION_MODE"] = self.interception_mode
+        return metadata
+
 
 GATEWAY = ProxyIdentity(
     node_id="router~127.0.0.1~istio-ingressgateway-1.istio-system~istio-system.svc.cluster.local",
@@ -172,66 +186,6 @@ SIDECAR = ProxyIdentity(
     labels={"app": "sleep"},
     interception_mode="NONE",  # no iptables here: listeners must bind for real
 )
-
-
-def envoy_bootstrap(
-    proxy: ProxyIdentity, api_type: str, xds_port: int, admin_port: int, sds_socket: Path
-) -> dict[str, Any]:
-    """An Istio-style bootstrap reduced to what xDS needs, as proto3 JSON."""
-    metadata: dict[str, Any] = {
-        "NAME": proxy.pod_name,
-        "NAMESPACE": proxy.namespace,
-        "LABELS": dict(proxy.labels),
-        "INSTANCE_IPS": "127.0.0.1",
-        "CLUSTER_ID": "Kubernetes",
-    }
-    if proxy.interception_mode is not None:
-        metadata["INTERCEPTION_MODE"] = proxy.interception_mode
-    ads_source = {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"}
-    http2 = {
-        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-            "explicit_http_config": {"http2_protocol_options": {}},
-        }
-    }
-    return {
-        "node": {"id": proxy.node_id, "cluster": proxy.cluster, "metadata": metadata},
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
-        "dynamic_resources": {
-            "ads_config": {
-                "api_type": api_type,
-                "transport_api_version": "V3",
-                "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds-grpc"}}],
-            },
-            "cds_config": ads_source,
-            "lds_config": ads_source,
-        },
-        "static_resources": {
-            "clusters": [
-                {
-                    "name": "xds-grpc",
-                    "type": "STATIC",
-                    "connect_timeout": "1s",
-                    "typed_extension_protocol_options": http2,
-                    "load_assignment": _single_endpoint("xds-grpc", {"socket_address": {
-                        "address": "127.0.0.1", "port_value": xds_port}}),
-                },
-                {
-                    # as in Istio's bootstrap; nothing serves it here (mesh.yaml turns auto mTLS off)
-                    "name": "sds-grpc",
-                    "type": "STATIC",
-                    "connect_timeout": "1s",
-                    "typed_extension_protocol_options": http2,
-                    "load_assignment": _single_endpoint("sds-grpc", {"pipe": {"path": str(sds_socket)}}),
-                },
-            ]
-        },
-    }  # fmt: skip
-
-
-def _single_endpoint(cluster: str, address: dict[str, Any]) -> dict[str, Any]:
-    return {"cluster_name": cluster, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}]}
 
 
 class Envoy(LoggedProcess):
@@ -315,7 +269,17 @@ class Envoy(LoggedProcess):
 def run_envoy(pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir: Path) -> Iterator[Envoy]:
     """A real Envoy on ADS to ``pilotfish``; on exit it must have rejected no update."""
     admin_port = free_port()
-    bootstrap = envoy_bootstrap(proxy, api_type, pilotfish.xds_port, admin_port, workdir / f"sds-{admin_port}.sock")
+    bootstrap = agent_bootstrap(
+        proxy.node_id,
+        node_cluster=proxy.cluster,
+        node_metadata=proxy.metadata,
+        api_type=api_type,
+        xds_port=pilotfish.xds_port,
+        admin_port=admin_port,
+        # as in Istio's bootstrap; nothing serves it here (mesh.yaml turns auto mTLS off)
+        sds_path=str(workdir / f"sds-{admin_port}.sock"),
+        dynamic=True,
+    )
     config = workdir / f"envoy-{admin_port}.json"
     config.write_text(json.dumps(bootstrap, indent=2))
     argv = [

@@ -12,13 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from envoy.config.bootstrap.v3 import bootstrap_pb2
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import config_source_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
@@ -60,20 +61,35 @@ def agent_bootstrap(
     listeners: Sequence[listener_pb2.Listener] = (),
     *,
     node_cluster: str = "test",
+    node_metadata: Mapping[str, Any] | None = None,
+    api_type: str = "GRPC",
+    xds_port: int = 15010,
+    admin_port: int = 0,
+    sds_path: str = "./var/run/secrets/workload-spiffe-uds/socket",
+    dynamic: bool = False,
 ) -> dict[str, Any]:
-    """A bootstrap shaped like the one istio-agent writes (ADS over ``xds-grpc`` to 15010, SDS over
-    ``sds-grpc`` on the workload socket), with ``clusters`` and ``listeners`` added as static
-    resources; as a proto3 JSON dict for ``validate_bootstrap``."""
+    """A bootstrap shaped like the one istio-agent writes: ADS (``api_type`` GRPC or DELTA_GRPC)
+    over ``xds-grpc`` to ``xds_port``, SDS over ``sds-grpc`` on the unix socket ``sds_path``, the
+    node's id, cluster and ``node_metadata``; with ``dynamic``, CDS and LDS over ADS with no
+    initial fetch timeout, as Istio's; ``clusters`` and ``listeners`` added as static resources.
+    As a proto3 JSON dict, for ``validate_bootstrap`` or a running Envoy."""
     b = bootstrap_pb2.Bootstrap()
     b.node.id = node_id
     b.node.cluster = node_cluster
+    if node_metadata is not None:
+        b.node.metadata.update(node_metadata)
     admin = b.admin.address.socket_address
-    admin.address, admin.port_value = "127.0.0.1", 0
+    admin.address, admin.port_value = "127.0.0.1", admin_port
     ads = b.dynamic_resources.ads_config
-    ads.api_type = ads.GRPC
-    ads.transport_api_version = 2  # V3
+    ads.api_type = config_source_pb2.ApiConfigSource.ApiType.Value(api_type)
+    ads.transport_api_version = config_source_pb2.V3
     ads.set_node_on_first_message_only = True
     ads.grpc_services.add().envoy_grpc.cluster_name = "xds-grpc"
+    if dynamic:
+        for source in (b.dynamic_resources.cds_config, b.dynamic_resources.lds_config):
+            source.ads.SetInParent()
+            source.initial_fetch_timeout.SetInParent()  # 0s: wait for the control plane for ever
+            source.resource_api_version = config_source_pb2.V3
     for name in ("sds-grpc", "xds-grpc"):
         c = b.static_resources.clusters.add(name=name, type=cluster_pb2.Cluster.STATIC)
         c.connect_timeout.seconds = 1
@@ -83,9 +99,9 @@ def agent_bootstrap(
         c.load_assignment.cluster_name = name
         addr = c.load_assignment.endpoints.add().lb_endpoints.add().endpoint.address
         if name == "sds-grpc":
-            addr.pipe.path = "./var/run/secrets/workload-spiffe-uds/socket"
+            addr.pipe.path = sds_path
         else:
-            addr.socket_address.address, addr.socket_address.port_value = "127.0.0.1", 15010
+            addr.socket_address.address, addr.socket_address.port_value = "127.0.0.1", xds_port
     b.static_resources.clusters.extend(clusters)
     b.static_resources.listeners.extend(listeners)
     return json_format.MessageToDict(b)

@@ -1,7 +1,7 @@
 """Push contexts and proxies for generator tests: YAML text (or a config dir) in, the PushContext
 the generators read out, built the way pilotfish builds it from files; proxies as ``build_proxy``
-makes them from the node id Istio sends; and the Kubernetes objects (Service, Pod, EndpointSlice)
-that YAML is made of, as one-document texts to concatenate."""
+makes them from the node id Istio sends; and the objects (Istio config, Service, Pod, EndpointSlice,
+the mesh ConfigMap) that YAML is made of, as one-document texts to concatenate."""
 
 from __future__ import annotations
 
@@ -87,11 +87,26 @@ def config_doc(
     return f"\n---\napiVersion: {api}\nkind: {kind}\nmetadata: {meta}\nspec:\n{body}\n"
 
 
+def mesh_config_map(body: str) -> str:
+    """The ``istio`` ConfigMap of ``istio-system`` with ``body`` (MeshConfig YAML) as its ``mesh``."""
+    text = textwrap.indent(textwrap.dedent(body).strip(), "    ")
+    meta = "{name: istio, namespace: istio-system}"
+    return f"\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {meta}\ndata:\n  mesh: |\n{text}\n"
+
+
 def kube_service(
-    name: str, ports: str, *, namespace: str = "default", cluster_ip: str = "", selector: str = "", labels: str = ""
+    name: str,
+    ports: str,
+    *,
+    namespace: str = "default",
+    cluster_ip: str = "",
+    selector: str = "",
+    labels: str = "",
+    created: str = "",
 ) -> str:
     """A Service; ``ports`` e.g. ``[{name: http, port: 80, targetPort: 8080}]``."""
-    meta = f"{{name: {name}, namespace: {namespace}" + (f", labels: {{{labels}}}}}" if labels else "}")
+    stamp = f', creationTimestamp: "{created}"' if created else ""
+    meta = f"{{name: {name}, namespace: {namespace}{stamp}" + (f", labels: {{{labels}}}}}" if labels else "}")
     ip = f"\n  clusterIP: {cluster_ip}" if cluster_ip else ""
     sel = f"\n  selector: {{{selector}}}" if selector else ""
     return f"\n---\napiVersion: v1\nkind: Service\nmetadata: {meta}\nspec:{ip}{sel}\n  ports: {ports}\n"

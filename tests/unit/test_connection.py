@@ -4,8 +4,6 @@ leader), for ADS and for per-type streams."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
@@ -19,17 +17,7 @@ from app.xds.push import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
-
-BOOKINFO = Path(__file__).parents[2] / "examples" / "bookinfo"
-NODE = "sidecar~10.1.0.10~productpage-v1-0.bookinfo~bookinfo.svc.cluster.local"
-REVIEWS = "outbound|9080||reviews.bookinfo.svc.cluster.local"
-EXTRA_DR = """apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: ratings-extra, namespace: bookinfo}
-spec:
-  host: ratings
-  trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}
-"""
+from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
 
 
 def environment() -> Environment:

@@ -9,12 +9,12 @@ TestSetDestinationRuleWithExportTo and TestSetDestinationRuleWithWorkloadSelecto
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 
 from app.config.loader import load_documents
 from app.config.model import Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
+from tests.support.mesh import config_doc
 
 ROOT = "istio-system"
 T0 = "2024-01-01T00:00:00Z"
@@ -24,11 +24,7 @@ RATINGS = "ratings.bookinfo.svc.cluster.local"
 
 def dr(ns: str, name: str, spec: str, created: str = T0) -> str:
     """One DestinationRule document."""
-    body = textwrap.indent(textwrap.dedent(spec).strip(), "  ")
-    return (
-        "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\n"
-        f'metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "{created}"}}\nspec:\n{body}\n'
-    )
+    return config_doc("DestinationRule", name, spec, namespace=ns, created=created)
 
 
 def build(*docs: str, default_export_to: frozenset[str] = frozenset({"*"})) -> DestinationRuleIndex:

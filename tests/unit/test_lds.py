@@ -30,7 +30,16 @@ from app.xds.envoy.listener import sidecar_route_name
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.lds import generate_listeners, route_names
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
-from tests.support.mesh import push_context, push_context_from_dir, router_proxy, sidecar_proxy
+from tests.support.mesh import (
+    endpoint_slice,
+    kube_pod,
+    kube_service,
+    push_context,
+    push_context_from_dir,
+    router_proxy,
+    sidecar_proxy,
+    slice_endpoint,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOKINFO = ROOT / "examples" / "bookinfo"
@@ -41,6 +50,7 @@ WEB = "web.default.svc.cluster.local"
 DB = "db.default.svc.cluster.local"
 DB2 = "db2.default.svc.cluster.local"
 AUTO = "auto.default.svc.cluster.local"
+CREATED = "2026-01-01T00:00:00Z"
 
 MESH = """
 rootNamespace: istio-system
@@ -49,42 +59,16 @@ outboundTrafficPolicy: {mode: ALLOW_ANY}
 
 
 def svc(name: str, ports: str, cluster_ip: str = "", selector: str = "", ns: str = "default") -> str:
-    ip = f"\n  clusterIP: {cluster_ip}" if cluster_ip else ""
-    sel = f"\n  selector: {{{selector}}}" if selector else ""
-    return f"""
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "2026-01-01T00:00:00Z"}}
-spec:{ip}{sel}
-  ports: {ports}
-"""
+    return kube_service(name, ports, namespace=ns, cluster_ip=cluster_ip, selector=selector, created=CREATED)
 
 
 def pod(name: str, ip: str, labels: str, ns: str = "default") -> str:
-    return f"""
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: {ns}, labels: {{{labels}, security.istio.io/tlsMode: istio}}}}
-spec: {{serviceAccountName: {name}, containers: [{{name: app}}]}}
-status: {{phase: Running, podIP: {ip}, conditions: [{{type: Ready, status: "True"}}]}}
-"""
+    """A Pod with a sidecar, running as the service account of its own name."""
+    return kube_pod(name, ip, labels, namespace=ns, service_account=name)
 
 
 def slice_(service: str, pod_name: str, ip: str, ports: str, ns: str = "default") -> str:
-    return f"""
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {service}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}
-addressType: IPv4
-ports: {ports}
-endpoints:
-- addresses: [{ip}]
-  conditions: {{ready: true}}
-  targetRef: {{kind: Pod, name: {pod_name}, namespace: {ns}}}
-"""
+    return endpoint_slice(service, ports, slice_endpoint(ip, pod_name, namespace=ns), namespace=ns)
 
 
 # the proxy under test is web-0 (10.1.0.1): its own ports are 8080 (HTTP) and 9000 (TCP)

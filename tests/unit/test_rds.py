@@ -11,7 +11,6 @@ Envoy in validate mode over every route configuration built here.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,30 +24,19 @@ from app.xds.envoy.virtual_host import alt_hosts
 from app.xds.generators.lds import generate_listeners, route_names
 from app.xds.generators.rds import generate_routes
 from tests.support.envoy import route_bootstrap, validate_bootstrap
-from tests.support.mesh import push_context, router_proxy, sidecar_proxy
+from tests.support.mesh import config_doc, kube_service, mesh_config_map, push_context, router_proxy, sidecar_proxy
 
 REVIEWS = "reviews.default.svc.cluster.local"
 RATINGS = "ratings.other.svc.cluster.local"
 CREATED = "2024-01-01T00:00:00Z"
 
 
-def doc(kind: str, ns: str, name: str, spec: str, created: str = CREATED, api: str = "networking.istio.io/v1") -> str:
-    body = textwrap.indent(textwrap.dedent(spec).strip(), "  ")
-    return (
-        f"---\napiVersion: {api}\nkind: {kind}\n"
-        f'metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "{created}"}}\nspec:\n{body}\n'
-    )
+def doc(kind: str, ns: str, name: str, spec: str, created: str = CREATED) -> str:
+    return config_doc(kind, name, spec, namespace=ns, created=created)
 
 
 def service(ns: str, name: str, ip: str, ports: str, created: str = CREATED) -> str:
-    return doc("Service", ns, name, f"clusterIP: {ip}\nports: {ports}", created, api="v1")
-
-
-def mesh(body: str) -> str:
-    """The ``istio`` ConfigMap carrying mesh config."""
-    text = textwrap.indent(textwrap.dedent(body).strip(), "    ")
-    meta = "metadata: {name: istio, namespace: istio-system}"
-    return f"---\napiVersion: v1\nkind: ConfigMap\n{meta}\ndata:\n  mesh: |-\n{text}\n"
+    return kube_service(name, ports, namespace=ns, cluster_ip=ip, created=created)
 
 
 SERVICES = (
@@ -56,7 +44,8 @@ SERVICES = (
     service("other", "ratings", "10.96.0.40", "[{name: http, port: 9080}]", "2024-01-01T00:00:01Z"),
     service("default", "db", "10.96.0.50", "[{name: tcp, port: 9080}]", "2024-01-01T00:00:02Z"),
 )
-HEADLESS = doc("Service", "default", "web", "clusterIP: None\nports: [{name: http, port: 8000}]", api="v1")
+HEADLESS = service("default", "web", "None", "[{name: http, port: 8000}]")
+REGISTRY_ONLY = mesh_config_map("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")
 REVIEWS_VS = doc(
     "VirtualService",
     "default",
@@ -260,7 +249,7 @@ def test_allow_any_and_registry_only_catch_all() -> None:
     assert r.route.HasField("timeout") and r.route.timeout.ToSeconds() == 0
     assert r.route.HasField("max_grpc_timeout") and r.route.max_grpc_timeout.ToSeconds() == 0
 
-    blocked = route(sidecar(), push_context(*SERVICES, mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")), "9080")
+    blocked = route(sidecar(), push_context(*SERVICES, REGISTRY_ONLY), "9080")
     block = blocked.virtual_hosts[-1]
     assert (block.name, list(block.domains)) == ("block_all", ["*"])
     (r,) = block.routes
@@ -284,7 +273,7 @@ def test_sidecar_egress_proxy_replaces_passthrough() -> None:
 
 
 def test_attempt_count_header_can_be_disabled_in_mesh_config() -> None:
-    disabled = mesh("defaultConfig: {proxyHeaders: {attemptCount: {disabled: true}}}")
+    disabled = mesh_config_map("defaultConfig: {proxyHeaders: {attemptCount: {disabled: true}}}")
     cfg = route(sidecar(), push_context(*SERVICES, disabled), "9080")
     assert not any(vh.include_request_attempt_count for vh in cfg.virtual_hosts)
 
@@ -539,7 +528,7 @@ def test_listeners_ask_for_the_routes_rds_serves_when_gateways_tie_on_creation_t
 def test_real_envoy_accepts_sidecar_and_gateway_routes(tmp_path: Path) -> None:
     sc_push = push_context(*SERVICES, REVIEWS_VS, API_ENTRY, HEADLESS)
     configs = generate_routes(sidecar(), sc_push, ["80", "8000", "9080", "9090", f"{REVIEWS}:9080", "http.8080"])
-    blocked = push_context(*SERVICES, mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}"))
+    blocked = push_context(*SERVICES, REGISTRY_ONLY)
     configs += generate_routes(sidecar(), blocked, ["9080"])
     redirect = gateway(
         "redirect",

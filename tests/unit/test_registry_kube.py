@@ -7,11 +7,11 @@ from types import MappingProxyType
 import pytest
 
 from app.config.kube import KubeServicePort
-from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigObject, EventType
+from app.config.model import ConfigObject
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
 from app.registry.kube import kube_port_protocol, pod_locality
 from app.registry.registry import RegistryDelta, ServiceRegistry
+from tests.support.registry import add, delete, objects, update
 
 HOST = "reviews.default.svc.cluster.local"
 KEY = (HOST, "default")
@@ -96,28 +96,10 @@ status: {podIP: 10.0.0.2}
 """
 
 
-def objects(text: str) -> list[ConfigObject]:
-    result = load_documents(text, "test.yaml")
-    assert result.rejected == []
-    return result.objects
-
-
 def one(text: str) -> ConfigObject:
     objs = objects(text)
     assert len(objs) == 1
     return objs[0]
-
-
-def add(reg: ServiceRegistry, text: str) -> RegistryDelta:
-    return reg.apply_all(ConfigEvent(EventType.ADD, o) for o in objects(text))
-
-
-def update(reg: ServiceRegistry, text: str) -> RegistryDelta:
-    return reg.apply_all(ConfigEvent(EventType.UPDATE, o) for o in objects(text))
-
-
-def delete(reg: ServiceRegistry, text: str) -> RegistryDelta:
-    return reg.apply_all(ConfigEvent(EventType.DELETE, o) for o in objects(text))
 
 
 def test_service_conversion() -> None:

@@ -6,30 +6,10 @@ from types import MappingProxyType
 
 import pytest
 
-from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigObject, EventType
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
 from app.registry.registry import RegistryDelta, ServiceRegistry
 from app.registry.serviceentry import SOURCE_EXTERNAL, SOURCE_K8S_SELECTED
-
-
-def objects(text: str) -> list[ConfigObject]:
-    result = load_documents(text, "test.yaml")
-    assert result.rejected == []
-    return result.objects
-
-
-def add(reg: ServiceRegistry, text: str) -> RegistryDelta:
-    return reg.apply_all(ConfigEvent(EventType.ADD, o) for o in objects(text))
-
-
-def update(reg: ServiceRegistry, text: str) -> RegistryDelta:
-    return reg.apply_all(ConfigEvent(EventType.UPDATE, o) for o in objects(text))
-
-
-def delete(reg: ServiceRegistry, text: str) -> RegistryDelta:
-    return reg.apply_all(ConfigEvent(EventType.DELETE, o) for o in objects(text))
-
+from tests.support.registry import add, delete, update
 
 STATIC_SE = """
 apiVersion: networking.istio.io/v1

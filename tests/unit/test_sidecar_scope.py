@@ -10,7 +10,6 @@ hostClassification.VSMatches).
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping
 
 import pytest
@@ -18,10 +17,10 @@ import pytest
 from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
-from app.model.proxy import Proxy, build_proxy
+from app.model.proxy import Proxy
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
-from tests.support.mesh import push_context
+from tests.support.mesh import config_doc, kube_service, mesh_config_map, push_context, router_proxy, sidecar_proxy
 
 ROOT = "istio-system"
 REVIEWS = "reviews.bookinfo.svc.cluster.local"
@@ -31,22 +30,18 @@ ECHO = "echo.shared.svc.cluster.local"
 ISTIOD = "istiod.istio-system.svc.cluster.local"
 CLIENT = "client.client.svc.cluster.local"
 API = "api.example.com"
+T0 = "2024-01-01T00:00:00Z"
 
 
-def doc(kind: str, ns: str, name: str, spec: str, created: str = "2024-01-01T00:00:00Z") -> str:
-    api = "v1" if kind == "Service" else "networking.istio.io/v1"
-    body = textwrap.indent(textwrap.dedent(spec).strip(), "  ")
-    return (
-        f"---\napiVersion: {api}\nkind: {kind}\n"
-        f'metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "{created}"}}\nspec:\n{body}\n'
-    )
+def doc(kind: str, ns: str, name: str, spec: str, created: str = T0) -> str:
+    return config_doc(kind, name, spec, namespace=ns, created=created)
 
 
 def service(ns: str, name: str, ports: str, created: str) -> str:
-    return doc("Service", ns, name, f"clusterIP: 10.96.0.1\nports: {ports}", created)
+    return kube_service(name, ports, namespace=ns, cluster_ip="10.96.0.1", created=created)
 
 
-def sidecar(ns: str, name: str, spec: str, created: str = "2024-01-01T00:00:00Z") -> str:
+def sidecar(ns: str, name: str, spec: str, created: str = T0) -> str:
     return doc("Sidecar", ns, name, spec, created)
 
 
@@ -69,7 +64,8 @@ ALL = [CLIENT, REVIEWS, RATINGS, DETAILS, ECHO, ISTIOD, API]
 
 
 def proxy(ns: str, labels: Mapping[str, str] | None = None, kind: str = "sidecar") -> Proxy:
-    return build_proxy(f"{kind}~10.1.0.7~pod-1.{ns}~{ns}.svc.cluster.local", {"LABELS": dict(labels or {})})
+    build = router_proxy if kind == "router" else sidecar_proxy
+    return build(f"pod-1.{ns}", "10.1.0.7", labels)
 
 
 def hosts(services: tuple[Service, ...] | list[Service]) -> list[str]:
@@ -447,7 +443,7 @@ def test_destination_rules_only_for_services_in_the_scope() -> None:
 
 
 def test_mesh_default_destination_rule_export_to_reaches_the_index() -> None:
-    private = push_context(mesh('defaultDestinationRuleExportTo: ["."]'), *WORLD, *RULES[:2])
+    private = push_context(mesh_config_map('defaultDestinationRuleExportTo: ["."]'), *WORLD, *RULES[:2])
     # both rules are now private to their namespaces: the client sees neither; a proxy in the root
     # namespace sees the root one; a bookinfo proxy sees its own
     assert private.sidecar_scope(proxy("client")).destination_rules == {}
@@ -458,20 +454,13 @@ def test_mesh_default_destination_rule_export_to_reaches_the_index() -> None:
 # --- outbound traffic policy, memoisation ------------------------------------------------------
 
 
-def mesh(body: str) -> str:
-    return (
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\n"
-        f"data:\n  mesh: |\n    {body}\n"
-    )
-
-
 def test_outbound_traffic_policy() -> None:
     registry_only = "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\negress: [{hosts: [./*]}]"
     allow_any = "outboundTrafficPolicy: {mode: ALLOW_ANY}\negress: [{hosts: [./*]}]"
     assert push_context(*WORLD).sidecar_scope(proxy("client")).outbound_traffic_policy == "ALLOW_ANY"
     push = push_context(*WORLD, sidecar("client", "sc", registry_only))
     assert push.sidecar_scope(proxy("client")).outbound_traffic_policy == "REGISTRY_ONLY"
-    strict_mesh = mesh("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")
+    strict_mesh = mesh_config_map("outboundTrafficPolicy: {mode: REGISTRY_ONLY}")
     assert push_context(strict_mesh, *WORLD).sidecar_scope(proxy("client")).outbound_traffic_policy == "REGISTRY_ONLY"
     assert (
         push_context(strict_mesh, *WORLD, sidecar("client", "sc", allow_any))
@@ -484,7 +473,7 @@ def test_outbound_traffic_policy() -> None:
 def test_mesh_root_namespace_setting_moves_the_root_sidecar() -> None:
     docs = (*WORLD, sidecar("mesh-root", "default", "egress: [{hosts: [./*]}]"))
     assert push_context(*docs).sidecar_scope(proxy("other")).name is None
-    moved = push_context(mesh("rootNamespace: mesh-root"), *docs).sidecar_scope(proxy("other"))
+    moved = push_context(mesh_config_map("rootNamespace: mesh-root"), *docs).sidecar_scope(proxy("other"))
     assert (moved.name, hosts(moved.services)) == ("mesh-root/default", [DETAILS])
 
 

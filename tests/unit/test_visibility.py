@@ -20,16 +20,17 @@ from app.model.proxy import build_proxy
 from app.model.push_context import PushContext
 from app.model.service import Registry
 from app.model.virtual_service import MESH_GATEWAY, resolve_gateway_name
-from tests.support.mesh import push_context
+from tests.support.mesh import config_doc, kube_service, mesh_config_map, push_context
+
+T0 = "2024-01-01T00:00:00Z"
 
 
-def doc(kind: str, ns: str, name: str, spec: str, created: str = "2024-01-01T00:00:00Z", api: str = "") -> str:
-    api = api or ("v1" if kind == "Service" else "networking.istio.io/v1")
-    body = textwrap.indent(textwrap.dedent(spec).strip(), "  ")
-    return (
-        f"---\napiVersion: {api}\nkind: {kind}\n"
-        f'metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "{created}"}}\nspec:\n{body}\n'
-    )
+def doc(kind: str, ns: str, name: str, spec: str, created: str = T0) -> str:
+    return config_doc(kind, name, spec, namespace=ns, created=created)
+
+
+def service(ns: str, name: str, ip: str, ports: str) -> str:
+    return kube_service(name, ports, namespace=ns, cluster_ip=ip, created=T0)
 
 
 def se(ns: str, name: str, host: str, created: str, export_to: str = "") -> str:
@@ -37,15 +38,8 @@ def se(ns: str, name: str, host: str, created: str, export_to: str = "") -> str:
     return doc("ServiceEntry", ns, name, spec, created)
 
 
-def vs(ns: str, name: str, spec: str, created: str = "2024-01-01T00:00:00Z") -> str:
+def vs(ns: str, name: str, spec: str, created: str = T0) -> str:
     return doc("VirtualService", ns, name, spec, created)
-
-
-def mesh(body: str) -> str:
-    return (
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\n"
-        "data:\n  mesh: |\n" + textwrap.indent(textwrap.dedent(body).strip(), "    ") + "\n"
-    )
 
 
 def visible_hosts(push: PushContext, namespace: str) -> list[str]:
@@ -133,7 +127,7 @@ def test_mesh_default_service_export_to() -> None:
         se("ns-a", "defaulted", "defaulted.example.com", "2024-01-01T00:00:01Z"),
         se("ns-a", "public", "public.example.com", "2024-01-01T00:00:02Z", 'exportTo: ["*"]'),
     )
-    private = push_context(mesh('defaultServiceExportTo: ["."]'), *docs)
+    private = push_context(mesh_config_map('defaultServiceExportTo: ["."]'), *docs)
     assert visible_hosts(private, "ns-a") == ["defaulted.example.com", "public.example.com"]
     assert visible_hosts(private, "ns-b") == ["public.example.com"]
     assert visible_hosts(push_context(*docs), "ns-b") == ["defaulted.example.com", "public.example.com"]
@@ -142,7 +136,7 @@ def test_mesh_default_service_export_to() -> None:
 def test_kubernetes_service_beats_an_older_service_entry_for_the_same_name() -> None:
     push = push_context(
         se("bookinfo", "squatter", "reviews.bookinfo.svc.cluster.local", "2020-01-01T00:00:00Z"),
-        doc("Service", "bookinfo", "reviews", "clusterIP: 10.0.0.1\nports: [{name: http, port: 9080}]"),
+        service("bookinfo", "reviews", "10.0.0.1", "[{name: http, port: 9080}]"),
     )
     svc = push.service_index.service("reviews.bookinfo.svc.cluster.local", "bookinfo")
     assert svc is not None and svc.registry is Registry.KUBERNETES
@@ -154,11 +148,8 @@ def test_kubernetes_service_beats_an_older_service_entry_for_the_same_name() -> 
 
 
 def test_services_created_together_are_ordered_by_name_then_namespace() -> None:
-    svc = "clusterIP: 10.0.0.{n}\nports: [{{name: http, port: 80}}]"
-    push = push_context(
-        doc("Service", "ns", "a-b", svc.format(n=2)),
-        doc("Service", "ns", "a", svc.format(n=1)),
-    )
+    ports = "[{name: http, port: 80}]"
+    push = push_context(service("ns", "a-b", "10.0.0.2", ports), service("ns", "a", "10.0.0.1", ports))
     assert visible_hosts(push, "ns") == ["a.ns.svc.cluster.local", "a-b.ns.svc.cluster.local"]
 
 
@@ -224,7 +215,7 @@ def test_mesh_default_virtual_service_export_to() -> None:
         vs("ns-a", "defaulted", f"hosts: [defaulted.com]\n{route('a')}"),
         vs("ns-a", "public", f'hosts: [public.com]\nexportTo: ["*"]\n{route("a")}', "2024-02-01T00:00:00Z"),
     )
-    push = push_context(mesh('defaultVirtualServiceExportTo: ["."]'), *docs)
+    push = push_context(mesh_config_map('defaultVirtualServiceExportTo: ["."]'), *docs)
     assert mesh_vs_hosts(push, "ns-a") == ["defaulted.com", "public.com"]
     assert mesh_vs_hosts(push, "ns-b") == ["public.com"]
 
@@ -311,7 +302,7 @@ def test_virtual_service_short_hosts_become_fqdn_in_its_namespace() -> None:
 
 def test_short_hosts_use_the_cluster_domain_suffix() -> None:
     docs = (
-        doc("Service", "bookinfo", "reviews", "clusterIP: 10.0.0.1\nports: [{name: http, port: 80}]"),
+        service("bookinfo", "reviews", "10.0.0.1", "[{name: http, port: 80}]"),
         doc("DestinationRule", "bookinfo", "reviews", "host: reviews\nsubsets: [{name: v1}]"),
         vs("bookinfo", "reviews", f"hosts: [reviews]\n{route('reviews')}"),
     )

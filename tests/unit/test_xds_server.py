@@ -20,11 +20,9 @@ from google.protobuf import struct_pb2
 from app.runtime import Runtime
 from app.settings import Settings
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
 
-BOOKINFO = Path(__file__).parents[2] / "examples" / "bookinfo"
-NODE = "sidecar~10.1.0.10~productpage-v1-0.bookinfo~bookinfo.svc.cluster.local"
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
-REVIEWS = "outbound|9080||reviews.bookinfo.svc.cluster.local"
 
 
 @pytest.fixture
@@ -175,11 +173,7 @@ async def test_config_change_is_pushed_on_the_open_stream_with_endpoints_followi
             type_url=ENDPOINT, resource_names=[REVIEWS], response_nonce=eds.nonce, version_info=eds.version_info
         )
     )
-    (runtime.settings.config_dir / "extra-dr.yaml").write_text(
-        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\n"
-        "metadata: {name: ratings-extra, namespace: bookinfo}\n"
-        "spec:\n  host: ratings\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}\n"
-    )
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)
     pushed = await s.recv(timeout=20)
     assert pushed.type_url == CLUSTER and pushed.version_info != cds.version_info
     follow = await s.recv()
