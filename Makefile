@@ -37,6 +37,7 @@ protos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.parse_config
+	$(BIN)/python -m bench.generate_xds
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
