@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	PILOTFISH_CACHE_ASSERT=1 $(BIN)/pytest
 
 # Regenerate Python code for the protos the project owns (committed; CI checks it is current).
 protos: $(STAMP)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.config.model import ConfigEvent, Kind
+from app.config.model import ConfigEvent, ConfigKey, Kind
 from app.config.store import ConfigStore
 from app.model.push_context import PushContext, PushInputs
 from app.model.service import Resolution
@@ -22,12 +22,23 @@ _STORE_KINDS = frozenset(
 _CDS_ENDPOINTS = frozenset({Resolution.DNS_LB, Resolution.DNS_ROUND_ROBIN_LB})
 
 
+def service_config_key(hostname: str, namespace: str) -> ConfigKey:
+    """How a changed Service (of any registry) is named among changed configs (istiod names it
+    as a ServiceEntry key with the hostname as name)."""
+    return ConfigKey(Kind.SERVICE, namespace, hostname)
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What a batch of events changed: config kinds (for the PushContext) and registry keys."""
+    """What a batch of events changed: config keys (what the PushContext and the push filter
+    read) and the registry's delta (endpoints, service targets)."""
 
-    kinds: frozenset[Kind] = frozenset()
+    configs: frozenset[ConfigKey] = frozenset()
     registry: RegistryDelta = EMPTY_DELTA
+
+    @property
+    def kinds(self) -> frozenset[Kind]:
+        return frozenset(key.kind for key in self.configs)
 
 
 class Environment:
@@ -37,28 +48,27 @@ class Environment:
         self.registry = ServiceRegistry(domain_suffix=domain_suffix)
 
     def apply(self, events: Iterable[ConfigEvent]) -> Change:
-        kinds: set[Kind] = set()
+        configs: set[ConfigKey] = set()
         delta = EMPTY_DELTA
         for event in events:
-            kind = event.obj.kind
-            if kind in _STORE_KINDS:
+            if event.obj.kind in _STORE_KINDS:
                 if self.store.apply(event):
-                    kinds.add(kind)
+                    configs.add(event.obj.key)
                 continue
-            d = self.registry.apply(event)
-            if d.services_changed or self._endpoints_in_clusters(d.endpoints_changed):
-                kinds.add(kind)
-            delta = delta.merge(d)
-        return Change(frozenset(kinds), delta)
+            delta = delta.merge(self.registry.apply(event))
+        services = delta.services_changed | delta.identities_changed | self._endpoints_in_clusters(delta)
+        configs.update(service_config_key(*key) for key in services)
+        return Change(frozenset(configs), delta)
 
-    def _endpoints_in_clusters(self, keys: Iterable[ServiceKey]) -> bool:
+    def _endpoints_in_clusters(self, delta: RegistryDelta) -> set[ServiceKey]:
         """DNS services carry their endpoints inside the cluster (CDS), so a change to them is a
         config change, not an EDS-only one (istiod does a full push for them too)."""
-        for hostname, namespace in keys:
-            svc = self.registry.service(hostname, namespace)
+        out = set()
+        for key in delta.endpoints_changed:
+            svc = self.registry.service(*key)
             if svc is not None and svc.resolution in _CDS_ENDPOINTS:
-                return True
-        return False
+                out.add(key)
+        return out
 
     def push_inputs(self) -> PushInputs:
         """What a PushContext is built from, as immutable tuples taken now: the build itself
@@ -70,9 +80,9 @@ class Environment:
             destination_rules=self.store.list(Kind.DESTINATION_RULE),
             sidecars=self.store.list(Kind.SIDECAR),
             gateways=self.store.list(Kind.GATEWAY),
-            endpoints=self.registry,
+            endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
         )
 
     def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:
-        return PushContext.build(previous, self.push_inputs(), None if change is None else change.kinds)
+        return PushContext.build(previous, self.push_inputs(), None if change is None else change.configs)

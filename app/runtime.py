@@ -3,10 +3,11 @@
 
 Config events are applied to the Environment as they arrive (cheap, synchronous); the
 resulting PushRequest goes to the one Debouncer. When it fires, a full request rebuilds the
-PushContext from the previous one (only the slices its kinds affect, in a worker thread so
-the loop keeps serving streams); an endpoint-only
-request does not rebuild anything, as generators read endpoints from the live EndpointIndex.
-Either way every connected proxy is queued, and the workers push to each through its stream.
+PushContext from the previous one (only the slices its changed keys affect, in a worker thread
+so the loop keeps serving streams); an endpoint-only request rebuilds nothing: the snapshot is
+the previous one reading the registry's new endpoint snapshot. The shared resource cache then
+drops what the change made stale, and every connected proxy is queued; each stream's
+Connection skips a push its proxy does not depend on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from app.errors import ConfigError
 from app.model.push_context import PushContext
 from app.settings import Settings
 from app.sources.files import FileSource
+from app.xds.cache import ResourceCache
+from app.xds.generate import ResourceSource, XdsGenerator
 from app.xds.push import Debouncer, PushQueue, PushRequest, TriggerReason, run_push_workers
 from app.xds.server import Stream, XdsServer
 
@@ -35,6 +38,7 @@ class Runtime:
             settings.config_dir, system_namespace=settings.system_namespace, debounce_ms=settings.file_debounce_ms
         )
         self._push: PushContext | None = None
+        self.generator = XdsGenerator(self.push_context, ResourceCache(verify=settings.cache_assert))
         self.queue: PushQueue[Stream] = PushQueue()
         self.debouncer = Debouncer(
             self._fire,
@@ -42,7 +46,7 @@ class Runtime:
             debounce_max=settings.debounce_max,
             eds_debounce=settings.eds_debounce,
         )
-        self.xds = XdsServer(self.push_context, on_disconnect=self.queue.remove)
+        self.xds = XdsServer(self.generator, on_disconnect=self.queue.remove)
         self.http = DebugServer(self)
         self.started = asyncio.Event()
 
@@ -52,6 +56,9 @@ class Runtime:
         if self._push is None:
             raise RuntimeError("no PushContext before the first build")
         return self._push
+
+    def resource_source(self) -> ResourceSource:
+        return self.generator
 
     @property
     def ready(self) -> bool:
@@ -70,30 +77,36 @@ class Runtime:
         ``shutdown_grace`` seconds."""
         self.env.apply(self.source.load())  # FileSource logs each rejection
         self._push = self.env.build_push_context(None)
-        await self.xds.start(self.settings.xds_address)
-        await self.http.start(self.settings.http_address)
-        async with asyncio.TaskGroup() as tg:
-            tasks = [
-                tg.create_task(self._watch_config(), name="config-watch"),
-                tg.create_task(self.debouncer.run(), name="debouncer"),
-                tg.create_task(
-                    run_push_workers(self.queue, _push_to, self.settings.push_throttle), name="push-workers"
-                ),
-            ]
-            self.started.set()
-            logger.info(
-                "pilotfish ready: %d config objects, xDS on %s, HTTP on %s",
-                len(self.source.objects()),
-                self.settings.xds_address,
-                self.settings.http_address,
-            )
-            await stop.wait()
-            logger.info("shutting down")
-            tasks[0].cancel()
+        try:
+            await self.xds.start(self.settings.xds_address)
+            await self.http.start(self.settings.http_address)
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(self._watch_config(), name="config-watch"),
+                    tg.create_task(self.debouncer.run(), name="debouncer"),
+                    tg.create_task(
+                        run_push_workers(self.queue, _push_to, self.settings.push_throttle), name="push-workers"
+                    ),
+                ]
+                self.started.set()
+                logger.info(
+                    "pilotfish ready: %d config objects, xDS on %s, HTTP on %s",
+                    len(self.source.objects()),
+                    self.settings.xds_address,
+                    self.settings.http_address,
+                )
+                await stop.wait()
+                logger.info("shutting down")
+                tasks[0].cancel()
+                await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
+                self.queue.close()
+                for task in tasks[1:]:
+                    task.cancel()
+        finally:
+            # also when a task failed (e.g. the config dir vanished): clients get GOAWAY
+            self.queue.close()
             await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
-            for task in tasks[1:]:
-                task.cancel()
-        await asyncio.shield(self.http.stop())
+            await asyncio.shield(self.http.stop())
 
     async def _watch_config(self) -> None:
         async for events in self.source.watch():
@@ -103,23 +116,40 @@ class Runtime:
                 self.debouncer.submit(request)
 
     async def _fire(self, request: PushRequest) -> None:
+        previous = self.push_context()
         if request.full:
-            # the inputs are taken on the loop; the build runs in a thread so streams keep
-            # being served while a large mesh's indexes are recomputed
-            kinds = None if request.all_kinds else request.config_kinds
-            inputs = self.env.push_inputs()
-            self._push = await asyncio.to_thread(PushContext.build, self.push_context(), inputs, kinds)
+            # the inputs (and the scope memo) are taken on the loop; the build runs in a thread
+            # so streams keep being served while a large mesh's indexes are recomputed
+            keys = None if request.all_kinds else request.configs_updated
+            inputs, scopes = self.env.push_inputs(), previous.scopes()
+            self._push = await asyncio.to_thread(PushContext.build, previous, inputs, keys, scopes)
+        else:
+            self._push = previous.with_endpoints(self.env.registry.snapshot())
+        if request.all_kinds:
+            self.generator.cache.clear()
+        else:
+            self.generator.invalidate(request.configs_updated, request.endpoint_services)
         for stream in self.streams():
             self.queue.enqueue(stream, request)
 
 
 def _push_request(change: Change, events: int) -> PushRequest | None:
     """The request a change makes; the Debouncer stamps its start time."""
-    if change.kinds:
-        return PushRequest(full=True, config_kinds=change.kinds, reasons={TriggerReason.CONFIG: events})
-    if change.registry.endpoints_changed:
+    delta = change.registry
+    if change.configs:
         return PushRequest(
-            full=False, endpoint_services=change.registry.endpoints_changed, reasons={TriggerReason.ENDPOINT: events}
+            full=True,
+            configs_updated=change.configs,
+            endpoint_services=delta.endpoints_changed,
+            proxy_ips=delta.target_ips,
+            reasons={TriggerReason.CONFIG: events},
+        )
+    if delta.endpoints_changed or delta.target_ips:
+        return PushRequest(
+            full=False,
+            endpoint_services=delta.endpoints_changed,
+            proxy_ips=delta.target_ips,
+            reasons={TriggerReason.ENDPOINT: events},
         )
     return None
 

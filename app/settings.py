@@ -31,6 +31,7 @@ class Settings:
     push_throttle: int = 100  # PILOT_PUSH_THROTTLE: concurrent proxy pushes
     file_debounce_ms: int = 50  # batching of file-system events
     shutdown_grace: float = 5.0  # seconds streams get to finish on SIGTERM
+    cache_assert: bool = False  # PILOTFISH_CACHE_ASSERT: rebuild on every cache hit, fail on a difference
 
     @classmethod
     def from_env(cls, config_dir: Path, env: Mapping[str, str], **overrides: Any) -> Settings:
@@ -40,6 +41,7 @@ class Settings:
             ("debounce_max", "PILOT_DEBOUNCE_MAX", _seconds),
             ("eds_debounce", "PILOT_ENABLE_EDS_DEBOUNCE", _boolean),
             ("push_throttle", "PILOT_PUSH_THROTTLE", _positive_int),
+            ("cache_assert", "PILOTFISH_CACHE_ASSERT", _boolean),
         ):
             if key in env:
                 values[name] = parse(key, env[key])

@@ -7,6 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -14,10 +18,13 @@ from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
+from app.xds.generate import ResourceSource
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names, generate_endpoints
 from app.xds.generators.lds import generate_listeners, route_names
 from app.xds.generators.rds import generate_routes
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.watch import WatchedResource
 
 
 def to_json(msg: Message) -> dict[str, Any]:
@@ -46,6 +53,32 @@ def dump_listeners(proxy: Proxy, push: PushContext) -> dict[str, Any]:
 def dump_routes(proxy: Proxy, push: PushContext) -> dict[str, Any]:
     """Every route configuration the proxy's listeners name (what Envoy subscribes to)."""
     return {"routes": _json(generate_routes(proxy, push, route_names(generate_listeners(proxy, push))))}
+
+
+_DECODE = {
+    CLUSTER: cluster_pb2.Cluster,
+    ENDPOINT: endpoint_pb2.ClusterLoadAssignment,
+    LISTENER: listener_pb2.Listener,
+    ROUTE: route_pb2.RouteConfiguration,
+}
+
+
+def dump_served(proxy: Proxy, source: ResourceSource) -> dict[str, Any]:
+    """What a connected proxy is served now, read from the shared cache (no regeneration):
+    every cluster and listener, the EDS clusters' assignments and the listeners' routes."""
+
+    def served(type_url: str, watch: WatchedResource) -> list[Any]:
+        found = source.generate(type_url, proxy, watch) or []
+        return [_DECODE[type_url].FromString(r.body.value) for r in found]
+
+    clusters = served(CLUSTER, WatchedResource(CLUSTER, True))
+    listeners = served(LISTENER, WatchedResource(LISTENER, True))
+    return {
+        "clusters": _json(clusters),
+        "endpoints": _json(served(ENDPOINT, WatchedResource(ENDPOINT, False, set(eds_cluster_names(clusters))))),
+        "listeners": _json(listeners),
+        "routes": _json(served(ROUTE, WatchedResource(ROUTE, False, set(route_names(listeners))))),
+    }
 
 
 def dump_all(proxy: Proxy, push: PushContext) -> dict[str, Any]:

@@ -18,9 +18,10 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from app.debug.dump import dump_all, scope_json
+from app.debug.dump import dump_served, scope_json
 from app.errors import ConfigError
 from app.model.push_context import PushContext
+from app.xds.generate import ResourceSource
 from app.xds.resources import SHORT_NAMES
 from app.xds.server import Stream
 
@@ -32,6 +33,8 @@ class DebugState(Protocol):
     def ready(self) -> bool: ...
 
     def push_context(self) -> PushContext: ...
+
+    def resource_source(self) -> ResourceSource: ...
 
     def rejections(self) -> Sequence[ConfigError]: ...
 
@@ -52,7 +55,7 @@ def sync_status(stream: Stream) -> dict[str, Any]:
         "namespace": conn.proxy.namespace,
         "protocol": "delta" if conn.delta else "sotw",
         "pushes": conn.pushes,
-        "pushVersion": conn.push_version,
+        "pushesSkipped": conn.skipped,
         "nacks": sum(w.nacks for w in conn.watched()),
         "watches": {
             SHORT_NAMES.get(w.type_url, w.type_url): {
@@ -112,7 +115,7 @@ class DebugServer:
 
     async def _config_dump(self, request: web.Request) -> web.Response:
         proxy = self._stream(request).connection.proxy
-        return web.json_response(dump_all(proxy, self._state.push_context()))
+        return web.json_response(dump_served(proxy, self._state.resource_source()))
 
     async def _sidecarz(self, request: web.Request) -> web.Response:
         proxy = self._stream(request).connection.proxy

@@ -30,6 +30,9 @@ class ConsolidatedDestinationRule:
     namespace: str
     sources: tuple[str, ...]  # "ns/name" of every rule merged in
     export_to: frozenset[str]
+    # the DestinationRule objects merged in, in merge order: objects are replaced, never
+    # edited, so their identities are this rule's version (what cache keys name)
+    objects: tuple[ConfigObject, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def selector(self) -> Mapping[str, str] | None:
@@ -45,13 +48,27 @@ class _Entry:
     rule: net.DestinationRule
     name: str
     namespace: str
-    sources: list[str]
+    objects: list[ConfigObject]
     export_to: frozenset[str]
 
-    def freeze(self) -> ConsolidatedDestinationRule:
+    def freeze(self, reuse: Mapping[_ReuseKey, ConsolidatedDestinationRule]) -> ConsolidatedDestinationRule:
+        """The frozen rule; the previous index's object when made of the very same DestinationRule
+        objects, so an unchanged rule keeps its identity (and its cache entries) across builds."""
+        found = reuse.get(_reuse_key(self.objects, self.export_to))
+        if found is not None and all(a is b for a, b in zip(found.objects, self.objects, strict=True)):
+            return found
+        sources = tuple(o.namespaced_name for o in self.objects)
         return ConsolidatedDestinationRule(
-            self.rule, self.name, self.namespace, tuple(self.sources), self.export_to
+            self.rule, self.name, self.namespace, sources, self.export_to, tuple(self.objects)
         )
+
+
+_ReuseKey = tuple[tuple[int, ...], frozenset[str]]
+
+
+def _reuse_key(objects: Iterable[ConfigObject], export_to: frozenset[str]) -> _ReuseKey:
+    # ids are only compared while the previous index (which holds the objects) is alive
+    return tuple(id(o) for o in objects), export_to
 
 
 @dataclass(slots=True)
@@ -62,7 +79,7 @@ class _HostRules:
     def merge(self, obj: ConfigObject, spec: net.DestinationRule, export_to: frozenset[str]) -> None:
         rules = self.wildcard if is_wildcard(spec.host) else self.specific
         existing = rules.get(spec.host)
-        new_entry = _Entry(spec, obj.meta.name, obj.meta.namespace, [obj.namespaced_name], export_to)
+        new_entry = _Entry(spec, obj.meta.name, obj.meta.namespace, [obj], export_to)
         if existing is None:
             rules[spec.host] = [new_entry]
             return
@@ -79,18 +96,18 @@ class _HostRules:
             # the same selector or none: merged in; a selector on one side only: merged in and
             # also kept as its own entry
             append_separately = (new_sel is None) != (old_sel is None)
-            _merge_into(entry, spec, obj.namespaced_name)
+            _merge_into(entry, spec, obj)
         if append_separately:
             existing.append(new_entry)
 
-    def freeze(self) -> ConsolidatedRules:
+    def freeze(self, reuse: Mapping[_ReuseKey, ConsolidatedDestinationRule]) -> ConsolidatedRules:
         return ConsolidatedRules(
-            {h: tuple(e.freeze() for e in es) for h, es in self.specific.items()},
-            {h: tuple(e.freeze() for e in es) for h, es in self.wildcard.items()},
+            {h: tuple(e.freeze(reuse) for e in es) for h, es in self.specific.items()},
+            {h: tuple(e.freeze(reuse) for e in es) for h, es in self.wildcard.items()},
         )
 
 
-def _merge_into(entry: _Entry, spec: net.DestinationRule, source: str) -> None:
+def _merge_into(entry: _Entry, spec: net.DestinationRule, source: ConfigObject) -> None:
     merged = net.DestinationRule()
     merged.CopyFrom(entry.rule)  # copy: the first rule's spec may be shared with other entries
     names = {s.name for s in merged.subsets}
@@ -101,7 +118,7 @@ def _merge_into(entry: _Entry, spec: net.DestinationRule, source: str) -> None:
     if not merged.HasField("traffic_policy") and spec.HasField("traffic_policy"):
         merged.traffic_policy.CopyFrom(spec.traffic_policy)
     entry.rule = merged
-    entry.sources.append(source)
+    entry.objects.append(source)
 
 
 def _selector(spec: net.DestinationRule) -> Mapping[str, str] | None:
@@ -112,6 +129,11 @@ def _selector(spec: net.DestinationRule) -> Mapping[str, str] | None:
 class ConsolidatedRules:
     specific: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]
     wildcard: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]
+
+    def all(self) -> Iterable[ConsolidatedDestinationRule]:
+        for rules in (self.specific, self.wildcard):
+            for found in rules.values():
+                yield from found
 
     def lookup(self, hostname: str) -> tuple[ConsolidatedDestinationRule, ...] | None:
         found = most_specific_match(hostname, self.specific, self.wildcard)
@@ -132,7 +154,10 @@ class DestinationRuleIndex:
         root_namespace: str,
         default_export_to: frozenset[str],
         domain_suffix: str = "cluster.local",
+        previous: DestinationRuleIndex | None = None,
     ) -> DestinationRuleIndex:
+        """The index of ``rules``; rules unchanged since ``previous`` keep their objects."""
+        reuse = {} if previous is None else {_reuse_key(r.objects, r.export_to): r for r in previous.all_rules()}
         local: dict[str, _HostRules] = {}
         exported: dict[str, _HostRules] = {}
         root_local = _HostRules()
@@ -154,11 +179,15 @@ class DestinationRuleIndex:
             elif ns == root_namespace:
                 root_local.merge(obj, spec, export_to)
         return cls(
-            {ns: r.freeze() for ns, r in local.items()},
-            {ns: r.freeze() for ns, r in exported.items()},
-            root_local.freeze(),
+            {ns: r.freeze(reuse) for ns, r in local.items()},
+            {ns: r.freeze(reuse) for ns, r in exported.items()},
+            root_local.freeze(reuse),
             root_namespace,
         )
+
+    def all_rules(self) -> Iterable[ConsolidatedDestinationRule]:
+        for rules in (*self.namespace_local.values(), *self.exported_by_namespace.values(), self.root_namespace_local):
+            yield from rules.all()
 
     def rules_for(
         self, proxy_namespace: str, hostname: str, service_namespace: str

@@ -165,3 +165,6 @@ class Endpoint:
     workload_name: str = ""
     # "istio" when the workload has a sidecar (auto mTLS), else "disabled"
     tls_mode: str = "disabled"
+    # the registry cluster the endpoint lives in (istiod IstioEndpoint.Locality.ClusterID);
+    # pilotfish reads one cluster, named as istiod's default
+    cluster_id: str = "Kubernetes"

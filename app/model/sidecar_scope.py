@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from app.api import networking_pb2 as net
 from app.config.host import matches, subset_of
-from app.config.model import ConfigObject
+from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
 from app.model.proxy import Proxy
 from app.model.service import Registry, Service
@@ -56,10 +56,34 @@ class SidecarScope:
     virtual_services: tuple[ResolvedVirtualService, ...]
     destination_rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]  # by service hostname
     outbound_traffic_policy: str  # ALLOW_ANY or REGISTRY_ONLY
+    # the config keys this scope was computed from (istiod SidecarScope.configDependencies):
+    # its Sidecar, its services as (Service, namespace, hostname), its VirtualServices and the
+    # DestinationRules merged into its rules
+    dependencies: frozenset[ConfigKey] = frozenset()
+
+    def depends_on(self, key: ConfigKey) -> bool:
+        """Whether a change of ``key`` can change what this scope gives a proxy (istiod
+        DependsOnConfig); kinds a scope does not track always can."""
+        if key.kind in _TRACKED_KINDS:
+            return key in self.dependencies
+        return True
+
+    def with_rules(self, rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]) -> SidecarScope:
+        """This scope with other DestinationRules (and the dependencies that follow)."""
+        deps = {k for k in self.dependencies if k.kind is not Kind.DESTINATION_RULE}
+        deps.update(_rule_keys(rules))
+        return dataclasses.replace(self, destination_rules=rules, dependencies=frozenset(deps))
 
     def destination_rule(self, proxy: Proxy, service: Service) -> ConsolidatedDestinationRule | None:
         """The outbound rule for ``service`` as this proxy sees it (workloadSelector rules first)."""
         return select_for_proxy(self.destination_rules.get(service.hostname, ()), self.namespace, proxy.labels)
+
+
+_TRACKED_KINDS = frozenset({Kind.SERVICE, Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR})
+
+
+def _rule_keys(rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]) -> set[ConfigKey]:
+    return {obj.key for found in rules.values() for cdr in found for obj in cdr.objects}
 
 
 def parse_egress_hosts(hosts: Sequence[str], config_namespace: str) -> dict[str, tuple[str, ...]]:
@@ -197,6 +221,11 @@ def build_sidecar_scope(
     policy = mesh_outbound_policy
     if spec is not None and spec.HasField("outbound_traffic_policy"):
         policy = net.OutboundTrafficPolicy.Mode.Name(spec.outbound_traffic_policy.mode)
+    deps = {ConfigKey(Kind.SERVICE, svc.namespace, svc.hostname) for svc in by_host.values()}
+    deps.update(vs.obj.key for vs in scope_vs)
+    deps.update(_rule_keys(drs))
+    if sidecar is not None:
+        deps.add(sidecar.key)
     return SidecarScope(
         name=sidecar.namespaced_name if sidecar is not None else None,
         namespace=namespace,
@@ -207,6 +236,7 @@ def build_sidecar_scope(
         virtual_services=tuple(scope_vs),
         destination_rules=drs,
         outbound_traffic_policy=policy,
+        dependencies=frozenset(deps),
     )
 
 

@@ -127,14 +127,23 @@ class VirtualServiceIndex:
 
     @classmethod
     def build(
-        cls, objects: Iterable[ConfigObject], default_export_to: frozenset[str], domain_suffix: str = "cluster.local"
+        cls,
+        objects: Iterable[ConfigObject],
+        default_export_to: frozenset[str],
+        domain_suffix: str = "cluster.local",
+        previous: VirtualServiceIndex | None = None,
     ) -> VirtualServiceIndex:
+        """The index of ``objects``; a VirtualService object unchanged since ``previous`` keeps its
+        resolved form (and so its identity, which cache keys name)."""
+        resolved = {} if previous is None else {id(vs.obj): vs for vs in previous.all()}
         private: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
         exported: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
         public: dict[str, list[ResolvedVirtualService]] = {}
         delegates: dict[tuple[str, str], ResolvedVirtualService] = {}
         for obj in sorted(objects, key=lambda o: (o.meta.creation_timestamp, o.meta.name, o.meta.namespace)):
-            vs = resolve_virtual_service(obj, domain_suffix)
+            vs = resolved.get(id(obj))  # ids of the previous index's objects, alive with it
+            if vs is None or vs.obj is not obj:
+                vs = resolve_virtual_service(obj, domain_suffix)
             ns = obj.meta.namespace
             if not vs.spec.hosts:
                 delegates[(ns, obj.meta.name)] = vs
@@ -155,6 +164,13 @@ class VirtualServiceIndex:
             {k: tuple(v) for k, v in public.items()},
             delegates,
         )
+
+    def all(self) -> Iterable[ResolvedVirtualService]:
+        """Every VirtualService in the index (one bound to several gateways more than once)."""
+        for bucket in (self.private, self.exported, self.public):
+            for found in bucket.values():
+                yield from found
+        yield from self.delegates.values()
 
     def for_gateway(self, namespace: str, gateway: str) -> list[ResolvedVirtualService]:
         """VirtualServices bound to ``gateway`` and visible from ``namespace``, in istiod's order."""

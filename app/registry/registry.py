@@ -9,6 +9,13 @@ When a Kubernetes Service and a ServiceEntry define the same (hostname, namespac
 Kubernetes Service wins, as in istiod's PushContext (no "domain squatting"); endpoints from
 both stay in the shard. It also keeps an IP -> services index for a proxy's own inbound
 service targets.
+
+An endpoint change that alters more than endpoints is reported as such, as istiod's
+EndpointIndex does (endpointshards.go): a shard whose service accounts changed
+(``identities_changed``: clusters carry them as SANs, so CDS must follow) and the workload IPs
+whose own service targets changed (``target_ips``: those proxies' inbound listeners and
+clusters, istiod ``ProxyUpdate``). ``snapshot()`` hands the push pipeline an immutable view of
+every shard (with its version) and of the service targets, so generators never read live state.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from app.config.host import is_ip_address
 from app.config.model import ConfigEvent, Kind
 from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
@@ -28,10 +36,12 @@ _ENTRY_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY, Kind.POD})
 
 @dataclass(frozen=True, slots=True)
 class RegistryDelta:
-    """What one or more events changed, by (hostname, namespace)."""
+    """What one or more events changed, by (hostname, namespace); ``target_ips`` by workload IP."""
 
     services_changed: frozenset[ServiceKey] = frozenset()
     endpoints_changed: frozenset[ServiceKey] = frozenset()
+    identities_changed: frozenset[ServiceKey] = frozenset()  # a subset of endpoints_changed
+    target_ips: frozenset[str] = frozenset()
 
     def merge(self, other: RegistryDelta) -> RegistryDelta:
         if other.empty:
@@ -41,14 +51,54 @@ class RegistryDelta:
         return RegistryDelta(
             self.services_changed | other.services_changed,
             self.endpoints_changed | other.endpoints_changed,
+            self.identities_changed | other.identities_changed,
+            self.target_ips | other.target_ips,
         )
 
     @property
     def empty(self) -> bool:
-        return not self.services_changed and not self.endpoints_changed
+        return not (self.services_changed or self.endpoints_changed or self.target_ips)
 
 
 EMPTY_DELTA = RegistryDelta()
+
+ServiceTarget = tuple[Service, ServicePort, Endpoint]
+# per shard: which (IP, endpoint port name, target port) it serves; a change is a target change
+_TargetSig = frozenset[tuple[str, str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySnapshot:
+    """The registry's endpoints and service targets at one moment; immutable, so a PushContext
+    (and every cache key made from it) reads exactly what its push was built from."""
+
+    shards: Mapping[ServiceKey, tuple[int, tuple[Endpoint, ...]]]
+    services: Mapping[ServiceKey, Service]
+    keys_by_ip: Mapping[str, frozenset[ServiceKey]]
+
+    def endpoints(self, hostname: str, namespace: str) -> tuple[Endpoint, ...]:
+        found = self.shards.get((hostname, namespace))
+        return found[1] if found is not None else ()
+
+    def version(self, hostname: str, namespace: str) -> int:
+        """The shard's version (EndpointIndex.version) when the snapshot was taken."""
+        found = self.shards.get((hostname, namespace))
+        return found[0] if found is not None else 0
+
+    def service_targets(self, ip: str) -> list[ServiceTarget]:
+        """The (Service, port, endpoint) triples served at an IP: a proxy's own inbound targets."""
+        out: list[ServiceTarget] = []
+        for key in sorted(self.keys_by_ip.get(ip, ())):
+            svc = self.services.get(key)
+            if svc is None:
+                continue
+            for ep in self.endpoints(*key):
+                if ep.address != ip:
+                    continue
+                port = svc.port_by_name(ep.service_port_name)
+                if port is not None:
+                    out.append((svc, port, ep))
+        return out
 
 
 class ServiceRegistry:
@@ -60,9 +110,10 @@ class ServiceRegistry:
         self._entries = ServiceEntryController(self._index, trust_domain=trust_domain)
         self._services: dict[ServiceKey, Service] = {}
         self._sorted: tuple[Service, ...] | None = ()
-        self._ips_by_key: dict[ServiceKey, frozenset[str]] = {}
-        self._keys_by_ip: dict[str, set[ServiceKey]] = {}
-        self._ips_dirty: set[ServiceKey] = set()  # shards to re-read before the next IP lookup
+        self._targets_by_key: dict[ServiceKey, _TargetSig] = {}
+        self._keys_by_ip: dict[str, frozenset[ServiceKey]] = {}
+        self._identities: dict[ServiceKey, frozenset[str]] = {}
+        self._snapshot: RegistrySnapshot | None = None
 
     # --- events ----------------------------------------------------------------------------
 
@@ -119,27 +170,54 @@ class ServiceRegistry:
             services_changed.add(key)
         if services_changed:
             self._sorted = None
-        self._ips_dirty |= changes.endpoints
         if not services_changed and not changes.endpoints:
             return EMPTY_DELTA
-        return RegistryDelta(frozenset(services_changed), frozenset(changes.endpoints))
+        self._snapshot = None
+        identities: set[ServiceKey] = set()
+        target_ips: set[str] = set()
+        for key in changes.endpoints:
+            if self._reindex_identities(key):
+                identities.add(key)
+            target_ips |= self._reindex_targets(key)
+        return RegistryDelta(
+            frozenset(services_changed), frozenset(changes.endpoints), frozenset(identities), frozenset(target_ips)
+        )
 
-    def _reindex_ips(self, key: ServiceKey) -> None:
-        new = frozenset(ep.address for ep in self._index.endpoints(*key))
-        old = self._ips_by_key.get(key, frozenset())
-        if new == old:
-            return
-        for ip in old - new:
-            keys = self._keys_by_ip[ip]
-            keys.discard(key)
-            if not keys:
-                del self._keys_by_ip[ip]
-        for ip in new - old:
-            self._keys_by_ip.setdefault(ip, set()).add(key)
+    def _reindex_identities(self, key: ServiceKey) -> bool:
+        """Record the shard's service accounts; True when they changed."""
+        new = frozenset(ep.service_account for ep in self._index.endpoints(*key) if ep.service_account)
+        if new == self._identities.get(key, frozenset()):
+            return False
         if new:
-            self._ips_by_key[key] = new
+            self._identities[key] = new
         else:
-            self._ips_by_key.pop(key, None)
+            self._identities.pop(key, None)
+        return True
+
+    def _reindex_targets(self, key: ServiceKey) -> set[str]:
+        """Re-read the IPs a shard serves; returns the IPs whose targets in it changed."""
+        new: _TargetSig = frozenset(
+            (ep.address, ep.service_port_name, ep.port) for ep in self._index.endpoints(*key)
+        )
+        old = self._targets_by_key.get(key, frozenset())
+        if new == old:
+            return set()
+        changed = {ip for ip, _, _ in new ^ old if is_ip_address(ip)}  # not a DNS name: no proxy has it
+        old_ips = {ip for ip, _, _ in old}
+        new_ips = {ip for ip, _, _ in new}
+        for ip in old_ips - new_ips:
+            keys = self._keys_by_ip[ip] - {key}
+            if keys:
+                self._keys_by_ip[ip] = keys
+            else:
+                del self._keys_by_ip[ip]
+        for ip in new_ips - old_ips:
+            self._keys_by_ip[ip] = self._keys_by_ip.get(ip, frozenset()) | {key}
+        if new:
+            self._targets_by_key[key] = new
+        else:
+            self._targets_by_key.pop(key, None)
+        return changed
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -162,21 +240,12 @@ class ServiceRegistry:
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         return self._kube.namespace_labels(namespace)
 
-    def service_targets(self, ip: str) -> list[tuple[Service, ServicePort, Endpoint]]:
-        """The (Service, port, endpoint) triples served at an IP: a proxy's own inbound targets."""
-        if self._ips_dirty:
-            for key in self._ips_dirty:
-                self._reindex_ips(key)
-            self._ips_dirty.clear()
-        out: list[tuple[Service, ServicePort, Endpoint]] = []
-        for key in sorted(self._keys_by_ip.get(ip, ())):
-            svc = self._services.get(key)
-            if svc is None:
-                continue
-            for ep in self._index.endpoints(*key):
-                if ep.address != ip:
-                    continue
-                port = svc.port_by_name(ep.service_port_name)
-                if port is not None:
-                    out.append((svc, port, ep))
-        return out
+    def snapshot(self) -> RegistrySnapshot:
+        """Endpoints and service targets as of now; the same object until something changes."""
+        if self._snapshot is None:
+            self._snapshot = RegistrySnapshot(self._index.snapshot(), dict(self._services), dict(self._keys_by_ip))
+        return self._snapshot
+
+    def service_targets(self, ip: str) -> list[ServiceTarget]:
+        """The (Service, port, endpoint) triples served at an IP, as of now."""
+        return self.snapshot().service_targets(ip)

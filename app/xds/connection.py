@@ -1,7 +1,8 @@
 """One xDS stream's logic between the wire and the generators, still without I/O.
 
-A ``Connection`` pairs a proxy with its protocol session (SotW or Delta). Given a request
-or a push and the current PushContext it returns the responses to write, in ADS order:
+A ``Connection`` pairs a proxy with its protocol session (SotW or Delta) and the injected
+``ResourceSource`` it asks for resources. Given a request or a push it returns the responses
+to write, in ADS order:
 clusters before endpoints, listeners before routes, and the endpoints (routes) again
 whenever clusters (listeners) were re-sent, which Envoy needs to finish warming them.
 The gRPC servicer (server.py) only feeds it and writes what it returns.
@@ -10,17 +11,17 @@ The gRPC servicer (server.py) only feeds it and writes what it returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import json_format
 
 from app.model.proxy import Proxy, build_proxy
-from app.model.push_context import PushContext
+from app.model.sidecar_scope import SidecarScope
 from app.xds.delta import DeltaSession
-from app.xds.generate import generator_for
-from app.xds.needs_push import FOLLOWS, types_to_push
+from app.xds.generate import ResourceSource
+from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
 from app.xds.push import PushRequest
 from app.xds.resources import ADS_ORDER, SHORT_NAMES
 from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
@@ -46,7 +47,9 @@ class Session(Protocol[_Req_contra, _Resp_co]):
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> _Resp_co | None: ...
 
-    def response(self, type_url: str, resources: Sequence[Resource], *, force: bool = False) -> _Resp_co | None: ...
+    def response(
+        self, type_url: str, resources: Sequence[Resource], *, force: bool = False, force_names: Collection[str] = ()
+    ) -> _Resp_co | None: ...
 
 
 def proxy_from_node(node: base_pb2.Node) -> Proxy:
@@ -58,18 +61,23 @@ def proxy_from_node(node: base_pb2.Node) -> Proxy:
 
 
 class Connection(Generic[Req, Resp]):
-    def __init__(self, conn_id: str, proxy: Proxy, session: Session[Req, Resp]) -> None:
+    """One stream: its proxy, its protocol session, and the SidecarScope its last full push used
+    (istiod keeps it as PrevSidecarScope, to push a proxy a change takes config away from)."""
+
+    def __init__(self, conn_id: str, proxy: Proxy, session: Session[Req, Resp], source: ResourceSource) -> None:
         self.id = conn_id
         self.proxy = proxy
         self.session = session
+        self.source = source
         self.pushes = 0
-        self.push_version = 0  # the PushContext version of the last responses sent
+        self.skipped = 0  # pushes the dependency filter answered with nothing
+        self.scope: SidecarScope | None = None
 
     @property
     def delta(self) -> bool:
         return isinstance(self.session, DeltaSession)
 
-    def on_request(self, req: Req, push: PushContext) -> list[Resp]:
+    def on_request(self, req: Req) -> list[Resp]:
         outcome = self.session.on_request(req)
         if outcome.kind is RequestKind.NACK:
             logger.warning(
@@ -79,39 +87,52 @@ class Connection(Generic[Req, Resp]):
                 self.id,
                 outcome.error,
             )
-        generator = generator_for(outcome.type_url)
-        if not outcome.respond or generator is None:
+        if not outcome.respond:
             return []
         watch = self.session.watches[outcome.type_url]
-        resp = self.session.answer(outcome.type_url, generator(self.proxy, push, watch))
-        return self._sent([resp] if resp is not None else [], push)
+        if self.scope is None:
+            self.scope = self.source.scope(self.proxy)
+        resources = self.source.generate(outcome.type_url, self.proxy, watch)
+        if resources is None:
+            return []
+        resp = self.session.answer(outcome.type_url, resources)
+        return [resp] if resp is not None else []
 
-    def on_push(self, push: PushContext, req: PushRequest) -> list[Resp]:
+    def on_push(self, req: PushRequest) -> list[Resp]:
+        """The responses a push needs, in ADS order; none when the change cannot affect this
+        proxy (istiod ProxyNeedsPush: its scope, before or after, does not depend on it)."""
+        previous = self.scope
+        if req.full or self.scope is None:
+            self.scope = self.source.scope(self.proxy)
+        if not proxy_needs_push(self.proxy, req, previous, self.scope):
+            self.skipped += 1
+            return []
         self.pushes += 1
-        sent: set[str] = set()
         out: list[Resp] = []
         watched = self.session.watches.keys()
         # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
         # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
         affected = types_to_push(self.proxy, req, watched | set(ADS_ORDER))
         elsewhere = set(affected) - watched
+        sent: dict[str, frozenset[str]] = {}
         for type_url in (t for t in affected if t in watched):
-            generator = generator_for(type_url)
-            if generator is None:
-                continue
             watch = self.session.watches[type_url]
+            resources = self.source.generate(type_url, self.proxy, watch)
+            if resources is None:
+                continue
             leader = _LEADER.get(type_url)
-            force = req.forced or leader in sent or leader in elsewhere
-            resp = self.session.response(type_url, generator(self.proxy, push, watch), force=force)
+            # a re-sent cluster (listener) needs its endpoints (routes) to finish warming: the
+            # same names, the others stay as they are
+            resp = self.session.response(
+                type_url,
+                resources,
+                force=req.forced or leader in elsewhere,
+                force_names=sent.get(leader, frozenset()) if leader else frozenset(),
+            )
             if resp is not None:
-                sent.add(type_url)
+                sent[type_url] = watch.last_sent
                 out.append(resp)
-        return self._sent(out, push)
-
-    def _sent(self, responses: list[Resp], push: PushContext) -> list[Resp]:
-        if responses:
-            self.push_version = push.version
-        return responses
+        return out
 
     def watched(self) -> Iterable[WatchedResource]:
         return self.session.watches.values()

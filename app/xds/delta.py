@@ -12,7 +12,7 @@ has, so a NACKed resource is not resent until its content changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from envoy.service.discovery.v3 import discovery_pb2
 
@@ -92,16 +92,26 @@ class DeltaSession:
         return self.response(type_url, resources)
 
     def response(
-        self, type_url: str, resources: Sequence[Resource], *, force: bool = False
+        self,
+        type_url: str,
+        resources: Sequence[Resource],
+        *,
+        force: bool = False,
+        force_names: Collection[str] = (),
     ) -> discovery_pb2.DeltaDiscoveryResponse | None:
         """What the client lacks of ``resources`` (the type's complete current set) and what
         it has that is gone; None when it is up to date. ``force`` sends every watched resource
-        even when unchanged (endpoints after their cluster was re-sent)."""
+        even when unchanged, ``force_names`` those named (endpoints after their cluster was
+        re-sent)."""
         w = self.watches.get(type_url)
         if w is None:
             return None
         current = {r.name: r for r in resources if w.wants(r.name)}
-        send = [r for r in current.values() if force or w.client_versions.get(r.name) != r.version]
+        send = [
+            r
+            for r in current.values()
+            if force or w.client_versions.get(r.name) != r.version or r.name in force_names
+        ]
         removed = sorted(n for n in w.client_versions if n not in current)
         first_wildcard = w.wildcard and not w.nonce_sent
         if not send and not removed and not first_wildcard:
@@ -118,4 +128,5 @@ class DeltaSession:
             del w.client_versions[name]
         w.nonce_sent = resp.nonce
         w.version_sent = resp.system_version_info
+        w.last_sent = frozenset(r.name for r in send)
         return resp

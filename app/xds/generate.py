@@ -1,49 +1,365 @@
-"""The generator registry: type URL -> the resources of that type for one proxy, encoded.
+"""The resource source: (type, proxy, what it watches, the push) -> encoded resources, built once
+and shared (DESIGN §1 "Push cost model"; go-control-plane's ConfigWatcher plays this role).
 
-Each generator is a pure function of (proxy, push context, what the stream watches); this
-module only picks it and encodes its output (DESIGN §1 "Generators").
+The transport (``Connection``, the servers) asks an injected ``ResourceSource`` and knows
+nothing of PushContext. ``XdsGenerator`` answers from two layers of sharing:
+
+* the ``ResourceCache`` (across pushes and proxies): every outbound cluster set of a service and
+  every ClusterLoadAssignment, keyed by exactly what its builder reads. The builder gets a
+  *narrowed* Proxy made from the key's traits only (proxy type, IP family; locality, labels,
+  cluster and network only where locality load balancing reads them), so the key cannot miss a
+  proxy input; the DestinationRule the proxy applies, the Service and the endpoints are named by
+  identity. Assertion mode rebuilds from the full Proxy on every hit.
+* a per-snapshot class memo: proxies with the same SidecarScope and the same traits get the
+  same CDS/EDS/LDS/RDS sets, assembled once per PushContext version. Labels are a trait only
+  for scopes whose config reads them (workloadSelector DestinationRules, sourceLabels).
+
+What depends on the proxy's own workload (inbound clusters, ``virtualInbound``, a gateway's
+listeners and routes) is built per proxy. Generators stay synchronous and pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
-from app.model.proxy import Proxy
+from envoy.config.cluster.v3 import cluster_pb2
+from google.protobuf.message import Message
+
+from app.api import networking_pb2 as net
+from app.config.mesh import MeshConfig
+from app.config.model import EMPTY_LABELS, ConfigKey, Kind
+from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
-from app.xds.generators.cds import generate_clusters
-from app.xds.generators.eds import eds_cluster_names, generate_endpoints
-from app.xds.generators.lds import generate_listeners
+from app.model.service import Service
+from app.model.sidecar_scope import SidecarScope
+from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
+from app.xds.generators.cds import proxy_clusters, service_clusters, unique_by_name
+from app.xds.generators.eds import build_assignment, resolve_assignment
+from app.xds.generators.lds import scope_listeners, workload_listeners
+from app.xds.generators.lds import unique_by_name as unique_listeners
 from app.xds.generators.rds import generate_routes
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import Resource, WatchedResource, encode
 
-Generator = Callable[[Proxy, PushContext, WatchedResource], list[Resource]]
+M = TypeVar("M", bound=Message)
 
 
-def _clusters(proxy: Proxy, push: PushContext, watch: WatchedResource) -> list[Resource]:
-    return [encode(c.name, c) for c in generate_clusters(proxy, push) if watch.wants(c.name)]
+class ResourceSource(Protocol):
+    """What the transport asks for: the current resources of a type for a proxy, and its scope."""
+
+    def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        """The type's current resources the proxy may watch (None: a type not served)."""
+        ...
+
+    def scope(self, proxy: Proxy) -> SidecarScope:
+        """The proxy's SidecarScope in the current snapshot (what the push filter reads)."""
+        ...
 
 
-def _endpoints(proxy: Proxy, push: PushContext, watch: WatchedResource) -> list[Resource]:
-    names: list[str] = sorted(watch.names)
-    if watch.wildcard:
-        names = eds_cluster_names(generate_clusters(proxy, push))
-    return [encode(a.cluster_name, a) for a in generate_endpoints(proxy, push, names)]
+def _family_ips(ips: Sequence[str]) -> tuple[str, ...]:
+    """One placeholder address per IP family the proxy has: all that outbound config reads."""
+    v4 = any(":" not in ip for ip in ips)
+    v6 = any(":" in ip for ip in ips)
+    return (*(("0.0.0.0",) if v4 else ()), *(("::",) if v6 else ()))
 
 
-def _listeners(proxy: Proxy, push: PushContext, watch: WatchedResource) -> list[Resource]:
-    return [
-        encode(listener.name, listener) for listener in generate_listeners(proxy, push) if watch.wants(listener.name)
-    ]
+def _labels_read(scope: SidecarScope, mesh: MeshConfig) -> bool:
+    """Whether config in this scope reads the proxy's labels: a workloadSelector DestinationRule,
+    a VirtualService match on sourceLabels, or locality failoverPriority (mesh-wide or in a rule)."""
+    if len(mesh.locality_lb_setting.failover_priority):
+        return True
+    for found in scope.destination_rules.values():
+        if any(cdr.selector is not None or _has_failover_priority(cdr.rule) for cdr in found):
+            return True
+    for vs in scope.virtual_services:
+        spec = vs.spec
+        for http in spec.http:
+            if any(len(m.source_labels) for m in http.match):
+                return True
+        if any(len(m.source_labels) for route in spec.tcp for m in route.match):
+            return True
+        if any(len(m.source_labels) for route in spec.tls for m in route.match):
+            return True
+    return False
 
 
-def _routes(proxy: Proxy, push: PushContext, watch: WatchedResource) -> list[Resource]:
-    return [encode(r.name, r) for r in generate_routes(proxy, push, sorted(watch.names))]
+def _has_failover_priority(rule: net.DestinationRule) -> bool:
+    policies = [rule.traffic_policy, *(s.traffic_policy for s in rule.subsets)]
+    balancers = [tp.load_balancer for tp in policies]
+    balancers.extend(p.load_balancer for tp in policies for p in tp.port_level_settings)
+    return any(len(lb.locality_lb_setting.failover_priority) for lb in balancers)
 
 
-GENERATORS: dict[str, Generator] = {CLUSTER: _clusters, ENDPOINT: _endpoints, LISTENER: _listeners, ROUTE: _routes}
+def _proxy_key(p: Proxy) -> tuple[Hashable, ...]:
+    """Every field of a (narrowed) proxy, hashable."""
+    return (
+        p.type,
+        p.id,
+        p.ip_addresses,
+        p.namespace,
+        p.dns_domain,
+        tuple(sorted(p.labels.items())),
+        p.cluster_id,
+        p.network,
+        p.istio_version,
+        p.interception_mode,
+        p.locality,
+    )
 
 
-def generator_for(type_url: str) -> Generator | None:
-    """The generator of a type, or None for a type pilotfish does not serve."""
-    return GENERATORS.get(type_url)
+@dataclass(frozen=True, slots=True)
+class _Traits:
+    """The narrowed proxies the class memo and the cache build with."""
+
+    scope_proxy: Proxy  # what scope-wide config (outbound listeners, routes) reads
+    outbound: Proxy  # what an EDS-type outbound cluster reads
+    located: Proxy  # what locality load balancing reads (DNS clusters, assignments)
+
+
+def _traits(proxy: Proxy, labels_read: bool) -> _Traits:
+    labels = proxy.labels if labels_read else EMPTY_LABELS
+    outbound = Proxy(
+        type=proxy.type, id="", ip_addresses=_family_ips(proxy.ip_addresses), namespace="", dns_domain="", cluster_id=""
+    )
+    located = replace(
+        outbound,
+        labels=labels,
+        cluster_id=proxy.cluster_id,
+        network=proxy.network,
+        locality=proxy.locality,
+    )
+    scope_proxy = replace(
+        outbound,
+        namespace=proxy.namespace,
+        dns_domain=proxy.dns_domain,
+        labels=labels,
+        cluster_id=proxy.cluster_id,
+        network=proxy.network,
+        istio_version=proxy.istio_version,
+        interception_mode=proxy.interception_mode,
+    )
+    return _Traits(scope_proxy, outbound, located)
+
+
+def _endpoints_dep(service: Service) -> Dep:
+    return ("endpoints", service.hostname, service.namespace)
+
+
+def _rule_deps(rule: object) -> list[Dep]:
+    objects = getattr(rule, "objects", ())
+    return [obj.key for obj in objects]
+
+
+@dataclass(slots=True)
+class _ClassSets:
+    """One proxy class's resources in one snapshot, filled as first asked for."""
+
+    clusters: dict[str, Resource] | None = None
+    assignments: dict[str, Resource] | None = None
+    listeners: list[Resource] | None = None
+    routes: dict[str, Resource] | None = None
+
+
+class XdsGenerator:
+    """The ResourceSource of the control plane: cached, shared generation over ``snapshot()``."""
+
+    def __init__(self, snapshot: Callable[[], PushContext], cache: ResourceCache) -> None:
+        self._snapshot = snapshot
+        self.cache = cache
+        self._memo_push: PushContext | None = None
+        self._memo: dict[Hashable, _ClassSets] = {}
+        self._labels_read: dict[Ident[SidecarScope], bool] = {}
+
+    # --- ResourceSource -------------------------------------------------------------------
+
+    def scope(self, proxy: Proxy) -> SidecarScope:
+        return self._snapshot().sidecar_scope(proxy)
+
+    def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        push = self._snapshot()
+        if type_url == CLUSTER:
+            return [r for name, r in self._clusters(proxy, push).items() if watch.wants(name)]
+        if type_url == ENDPOINT:
+            names = sorted(watch.names) if not watch.wildcard else self._eds_names(proxy, push)
+            return self._assignments(proxy, push, names)
+        if type_url == LISTENER:
+            return [r for r in self._listeners(proxy, push) if watch.wants(r.name)]
+        if type_url == ROUTE:
+            return self._routes(proxy, push, sorted(watch.names))
+        return None
+
+    def invalidate(self, changed: Iterable[ConfigKey], endpoint_services: Iterable[tuple[str, str]]) -> None:
+        """Drop cache entries built from changed configs or endpoint shards; a mesh config
+        change drops everything (every entry reads it)."""
+        keys = list(changed)
+        if any(key.kind in (Kind.MESH_CONFIG, Kind.CONFIG_MAP) for key in keys):
+            self.cache.clear()
+            return
+        deps: list[Dep] = list(keys)
+        deps.extend(("endpoints", h, ns) for h, ns in endpoint_services)
+        self.cache.invalidate(deps)
+
+    # --- the class memo ---------------------------------------------------------------------
+
+    def _class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
+        if self._memo_push is not push:
+            self._memo_push, self._memo = push, {}
+            self._labels_read = {}
+        scope = push.sidecar_scope(proxy)
+        ident = Ident(scope)
+        labels_read = self._labels_read.get(ident)
+        if labels_read is None:
+            labels_read = self._labels_read[ident] = _labels_read(scope, push.mesh)
+        traits = _traits(proxy, labels_read)
+        key = (ident, _proxy_key(traits.scope_proxy), _proxy_key(traits.located))
+        sets = self._memo.get(key)
+        if sets is None:
+            sets = self._memo[key] = _ClassSets()
+        return scope, traits, sets
+
+    def _check(self, what: str, built: Sequence[Resource], reference: Sequence[Message]) -> None:
+        """Assertion mode: a class-shared set must equal this proxy's own, built uncached."""
+        fresh = [encode(_name(m), m) for m in reference]
+        if [(r.name, r.body.value) for r in built] != [(r.name, r.body.value) for r in fresh]:
+            raise CacheAssertionError(f"{what}: the shared set differs from this proxy's own")
+
+    # --- CDS ----------------------------------------------------------------------------------
+
+    def _clusters(self, proxy: Proxy, push: PushContext) -> dict[str, Resource]:
+        scope, traits, sets = self._class(proxy, push)
+        if sets.clusters is None:
+            outbound: dict[str, Resource] = {}
+            for service in scope.services:
+                for r in self._service_clusters(traits, push, scope, service):
+                    outbound.setdefault(r.name, r)
+            sets.clusters = outbound
+        elif self.cache.verify:
+            for service in scope.services:
+                rule = scope.destination_rule(proxy, service)
+                eps = push.endpoints(service.hostname, service.namespace)
+                own = service_clusters(proxy, push.mesh, service, rule, eps)
+                self._check(f"clusters of {service.hostname}", [sets.clusters[c.name] for c in own], own)
+        # per proxy: what its own workload and type add (a name built twice keeps the first)
+        extra = [encode(c.name, c) for c in proxy_clusters(proxy, push, scope) if c.name not in sets.clusters]
+        merged = dict(sets.clusters)
+        merged.update((r.name, r) for r in extra)
+        return {name: merged[name] for name in sorted(merged)}
+
+    def _service_clusters(
+        self, traits: _Traits, push: PushContext, scope: SidecarScope, service: Service
+    ) -> tuple[Resource, ...]:
+        rule = scope.destination_rule(traits.scope_proxy, service)
+        endpoints = push.endpoints(service.hostname, service.namespace)
+        dns = service.resolution.name.startswith("DNS")
+        narrowed = traits.located if dns else traits.outbound
+        mesh = push.mesh
+        key = (
+            "clusters",
+            _proxy_key(narrowed),
+            Ident(service),
+            None if rule is None else Ident(rule),
+            Ident(mesh),
+            Ident(endpoints),
+        )
+        deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), _endpoints_dep(service)]
+        deps.extend(_rule_deps(rule))
+
+        def build() -> tuple[Resource, ...]:
+            return tuple(encode(c.name, c) for c in service_clusters(narrowed, mesh, service, rule, endpoints))
+
+        return self.cache.get(key, build, deps)
+
+    def _eds_names(self, proxy: Proxy, push: PushContext) -> list[str]:
+        names = set()
+        for r in self._clusters(proxy, push).values():
+            c = cluster_pb2.Cluster.FromString(r.body.value)
+            if c.type == cluster_pb2.Cluster.EDS:
+                names.add(c.eds_cluster_config.service_name or c.name)
+        return sorted(names)
+
+    # --- EDS ----------------------------------------------------------------------------------
+
+    def _assignments(self, proxy: Proxy, push: PushContext, names: Iterable[str]) -> list[Resource]:
+        scope, traits, sets = self._class(proxy, push)
+        if sets.assignments is None:
+            sets.assignments = {}
+        out = []
+        for name in names:
+            found = sets.assignments.get(name)
+            if found is None:
+                found = sets.assignments[name] = self._assignment(traits, push, scope, name)
+            elif self.cache.verify:
+                target = resolve_assignment(name, proxy, scope)
+                eps = push.endpoints(target.service.hostname, target.service.namespace) if target else ()
+                self._check(f"assignment {name}", [found], [build_assignment(name, proxy, push.mesh, target, eps)])
+            out.append(found)
+        return out
+
+    def _assignment(self, traits: _Traits, push: PushContext, scope: SidecarScope, name: str) -> Resource:
+        target = resolve_assignment(name, traits.scope_proxy, scope)
+        mesh = push.mesh
+        if target is None:
+            return encode(name, build_assignment(name, traits.outbound, mesh, None, ()))
+        endpoints = push.endpoints(target.service.hostname, target.service.namespace)
+        narrowed = traits.located
+        key = (
+            "assignment",
+            name,
+            _proxy_key(narrowed),
+            Ident(target.service),
+            target.port,
+            None if target.rule is None else Ident(target.rule),
+            Ident(mesh),
+            Ident(endpoints),
+        )
+        service = target.service
+        deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), _endpoints_dep(service)]
+        deps.extend(_rule_deps(target.rule))
+
+        def build() -> Resource:
+            return encode(name, build_assignment(name, narrowed, mesh, target, endpoints))
+
+        return self.cache.get(key, build, deps)
+
+    # --- LDS ----------------------------------------------------------------------------------
+
+    def _listeners(self, proxy: Proxy, push: PushContext) -> list[Resource]:
+        scope, traits, sets = self._class(proxy, push)
+        if sets.listeners is None:
+            sets.listeners = [encode(m.name, m) for m in scope_listeners(traits.scope_proxy, push, scope)]
+        elif self.cache.verify:
+            self._check("scope listeners", sets.listeners, scope_listeners(proxy, push, scope))
+        own = [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
+        unique: dict[str, Resource] = {}
+        for r in (*sets.listeners, *own):
+            unique.setdefault(r.name, r)
+        return [unique[name] for name in sorted(unique)]
+
+    # --- RDS ----------------------------------------------------------------------------------
+
+    def _routes(self, proxy: Proxy, push: PushContext, names: list[str]) -> list[Resource]:
+        if proxy.type is ProxyType.ROUTER:
+            # a gateway's routes follow from the Gateways its labels select and its own targets
+            return [encode(r.name, r) for r in generate_routes(proxy, push, names)]
+        _, traits, sets = self._class(proxy, push)
+        if sets.routes is None:
+            sets.routes = {}
+        out = []
+        for name in names:
+            found = sets.routes.get(name)
+            if found is None:
+                built = generate_routes(traits.scope_proxy, push, [name])[0]
+                found = sets.routes[name] = encode(name, built)
+            elif self.cache.verify:
+                self._check(f"route {name}", [found], generate_routes(proxy, push, [name]))
+            out.append(found)
+        return out
+
+
+def _name(msg: Message) -> str:
+    return str(getattr(msg, "name", "") or getattr(msg, "cluster_name", ""))
+
+
+__all__ = ["ResourceSource", "XdsGenerator", "unique_by_name", "unique_listeners"]

@@ -5,10 +5,10 @@ each generator's needs-push check (cds.go ``skippedCdsConfigs``, eds.go ``skippe
 lds.go ``skippedLdsConfigs``, rds.go ``skippedRdsConfigs``). Here it is two tables and one
 function, ``types_to_push``, which the push path asks before generating anything.
 
-Registry kinds (Service, ServiceEntry, WorkloadEntry, Pod, Namespace, EndpointSlice) only
-appear in ``PushRequest.config_kinds`` when a Service object changed; endpoint-only changes
-travel in ``endpoint_services``. istiod reports such changes as ServiceEntry keys, which no
-generator skips.
+A changed Service of any registry is named ``(Service, namespace, hostname)`` (istiod names it
+a ServiceEntry key), which no generator skips; endpoint-only changes travel in
+``endpoint_services``. ``proxy_needs_push`` is the per-proxy filter before any of this: istiod's
+``ProxyNeedsPush`` / ``SidecarScope.DependsOnConfig``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from app.config.model import Kind
+from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
+from app.model.sidecar_scope import SidecarScope
 from app.xds.push import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 
@@ -80,7 +81,31 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
                 types |= AFFECTS[kind]
     if not req.full or req.endpoint_services:
         types.add(ENDPOINT)
+    if _own_targets_changed(proxy, req):
+        types |= {CLUSTER, LISTENER}  # its inbound clusters and virtualInbound chains
     for parent, child in FOLLOWS.items():
         if parent in types:
             types.add(child)
     return [t for t in ADS_ORDER if t in types and t in watching]
+
+
+def _own_targets_changed(proxy: Proxy, req: PushRequest) -> bool:
+    return any(ip in req.proxy_ips for ip in proxy.ip_addresses)
+
+
+def proxy_needs_push(proxy: Proxy, req: PushRequest, previous: SidecarScope | None, scope: SidecarScope) -> bool:
+    """Whether a push can change anything for this proxy (istiod ProxyNeedsPush): forced and
+    everything-changed pushes always; a change of the proxy's own service targets; else some
+    changed config key or endpoint shard its scope depends on, now or before the change (a
+    change that takes something away shows only in the previous scope). Gateways are pushed on
+    every change (the Gateways and VirtualServices that select them are not tracked yet)."""
+    if req.forced or req.all_kinds or _own_targets_changed(proxy, req) or proxy.is_gateway:
+        return True
+
+    def depends(key: ConfigKey) -> bool:
+        return scope.depends_on(key) or (previous is not None and previous.depends_on(key))
+
+    unaffected = UNAFFECTED_KINDS.get(proxy.type, frozenset())
+    if any(depends(key) for key in req.configs_updated if key.kind not in unaffected):
+        return True
+    return any(depends(ConfigKey(Kind.SERVICE, ns, host)) for host, ns in req.endpoint_services)

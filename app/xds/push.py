@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
-from app.config.model import Kind
+from app.config.model import ConfigKey, Kind
 from app.errors import PilotfishError
 
 log = logging.getLogger(__name__)
@@ -43,35 +43,47 @@ _UNKNOWN_REASON: Mapping[str, int] = MappingProxyType({TriggerReason.UNKNOWN.val
 class PushRequest:
     """What changed, for one push; requests merge, so one push can answer many events.
 
-    A full request that names no ``config_kinds`` means every kind may have changed (a full
-    rebuild); ``start`` 0.0 means unknown, and merging keeps the oldest known start."""
+    As istiod's ``ConfigsUpdated``, a full request names the config objects that changed as
+    (kind, namespace, name) keys; a Service from any registry is named as
+    ``(Service, namespace, hostname)``. A full request that names no keys means everything may
+    have changed (a full rebuild). ``endpoint_services`` are the services whose endpoints
+    changed (EDS); ``proxy_ips`` the workload IPs whose own service targets changed, whose
+    proxies need their inbound config (istiod ``ProxyUpdate``). ``start`` 0.0 means unknown,
+    and merging keeps the oldest known start."""
 
     full: bool  # False: endpoints only (EDS fast path, no PushContext rebuild)
-    config_kinds: frozenset[Kind] = frozenset()
+    configs_updated: frozenset[ConfigKey] = frozenset()
     endpoint_services: frozenset[tuple[str, str]] = frozenset()  # (hostname, namespace)
+    proxy_ips: frozenset[str] = frozenset()
     reasons: Mapping[str, int] = field(default_factory=lambda: _NO_REASONS, hash=False)
     start: float = 0.0
     forced: bool = False  # push everything watched, changed or not
 
     @property
     def all_kinds(self) -> bool:
-        """A full push that names no kinds: treat every config kind as changed."""
-        return self.full and not self.config_kinds
+        """A full push that names no keys: treat every config object as changed."""
+        return self.full and not self.configs_updated
+
+    @property
+    def config_kinds(self) -> frozenset[Kind]:
+        """The kinds of the changed config keys."""
+        return frozenset(key.kind for key in self.configs_updated)
 
     def merge(self, other: PushRequest) -> PushRequest:
         """Both requests in one (istiod PushRequest.Merge); the inputs are left unchanged."""
         if self.all_kinds or other.all_kinds:
-            kinds: frozenset[Kind] = frozenset()  # "everything" absorbs any named kinds
+            keys: frozenset[ConfigKey] = frozenset()  # "everything" absorbs any named keys
         else:
-            kinds = self.config_kinds | other.config_kinds
+            keys = self.configs_updated | other.configs_updated
         reasons = dict(self.reasons)
         for reason, count in other.reasons.items():
             # counts add up, never dedupe: they feed per-reason push metrics
             reasons[reason] = reasons.get(reason, 0) + count
         return PushRequest(
             full=self.full or other.full,
-            config_kinds=kinds,
+            configs_updated=keys,
             endpoint_services=self.endpoint_services | other.endpoint_services,
+            proxy_ips=self.proxy_ips | other.proxy_ips,
             reasons=MappingProxyType(reasons),
             start=_oldest(self.start, other.start),
             forced=self.forced or other.forced,

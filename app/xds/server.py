@@ -21,9 +21,9 @@ import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.model.proxy import InvalidNodeError
-from app.model.push_context import PushContext
 from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
+from app.xds.generate import ResourceSource
 from app.xds.push import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
@@ -74,12 +74,8 @@ class Stream:
 
 
 class XdsServer:
-    def __init__(
-        self,
-        snapshot: Callable[[], PushContext],
-        on_disconnect: Callable[[Stream], None],
-    ) -> None:
-        self._snapshot = snapshot
+    def __init__(self, source: ResourceSource, on_disconnect: Callable[[Stream], None]) -> None:
+        self._source = source
         self._on_disconnect = on_disconnect
         self._ids = itertools.count(1)
         self.streams: dict[str, Stream] = {}
@@ -128,9 +124,10 @@ class XdsServer:
     async def stop(self, grace: float) -> None:
         """Stop accepting (GOAWAY), then end every stream once the push or request it is
         handling is written; streams still busy after ``grace`` seconds are cancelled."""
-        if self._server is None:
-            return
-        stopping = asyncio.ensure_future(self._server.stop(grace))
+        server, self._server = self._server, None
+        if server is None:
+            return  # never started, or stopped already
+        stopping = asyncio.ensure_future(server.stop(grace))
         for stream in list(self.streams.values()):
             stream.inbox.put_nowait(_EOF)
         await stopping
@@ -161,7 +158,7 @@ class XdsServer:
                             continue
                         if stream is None:
                             stream = self._connect(item, session, inbox)
-                        for resp in stream.connection.on_request(item, self._snapshot()):
+                        for resp in stream.connection.on_request(item):
                             await context.write(resp)
                 finally:
                     reader.cancel()
@@ -178,7 +175,7 @@ class XdsServer:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
         conn_id = f"{proxy.id}-{next(self._ids)}"
-        stream = Stream(Connection(conn_id, proxy, session), inbox)
+        stream = Stream(Connection(conn_id, proxy, session, self._source), inbox)
         self.streams[conn_id] = stream
         protocol = "delta" if stream.connection.delta else "sotw"
         logger.info("xDS %s connected: %s (%s)", protocol, conn_id, first.node.id)
@@ -200,7 +197,7 @@ class XdsServer:
     ) -> None:
         try:
             if stream is not None:
-                for resp in stream.connection.on_push(self._snapshot(), item.request):
+                for resp in stream.connection.on_push(item.request):
                     await context.write(resp)
         finally:
             if not item.done.done():

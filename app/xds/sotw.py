@@ -16,7 +16,7 @@ Rules kept here (xDS protocol doc, "ACK/NACK and resource type instance version"
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from envoy.service.discovery.v3 import discovery_pb2
 
@@ -79,10 +79,17 @@ class SotwSession:
         return self.response(type_url, resources, force=True)
 
     def response(
-        self, type_url: str, resources: Sequence[Resource], *, force: bool = False
+        self,
+        type_url: str,
+        resources: Sequence[Resource],
+        *,
+        force: bool = False,
+        force_names: Collection[str] = (),
     ) -> discovery_pb2.DiscoveryResponse | None:
         """The response carrying ``resources`` (the type's current set, filtered here to what
-        the client watches), or None when the client has it already or rejected exactly it."""
+        the client watches), or None when the client has it already or rejected exactly it.
+        A SotW response holds the whole watched set, so any ``force_names`` forces it."""
+        force = force or bool(force_names)
         w = self.watches.get(type_url)
         if w is None:
             return None
@@ -96,4 +103,5 @@ class SotwSession:
         resp.resources.extend(r.body for r in chosen)
         w.nonce_sent = resp.nonce
         w.version_sent = version
+        w.last_sent = frozenset(r.name for r in chosen)
         return resp

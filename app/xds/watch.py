@@ -76,6 +76,8 @@ class WatchedResource:
     # Delta: name -> version the client has (or was sent: a NACKed resource is not resent
     # until its content changes)
     client_versions: dict[str, str] = field(default_factory=dict)
+    last_sent: frozenset[str] = frozenset()  # the names in the latest response
+
 
     def wants(self, name: str) -> bool:
         return self.wildcard or name in self.names

@@ -24,3 +24,8 @@ def update(reg: ServiceRegistry, text: str) -> RegistryDelta:
 
 def delete(reg: ServiceRegistry, text: str) -> RegistryDelta:
     return reg.apply_all(ConfigEvent(EventType.DELETE, o) for o in objects(text))
+
+
+def services_and_shards(delta: RegistryDelta) -> RegistryDelta:
+    """Only what a delta says about Services and endpoint shards (not the escalations)."""
+    return RegistryDelta(delta.services_changed, delta.endpoints_changed)

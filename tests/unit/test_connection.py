@@ -7,12 +7,14 @@ from __future__ import annotations
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType, Kind
+from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
+from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
+from app.xds.generate import XdsGenerator
 from app.xds.push import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
@@ -20,84 +22,77 @@ from app.xds.watch import counter_nonces
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
 
 
-def environment() -> Environment:
-    env = Environment()
-    env.apply(FileSource(BOOKINFO).load())
-    return env
+class Mesh:
+    """bookinfo behind a cached XdsGenerator (assertion mode on), changed as the runtime does."""
 
+    def __init__(self) -> None:
+        self.env = Environment()
+        self.env.apply(FileSource(BOOKINFO).load())
+        self.push = self.env.build_push_context(None)
+        self.source = XdsGenerator(lambda: self.push, ResourceCache(verify=True))
 
-def add(env: Environment, text: str) -> None:
-    objects = load_documents(text, "extra.yaml").objects
-    env.apply([ConfigEvent(EventType.ADD, obj) for obj in objects])
+    def add(self, text: str) -> PushRequest:
+        objects = load_documents(text, "extra.yaml").objects
+        change = self.env.apply([ConfigEvent(EventType.ADD, obj) for obj in objects])
+        self.push = self.env.build_push_context(self.push, change)
+        self.source.invalidate(change.configs, change.registry.endpoints_changed)
+        return PushRequest(full=True, configs_updated=change.configs)
 
-
-def sotw(
-    types: frozenset[str] | None = None,
-) -> Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
-    return Connection("c1", build_proxy(NODE), SotwSession(counter_nonces(), types))
+    def sotw(
+        self, types: frozenset[str] | None = None
+    ) -> Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
+        return Connection("c1", build_proxy(NODE), SotwSession(counter_nonces(), types), self.source)
 
 
 def test_dr_change_pushes_clusters_then_endpoints_even_when_endpoints_are_unchanged() -> None:
-    env = environment()
-    push = env.build_push_context(None)
-    conn = sotw()
-    [cds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), push)
-    [eds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]), push)
-    add(env, EXTRA_DR)
-    push2 = env.build_push_context(push)
-    out = conn.on_push(push2, PushRequest(full=True, config_kinds=frozenset({Kind.DESTINATION_RULE})))
+    mesh = Mesh()
+    conn = mesh.sotw()
+    [cds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=CLUSTER))
+    [eds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
+    out = conn.on_push(mesh.add(EXTRA_DR))
     assert [r.type_url for r in out] == [CLUSTER, ENDPOINT]
     assert out[0].version_info != cds.version_info
     assert out[1].version_info == eds.version_info  # same endpoints, re-sent for the new clusters
 
 
 def test_unchanged_push_sends_nothing_and_endpoint_push_sends_only_endpoints() -> None:
-    env = environment()
-    push = env.build_push_context(None)
-    conn = sotw()
-    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), push)
-    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=LISTENER), push)
-    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]), push)
-    assert conn.on_push(push, PushRequest(full=True, config_kinds=frozenset({Kind.DESTINATION_RULE}))) == []
-    assert conn.on_push(push, PushRequest(full=False, endpoint_services=frozenset({("x", "y")}))) == []
+    mesh = Mesh()
+    conn = mesh.sotw()
+    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=CLUSTER))
+    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=LISTENER))
+    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
+    reviews_rule = ConfigKey(Kind.DESTINATION_RULE, "bookinfo", "reviews")
+    assert conn.on_push(PushRequest(full=True, configs_updated=frozenset({reviews_rule}))) == []
+    assert conn.on_push(PushRequest(full=False, endpoint_services=frozenset({("x", "y")}))) == []
+    assert conn.skipped == 1  # ("x", "y") is no service of its scope: filtered before generating
 
 
 def test_virtual_service_change_sends_listeners_before_routes() -> None:
-    env = environment()
-    push = env.build_push_context(None)
-    conn = Connection("c1", build_proxy(NODE), DeltaSession(counter_nonces(), None))
-    conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=LISTENER), push)
-    conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=ROUTE, resource_names_subscribe=["9080"]), push)
-    add(
-        env,
+    mesh = Mesh()
+    conn = Connection("c1", build_proxy(NODE), DeltaSession(counter_nonces(), None), mesh.source)
+    conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=LISTENER))
+    conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=ROUTE, resource_names_subscribe=["9080"]))
+    request = mesh.add(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: bookinfo}\n"
         "spec:\n  hosts: [ratings]\n  http:\n  - route: [{destination: {host: ratings}}]\n    timeout: 3s\n",
     )
-    push2 = env.build_push_context(push)
-    out = conn.on_push(push2, PushRequest(full=True, config_kinds=frozenset({Kind.VIRTUAL_SERVICE})))
+    out = conn.on_push(request)
     types = [r.type_url for r in out]
     assert ROUTE in types
     assert types == [t for t in ADS_ORDER if t in types]  # LDS (if changed) before RDS
 
 
 def test_per_type_eds_stream_resends_endpoints_when_clusters_may_have_been_resent() -> None:
-    env = environment()
-    push = env.build_push_context(None)
-    eds_only = sotw(frozenset({ENDPOINT}))
-    [first] = eds_only.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]), push)
-    add(env, EXTRA_DR)
-    out = eds_only.on_push(
-        env.build_push_context(push), PushRequest(full=True, config_kinds=frozenset({Kind.DESTINATION_RULE}))
-    )
+    mesh = Mesh()
+    eds_only = mesh.sotw(frozenset({ENDPOINT}))
+    [first] = eds_only.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
+    out = eds_only.on_push(mesh.add(EXTRA_DR))
     assert [r.type_url for r in out] == [ENDPOINT]
     assert out[0].nonce != first.nonce
 
 
 def test_ads_type_without_generator_is_not_answered() -> None:
-    conn = sotw()
+    conn = Mesh().sotw()
     secret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
-    out = conn.on_request(
-        discovery_pb2.DiscoveryRequest(type_url=secret, resource_names=["default"]),
-        environment().build_push_context(None),
-    )
+    out = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=secret, resource_names=["default"]))
     assert out == [] and secret in conn.session.watches

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config.model import Kind
+from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.xds.needs_push import AFFECTS, FOLLOWS, UNAFFECTED_KINDS, types_to_push
 from app.xds.push import PushRequest
@@ -23,7 +23,7 @@ ROUTER = proxy(ProxyType.ROUTER)
 
 
 def changed(*kinds: Kind) -> PushRequest:
-    return PushRequest(full=True, config_kinds=frozenset(kinds))
+    return PushRequest(full=True, configs_updated=frozenset(ConfigKey(k, "ns", k.lower()) for k in kinds))
 
 
 def test_every_kind_is_in_the_table_and_names_only_ads_types() -> None:
@@ -84,7 +84,7 @@ def test_follow_rules() -> None:
 
 
 def test_forced_pushes_everything_watched_in_ads_order_then_other_types() -> None:
-    req = PushRequest(full=True, config_kinds=frozenset({Kind.GATEWAY}), forced=True)
+    req = PushRequest(full=True, configs_updated=frozenset({ConfigKey(Kind.GATEWAY, "ns", "gw")}), forced=True)
     watched = [NDS, ROUTE, ENDPOINT, LISTENER, CLUSTER]
     assert types_to_push(SIDECAR, req, watched) == [CLUSTER, ENDPOINT, LISTENER, ROUTE, NDS]
     assert types_to_push(SIDECAR, PushRequest(full=False, forced=True), [ROUTE, CLUSTER]) == [CLUSTER, ROUTE]

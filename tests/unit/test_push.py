@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from app.config.model import Kind
+from app.config.model import ConfigKey, Kind
 from app.xds.push import (
     Debouncer,
     PushQueue,
@@ -71,7 +71,8 @@ class FakeClock:
 
 
 def full(*kinds: Kind, reason: str = "config", start: float = 0.0) -> PushRequest:
-    return PushRequest(full=True, config_kinds=frozenset(kinds), reasons={reason: 1}, start=start)
+    keys = frozenset(ConfigKey(k, "ns", k.lower()) for k in kinds)
+    return PushRequest(full=True, configs_updated=keys, reasons={reason: 1}, start=start)
 
 
 def eds(*hosts: str, start: float = 0.0) -> PushRequest:

@@ -11,7 +11,7 @@ from app.config.model import ConfigObject
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
 from app.registry.kube import kube_port_protocol, pod_locality
 from app.registry.registry import RegistryDelta, ServiceRegistry
-from tests.support.registry import add, delete, objects, update
+from tests.support.registry import add, delete, objects, services_and_shards, update
 
 HOST = "reviews.default.svc.cluster.local"
 KEY = (HOST, "default")
@@ -105,7 +105,7 @@ def one(text: str) -> ConfigObject:
 def test_service_conversion() -> None:
     reg = ServiceRegistry()
     delta = add(reg, SERVICE)
-    assert delta == RegistryDelta(services_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(services_changed=frozenset({KEY}))
     svc = reg.service(HOST, "default")
     assert svc is not None
     assert svc.ports == (
@@ -158,7 +158,7 @@ spec:
 """,
     )
     key = ("db.data.svc.cluster.local", "data")
-    assert delta == RegistryDelta(frozenset({key}), frozenset({key}))
+    assert services_and_shards(delta) == RegistryDelta(frozenset({key}), frozenset({key}))
     svc = reg.service(*key)
     assert svc is not None
     assert svc.resolution is Resolution.DNS_LB
@@ -178,7 +178,7 @@ def test_slice_endpoints_carry_pod_data() -> None:
     add(reg, POD_V1)
     add(reg, POD_V2)
     delta = add(reg, SLICE)
-    assert delta == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     eps = reg.endpoints(HOST, "default")
     assert eps == (
         Endpoint(
@@ -236,11 +236,11 @@ def test_slice_before_service_and_pod_fills_in_later() -> None:
     assert add(reg, SLICE).empty  # no Service yet: no port names to match
     assert reg.endpoints(HOST, "default") == ()
     delta = add(reg, SERVICE)
-    assert delta == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
     assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
     assert reg.endpoints(HOST, "default")[0].labels == {}
     delta = add(reg, POD_V1)
-    assert delta == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default")[0].workload_name == "reviews-v1"
     assert reg.endpoints(HOST, "default")[0].tls_mode == "istio"
 
@@ -262,7 +262,7 @@ def test_pod_locality_change_changes_endpoints_only() -> None:
     delta = update(
         reg, POD_V1.replace("istio-locality: us-east.us-east-1a.rack7", "istio-locality: ap-south")
     )
-    assert delta == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default")[0].locality == "ap-south"
     # a Pod update that changes nothing the endpoints carry produces no delta
     same = POD_V1.replace("istio-locality: us-east.us-east-1a.rack7", "istio-locality: ap-south")
@@ -279,7 +279,7 @@ def test_slice_edit_changes_endpoints_only() -> None:
     reg = ServiceRegistry()
     add(reg, SERVICE + "---" + SLICE)
     delta = update(reg, SLICE.replace("conditions: {ready: false}\n", "conditions: {ready: true}\n"))
-    assert delta == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default")[2].health is HealthStatus.HEALTHY
 
 
@@ -323,7 +323,7 @@ def test_service_port_rename_changes_service_and_endpoints() -> None:
     reg = ServiceRegistry()
     add(reg, SERVICE + "---" + SLICE)
     delta = update(reg, SERVICE.replace("name: http-web", "name: http-renamed"))
-    assert delta == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
     assert reg.endpoints(HOST, "default") == ()  # the slice's port name no longer matches
 
 
@@ -335,7 +335,7 @@ def test_annotation_only_service_update_is_no_change() -> None:
     )
     assert update(reg, changed).empty
     delta = update(reg, SERVICE.replace(" default , istio-system,.", "*"))
-    assert delta == RegistryDelta(services_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(services_changed=frozenset({KEY}))
     svc = reg.service(HOST, "default")
     assert svc is not None and svc.export_to == frozenset({"*"})
 
@@ -344,21 +344,21 @@ def test_deletes() -> None:
     reg = ServiceRegistry()
     add(reg, SERVICE + "---" + POD_V1 + "---" + SLICE)
     delta = delete(reg, SLICE)
-    assert delta == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default") == ()
     add(reg, SLICE)
     delta = delete(reg, SERVICE)
-    assert delta == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
     assert reg.service(HOST, "default") is None
     assert reg.services() == ()
     assert reg.endpoints(HOST, "default") == ()
     assert reg.service_targets("10.0.0.1") == []
     # the slice is still known: the Service coming back brings its endpoints back
-    assert add(reg, SERVICE) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
+    assert services_and_shards(add(reg, SERVICE)) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
     assert len(reg.endpoints(HOST, "default")) == 3
     # a Pod delete drops its data from the endpoint
     delta = delete(reg, POD_V1)
-    assert delta == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default")[0].workload_name == "reviews-v1"  # from targetRef
     assert reg.endpoints(HOST, "default")[0].service_account == ""
 

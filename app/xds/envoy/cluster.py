@@ -182,7 +182,7 @@ def build_outbound_clusters(
     dr = rule.rule if rule is not None else None
     rule_tp = dr.traffic_policy if dr is not None and dr.HasField("traffic_policy") else None
     lb_endpoints = (
-        dns_locality_endpoints(proxy, service, port, endpoints, {}, tls_mode_for_port(rule_tp, port.port))
+        dns_locality_endpoints(service, port, endpoints, {}, tls_mode_for_port(rule_tp, port.port))
         if kind in _DNS_TYPES
         else []
     )
@@ -245,7 +245,7 @@ def _build_subset_cluster(
     lb_endpoints = []
     if kind in _DNS_TYPES:
         tls_mode = tls_mode_for_port(subset_tp, port.port)
-        lb_endpoints = dns_locality_endpoints(proxy, service, port, endpoints, subset.labels, tls_mode)
+        lb_endpoints = dns_locality_endpoints(service, port, endpoints, subset.labels, tls_mode)
     draft = _base_cluster(name, kind, lb_endpoints, proxy, mesh, port, service)
     if draft is None:
         return None

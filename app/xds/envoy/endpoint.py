@@ -124,7 +124,7 @@ def _canonical_service(labels: Mapping[str, str], workload_name: str) -> tuple[s
 
 
 def build_locality_endpoints(
-    proxy: Proxy, service: Service, endpoints: Iterable[Endpoint], rule_tls_mode: int | None
+    service: Service, endpoints: Iterable[Endpoint], rule_tls_mode: int | None
 ) -> list[LocalityEndpoints]:
     """istiod EndpointBuilder.generate: the sendable endpoints grouped by locality, groups sorted
     by locality, endpoints in registry order, each group weighted by the sum of its endpoints."""
@@ -132,7 +132,7 @@ def build_locality_endpoints(
     for ep in endpoints:
         if not is_sent(ep, service):
             continue
-        lb = build_lb_endpoint(ep, endpoint_mtls(ep, rule_tls_mode), service, proxy.cluster_id)
+        lb = build_lb_endpoint(ep, endpoint_mtls(ep, rule_tls_mode), service, ep.cluster_id)
         found = by_locality.get(ep.locality)
         if found is None:
             found = by_locality[ep.locality] = LocalityEndpoints(LocalityLbEndpoints())
@@ -162,7 +162,6 @@ def port_subset_endpoints(
 
 
 def dns_locality_endpoints(
-    proxy: Proxy,
     service: Service,
     port: ServicePort,
     endpoints: Iterable[Endpoint],
@@ -172,7 +171,7 @@ def dns_locality_endpoints(
     """A DNS cluster's inline endpoints (istiod EndpointBuilder.FromServiceEndpoints): this port's
     endpoints matching the subset labels; addresses may be hostnames here."""
     selected = port_subset_endpoints(endpoints, port, subset_labels)
-    return [le.group for le in build_locality_endpoints(proxy, service, selected, rule_tls_mode)]
+    return [le.group for le in build_locality_endpoints(service, selected, rule_tls_mode)]
 
 
 def _has_istio_tls_mode(lb: LbEndpoint) -> bool:

@@ -11,12 +11,16 @@ comes from ``proxy`` and ``push`` (DESIGN.md §7).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from envoy.config.cluster.v3 import cluster_pb2
 
+from app.api import mesh_pb2
 from app.model.proxy import Proxy, ProxyType
+from app.model.service import Endpoint, Resolution, Service
 from app.model.service import Protocol as PortProtocol
-from app.model.service import Resolution
 from app.xds.envoy.cluster import (
+    AppliedDestinationRule,
     ServiceTarget,
     build_blackhole_cluster,
     build_inbound_cluster,
@@ -29,28 +33,54 @@ from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_ser
 
 
 def generate_clusters(proxy: Proxy, push: PushContextView) -> list[cluster_pb2.Cluster]:
-    mesh = push.mesh
     scope = push.sidecar_scope(proxy)
     clusters: list[cluster_pb2.Cluster] = []
     for service in scope.services:
-        if service.resolution is Resolution.ALIAS:
-            continue
         rule = scope.destination_rule(proxy, service)
         endpoints = push.endpoints(service.hostname, service.namespace)
-        identities = service_identities(service, endpoints, mesh.trust_domain_aliases)
-        for port in service.ports:
-            if port.protocol is PortProtocol.UDP:
-                continue
-            clusters.extend(build_outbound_clusters(proxy, mesh, service, port, endpoints, rule, identities))
-    clusters.append(build_blackhole_cluster(mesh))
-    if proxy.type is ProxyType.SIDECAR:
-        clusters.append(build_passthrough_cluster(mesh))
-        clusters.extend(_inbound_clusters(proxy, push, scope))
-        clusters.append(build_inbound_passthrough_cluster(proxy, mesh))
+        clusters.extend(service_clusters(proxy, push.mesh, service, rule, endpoints))
+    clusters.extend(proxy_clusters(proxy, push, scope))
+    return unique_by_name(clusters)
+
+
+def unique_by_name(clusters: Iterable[cluster_pb2.Cluster]) -> list[cluster_pb2.Cluster]:
+    """Sorted by name; a name built twice keeps the first (istiod normalizeClusters)."""
     unique: dict[str, cluster_pb2.Cluster] = {}
     for c in clusters:
         unique.setdefault(c.name, c)
     return [unique[name] for name in sorted(unique)]
+
+
+def service_clusters(
+    proxy: Proxy,
+    mesh: mesh_pb2.MeshConfig,
+    service: Service,
+    rule: AppliedDestinationRule | None,
+    endpoints: Sequence[Endpoint],
+) -> list[cluster_pb2.Cluster]:
+    """The outbound clusters of one service in a proxy's scope: per non-UDP port, the default
+    cluster and its subsets; none for an ALIAS service. ``endpoints`` are read for the SANs (and
+    by DNS clusters, which embed them)."""
+    if service.resolution is Resolution.ALIAS:
+        return []
+    identities = service_identities(service, endpoints, mesh.trust_domain_aliases)
+    out: list[cluster_pb2.Cluster] = []
+    for port in service.ports:
+        if port.protocol is not PortProtocol.UDP:
+            out.extend(build_outbound_clusters(proxy, mesh, service, port, endpoints, rule, identities))
+    return out
+
+
+def proxy_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[cluster_pb2.Cluster]:
+    """The clusters that are not a scope service's: BlackHoleCluster; for sidecars also
+    PassthroughCluster, the inbound clusters of the proxy's own workload and
+    InboundPassthroughCluster."""
+    clusters = [build_blackhole_cluster(push.mesh)]
+    if proxy.type is ProxyType.SIDECAR:
+        clusters.append(build_passthrough_cluster(push.mesh))
+        clusters.extend(_inbound_clusters(proxy, push, scope))
+        clusters.append(build_inbound_passthrough_cluster(proxy, push.mesh))
+    return clusters
 
 
 def _inbound_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[cluster_pb2.Cluster]:

@@ -13,17 +13,19 @@ which is what lets Envoy finish warming the cluster. Synchronous and pure (DESIG
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
+from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.config.host import is_ip_address
 from app.model.proxy import Proxy
-from app.model.service import Endpoint, Resolution
+from app.model.service import Endpoint, Resolution, Service, ServicePort
 from app.model.traffic_policy import merge_traffic_policy
-from app.xds.envoy.cluster import parse_cluster_name
+from app.xds.envoy.cluster import AppliedDestinationRule, parse_cluster_name
 from app.xds.envoy.endpoint import (
     UNIX_ADDRESS_PREFIX,
     apply_locality_load_balancer,
@@ -44,7 +46,12 @@ def generate_endpoints(
 ) -> list[endpoint_pb2.ClusterLoadAssignment]:
     """One assignment per distinct name, sorted by cluster name."""
     scope = push.sidecar_scope(proxy)
-    return [_load_assignment(name, proxy, push, scope) for name in sorted(set(cluster_names))]
+    out = []
+    for name in sorted(set(cluster_names)):
+        target = resolve_assignment(name, proxy, scope)
+        endpoints = push.endpoints(target.service.hostname, target.service.namespace) if target else ()
+        out.append(build_assignment(name, proxy, push.mesh, target, endpoints))
+    return out
 
 
 def eds_cluster_names(clusters: Iterable[cluster_pb2.Cluster]) -> list[str]:
@@ -54,29 +61,61 @@ def eds_cluster_names(clusters: Iterable[cluster_pb2.Cluster]) -> list[str]:
     return sorted(names)
 
 
-def _load_assignment(
-    name: str, proxy: Proxy, push: PushContextView, scope: SidecarScopeView
-) -> endpoint_pb2.ClusterLoadAssignment:
-    empty = ClusterLoadAssignment(cluster_name=name)
+@dataclass(frozen=True, slots=True)
+class AssignmentTarget:
+    """What a cluster name resolves to for one proxy: the service (as the proxy's scope has it),
+    its port and the DestinationRule the proxy applies to it."""
+
+    service: Service
+    port: ServicePort
+    rule: AppliedDestinationRule | None
+
+
+def resolve_assignment(name: str, proxy: Proxy, scope: SidecarScopeView) -> AssignmentTarget | None:
+    """The service a name's endpoints come from, or None for a name that gets an empty
+    assignment (unknown, DNS, or a port the service lacks)."""
     key = parse_cluster_name(name)
     # istiod ignores the direction: any name whose host and port resolve gets endpoints
     service = scope.services_by_host.get(key.hostname) if key.hostname else None
     if service is None or service.resolution in _DNS_RESOLUTIONS:
-        return empty
+        return None
     port = service.port_by_number(key.port)
     if port is None:
+        return None
+    return AssignmentTarget(service, port, scope.destination_rule(proxy, service))
+
+
+def assignment_policy(
+    target: AssignmentTarget, subset_name: str
+) -> tuple[net.Subset | None, net.TrafficPolicy | None, net.TrafficPolicy | None]:
+    """The subset a name selects and the rule's and subset's traffic policies."""
+    dr = target.rule.rule if target.rule is not None else None
+    subset = _find_subset(dr, subset_name)
+    return subset, _traffic_policy(dr), _traffic_policy(subset)
+
+
+def build_assignment(
+    name: str,
+    proxy: Proxy,
+    mesh: mesh_pb2.MeshConfig,
+    target: AssignmentTarget | None,
+    endpoints: Sequence[Endpoint],
+) -> endpoint_pb2.ClusterLoadAssignment:
+    """The assignment of one cluster name from the target's endpoints; ``proxy`` is read only for
+    locality load balancing (its locality, and labels, cluster and network for failoverPriority)."""
+    empty = ClusterLoadAssignment(cluster_name=name)
+    if target is None:
         return empty
-    applied = scope.destination_rule(proxy, service)
-    dr = applied.rule if applied is not None else None
-    subset = _find_subset(dr, key.subset)
-    rule_tp, subset_tp = _traffic_policy(dr), _traffic_policy(subset)
+    key = parse_cluster_name(name)
+    service, port = target.service, target.port
+    subset, rule_tp, subset_tp = assignment_policy(target, key.subset)
     # istiod getSubSetLabels: a subset the rule does not define selects every endpoint
     subset_labels = subset.labels if subset is not None else {}
-    selected = port_subset_endpoints(push.endpoints(service.hostname, service.namespace), port, subset_labels)
+    selected = port_subset_endpoints(endpoints, port, subset_labels)
     # istiod tlsModeForDestinationRule: the rule's mode for the default cluster, the subset's own
     # mode (not the rule's) for a subset, none for a subset the rule lacks
     tls_mode = tls_mode_for_port(subset_tp if key.subset else rule_tp, port.port)
-    localities = build_locality_endpoints(proxy, service, filter(_usable_in_eds, selected), tls_mode)
+    localities = build_locality_endpoints(service, filter(_usable_in_eds, selected), tls_mode)
     if key.sni_dnat:
         keep_mtls_endpoints(localities)
     if not localities:
@@ -86,7 +125,7 @@ def _load_assignment(
     # istiod getSubsetTrafficPolicy: the rule's policy merged with the subset's, for the port
     policy = merge_traffic_policy(rule_tp, subset_tp, port.port)
     lb = policy.load_balancer if policy is not None and policy.HasField("load_balancer") else None
-    setting = locality_lb_setting(push.mesh, lb)
+    setting = locality_lb_setting(mesh, lb)
     if setting is not None:
         enable_failover = policy is not None and policy.HasField("outlier_detection")
         apply_locality_load_balancer(la, [le.sources for le in localities], proxy, setting, enable_failover)

@@ -26,23 +26,43 @@ from app.xds.generators.view import ProxyDestinationRules, PushContextView, Side
 
 def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2.Listener]:
     scope = push.sidecar_scope(proxy)
-    ctx = _context(proxy, push, scope)
-    if proxy.type is ProxyType.ROUTER:
-        targets = proxy_service_targets(proxy, push)
-        listeners = build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index)
-    else:
-        policy = scope.outbound_traffic_policy
-        listeners = build_sidecar_outbound_listeners(
-            ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace)
-        )
-        if proxy.interception_mode != "NONE":
-            # nothing is redirected to a proxy that does not capture traffic
-            listeners.append(build_virtual_outbound_listener(ctx, policy))
-            listeners.append(build_virtual_inbound_listener(ctx, proxy_service_targets(proxy, push)))
+    return unique_by_name([*scope_listeners(proxy, push, scope), *workload_listeners(proxy, push, scope)])
+
+
+def unique_by_name(listeners: Iterable[listener_pb2.Listener]) -> list[listener_pb2.Listener]:
+    """Sorted by name; a name built twice keeps the first."""
     unique: dict[str, listener_pb2.Listener] = {}
     for listener in listeners:
         unique.setdefault(listener.name, listener)
     return [unique[name] for name in sorted(unique)]
+
+
+def scope_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:
+    """A sidecar's listeners that follow from its scope alone: the outbound listeners of its
+    egress listeners and ``virtualOutbound``; none for a router."""
+    if proxy.type is ProxyType.ROUTER:
+        return []
+    ctx = _context(proxy, push, scope)
+    policy = scope.outbound_traffic_policy
+    listeners = build_sidecar_outbound_listeners(
+        ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace)
+    )
+    if proxy.interception_mode != "NONE":
+        # nothing is redirected to a proxy that does not capture traffic
+        listeners.append(build_virtual_outbound_listener(ctx, policy))
+    return listeners
+
+
+def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:
+    """The listeners that follow from the proxy's own workload: a sidecar's ``virtualInbound``
+    (its service targets), a router's gateway listeners (the Gateways its labels select)."""
+    ctx = _context(proxy, push, scope)
+    targets = proxy_service_targets(proxy, push)
+    if proxy.type is ProxyType.ROUTER:
+        return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index)
+    if proxy.interception_mode == "NONE":
+        return []
+    return [build_virtual_inbound_listener(ctx, targets)]
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:
