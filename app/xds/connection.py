@@ -122,7 +122,9 @@ class Connection(Generic[Req, Resp]):
                 continue
             leader = _LEADER.get(type_url)
             # a re-sent cluster (listener) needs its endpoints (routes) to finish warming: the
-            # same names, the others stay as they are
+            # same names, the others stay as they are. Envoy 1.40 keeps a modified EDS cluster
+            # warming until an assignment for it arrives after the CDS response (Delta never
+            # re-asks; with istiod's initial_fetch_timeout 0s it never warms on its own)
             resp = self.session.response(
                 type_url,
                 resources,
