@@ -24,7 +24,8 @@ from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
-from app.xds.generate import generator_for
+from app.xds.cache import ResourceCache
+from app.xds.generate import XdsGenerator
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names
 from app.xds.generators.lds import generate_listeners, route_names
@@ -112,9 +113,10 @@ def full_push(proxy: Proxy, push: PushContext, watched: dict[str, WatchedResourc
     """Generate and encode every watched type, as one full push does; returns the bytes."""
     size = 0
     for type_url, watch in watched.items():
-        generator = generator_for(type_url)
-        assert generator is not None
-        size += sum(len(r.body.value) for r in generator(proxy, push, watch))
+        # a fresh cache each time: the cost of generating for the first proxy of its kind
+        generated = XdsGenerator(lambda: push, ResourceCache()).generate(type_url, proxy, watch)
+        assert generated is not None
+        size += sum(len(r.body.value) for r in generated)
     return size
 
 

@@ -1,0 +1,122 @@
+"""The servers under test as child processes: pilotfish (``python -m app.cli serve``) and the
+transport floor (``python -m bench.floor_server``), and what /proc says about them.
+
+pilotfish runs from ``--server-root`` (cwd and PYTHONPATH, so a plain clone of the repository
+works) with this interpreter, i.e. this venv's dependencies; its log goes to a file. CPU is
+utime + stime of the server process (all its threads) from /proc/PID/stat; peak RSS is VmHWM
+from /proc/PID/status.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+READY_TIMEOUT = 300.0
+STOP_TIMEOUT = 15.0
+BENCH_ROOT = Path(__file__).resolve().parents[1]
+# istiod's defaults, which pilotfish also defaults to; set explicitly so the report states them
+PILOT_DEFAULTS = {
+    "PILOT_DEBOUNCE_AFTER": "100ms",
+    "PILOT_DEBOUNCE_MAX": "10s",
+    "PILOT_ENABLE_EDS_DEBOUNCE": "true",
+    "PILOT_PUSH_THROTTLE": "100",
+}
+_TICK = os.sysconf("SC_CLK_TCK")
+_WARNING = re.compile(r"(WARNING|ERROR|[EW]\d{4} )")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pilot_env() -> dict[str, str]:
+    """The PILOT_* settings the server gets: istiod's defaults unless the caller's env sets them."""
+    return {key: os.environ.get(key, default) for key, default in PILOT_DEFAULTS.items()}
+
+
+@dataclass
+class ServerProcess:
+    popen: subprocess.Popen[bytes]
+    xds_address: str
+    log: Path
+
+    def cpu_seconds(self) -> float:
+        stat = Path(f"/proc/{self.popen.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+    def check_alive(self) -> None:
+        if self.popen.poll() is not None:
+            raise RuntimeError(f"server exited with {self.popen.returncode}; see {self.log}")
+
+
+def start_pilotfish(server_root: Path, config_dir: Path, log: Path) -> ServerProcess:
+    xds, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = {**os.environ, **pilot_env(), "PYTHONPATH": str(server_root)}
+    command = [sys.executable, "-m", "app.cli", "serve", "--config-dir", str(config_dir)]
+    command += ["--xds-address", xds, "--http-address", http]
+    with log.open("wb") as out:
+        popen = subprocess.Popen(command, cwd=server_root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = ServerProcess(popen, xds, log)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        server.check_alive()
+        try:
+            with urllib.request.urlopen(f"http://{http}/ready", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except (OSError, urllib.error.URLError):
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            raise TimeoutError(f"pilotfish not ready after {READY_TIMEOUT:.0f}s; see {log}")
+        time.sleep(0.1)
+
+
+def start_floor(recording: Path, log: Path) -> ServerProcess:
+    xds = f"127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "bench.floor_server", "--recording", str(recording), "--address", xds]
+    with log.open("wb") as err:
+        popen = subprocess.Popen(command, cwd=BENCH_ROOT, stdout=subprocess.PIPE, stderr=err)
+    assert popen.stdout is not None
+    line = popen.stdout.readline()  # "serving" once it listens, EOF if it died
+    server = ServerProcess(popen, xds, log)
+    if line.strip() != b"serving":
+        server.stop()
+        raise RuntimeError(f"the floor server did not start; see {log}")
+    return server
+
+
+def log_warnings(log: Path, limit: int = 5) -> dict[str, object]:
+    """How many WARNING / ERROR lines a server logged (Python logging's or grpc core's ``E1124 ...``
+    format), and the first few distinct ones."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if _WARNING.match(line)]
+    return {"count": len(lines), "first": list(dict.fromkeys(lines))[:limit]}

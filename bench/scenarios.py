@@ -1,0 +1,139 @@
+"""The measured scenarios, each against one running server and its connected fleet.
+
+* ``connect_storm``: every sidecar opens its stream at once; time until each holds CDS, EDS, LDS
+  and RDS (all of them, or how many did within the timeout), streams that failed, bytes.
+* ``push``: a change (a file rewrite for pilotfish, a control call for the floor) at time t0;
+  the push is over when every expected sidecar received something and nobody received anything
+  for QUIET seconds. Per sidecar that received anything: its last response (= its last ACK)
+  minus t0, nothing subtracted; plus what was received, per type, per group of sidecars.
+* ``churn``: every 10th sidecar drops its connection and reconnects at once, presenting what it
+  holds (Delta ``initial_resource_versions``); what was resent and when each was done.
+
+Each also reports the server's CPU seconds and the load client's (this process, all threads)
+over the scenario.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from bench.ads_client import ADS_ORDER, SHORT
+from bench.envoy import SimulatedEnvoy
+from bench.figures import percentiles, received, stream_errors
+from bench.fleet import Fleet
+from bench.processes import ServerProcess
+from bench.recording import Recorder
+
+QUIET = 1.0  # seconds without any response that end a push
+CHURN_EVERY = 10  # every 10th sidecar (10 %) reconnects in the churn scenario
+
+Trigger = Callable[[], Awaitable[float]]  # makes the change; returns its time.monotonic()
+
+
+@dataclass
+class Run:
+    fleet: Fleet
+    server: ServerProcess
+    timeout: float
+    recorder: Recorder | None = None
+
+
+class _Cost:
+    """Server and client CPU seconds from construction to ``figures()``."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self._server = server
+        self._server_cpu = server.cpu_seconds()
+        self._client_cpu = time.process_time()
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "server_cpu_s": round(self._server.cpu_seconds() - self._server_cpu, 2),
+            "client_cpu_s": round(time.process_time() - self._client_cpu, 2),
+        }
+
+
+async def connect_storm(run: Run) -> dict[str, object]:
+    cost = _Cost(run.server)
+    fleet = run.fleet
+    fleet.start()
+    completed = await fleet.wait_complete(run.timeout)
+    now = time.monotonic()
+    done = [e.complete_at - fleet.started for e in fleet.envoys if e.complete_at is not None]
+    errors = stream_errors(fleet.envoys)
+    stuck = [e for e in fleet.envoys if e.complete_at is None]
+    incomplete: dict[str, int] = {}  # what the sidecars that did not complete got: "cds+eds", "nothing"
+    for envoy in stuck:
+        held = "+".join(SHORT[t] for t in ADS_ORDER if t in envoy.ads.acked) or "nothing"
+        incomplete[held] = incomplete.get(held, 0) + 1
+    return {
+        "proxies": len(fleet.envoys),
+        "completed": len(done),
+        "timed_out": not completed,
+        "incomplete_holding": incomplete,
+        "incomplete_stream_errors": stream_errors(stuck),
+        "seconds": round(max(done), 3) if completed else None,
+        **percentiles(done),
+        "streams_failed": sum(errors.values()),
+        "reconnects": sum(e.reconnects for e in fleet.envoys),
+        "stream_errors": errors,
+        "received": received(fleet.envoys, fleet.started, now),
+        **cost.figures(),
+    }
+
+
+async def push(
+    run: Run,
+    name: str,
+    trigger: Trigger,
+    expected: Sequence[SimulatedEnvoy],
+    groups: Mapping[str, Sequence[SimulatedEnvoy]] | None = None,
+) -> dict[str, object]:
+    """One change pushed; ``groups`` (default: every sidecar, as "received") are reported apart."""
+    fleet = run.fleet
+    errors_before = {id(e): len(e.stream_errors) for e in fleet.envoys}
+    cost = _Cost(run.server)
+    if run.recorder is not None:
+        run.recorder.window = name
+    try:
+        t0 = await trigger()
+        settled = await fleet.settle(t0, expected, QUIET, run.timeout)
+    finally:
+        if run.recorder is not None:
+            run.recorder.window = None
+    end = time.monotonic()
+    figures: dict[str, object] = {
+        "expected_proxies": len(expected),
+        "expected_received": sum(1 for e in expected if e.events and e.events[-1].at >= t0),
+        "timed_out": not settled,
+        "window_s": round(end - t0, 3),
+        **cost.figures(),
+    }
+    for group, members in (groups or {"received": fleet.envoys}).items():
+        figures[group] = received(members, t0, end)
+    figures["stream_errors"] = stream_errors(fleet.envoys, errors_before)
+    return figures
+
+
+async def churn(run: Run) -> dict[str, object]:
+    fleet = run.fleet
+    churned = fleet.envoys[::CHURN_EVERY]
+    others = [e for i, e in enumerate(fleet.envoys) if i % CHURN_EVERY]
+    errors_before = {id(e): len(e.stream_errors) for e in fleet.envoys}
+    cost = _Cost(run.server)
+    t0 = time.monotonic()
+    for envoy in churned:
+        envoy.reconnect()
+    settled = await fleet.settle(t0, churned, QUIET, run.timeout)
+    end = time.monotonic()
+    return {
+        "proxies_churned": len(churned),
+        "timed_out": not settled,
+        "window_s": round(end - t0, 3),
+        **cost.figures(),
+        "received": received(churned, t0, end),  # times: from the disconnect to the last response
+        "others_received": received(others, t0, end)["proxies_received"],
+        "stream_errors": stream_errors(fleet.envoys, errors_before),
+    }

@@ -1,0 +1,291 @@
+"""Benchmark: what pushes cost at scale, measured from outside the server, against a transport floor.
+
+pilotfish runs as ``python -m app.cli serve`` (a child process) on a generated mesh (bench/mesh.py;
+mesh-1k by default: 1,000 services in 50 namespaces, 100 DestinationRules and VirtualServices),
+and 2,000 simulated Envoy sidecars in this process (bench/envoy.py, bench/ads_client.py) each
+hold one ADS stream, Delta or SotW, on its own HTTP/2 connection, speaking as Envoy does. The
+same sidecars are then run against the transport floor (bench/floor_server.py): a trivial server
+that sends the bytes pilotfish sent, pre-serialized, so every pilotfish figure is also a ratio.
+
+Runs, in order:
+1. pilotfish on the mesh: ``storm`` (connect storm), then ``dr-change`` (one DestinationRule's
+   maxConnections), ``endpoint-add`` (a Pod and its endpoint added to one service), ``churn``
+   (10 % of the sidecars reconnect presenting what they hold). One sidecar per namespace records
+   the bytes it received, for the floor.
+2. pilotfish on the same mesh plus one Sidecar per namespace (egress ``./*``, ``istio-system/*``):
+   ``storm`` then ``sidecar-dr-change`` (the DestinationRule change again: its namespace's
+   sidecars should get it, the other namespaces' nothing).
+3. the floor: ``storm``, and ``dr-change`` / ``endpoint-add`` replayed (when they ran in 1).
+A connect storm that does not complete within ``--timeout`` skips the rest of that server's
+scenarios (they would measure the storm's backlog instead). The storm always runs.
+
+One client process, one channel per sidecar: 2,000 grpc.aio channels in one process connect in
+~1.5 s, so several processes are not needed. The client is not free, though: decoding and ACKing
+costs it ~8 ms of Python per sidecar at mesh-1k plus grpc's receive path, ~170 MB/s of xDS in
+all on this 2-core machine. Against the floor at full scale the client is the bottleneck (its CPU
+about equals the wall time): storm ratios there are lower bounds, the server CPU ratio is the
+sharper figure. While the floor sends faster than the client decodes, arrived responses wait in
+the client: at mesh-1k with 2,000 sidecars it peaks at ~11-13 GB RSS (``load_client`` in the
+report). Ratios are left out for a scenario that timed out on either side.
+
+Figures (times in seconds from the change, nothing subtracted), server CPU (utime + stime from
+/proc) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
+bench/results/xds_load-<protocol>.json (``--out``) with the machine, the parameters and the
+server's git commit; a summary is printed. On a shared 2-core machine figures vary from run to
+run (the load average at the start is in the report). Usage:
+    python -m bench.xds_load [--protocol delta|sotw] [--services 1000] [--namespaces 50]
+        [--proxies 2000] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
+    # developing: --services 200 --namespaces 10 --proxies 200 (well under a minute)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+import grpc
+import uvloop
+
+from bench.figures import ratios
+from bench.fleet import Fleet
+from bench.floor_server import CONTROL_METHOD
+from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
+from bench.processes import BENCH_ROOT, log_warnings, pilot_env, start_floor, start_pilotfish
+from bench.recording import Recorder, Recording
+from bench.scenarios import Run, Trigger, churn, connect_storm, push
+
+SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "sidecar-dr-change")
+FLOOR_PUSHES = ("dr-change", "endpoint-add")
+CHANGED_SERVICE = 0  # svc-0 (ns-0) has a DestinationRule
+Figures = dict[str, object]
+
+
+async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Recording | None, work: Path) -> Figures:
+    """Start pilotfish on ``spec``'s mesh, connect the fleet, run the scenarios asked for."""
+    mesh = Mesh(spec, work / "config")
+    mesh.write()
+    log = work / "pilotfish.log"
+    server = await asyncio.to_thread(start_pilotfish, args.server_root, mesh.root, log)
+    figures: Figures = {}
+    try:
+        recorder = Recorder(recording) if recording is not None else None
+        async with Fleet(sidecars(spec, args.proxies), args.protocol, server.xds_address, recorder) as fleet:
+            run = Run(fleet, server, args.timeout, recorder)
+            figures["storm"] = storm = await connect_storm(run)
+            if storm["timed_out"]:
+                figures["skipped"] = "the connect storm did not complete; later scenarios would measure its backlog"
+            else:
+                for name, scenario in _pilotfish_scenarios(run, mesh, spec).items():
+                    if name in args.scenarios:
+                        figures[name] = await scenario()
+        figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
+    finally:
+        server.stop()
+    figures["server_log"] = log_warnings(log)
+    return figures
+
+
+def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Callable[[], Awaitable[Figures]]]:
+    envoys = run.fleet.envoys
+    namespace = spec.namespace_of(CHANGED_SERVICE)
+    mine = [e for e in envoys if e.identity.namespace == namespace]
+    others = [e for e in envoys if e.identity.namespace != namespace]
+
+    async def change_rule() -> float:
+        return mesh.change_destination_rule(CHANGED_SERVICE)
+
+    async def add_endpoint() -> float:
+        return mesh.add_endpoint(CHANGED_SERVICE)
+
+    if spec.sidecars:
+        groups = {"namespace": mine, "other_namespaces": others}
+        return {"sidecar-dr-change": lambda: push(run, "sidecar-dr-change", change_rule, mine, groups)}
+    return {
+        "dr-change": lambda: push(run, "dr-change", change_rule, envoys),
+        "endpoint-add": lambda: push(run, "endpoint-add", add_endpoint, envoys),
+        "churn": lambda: churn(run),
+    }
+
+
+async def floor_run(args: argparse.Namespace, spec: MeshSpec, recording: Recording, work: Path) -> Figures:
+    """The same fleet against the floor server replaying ``recording``."""
+    work.mkdir(parents=True)
+    path = work / "recording.pickle"
+    recording.save(path)
+    log = work / "floor.log"
+    server = await asyncio.to_thread(start_floor, path, log)
+    figures: Figures = {"namespaces_recorded": len(recording.initial)}
+    try:
+        async with (
+            grpc.aio.insecure_channel(server.xds_address) as control,
+            Fleet(sidecars(spec, args.proxies), args.protocol, server.xds_address, None) as fleet,
+        ):
+            run = Run(fleet, server, args.timeout)
+            figures["storm"] = await connect_storm(run)
+            for name in FLOOR_PUSHES:
+                if name in recording.pushes:
+                    expected = [e for e in fleet.envoys if recording.push_for(name, e.identity.namespace)]
+                    figures[name] = await push(run, name, _floor_trigger(control, name), expected)
+        figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
+    finally:
+        server.stop()
+    figures["server_log"] = log_warnings(log)
+    return figures
+
+
+def _floor_trigger(control: grpc.aio.Channel, scenario: str) -> Trigger:
+    push_rpc = control.unary_unary(CONTROL_METHOD)
+
+    async def trigger() -> float:
+        t0 = time.monotonic()
+        await push_rpc(scenario.encode())
+        return t0
+
+    return trigger
+
+
+async def benchmark(args: argparse.Namespace, work: Path) -> Figures:
+    spec = MeshSpec(args.services, args.namespaces)
+    recording = Recording(args.protocol)
+    runs: Figures = {}
+    runs["pilotfish"] = main_run = await pilotfish_run(args, spec, recording, work / "pilotfish")
+    if "sidecar-dr-change" in args.scenarios:
+        sidecar_spec = MeshSpec(args.services, args.namespaces, sidecars=True)
+        runs["pilotfish_sidecars"] = await pilotfish_run(args, sidecar_spec, None, work / "pilotfish-sidecars")
+    if recording.initial:
+        runs["floor"] = floor = await floor_run(args, spec, recording, work / "floor")
+        runs["ratio_to_floor"] = {
+            name: ratios(_mapping(main_run[name]), _mapping(floor[name]))
+            for name in ("storm", *FLOOR_PUSHES)
+            if name in main_run and name in floor
+        }
+    return runs
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    assert isinstance(value, Mapping)
+    return value
+
+
+def _git(root: Path, *command: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), "--no-optional-locks", *command], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
+    return {
+        "benchmark": "xds_load",
+        "machine": {
+            "platform": platform.platform(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_1m_at_start": round(loadavg, 2),
+        },
+        "load_client": {
+            "processes": 1,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        },
+        "pilotfish": {
+            "root": str(args.server_root),
+            "commit": _git(args.server_root, "rev-parse", "HEAD"),
+            "uncommitted_changes": bool(_git(args.server_root, "status", "--porcelain", "--", "app")),
+        },
+        "parameters": {
+            "protocol": args.protocol,
+            "services": args.services,
+            "namespaces": args.namespaces,
+            "proxies": args.proxies,
+            "scenarios": list(args.scenarios),
+            "timeout_s": args.timeout,
+            "server_env": pilot_env(),
+        },
+        "runs": runs,
+    }
+
+
+def summary(result: Figures) -> str:
+    params, runs = _mapping(result["parameters"]), _mapping(result["runs"])
+    pilot = _mapping(runs["pilotfish"])
+    floor = _mapping(runs.get("floor", {}))
+    lines = [
+        f"xds_load {params['protocol']}: {params['services']} services, {params['namespaces']} namespaces, "
+        f"{params['proxies']} proxies; pilotfish {str(_mapping(result['pilotfish'])['commit'])[:10]}",
+    ]
+    sidecar_run = _mapping(runs.get("pilotfish_sidecars", {}))
+    for run_name, run, against in (("pilotfish", pilot, floor), ("sidecars", sidecar_run, {})):
+        for name, value in run.items():
+            if isinstance(value, Mapping) and name not in ("server_total", "server_log"):
+                lines.append(f"  {run_name:9} {name:17} {_line(value, _mapping(against.get(name, {})))}")
+        if "skipped" in run:
+            lines.append(f"  {run_name:9} {run['skipped']}")
+    return "\n".join(lines)
+
+
+def _line(figures: Mapping[str, object], floor: Mapping[str, object]) -> str:
+    got = _mapping(figures.get("received", {}))
+    if "completed" in figures:
+        done = "timed out" if figures["timed_out"] else f"all in {figures['seconds']} s"
+        text = f"{figures['completed']}/{figures['proxies']} complete, {done}"
+        text += f" (p50 {figures['p50_s']}, p99 {figures['p99_s']}), {figures['streams_failed']} streams failed"
+    else:
+        group = got or _mapping(figures.get("namespace", {}))
+        text = f"{group.get('proxies_received')} received, p50 {group.get('p50_s')} p99 {group.get('p99_s')}"
+        text += f" max {group.get('max_s')} s, {group.get('bytes_per_proxy_received')} B/proxy"
+        if "other_namespaces" in figures:
+            text += f"; other namespaces: {_mapping(figures['other_namespaces'])['bytes_total']} B"
+    text += f"; server CPU {figures['server_cpu_s']} s"
+    if floor:
+        key = "seconds" if "completed" in figures else "max_s"
+        base = floor.get(key) if key == "seconds" else _mapping(floor.get("received", {})).get(key)
+        text += f" [floor {key} {base}]"
+    return text
+
+
+def _scenarios(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--protocol", choices=("delta", "sotw"), default="delta")
+    parser.add_argument("--services", type=int, default=SERVICES)
+    parser.add_argument("--namespaces", type=int, default=NAMESPACES)
+    parser.add_argument("--proxies", type=int, default=2000)
+    parser.add_argument("--scenarios", type=_scenarios, default=SCENARIOS, help=",".join(SCENARIOS))
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
+    parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")
+    parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>.json")
+    args = parser.parse_args()
+    args.server_root = args.server_root.resolve()
+    out = args.out or BENCH_ROOT / "bench" / "results" / f"xds_load-{args.protocol}.json"
+    loadavg = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="xds_load-"))
+    try:
+        runs = uvloop.run(benchmark(args, work))
+    except BaseException:
+        print(f"xds_load failed; server logs and config are in {work}", file=sys.stderr)
+        raise
+    shutil.rmtree(work)
+    result = report(args, runs, loadavg)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(summary(result))
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
