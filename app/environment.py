@@ -36,10 +36,6 @@ class Change:
     configs: frozenset[ConfigKey] = frozenset()
     registry: RegistryDelta = EMPTY_DELTA
 
-    @property
-    def kinds(self) -> frozenset[Kind]:
-        return frozenset(key.kind for key in self.configs)
-
 
 class Environment:
     def __init__(self, *, domain_suffix: str = "cluster.local") -> None:

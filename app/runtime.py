@@ -99,7 +99,6 @@ class Runtime:
                 logger.info("shutting down")
                 tasks[0].cancel()
                 await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
-                self.queue.close()
                 for task in tasks[1:]:
                     task.cancel()
         finally:
@@ -125,10 +124,7 @@ class Runtime:
             self._push = await asyncio.to_thread(PushContext.build, previous, inputs, keys, scopes)
         else:
             self._push = previous.with_endpoints(self.env.registry.snapshot())
-        if request.all_kinds:
-            self.generator.cache.clear()
-        else:
-            self.generator.invalidate(request.configs_updated, request.endpoint_services)
+        self.generator.invalidate(request)
         for stream in self.streams():
             self.queue.enqueue(stream, request)
 

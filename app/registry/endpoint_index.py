@@ -4,8 +4,8 @@ This is the EDS fast path (istiod's EndpointIndex / EndpointShards). A shard hol
 of endpoints per source ("Kubernetes", "External", "External/k8s-selected", ...), so one
 controller can replace its part of a shard without touching the others. ``update`` says
 whether the shard really changed, which is what lets an endpoint-only change become an
-EDS-only push. The merged view of a shard is cached until the shard changes, and every shard
-carries a version (a counter bumped on each change, never reused) that cache keys name.
+EDS-only push. The merged view of a shard is cached until the shard changes: the same tuple
+until then, a new one after, so its identity is the shard's version (what cache keys name).
 
 Plain dicts keyed by tuples, no locks: the index is owned by one registry on one thread.
 """
@@ -25,23 +25,12 @@ _NO_ENDPOINTS: tuple[Endpoint, ...] = ()
 class EndpointIndex:
     """Endpoints by (hostname, namespace) and source; merged view in stable source order."""
 
-    __slots__ = ("_counter", "_merged", "_shards", "_versions")
+    __slots__ = ("_merged", "_shards")
 
     def __init__(self) -> None:
         self._shards: dict[ServiceKey, dict[str, tuple[Endpoint, ...]]] = {}
         # merged tuple per shard, dropped whenever the shard changes
         self._merged: dict[ServiceKey, tuple[Endpoint, ...]] = {}
-        self._versions: dict[ServiceKey, int] = {}
-        self._counter = 0
-
-    def _changed(self, key: ServiceKey) -> None:
-        self._merged.pop(key, None)
-        self._counter += 1
-        self._versions[key] = self._counter
-
-    def version(self, hostname: str, namespace: str) -> int:
-        """The shard's version: 0 for a shard never filled, a new number after every change."""
-        return self._versions.get((hostname, namespace), 0)
 
     def update(self, hostname: str, namespace: str, source: str, endpoints: tuple[Endpoint, ...]) -> bool:
         """Replace one source's endpoints in a shard; an empty tuple removes the source.
@@ -56,17 +45,17 @@ class EndpointIndex:
             del shard[source]
             if not shard:
                 del self._shards[key]
-            self._changed(key)
+            self._merged.pop(key, None)
             return True
         if shard is None:
             self._shards[key] = {source: endpoints}
-            self._changed(key)
+            self._merged.pop(key, None)
             return True
         old = shard.get(source)
         if old is endpoints or old == endpoints:
             return False
         shard[source] = endpoints
-        self._changed(key)
+        self._merged.pop(key, None)
         return True
 
     def endpoints(self, hostname: str, namespace: str) -> tuple[Endpoint, ...]:
@@ -85,9 +74,9 @@ class EndpointIndex:
         self._merged[key] = merged
         return merged
 
-    def snapshot(self) -> dict[ServiceKey, tuple[int, tuple[Endpoint, ...]]]:
-        """Every shard's version and merged endpoints, as a new dict the caller owns."""
-        return {key: (self._versions[key], self.endpoints(*key)) for key in self._shards}
+    def snapshot(self) -> dict[ServiceKey, tuple[Endpoint, ...]]:
+        """Every shard's merged endpoints, as a new dict the caller owns."""
+        return {key: self.endpoints(*key) for key in self._shards}
 
     def source_endpoints(self, hostname: str, namespace: str, source: str) -> tuple[Endpoint, ...]:
         """One source's part of a shard."""
@@ -103,10 +92,8 @@ class EndpointIndex:
     def delete_service(self, hostname: str, namespace: str) -> bool:
         """Drop every source of a shard; True when it held anything."""
         key = (hostname, namespace)
-        if self._shards.pop(key, None) is None:
-            return False
-        self._changed(key)
-        return True
+        self._merged.pop(key, None)
+        return self._shards.pop(key, None) is not None
 
     def __contains__(self, key: object) -> bool:
         return key in self._shards

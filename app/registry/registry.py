@@ -15,7 +15,7 @@ EndpointIndex does (endpointshards.go): a shard whose service accounts changed
 (``identities_changed``: clusters carry them as SANs, so CDS must follow) and the workload IPs
 whose own service targets changed (``target_ips``: those proxies' inbound listeners and
 clusters, istiod ``ProxyUpdate``). ``snapshot()`` hands the push pipeline an immutable view of
-every shard (with its version) and of the service targets, so generators never read live state.
+every shard and of the service targets, so generators never read live state.
 """
 
 from __future__ import annotations
@@ -72,18 +72,12 @@ class RegistrySnapshot:
     """The registry's endpoints and service targets at one moment; immutable, so a PushContext
     (and every cache key made from it) reads exactly what its push was built from."""
 
-    shards: Mapping[ServiceKey, tuple[int, tuple[Endpoint, ...]]]
+    shards: Mapping[ServiceKey, tuple[Endpoint, ...]]
     services: Mapping[ServiceKey, Service]
     keys_by_ip: Mapping[str, frozenset[ServiceKey]]
 
     def endpoints(self, hostname: str, namespace: str) -> tuple[Endpoint, ...]:
-        found = self.shards.get((hostname, namespace))
-        return found[1] if found is not None else ()
-
-    def version(self, hostname: str, namespace: str) -> int:
-        """The shard's version (EndpointIndex.version) when the snapshot was taken."""
-        found = self.shards.get((hostname, namespace))
-        return found[0] if found is not None else 0
+        return self.shards.get((hostname, namespace), ())
 
     def service_targets(self, ip: str) -> list[ServiceTarget]:
         """The (Service, port, endpoint) triples served at an IP: a proxy's own inbound targets."""

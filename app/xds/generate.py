@@ -35,11 +35,11 @@ from app.model.push_context import PushContext
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
-from app.xds.generators.cds import proxy_clusters, service_clusters, unique_by_name
+from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, resolve_assignment
 from app.xds.generators.lds import scope_listeners, workload_listeners
-from app.xds.generators.lds import unique_by_name as unique_listeners
 from app.xds.generators.rds import generate_routes
+from app.xds.push import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import Resource, WatchedResource, encode
 
@@ -147,9 +147,9 @@ def _endpoints_dep(service: Service) -> Dep:
     return ("endpoints", service.hostname, service.namespace)
 
 
-def _rule_deps(rule: object) -> list[Dep]:
-    objects = getattr(rule, "objects", ())
-    return [obj.key for obj in objects]
+def _rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
+    """The DestinationRules a scope holds for a host (every candidate: any may be applied)."""
+    return [obj.key for cdr in scope.destination_rules.get(hostname, ()) for obj in cdr.objects]
 
 
 @dataclass(slots=True)
@@ -190,15 +190,15 @@ class XdsGenerator:
             return self._routes(proxy, push, sorted(watch.names))
         return None
 
-    def invalidate(self, changed: Iterable[ConfigKey], endpoint_services: Iterable[tuple[str, str]]) -> None:
-        """Drop cache entries built from changed configs or endpoint shards; a mesh config
-        change drops everything (every entry reads it)."""
-        keys = list(changed)
-        if any(key.kind in (Kind.MESH_CONFIG, Kind.CONFIG_MAP) for key in keys):
+    def invalidate(self, request: PushRequest) -> None:
+        """Drop cache entries built from the configs or endpoint shards a push changed; a push
+        naming no keys, or a mesh config change, drops everything (every entry reads it)."""
+        keys = list(request.configs_updated)
+        if request.all_kinds or any(key.kind in (Kind.MESH_CONFIG, Kind.CONFIG_MAP) for key in keys):
             self.cache.clear()
             return
         deps: list[Dep] = list(keys)
-        deps.extend(("endpoints", h, ns) for h, ns in endpoint_services)
+        deps.extend(("endpoints", h, ns) for h, ns in request.endpoint_services)
         self.cache.invalidate(deps)
 
     # --- the class memo ---------------------------------------------------------------------
@@ -264,7 +264,7 @@ class XdsGenerator:
             Ident(endpoints),
         )
         deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), _endpoints_dep(service)]
-        deps.extend(_rule_deps(rule))
+        deps.extend(_rule_deps(scope, service.hostname))
 
         def build() -> tuple[Resource, ...]:
             return tuple(encode(c.name, c) for c in service_clusters(narrowed, mesh, service, rule, endpoints))
@@ -316,7 +316,7 @@ class XdsGenerator:
         )
         service = target.service
         deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), _endpoints_dep(service)]
-        deps.extend(_rule_deps(target.rule))
+        deps.extend(_rule_deps(scope, service.hostname))
 
         def build() -> Resource:
             return encode(name, build_assignment(name, narrowed, mesh, target, endpoints))
@@ -362,4 +362,3 @@ def _name(msg: Message) -> str:
     return str(getattr(msg, "name", "") or getattr(msg, "cluster_name", ""))
 
 
-__all__ = ["ResourceSource", "XdsGenerator", "unique_by_name", "unique_listeners"]

@@ -35,8 +35,9 @@ class Mesh:
         objects = load_documents(text, "extra.yaml").objects
         change = self.env.apply([ConfigEvent(EventType.ADD, obj) for obj in objects])
         self.push = self.env.build_push_context(self.push, change)
-        self.source.invalidate(change.configs, change.registry.endpoints_changed)
-        return PushRequest(full=True, configs_updated=change.configs)
+        request = PushRequest(full=True, configs_updated=change.configs)
+        self.source.invalidate(request)
+        return request
 
     def sotw(
         self, types: frozenset[str] | None = None

@@ -85,15 +85,6 @@ def resolve_assignment(name: str, proxy: Proxy, scope: SidecarScopeView) -> Assi
     return AssignmentTarget(service, port, scope.destination_rule(proxy, service))
 
 
-def assignment_policy(
-    target: AssignmentTarget, subset_name: str
-) -> tuple[net.Subset | None, net.TrafficPolicy | None, net.TrafficPolicy | None]:
-    """The subset a name selects and the rule's and subset's traffic policies."""
-    dr = target.rule.rule if target.rule is not None else None
-    subset = _find_subset(dr, subset_name)
-    return subset, _traffic_policy(dr), _traffic_policy(subset)
-
-
 def build_assignment(
     name: str,
     proxy: Proxy,
@@ -108,7 +99,9 @@ def build_assignment(
         return empty
     key = parse_cluster_name(name)
     service, port = target.service, target.port
-    subset, rule_tp, subset_tp = assignment_policy(target, key.subset)
+    dr = target.rule.rule if target.rule is not None else None
+    subset = _find_subset(dr, key.subset)
+    rule_tp, subset_tp = _traffic_policy(dr), _traffic_policy(subset)
     # istiod getSubSetLabels: a subset the rule does not define selects every endpoint
     subset_labels = subset.labels if subset is not None else {}
     selected = port_subset_endpoints(endpoints, port, subset_labels)
