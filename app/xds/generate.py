@@ -21,7 +21,7 @@ listeners and routes) is built per proxy. Generators stay synchronous and pure.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -156,10 +156,11 @@ def _rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
 class _ClassSets:
     """One proxy class's resources in one snapshot, filled as first asked for."""
 
-    clusters: dict[str, Resource] | None = None
-    assignments: dict[str, Resource] | None = None
+    clusters: dict[str, Resource] | None = None  # the scope's outbound clusters, sorted by name
+    eds_names: tuple[str, ...] = ()  # what Envoy subscribes to over EDS for them
+    assignments: dict[str, Resource] = field(default_factory=dict)
     listeners: list[Resource] | None = None
-    routes: dict[str, Resource] | None = None
+    routes: dict[str, Resource] = field(default_factory=dict)
 
 
 class XdsGenerator:
@@ -180,7 +181,7 @@ class XdsGenerator:
     def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
         push = self._snapshot()
         if type_url == CLUSTER:
-            return [r for name, r in self._clusters(proxy, push).items() if watch.wants(name)]
+            return [r for r in self._clusters(proxy, push) if watch.wants(r.name)]
         if type_url == ENDPOINT:
             names = sorted(watch.names) if not watch.wildcard else self._eds_names(proxy, push)
             return self._assignments(proxy, push, names)
@@ -227,14 +228,16 @@ class XdsGenerator:
 
     # --- CDS ----------------------------------------------------------------------------------
 
-    def _clusters(self, proxy: Proxy, push: PushContext) -> dict[str, Resource]:
+    def _clusters(self, proxy: Proxy, push: PushContext) -> list[Resource]:
+        """Sorted by name; the scope's clusters come first where a name is built twice."""
         scope, traits, sets = self._class(proxy, push)
         if sets.clusters is None:
             outbound: dict[str, Resource] = {}
             for service in scope.services:
                 for r in self._service_clusters(traits, push, scope, service):
                     outbound.setdefault(r.name, r)
-            sets.clusters = outbound
+            sets.clusters = {name: outbound[name] for name in sorted(outbound)}
+            sets.eds_names = tuple(_eds_names(sets.clusters.values()))
         elif self.cache.verify:
             for service in scope.services:
                 rule = scope.destination_rule(proxy, service)
@@ -243,9 +246,8 @@ class XdsGenerator:
                 self._check(f"clusters of {service.hostname}", [sets.clusters[c.name] for c in own], own)
         # per proxy: what its own workload and type add (a name built twice keeps the first)
         extra = [encode(c.name, c) for c in proxy_clusters(proxy, push, scope) if c.name not in sets.clusters]
-        merged = dict(sets.clusters)
-        merged.update((r.name, r) for r in extra)
-        return {name: merged[name] for name in sorted(merged)}
+        # two sorted runs: the sort merges them in linear time
+        return sorted((*sets.clusters.values(), *extra), key=_by_name)
 
     def _service_clusters(
         self, traits: _Traits, push: PushContext, scope: SidecarScope, service: Service
@@ -272,28 +274,42 @@ class XdsGenerator:
         return self.cache.get(key, build, deps)
 
     def _eds_names(self, proxy: Proxy, push: PushContext) -> list[str]:
-        names = set()
-        for r in self._clusters(proxy, push).values():
-            c = cluster_pb2.Cluster.FromString(r.body.value)
-            if c.type == cluster_pb2.Cluster.EDS:
-                names.add(c.eds_cluster_config.service_name or c.name)
-        return sorted(names)
+        """A wildcard EDS watch: the EDS names of every cluster the proxy gets (the scope's
+        decoded once per class, the proxy's own here)."""
+        clusters = self._clusters(proxy, push)
+        _, _, sets = self._class(proxy, push)
+        shared = sets.clusters or {}
+        return sorted({*sets.eds_names, *_eds_names(r for r in clusters if r.name not in shared)})
 
     # --- EDS ----------------------------------------------------------------------------------
 
     def _assignments(self, proxy: Proxy, push: PushContext, names: Iterable[str]) -> list[Resource]:
         scope, traits, sets = self._class(proxy, push)
-        if sets.assignments is None:
-            sets.assignments = {}
+
+        def own(name: str) -> Message:
+            target = resolve_assignment(name, proxy, scope)
+            eps = push.endpoints(target.service.hostname, target.service.namespace) if target else ()
+            built: Message = build_assignment(name, proxy, push.mesh, target, eps)
+            return built
+
+        return self._shared(sets.assignments, names, lambda name: self._assignment(traits, push, scope, name), own)
+
+    def _shared(
+        self,
+        memo: dict[str, Resource],
+        names: Iterable[str],
+        build: Callable[[str], Resource],
+        own: Callable[[str], Message],
+    ) -> list[Resource]:
+        """Named resources from a class memo, built on first ask; in assertion mode every
+        later ask is compared with ``own`` (built for this very proxy)."""
         out = []
         for name in names:
-            found = sets.assignments.get(name)
+            found = memo.get(name)
             if found is None:
-                found = sets.assignments[name] = self._assignment(traits, push, scope, name)
+                found = memo[name] = build(name)
             elif self.cache.verify:
-                target = resolve_assignment(name, proxy, scope)
-                eps = push.endpoints(target.service.hostname, target.service.namespace) if target else ()
-                self._check(f"assignment {name}", [found], [build_assignment(name, proxy, push.mesh, target, eps)])
+                self._check(name, [found], [own(name)])
             out.append(found)
         return out
 
@@ -344,18 +360,25 @@ class XdsGenerator:
             # a gateway's routes follow from the Gateways its labels select and its own targets
             return [encode(r.name, r) for r in generate_routes(proxy, push, names)]
         _, traits, sets = self._class(proxy, push)
-        if sets.routes is None:
-            sets.routes = {}
-        out = []
-        for name in names:
-            found = sets.routes.get(name)
-            if found is None:
-                built = generate_routes(traits.scope_proxy, push, [name])[0]
-                found = sets.routes[name] = encode(name, built)
-            elif self.cache.verify:
-                self._check(f"route {name}", [found], generate_routes(proxy, push, [name]))
-            out.append(found)
-        return out
+
+        def build(name: str) -> Resource:
+            return encode(name, generate_routes(traits.scope_proxy, push, [name])[0])
+
+        return self._shared(sets.routes, names, build, lambda name: generate_routes(proxy, push, [name])[0])
+
+
+def _by_name(r: Resource) -> str:
+    return r.name
+
+
+def _eds_names(clusters: Iterable[Resource]) -> list[str]:
+    """The EDS names (service name, else the cluster's own) of the EDS clusters among these."""
+    out = []
+    for r in clusters:
+        c = cluster_pb2.Cluster.FromString(r.body.value)
+        if c.type == cluster_pb2.Cluster.EDS:
+            out.append(c.eds_cluster_config.service_name or c.name)
+    return out
 
 
 def _name(msg: Message) -> str:
