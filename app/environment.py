@@ -4,10 +4,11 @@ pipeline and the offline config-dump share it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from app.config.model import ConfigEvent, ConfigKey, Kind
+from app.config.model import ConfigEvent, ConfigKey, ConfigObject, Kind
 from app.config.store import ConfigStore
 from app.model.push_context import PushContext, PushInputs
 from app.model.service import Resolution
@@ -31,10 +32,15 @@ def service_config_key(hostname: str, namespace: str) -> ConfigKey:
 @dataclass(frozen=True, slots=True)
 class Change:
     """What a batch of events changed: config keys (what the PushContext and the push filter
-    read) and the registry's delta (endpoints, service targets)."""
+    read), the registry's delta (endpoints, service targets), and for config objects that were
+    updated in place their version before and after the batch (what the push filter may
+    compare to narrow the xDS types a change can affect)."""
 
     configs: frozenset[ConfigKey] = frozenset()
     registry: RegistryDelta = EMPTY_DELTA
+    replaced: Mapping[ConfigKey, tuple[ConfigObject, ConfigObject]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 class Environment:
@@ -45,16 +51,26 @@ class Environment:
 
     def apply(self, events: Iterable[ConfigEvent]) -> Change:
         configs: set[ConfigKey] = set()
+        before: dict[ConfigKey, ConfigObject | None] = {}
         delta = EMPTY_DELTA
         for event in events:
-            if event.obj.kind in _STORE_KINDS:
+            obj = event.obj
+            if obj.kind in _STORE_KINDS:
+                key = obj.key
+                if key not in before:
+                    before[key] = self.store.get(obj.kind, key.namespace, key.name)
                 if self.store.apply(event):
-                    configs.add(event.obj.key)
+                    configs.add(key)
                 continue
             delta = delta.merge(self.registry.apply(event))
         services = delta.services_changed | delta.identities_changed | self._endpoints_in_clusters(delta)
         configs.update(service_config_key(*key) for key in services)
-        return Change(frozenset(configs), delta)
+        replaced = {}
+        for key, old in before.items():
+            new = self.store.get(key.kind, key.namespace, key.name)
+            if key in configs and old is not None and new is not None:
+                replaced[key] = (old, new)
+        return Change(frozenset(configs), delta, MappingProxyType(replaced))
 
     def _endpoints_in_clusters(self, delta: RegistryDelta) -> set[ServiceKey]:
         """DNS services carry their endpoints inside the cluster (CDS), so a change to them is a

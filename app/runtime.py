@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
@@ -24,6 +25,7 @@ from app.settings import Settings
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
+from app.xds.needs_push import update_types
 from app.xds.push import Debouncer, PushQueue, PushRequest, TriggerReason, run_push_workers
 from app.xds.server import Stream, XdsServer
 
@@ -110,7 +112,7 @@ class Runtime:
     async def _watch_config(self) -> None:
         async for events in self.source.watch():
             change = self.env.apply(events)
-            request = _push_request(change, len(events))
+            request = push_request(change, len(events))
             if request is not None:
                 self.debouncer.submit(request)
 
@@ -129,15 +131,17 @@ class Runtime:
             self.queue.enqueue(stream, request)
 
 
-def _push_request(change: Change, events: int) -> PushRequest | None:
+def push_request(change: Change, events: int) -> PushRequest | None:
     """The request a change makes; the Debouncer stamps its start time."""
     delta = change.registry
     if change.configs:
+        narrowed = {key: types for key, (old, new) in change.replaced.items() if (types := update_types(old, new))}
         return PushRequest(
             full=True,
             configs_updated=change.configs,
             endpoint_services=delta.endpoints_changed,
             proxy_ips=delta.target_ips,
+            key_types=MappingProxyType(narrowed),
             reasons={TriggerReason.CONFIG: events},
         )
     if delta.endpoints_changed or delta.target_ips:

@@ -35,6 +35,9 @@ class ConfigStore:
         self._lists.pop(obj.kind, None)
         return True
 
+    def get(self, kind: Kind, namespace: str, name: str) -> ConfigObject | None:
+        return self._by_kind.get(kind, {}).get((namespace, name))
+
     @property
     def mesh(self) -> MeshConfig:
         return self._mesh

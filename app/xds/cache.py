@@ -18,6 +18,7 @@ fails loudly instead of serving another proxy's config. Pure: no I/O, no asyncio
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import fields, is_dataclass
 from typing import Generic, TypeVar
 
 from app.config.model import ConfigKey
@@ -25,7 +26,7 @@ from app.errors import PilotfishError
 from app.xds.watch import Resource
 
 T = TypeVar("T")
-V = TypeVar("V", Resource, tuple[Resource, ...])
+V = TypeVar("V")
 
 # what an entry was built from: a config object's key, or ("endpoints", hostname, namespace)
 Dep = ConfigKey | tuple[str, str, str]
@@ -55,9 +56,15 @@ class Ident(Generic[T]):
         return f"Ident({type(self.obj).__name__}@{self._hash:#x})"
 
 
-def _encoded(value: Resource | tuple[Resource, ...]) -> list[tuple[str, bytes]]:
-    items = value if isinstance(value, tuple) else (value,)
-    return [(r.name, r.body.value) for r in items]
+def _comparable(value: object) -> object:
+    """A value with every encoded resource in it replaced by its name and bytes."""
+    if isinstance(value, Resource):
+        return (value.name, value.body.value)
+    if isinstance(value, tuple):
+        return tuple(_comparable(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return tuple(_comparable(getattr(value, f.name)) for f in fields(value))
+    return value
 
 
 class ResourceCache:
@@ -65,7 +72,7 @@ class ResourceCache:
 
     def __init__(self, *, verify: bool = False) -> None:
         self.verify = verify
-        self._entries: dict[Hashable, tuple[Resource | tuple[Resource, ...], frozenset[Dep]]] = {}
+        self._entries: dict[Hashable, tuple[object, frozenset[Dep]]] = {}
         self._by_dep: dict[Dep, set[Hashable]] = {}
         self.hits = 0
         self.misses = 0
@@ -95,7 +102,7 @@ class ResourceCache:
         cached: V = found[0]  # type: ignore[assignment]
         if self.verify:
             fresh = (reference or build)()
-            if _encoded(fresh) != _encoded(cached):
+            if _comparable(fresh) != _comparable(cached):
                 raise CacheAssertionError(f"cache entry {key!r} differs from a fresh build")
         return cached
 

@@ -48,7 +48,13 @@ class Session(Protocol[_Req_contra, _Resp_co]):
     def answer(self, type_url: str, resources: Sequence[Resource]) -> _Resp_co | None: ...
 
     def response(
-        self, type_url: str, resources: Sequence[Resource], *, force: bool = False, force_names: Collection[str] = ()
+        self,
+        type_url: str,
+        resources: Sequence[Resource],
+        *,
+        force: bool = False,
+        force_names: Collection[str] = (),
+        considered: Collection[str] | None = None,
     ) -> _Resp_co | None: ...
 
 
@@ -117,19 +123,29 @@ class Connection(Generic[Req, Resp]):
         sent: dict[str, frozenset[str]] = {}
         for type_url in (t for t in affected if t in watched):
             watch = self.session.watches[type_url]
-            resources = self.source.generate(type_url, self.proxy, watch)
-            if resources is None:
-                continue
             leader = _LEADER.get(type_url)
             # a re-sent cluster (listener) needs its endpoints (routes) to finish warming: the
             # same names, the others stay as they are. Envoy 1.40 keeps a modified EDS cluster
             # warming until an assignment for it arrives after the CDS response (Delta never
             # re-asks; with istiod's initial_fetch_timeout 0s it never warms on its own)
+            force = req.forced or leader in elsewhere
+            force_names = sent.get(leader, frozenset()) if leader else frozenset()
+            # Delta can carry just what changed; SotW CDS/LDS responses hold the whole set
+            partial = None
+            if self.delta and not force:
+                partial = self.source.changes(type_url, self.proxy, watch, req, previous, force_names)
+            if partial is not None:
+                resources: Sequence[Resource] | None = partial.resources
+            else:
+                resources = self.source.generate(type_url, self.proxy, watch)
+            if resources is None:
+                continue
             resp = self.session.response(
                 type_url,
                 resources,
-                force=req.forced or leader in elsewhere,
-                force_names=sent.get(leader, frozenset()) if leader else frozenset(),
+                force=force,
+                force_names=force_names,
+                considered=None if partial is None else partial.considered,
             )
             if resp is not None:
                 sent[type_url] = watch.last_sent

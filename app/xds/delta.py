@@ -98,11 +98,13 @@ class DeltaSession:
         *,
         force: bool = False,
         force_names: Collection[str] = (),
+        considered: Collection[str] | None = None,
     ) -> discovery_pb2.DeltaDiscoveryResponse | None:
         """What the client lacks of ``resources`` (the type's complete current set) and what
         it has that is gone; None when it is up to date. ``force`` sends every watched resource
         even when unchanged, ``force_names`` those named (endpoints after their cluster was
-        re-sent)."""
+        re-sent). With ``considered``, ``resources`` are the current ones among those names
+        only (a partial push): names outside it are left as the client has them."""
         w = self.watches.get(type_url)
         if w is None:
             return None
@@ -112,12 +114,14 @@ class DeltaSession:
             for r in current.values()
             if force or w.client_versions.get(r.name) != r.version or r.name in force_names
         ]
-        removed = sorted(n for n in w.client_versions if n not in current)
+        held = w.client_versions if considered is None else (n for n in considered if n in w.client_versions)
+        removed = sorted(n for n in held if n not in current)
         first_wildcard = w.wildcard and not w.nonce_sent
         if not send and not removed and not first_wildcard:
             return None
+        # what this response carries (the complete set's hash would cost a pass over all of it)
         resp = discovery_pb2.DeltaDiscoveryResponse(
-            type_url=type_url, nonce=self._nonces(), system_version_info=set_version(current.values())
+            type_url=type_url, nonce=self._nonces(), system_version_info=set_version(send)
         )
         for r in sorted(send, key=lambda r: r.name):
             out = resp.resources.add(name=r.name, version=r.version)

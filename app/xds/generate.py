@@ -20,7 +20,7 @@ listeners and routes) is built per proxy. Generators stay synchronous and pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -36,7 +36,7 @@ from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
 from app.xds.generators.cds import proxy_clusters, service_clusters
-from app.xds.generators.eds import build_assignment, resolve_assignment
+from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listeners, workload_listeners
 from app.xds.generators.rds import generate_routes
 from app.xds.push import PushRequest
@@ -46,11 +46,36 @@ from app.xds.watch import Resource, WatchedResource, encode
 M = TypeVar("M", bound=Message)
 
 
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """What a push changed of one type for one proxy: the current resources among the names it
+    may have touched, and every name considered (one the client holds that is considered but
+    not among the resources is gone)."""
+
+    resources: list[Resource]
+    considered: frozenset[str]
+
+
 class ResourceSource(Protocol):
     """What the transport asks for: the current resources of a type for a proxy, and its scope."""
 
     def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
         """The type's current resources the proxy may watch (None: a type not served)."""
+        ...
+
+    def changes(
+        self,
+        type_url: str,
+        proxy: Proxy,
+        watch: WatchedResource,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial | None:
+        """What ``request`` changed of the type for this proxy since its last full or partial
+        answer, plus the current versions of the names in ``also``; None when that cannot be
+        told without generating the whole type (then call ``generate``). ``previous`` is the
+        scope the proxy had before the change."""
         ...
 
     def scope(self, proxy: Proxy) -> SidecarScope:
@@ -152,12 +177,30 @@ def _rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
     return [obj.key for cdr in scope.destination_rules.get(hostname, ()) for obj in cdr.objects]
 
 
+@dataclass(frozen=True, slots=True)
+class _ServiceClusters:
+    """A service's outbound clusters, encoded, and the EDS names Envoy asks for them by."""
+
+    resources: tuple[Resource, ...]
+    eds_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Synced:
+    """What the client was last brought to for a type made of a class-shared set and the
+    proxy's own resources (kept in ``WatchedResource.synced``): the next push sends the
+    difference to the class's current set instead of diffing every resource."""
+
+    shared: Mapping[str, Resource]
+    own: frozenset[str]
+
+
 @dataclass(slots=True)
 class _ClassSets:
     """One proxy class's resources in one snapshot, filled as first asked for."""
 
     clusters: dict[str, Resource] | None = None  # the scope's outbound clusters, sorted by name
-    eds_names: tuple[str, ...] = ()  # what Envoy subscribes to over EDS for them
+    eds_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)  # their EDS names by service
     assignments: dict[str, Resource] = field(default_factory=dict)
     listeners: list[Resource] | None = None
     routes: dict[str, Resource] = field(default_factory=dict)
@@ -172,6 +215,7 @@ class XdsGenerator:
         self._memo_push: PushContext | None = None
         self._memo: dict[Hashable, _ClassSets] = {}
         self._labels_read: dict[Ident[SidecarScope], bool] = {}
+        self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
 
     # --- ResourceSource -------------------------------------------------------------------
 
@@ -181,7 +225,9 @@ class XdsGenerator:
     def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
         push = self._snapshot()
         if type_url == CLUSTER:
-            return [r for r in self._clusters(proxy, push) if watch.wants(r.name)]
+            shared, own = self._cluster_parts(proxy, push)
+            watch.synced = _Synced(shared, frozenset(r.name for r in own))
+            return [r for r in _merge_sorted(shared, own) if watch.wants(r.name)]
         if type_url == ENDPOINT:
             names = sorted(watch.names) if not watch.wildcard else self._eds_names(proxy, push)
             return self._assignments(proxy, push, names)
@@ -202,12 +248,45 @@ class XdsGenerator:
         deps.extend(("endpoints", h, ns) for h, ns in request.endpoint_services)
         self.cache.invalidate(deps)
 
+    def changes(
+        self,
+        type_url: str,
+        proxy: Proxy,
+        watch: WatchedResource,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial | None:
+        if proxy.type is not ProxyType.SIDECAR or request.forced or request.all_kinds:
+            return None
+        push = self._snapshot()
+        if type_url == CLUSTER:
+            partial = self._cluster_changes(proxy, push, watch)
+        elif type_url == ENDPOINT:
+            partial = self._assignment_changes(proxy, push, watch, request, previous, also)
+        else:
+            return None
+        if partial is not None and self.cache.verify:
+            self._check_partial(type_url, proxy, watch, partial)
+        return partial
+
+    def _check_partial(self, type_url: str, proxy: Proxy, watch: WatchedResource, partial: Partial) -> None:
+        """Assertion mode: every resource a partial answer carries is the current one."""
+        full = self.generate(type_url, proxy, watch) or []
+        current = {r.name: r for r in full}
+        for r in partial.resources:
+            if current.get(r.name) != r:
+                raise CacheAssertionError(f"{type_url} {r.name}: a partial push carries a stale or unknown resource")
+        for name in partial.considered:
+            if name in current and not any(r.name == name for r in partial.resources):
+                raise CacheAssertionError(f"{type_url} {name}: considered by a partial push but left out")
+
     # --- the class memo ---------------------------------------------------------------------
 
     def _class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
         if self._memo_push is not push:
             self._memo_push, self._memo = push, {}
-            self._labels_read = {}
+            self._labels_read, self._differences = {}, {}
         scope = push.sidecar_scope(proxy)
         ident = Ident(scope)
         labels_read = self._labels_read.get(ident)
@@ -230,28 +309,61 @@ class XdsGenerator:
 
     def _clusters(self, proxy: Proxy, push: PushContext) -> list[Resource]:
         """Sorted by name; the scope's clusters come first where a name is built twice."""
+        return _merge_sorted(*self._cluster_parts(proxy, push))
+
+    def _cluster_parts(self, proxy: Proxy, push: PushContext) -> tuple[Mapping[str, Resource], list[Resource]]:
+        """The class's outbound clusters (by name, sorted) and what the proxy's own workload and
+        type add (names the class has are left out: a name built twice keeps the first)."""
         scope, traits, sets = self._class(proxy, push)
         if sets.clusters is None:
             outbound: dict[str, Resource] = {}
             for service in scope.services:
-                for r in self._service_clusters(traits, push, scope, service):
+                built = self._service_clusters(traits, push, scope, service)
+                for r in built.resources:
                     outbound.setdefault(r.name, r)
+                if built.eds_names:
+                    sets.eds_by_host[service.hostname] = built.eds_names
             sets.clusters = {name: outbound[name] for name in sorted(outbound)}
-            sets.eds_names = tuple(_eds_names(sets.clusters.values()))
         elif self.cache.verify:
             for service in scope.services:
                 rule = scope.destination_rule(proxy, service)
                 eps = push.endpoints(service.hostname, service.namespace)
                 own = service_clusters(proxy, push.mesh, service, rule, eps)
                 self._check(f"clusters of {service.hostname}", [sets.clusters[c.name] for c in own], own)
-        # per proxy: what its own workload and type add (a name built twice keeps the first)
+                if tuple(eds_cluster_names(own)) != sets.eds_by_host.get(service.hostname, ()):
+                    raise CacheAssertionError(f"EDS names of {service.hostname} differ from the shared ones")
         extra = [encode(c.name, c) for c in proxy_clusters(proxy, push, scope) if c.name not in sets.clusters]
-        # two sorted runs: the sort merges them in linear time
-        return sorted((*sets.clusters.values(), *extra), key=_by_name)
+        return sets.clusters, extra
+
+    def _cluster_changes(self, proxy: Proxy, push: PushContext, watch: WatchedResource) -> Partial | None:
+        """The class set's difference to what the client was last brought to, and the proxy's
+        own clusters in full (a handful)."""
+        synced = watch.synced
+        if not isinstance(synced, _Synced) or not watch.wildcard:
+            return None
+        shared, own = self._cluster_parts(proxy, push)
+        changed, removed = self._difference(synced.shared, shared)
+        own_names = frozenset(r.name for r in own)
+        watch.synced = _Synced(shared, own_names)
+        considered = frozenset((*(r.name for r in changed), *removed, *own_names, *synced.own))
+        return Partial([*changed, *own], considered)
+
+    def _difference(self, old: Mapping[str, Resource], new: Mapping[str, Resource]) -> tuple[list[Resource], list[str]]:
+        """(resources of ``new`` that ``old`` lacks or has in another version, names only ``old``
+        has), computed once per pair of sets and shared by every proxy of the class."""
+        if old is new:
+            return [], []
+        key = (Ident(old), Ident(new))
+        found = self._differences.get(key)
+        if found is None:
+            changed = [r for name, r in new.items() if (was := old.get(name)) is None or was.version != r.version]
+            removed = [name for name in old if name not in new]
+            found = self._differences[key] = (changed, removed)
+        return found
 
     def _service_clusters(
         self, traits: _Traits, push: PushContext, scope: SidecarScope, service: Service
-    ) -> tuple[Resource, ...]:
+    ) -> _ServiceClusters:
         rule = scope.destination_rule(traits.scope_proxy, service)
         endpoints = push.endpoints(service.hostname, service.namespace)
         dns = service.resolution.name.startswith("DNS")
@@ -268,20 +380,44 @@ class XdsGenerator:
         deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), _endpoints_dep(service)]
         deps.extend(_rule_deps(scope, service.hostname))
 
-        def build() -> tuple[Resource, ...]:
-            return tuple(encode(c.name, c) for c in service_clusters(narrowed, mesh, service, rule, endpoints))
+        def build() -> _ServiceClusters:
+            built = service_clusters(narrowed, mesh, service, rule, endpoints)
+            return _ServiceClusters(tuple(encode(c.name, c) for c in built), tuple(eds_cluster_names(built)))
 
         return self.cache.get(key, build, deps)
 
     def _eds_names(self, proxy: Proxy, push: PushContext) -> list[str]:
         """A wildcard EDS watch: the EDS names of every cluster the proxy gets (the scope's
-        decoded once per class, the proxy's own here)."""
-        clusters = self._clusters(proxy, push)
+        known per service, the proxy's own decoded here)."""
+        _, own = self._cluster_parts(proxy, push)
         _, _, sets = self._class(proxy, push)
-        shared = sets.clusters or {}
-        return sorted({*sets.eds_names, *_eds_names(r for r in clusters if r.name not in shared)})
+        names = {n for found in sets.eds_by_host.values() for n in found}
+        return sorted(names.union(_eds_names(own)))
 
     # --- EDS ----------------------------------------------------------------------------------
+
+    def _assignment_changes(
+        self,
+        proxy: Proxy,
+        push: PushContext,
+        watch: WatchedResource,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial | None:
+        """The assignments of the watched clusters whose service, DestinationRule or endpoints
+        the request names (an assignment reads nothing else), and of ``also``."""
+        if watch.wildcard:
+            return None
+        scope, _, sets = self._class(proxy, push)
+        hosts = _changed_hosts(request, (scope, previous))
+        if hosts is None:
+            return None
+        self._cluster_parts(proxy, push)  # fills the class's EDS names
+        names = {n for n in also if n in watch.names}
+        names.update(n for h in hosts for n in sets.eds_by_host.get(h, ()) if n in watch.names)
+        ordered = sorted(names)
+        return Partial(self._assignments(proxy, push, ordered), frozenset(ordered))
 
     def _assignments(self, proxy: Proxy, push: PushContext, names: Iterable[str]) -> list[Resource]:
         scope, traits, sets = self._class(proxy, push)
@@ -369,6 +505,38 @@ class XdsGenerator:
 
 def _by_name(r: Resource) -> str:
     return r.name
+
+
+def _merge_sorted(shared: Mapping[str, Resource], own: Sequence[Resource]) -> list[Resource]:
+    # two sorted runs: the sort merges them in linear time
+    return sorted((*shared.values(), *own), key=_by_name)
+
+
+# kinds that never change which service or DestinationRule a hostname resolves to in a scope
+_ROUTING_KINDS = frozenset({Kind.VIRTUAL_SERVICE, Kind.GATEWAY})
+
+
+def _changed_hosts(request: PushRequest, scopes: Iterable[SidecarScope | None]) -> set[str] | None:
+    """The hostnames whose service, applied DestinationRule or endpoints the request may have
+    changed, looked up in the scope before and after; None when some change is not about
+    hosts (a Sidecar, mesh config, a namespace: any assignment may differ)."""
+    hosts = {host for host, _ in request.endpoint_services}
+    rules = set()
+    for key in request.configs_updated:
+        if key.kind is Kind.SERVICE:
+            hosts.add(key.name)
+        elif key.kind is Kind.DESTINATION_RULE:
+            rules.add(key)
+        elif key.kind not in _ROUTING_KINDS:
+            return None
+    if rules:
+        for scope in scopes:
+            if scope is None:
+                continue
+            for host, found in scope.destination_rules.items():
+                if any(obj.key in rules for cdr in found for obj in cdr.objects):
+                    hosts.add(host)
+    return hosts
 
 
 def _eds_names(clusters: Iterable[Resource]) -> list[str]:

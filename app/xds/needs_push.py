@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from app.config.model import ConfigKey, Kind
+from app.api import networking_pb2 as net
+from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.xds.push import PushRequest
@@ -76,9 +77,9 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
     types: set[str] = set()
     if req.full:
         unaffected = UNAFFECTED_KINDS.get(proxy.type, frozenset())
-        for kind in req.config_kinds:
-            if kind not in unaffected:
-                types |= AFFECTS[kind]
+        for key in req.configs_updated:
+            if key.kind not in unaffected:
+                types |= req.key_types.get(key, AFFECTS[key.kind])
     if not req.full or req.endpoint_services:
         types.add(ENDPOINT)
     if _own_targets_changed(proxy, req):
@@ -109,3 +110,53 @@ def proxy_needs_push(proxy: Proxy, req: PushRequest, previous: SidecarScope | No
     if any(depends(key) for key in req.configs_updated if key.kind not in unaffected):
         return True
     return any(depends(ConfigKey(Kind.SERVICE, ns, host)) for host, ns in req.endpoint_services)
+
+
+def update_types(old: ConfigObject, new: ConfigObject) -> frozenset[str] | None:
+    """The xDS types an in-place update of one object can affect, when narrower than its kind's
+    (None: all its kind affects). A DestinationRule that keeps its host, exportTo, selector and
+    metadata applies where it did, so it changes clusters and endpoints; listeners only when
+    what TCP proxies read of it changed (tcp idle timeout, max connection duration, source-IP
+    hashing), routes only when its consistent-hash settings changed. Mirrors the reads in
+    envoy/listener_tcp.py ``tcp_settings`` and envoy/route_policy.py."""
+    if old.kind is not Kind.DESTINATION_RULE or new.kind is not Kind.DESTINATION_RULE or old.meta != new.meta:
+        return None
+    a: net.DestinationRule = old.spec
+    b: net.DestinationRule = new.spec
+    if (a.host, list(a.export_to), a.workload_selector) != (b.host, list(b.export_to), b.workload_selector):
+        return None
+    types = {CLUSTER, ENDPOINT}
+    if _balancing(a) != _balancing(b):
+        types |= {LISTENER, ROUTE}
+    elif _tcp_timeouts(a) != _tcp_timeouts(b):
+        types.add(LISTENER)
+    return frozenset(types)
+
+
+def _balancing(rule: net.DestinationRule) -> net.DestinationRule:
+    """Only the load balancer settings of a rule, set exactly where the rule sets them."""
+    view = net.DestinationRule()
+    _copy_balancing(rule.traffic_policy, view.traffic_policy)
+    for subset in rule.subsets:
+        target = view.subsets.add(name=subset.name)
+        if subset.HasField("traffic_policy"):
+            _copy_balancing(subset.traffic_policy, target.traffic_policy)
+    return view
+
+
+def _copy_balancing(policy: net.TrafficPolicy, into: net.TrafficPolicy) -> None:
+    if policy.HasField("load_balancer"):
+        into.load_balancer.CopyFrom(policy.load_balancer)
+    for level in policy.port_level_settings:
+        target = into.port_level_settings.add()
+        target.port.CopyFrom(level.port)
+        if level.HasField("load_balancer"):
+            target.load_balancer.CopyFrom(level.load_balancer)
+
+
+def _tcp_timeouts(rule: net.DestinationRule) -> tuple[bytes, bytes]:
+    tcp = rule.traffic_policy.connection_pool.tcp
+    return (
+        tcp.idle_timeout.SerializeToString() if tcp.HasField("idle_timeout") else b"-",
+        tcp.max_connection_duration.SerializeToString() if tcp.HasField("max_connection_duration") else b"-",
+    )

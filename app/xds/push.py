@@ -26,6 +26,7 @@ from app.errors import PilotfishError
 log = logging.getLogger(__name__)
 
 _NO_REASONS: Mapping[str, int] = MappingProxyType({})
+_NO_KEY_TYPES: Mapping[ConfigKey, frozenset[str]] = MappingProxyType({})
 
 
 class TriggerReason(enum.StrEnum):
@@ -48,13 +49,16 @@ class PushRequest:
     ``(Service, namespace, hostname)``. A full request that names no keys means everything may
     have changed (a full rebuild). ``endpoint_services`` are the services whose endpoints
     changed (EDS); ``proxy_ips`` the workload IPs whose own service targets changed, whose
-    proxies need their inbound config (istiod ``ProxyUpdate``). ``start`` 0.0 means unknown,
-    and merging keeps the oldest known start."""
+    proxies need their inbound config (istiod ``ProxyUpdate``). ``key_types`` narrows, for some
+    changed keys, the xDS types the change can affect below what their kind can (an update that
+    left the parts other types read unchanged); a key it does not name affects what its kind
+    does. ``start`` 0.0 means unknown, and merging keeps the oldest known start."""
 
     full: bool  # False: endpoints only (EDS fast path, no PushContext rebuild)
     configs_updated: frozenset[ConfigKey] = frozenset()
     endpoint_services: frozenset[tuple[str, str]] = frozenset()  # (hostname, namespace)
     proxy_ips: frozenset[str] = frozenset()
+    key_types: Mapping[ConfigKey, frozenset[str]] = field(default_factory=lambda: _NO_KEY_TYPES, hash=False)
     reasons: Mapping[str, int] = field(default_factory=lambda: _NO_REASONS, hash=False)
     start: float = 0.0
     forced: bool = False  # push everything watched, changed or not
@@ -84,10 +88,24 @@ class PushRequest:
             configs_updated=keys,
             endpoint_services=self.endpoint_services | other.endpoint_services,
             proxy_ips=self.proxy_ips | other.proxy_ips,
+            key_types=_merge_key_types(self, other, keys),
             reasons=MappingProxyType(reasons),
             start=_oldest(self.start, other.start),
             forced=self.forced or other.forced,
         )
+
+
+def _merge_key_types(
+    a: PushRequest, b: PushRequest, keys: frozenset[ConfigKey]
+) -> Mapping[ConfigKey, frozenset[str]]:
+    """A key stays narrowed only if every request naming it narrowed it: the union of those."""
+    merged: dict[ConfigKey, frozenset[str]] = {}
+    for key in keys:
+        parts = [r.key_types.get(key) for r in (a, b) if key in r.configs_updated]
+        narrowed = [p for p in parts if p is not None]
+        if narrowed and len(narrowed) == len(parts):
+            merged[key] = frozenset().union(*narrowed)
+    return MappingProxyType(merged) if merged else _NO_KEY_TYPES
 
 
 def _oldest(a: float, b: float) -> float:

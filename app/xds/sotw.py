@@ -85,10 +85,14 @@ class SotwSession:
         *,
         force: bool = False,
         force_names: Collection[str] = (),
+        considered: Collection[str] | None = None,
     ) -> discovery_pb2.DiscoveryResponse | None:
         """The response carrying ``resources`` (the type's current set, filtered here to what
         the client watches), or None when the client has it already or rejected exactly it.
-        A SotW response holds the whole watched set, so any ``force_names`` forces it."""
+        A SotW response holds the whole watched set, so any ``force_names`` forces it; partial
+        sets (``considered``) are a Delta notion and not accepted here."""
+        if considered is not None:
+            raise ValueError("a SotW response holds the whole watched set")
         force = force or bool(force_names)
         w = self.watches.get(type_url)
         if w is None:

@@ -77,6 +77,9 @@ class WatchedResource:
     # until its content changes)
     client_versions: dict[str, str] = field(default_factory=dict)
     last_sent: frozenset[str] = frozenset()  # the names in the latest response
+    # the resource source's note of the full set the client was last brought to (opaque here),
+    # so the next push can send the difference without diffing every resource
+    synced: object = None
 
 
     def wants(self, name: str) -> bool:

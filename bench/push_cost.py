@@ -1,0 +1,241 @@
+"""Benchmark: what a push costs the control plane per proxy, in-process and without gRPC.
+
+The load benchmark (bench/xds_load.py) measures push latency from outside, where the client
+process and the transport dominate on a 2-core machine; this one isolates the server's own CPU:
+the mesh of bench/mesh.py is loaded through the FileSource into an Environment, N sidecars
+connect as Delta (or SotW) ADS ``Connection``s subscribing as Envoy does (CDS and LDS wildcard,
+EDS for the EDS clusters, RDS for the listeners' route names, every response ACKed), and each
+scenario changes a file, rebuilds the PushContext as the runtime does, and hands the push to every
+connection. Reported per scenario: milliseconds of ``on_push`` per proxy and in total, the
+proxies that were sent something, resources and bytes sent; with ``--profile`` the top functions.
+Usage:
+    python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
+                              [--sidecars] [--profile] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import platform
+import pstats
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import struct_pb2
+
+from app.environment import Environment
+from app.model.push_context import PushContext
+from app.runtime import push_request
+from app.sources.files import FileSource
+from app.xds.cache import ResourceCache
+from app.xds.connection import Connection, proxy_from_node
+from app.xds.delta import DeltaSession
+from app.xds.generate import XdsGenerator
+from app.xds.generators.eds import eds_cluster_names
+from app.xds.generators.lds import route_names
+from app.xds.push import PushRequest
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.sotw import SotwSession
+from app.xds.watch import counter_nonces
+from bench.mesh import Mesh, MeshSpec, SidecarIdentity, sidecars
+
+AnyConnection = Connection[Any, Any]
+
+
+@dataclass
+class World:
+    """The control plane's state as the runtime keeps it, without the event loop."""
+
+    env: Environment
+    source: FileSource
+    push: PushContext
+    generator: XdsGenerator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.generator = XdsGenerator(lambda: self.push, ResourceCache())
+
+    @classmethod
+    def load(cls, root: Path) -> World:
+        env = Environment()
+        source = FileSource(root)
+        env.apply(source.load())
+        return cls(env, source, env.build_push_context(None))
+
+    def change(self) -> PushRequest:
+        """Re-read the directory and rebuild as the runtime's debounced fire does."""
+        events = self.source.load()
+        request = push_request(self.env.apply(events), len(events))
+        assert request is not None, "the change made no push"
+        if request.full:
+            keys = None if request.all_kinds else request.configs_updated
+            self.push = PushContext.build(self.push, self.env.push_inputs(), keys, self.push.scopes())
+        else:
+            self.push = self.push.with_endpoints(self.env.registry.snapshot())
+        self.generator.invalidate(request)
+        return request
+
+
+def _node(identity: SidecarIdentity) -> base_pb2.Node:
+    metadata = struct_pb2.Struct()
+    metadata.update(identity.metadata())
+    return base_pb2.Node(id=identity.node_id, metadata=metadata)
+
+
+def connect_delta(conn: AnyConnection, node: Any) -> None:
+    """Subscribe as Envoy does over Delta ADS and ACK everything."""
+    Req = discovery_pb2.DeltaDiscoveryRequest
+
+    def ask(req: Any) -> list[Any]:
+        out = conn.on_request(req)
+        for resp in out:
+            conn.on_request(Req(type_url=resp.type_url, response_nonce=resp.nonce))
+        return out
+
+    [cds] = ask(Req(type_url=CLUSTER, node=node))
+    clusters = [cluster_pb2.Cluster.FromString(r.resource.value) for r in cds.resources]
+    ask(Req(type_url=ENDPOINT, resource_names_subscribe=eds_cluster_names(clusters)))
+    [lds] = ask(Req(type_url=LISTENER))
+    listeners = [listener_pb2.Listener.FromString(r.resource.value) for r in lds.resources]
+    ask(Req(type_url=ROUTE, resource_names_subscribe=route_names(listeners)))
+
+
+def connect_sotw(conn: AnyConnection, node: Any) -> None:
+    """Subscribe as Envoy does over SotW ADS and ACK everything."""
+    Req = discovery_pb2.DiscoveryRequest
+    names: dict[str, list[str]] = {CLUSTER: [], LISTENER: []}
+
+    def ask(type_url: str, first: bool = False) -> list[Any]:
+        req = Req(type_url=type_url, resource_names=names.get(type_url, []))
+        if first:
+            req.node.CopyFrom(node)
+        out = conn.on_request(req)
+        for resp in out:
+            conn.on_request(
+                Req(
+                    type_url=type_url,
+                    version_info=resp.version_info,
+                    response_nonce=resp.nonce,
+                    resource_names=names.get(type_url, []),
+                )
+            )
+        return out
+
+    [cds] = ask(CLUSTER, first=True)
+    names[ENDPOINT] = eds_cluster_names(cluster_pb2.Cluster.FromString(r.value) for r in cds.resources)
+    ask(ENDPOINT)
+    [lds] = ask(LISTENER)
+    names[ROUTE] = route_names(listener_pb2.Listener.FromString(r.value) for r in lds.resources)
+    ask(ROUTE)
+
+
+def _sent(resp: Any) -> tuple[int, int]:
+    """(resources, bytes) of a response."""
+    return len(resp.resources), resp.ByteSize()
+
+
+def run_push(conns: list[AnyConnection], request: PushRequest, profile: cProfile.Profile | None) -> dict[str, Any]:
+    reached = resources = size = 0
+    if profile is not None:
+        profile.enable()
+    start = time.perf_counter()
+    for conn in conns:
+        out = conn.on_push(request)
+        if out:
+            reached += 1
+        for resp in out:
+            n, b = _sent(resp)
+            resources += n
+            size += b
+    elapsed = time.perf_counter() - start
+    if profile is not None:
+        profile.disable()
+    return {
+        "push_ms_total": round(elapsed * 1000, 1),
+        "push_ms_per_proxy": round(elapsed * 1000 / len(conns), 3),
+        "proxies_sent_something": reached,
+        "resources_sent": resources,
+        "bytes_sent": size,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--namespaces", type=int, default=50)
+    parser.add_argument("--proxies", type=int, default=400)
+    parser.add_argument("--protocol", choices=("delta", "sotw"), default="delta")
+    parser.add_argument("--sidecars", action="store_true", help="one Sidecar per namespace (./*, istio-system/*)")
+    parser.add_argument("--profile", action="store_true", help="print the top functions of each scenario")
+    parser.add_argument("--out", type=Path, help="write the JSON report here")
+    args = parser.parse_args()
+
+    spec = MeshSpec(args.services, args.namespaces, args.sidecars)
+    with tempfile.TemporaryDirectory(prefix="pilotfish-push-cost-") as tmp:
+        mesh = Mesh(spec, Path(tmp))
+        mesh.write()
+        started = time.perf_counter()
+        world = World.load(Path(tmp))
+        load_s = time.perf_counter() - started
+
+        session: Callable[[], Any] = (
+            (lambda: DeltaSession(counter_nonces(), None))
+            if args.protocol == "delta"
+            else (lambda: SotwSession(counter_nonces(), None))
+        )
+        connect = connect_delta if args.protocol == "delta" else connect_sotw
+        conns: list[AnyConnection] = []
+        started = time.perf_counter()
+        for i, identity in enumerate(sidecars(spec, args.proxies)):
+            node = _node(identity)
+            conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), world.generator)
+            connect(conn, node)
+            conns.append(conn)
+        connect_s = time.perf_counter() - started
+
+        report: dict[str, Any] = {
+            "benchmark": "push_cost",
+            "protocol": args.protocol,
+            "services": args.services,
+            "namespaces": args.namespaces,
+            "proxies": args.proxies,
+            "sidecars": args.sidecars,
+            "load_seconds": round(load_s, 2),
+            "connect_ms_per_proxy": round(connect_s * 1000 / args.proxies, 2),
+        }
+        changed = spec.services_in(0)[0]  # svc-0: has a DestinationRule
+        scenarios: dict[str, Callable[[], object]] = {
+            "dr-change": lambda: mesh.change_destination_rule(changed),
+            "endpoint-add": lambda: mesh.add_endpoint(changed),
+        }
+        for name, make_change in scenarios.items():
+            make_change()
+            started = time.perf_counter()
+            request = world.change()
+            rebuild_ms = (time.perf_counter() - started) * 1000
+            profile = cProfile.Profile() if args.profile else None
+            figures = run_push(conns, request, profile)
+            figures["rebuild_ms"] = round(rebuild_ms, 1)
+            report[name] = figures
+            if profile is not None:
+                text = io.StringIO()
+                pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
+                print(f"--- {name}\n{text.getvalue()}")
+        report["python"] = platform.python_version()
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
