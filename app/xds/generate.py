@@ -168,6 +168,20 @@ def _traits(proxy: Proxy, labels_read: bool) -> _Traits:
     return _Traits(scope_proxy, outbound, located)
 
 
+def _class_traits(traits: _Traits) -> tuple[Hashable, Hashable]:
+    return _proxy_key(traits.scope_proxy), _proxy_key(traits.located)
+
+
+def _lineage(scope: SidecarScope, traits: _Traits) -> Hashable:
+    """A class across snapshots: its scope's name and namespace (the scope object is replaced
+    when what it holds changes) and its traits."""
+    return (scope.name, scope.namespace, *_class_traits(traits))
+
+
+def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def _endpoints_dep(service: Service) -> Dep:
     return ("endpoints", service.hostname, service.namespace)
 
@@ -199,7 +213,10 @@ class _Synced:
 class _ClassSets:
     """One proxy class's resources in one snapshot, filled as first asked for."""
 
+    scope: SidecarScope
+    mesh: MeshConfig
     clusters: dict[str, Resource] | None = None  # the scope's outbound clusters, sorted by name
+    names_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)  # their names by service
     eds_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)  # their EDS names by service
     assignments: dict[str, Resource] = field(default_factory=dict)
     listeners: list[Resource] | None = None
@@ -216,6 +233,12 @@ class XdsGenerator:
         self._memo: dict[Hashable, _ClassSets] = {}
         self._labels_read: dict[Ident[SidecarScope], bool] = {}
         self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
+        self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
+        # the class sets of the snapshot just replaced, by class lineage (scope name and traits),
+        # and the request between the two: a class's clusters are patched from its parent's
+        self._parents: dict[Hashable, _ClassSets] = {}
+        self._lineage: dict[Hashable, _ClassSets] = {}  # this snapshot's class sets by lineage
+        self._parent_request: PushRequest | None = None
 
     # --- ResourceSource -------------------------------------------------------------------
 
@@ -241,12 +264,17 @@ class XdsGenerator:
         """Drop cache entries built from the configs or endpoint shards a push changed; a push
         naming no keys, or a mesh config change, drops everything (every entry reads it)."""
         keys = list(request.configs_updated)
+        self._parents, self._parent_request = {}, None
         if request.all_kinds or any(key.kind in (Kind.MESH_CONFIG, Kind.CONFIG_MAP) for key in keys):
             self.cache.clear()
             return
         deps: list[Dep] = list(keys)
         deps.extend(("endpoints", h, ns) for h, ns in request.endpoint_services)
         self.cache.invalidate(deps)
+        memo = self._memo_push
+        if memo is not None and memo.version == self._snapshot().version - 1:
+            self._parents = self._lineage
+            self._parent_request = request
 
     def changes(
         self,
@@ -285,18 +313,19 @@ class XdsGenerator:
 
     def _class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
         if self._memo_push is not push:
-            self._memo_push, self._memo = push, {}
-            self._labels_read, self._differences = {}, {}
+            self._memo_push, self._memo, self._lineage = push, {}, {}
+            self._labels_read, self._differences, self._hosts = {}, {}, {}
         scope = push.sidecar_scope(proxy)
         ident = Ident(scope)
         labels_read = self._labels_read.get(ident)
         if labels_read is None:
             labels_read = self._labels_read[ident] = _labels_read(scope, push.mesh)
         traits = _traits(proxy, labels_read)
-        key = (ident, _proxy_key(traits.scope_proxy), _proxy_key(traits.located))
+        key = (ident, *_class_traits(traits))
         sets = self._memo.get(key)
         if sets is None:
-            sets = self._memo[key] = _ClassSets()
+            sets = self._memo[key] = _ClassSets(scope, push.mesh)
+            self._lineage[_lineage(scope, traits)] = sets
         return scope, traits, sets
 
     def _check(self, what: str, built: Sequence[Resource], reference: Sequence[Message]) -> None:
@@ -314,16 +343,19 @@ class XdsGenerator:
     def _cluster_parts(self, proxy: Proxy, push: PushContext) -> tuple[Mapping[str, Resource], list[Resource]]:
         """The class's outbound clusters (by name, sorted) and what the proxy's own workload and
         type add (names the class has are left out: a name built twice keeps the first)."""
+        scope, shared = self._class_clusters(proxy, push)
+        extra = [encode(c.name, c) for c in proxy_clusters(proxy, push, scope) if c.name not in shared]
+        return shared, extra
+
+    def _class_clusters(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, dict[str, Resource]]:
+        """The proxy's scope and its class's outbound clusters (filling the EDS names too)."""
         scope, traits, sets = self._class(proxy, push)
         if sets.clusters is None:
-            outbound: dict[str, Resource] = {}
-            for service in scope.services:
-                built = self._service_clusters(traits, push, scope, service)
-                for r in built.resources:
-                    outbound.setdefault(r.name, r)
-                if built.eds_names:
-                    sets.eds_by_host[service.hostname] = built.eds_names
-            sets.clusters = {name: outbound[name] for name in sorted(outbound)}
+            parent = self._parents.get(_lineage(scope, traits))
+            if parent is None or parent.clusters is None or parent.mesh is not push.mesh:
+                self._fill_clusters(sets, traits, push, scope.services, {})
+            else:
+                self._patch_clusters(sets, parent, traits, push)
         elif self.cache.verify:
             for service in scope.services:
                 rule = scope.destination_rule(proxy, service)
@@ -332,8 +364,51 @@ class XdsGenerator:
                 self._check(f"clusters of {service.hostname}", [sets.clusters[c.name] for c in own], own)
                 if tuple(eds_cluster_names(own)) != sets.eds_by_host.get(service.hostname, ()):
                     raise CacheAssertionError(f"EDS names of {service.hostname} differ from the shared ones")
-        extra = [encode(c.name, c) for c in proxy_clusters(proxy, push, scope) if c.name not in sets.clusters]
-        return sets.clusters, extra
+        assert sets.clusters is not None
+        return scope, sets.clusters
+
+    def _fill_clusters(
+        self,
+        sets: _ClassSets,
+        traits: _Traits,
+        push: PushContext,
+        services: Iterable[Service],
+        outbound: dict[str, Resource],
+    ) -> None:
+        """Add the clusters of ``services`` to ``outbound`` and make it the class's set, sorted."""
+        scope = sets.scope
+        for service in services:
+            built = self._service_clusters(traits, push, scope, service)
+            for r in built.resources:
+                outbound.setdefault(r.name, r)
+            sets.names_by_host[service.hostname] = tuple(r.name for r in built.resources)
+            if built.eds_names:
+                sets.eds_by_host[service.hostname] = built.eds_names
+        sets.clusters = {name: outbound[name] for name in sorted(outbound)}
+
+    def _patch_clusters(self, sets: _ClassSets, parent: _ClassSets, traits: _Traits, push: PushContext) -> None:
+        """The class's clusters from its parent's in the snapshot just replaced: the services
+        whose object, applied DestinationRules or endpoints differ are rebuilt, the rest kept
+        (a cluster reads nothing else; the traits and mesh are the same by the lineage)."""
+        assert parent.clusters is not None and self._parent_request is not None
+        old, new = parent.scope, sets.scope
+        hosts = {host for host, _ in self._parent_request.endpoint_services}
+        if old is not new:
+            old_services, new_services = old.services_by_host, new.services_by_host
+            hosts.update(h for h, svc in new_services.items() if old_services.get(h) is not svc)
+            hosts.update(h for h in old_services if h not in new_services)
+            old_rules, new_rules = old.destination_rules, new.destination_rules
+            hosts.update(h for h, found in new_rules.items() if not _same_items(old_rules.get(h, ()), found))
+            hosts.update(h for h in old_rules if h not in new_rules)
+        outbound = dict(parent.clusters)
+        sets.names_by_host = dict(parent.names_by_host)
+        sets.eds_by_host = dict(parent.eds_by_host)
+        for host in hosts:
+            for name in sets.names_by_host.pop(host, ()):
+                outbound.pop(name, None)
+            sets.eds_by_host.pop(host, None)
+        changed = [svc for h in hosts if (svc := new.services_by_host.get(h)) is not None]
+        self._fill_clusters(sets, traits, push, changed, outbound)
 
     def _cluster_changes(self, proxy: Proxy, push: PushContext, watch: WatchedResource) -> Partial | None:
         """The class set's difference to what the client was last brought to, and the proxy's
@@ -410,10 +485,13 @@ class XdsGenerator:
         if watch.wildcard:
             return None
         scope, _, sets = self._class(proxy, push)
-        hosts = _changed_hosts(request, (scope, previous))
+        key = (Ident(request), Ident(scope), None if previous is None else Ident(previous))
+        if key not in self._hosts:
+            self._hosts[key] = _changed_hosts(request, (scope, previous))
+        hosts = self._hosts[key]
         if hosts is None:
             return None
-        self._cluster_parts(proxy, push)  # fills the class's EDS names
+        self._class_clusters(proxy, push)  # fills the class's EDS names
         names = {n for n in also if n in watch.names}
         names.update(n for h in hosts for n in sets.eds_by_host.get(h, ()) if n in watch.names)
         ordered = sorted(names)

@@ -112,6 +112,12 @@ class XdsServer:
             ("grpc.http2.min_ping_interval_without_data_ms", 15_000),
             ("grpc.max_receive_message_length", 4 * 1024 * 1024),
             ("grpc.max_send_message_length", 256 * 1024 * 1024),
+            # a connect storm of thousands of proxies: gRPC core's defaults reject calls past
+            # 1,000 waiting to be picked up and cancel those not picked up within 30 s; the
+            # loop picks them up as fast as it can, these only keep a burst from being refused
+            ("grpc.server.max_pending_requests", 20_000),
+            ("grpc.server.max_pending_requests_hard_limit", 40_000),
+            ("grpc.server_max_unrequested_time_in_server", 300),
         ]
         self._server = grpc.aio.server(options=options)
         self._server.add_generic_rpc_handlers(self.handlers())
