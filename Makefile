@@ -38,6 +38,7 @@ protos: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.parse_config
 	$(BIN)/python -m bench.generate_xds
+	$(BIN)/python -m bench.push_cost --proxies 400 --out bench/results/push_cost-delta.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -6,38 +6,20 @@ from __future__ import annotations
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
-from app.environment import Environment
+from app.config.model import ConfigKey, Kind
 from app.model.proxy import build_proxy
-from app.sources.files import FileSource
-from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.generate import XdsGenerator
 from app.xds.push import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
-from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
+from tests.support.bookinfo import EXTRA_DR, NODE, REVIEWS
+from tests.support.mesh import Mesh as SupportMesh
 
 
-class Mesh:
-    """bookinfo behind a cached XdsGenerator (assertion mode on), changed as the runtime does."""
-
-    def __init__(self) -> None:
-        self.env = Environment()
-        self.env.apply(FileSource(BOOKINFO).load())
-        self.push = self.env.build_push_context(None)
-        self.source = XdsGenerator(lambda: self.push, ResourceCache(verify=True))
-
-    def add(self, text: str) -> PushRequest:
-        objects = load_documents(text, "extra.yaml").objects
-        change = self.env.apply([ConfigEvent(EventType.ADD, obj) for obj in objects])
-        self.push = self.env.build_push_context(self.push, change)
-        request = PushRequest(full=True, configs_updated=change.configs)
-        self.source.invalidate(request)
-        return request
+class Mesh(SupportMesh):
+    """bookinfo (tests/support/mesh.py) with SotW streams."""
 
     def sotw(
         self, types: frozenset[str] | None = None
@@ -50,7 +32,7 @@ def test_dr_change_pushes_clusters_then_endpoints_even_when_endpoints_are_unchan
     conn = mesh.sotw()
     [cds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=CLUSTER))
     [eds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
-    out = conn.on_push(mesh.add(EXTRA_DR))
+    out = conn.on_push(mesh.apply(EXTRA_DR))
     assert [r.type_url for r in out] == [CLUSTER, ENDPOINT]
     assert out[0].version_info != cds.version_info
     assert out[1].version_info == eds.version_info  # same endpoints, re-sent for the new clusters
@@ -73,7 +55,7 @@ def test_virtual_service_change_sends_listeners_before_routes() -> None:
     conn = Connection("c1", build_proxy(NODE), DeltaSession(counter_nonces(), None), mesh.source)
     conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=LISTENER))
     conn.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=ROUTE, resource_names_subscribe=["9080"]))
-    request = mesh.add(
+    request = mesh.apply(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: bookinfo}\n"
         "spec:\n  hosts: [ratings]\n  http:\n  - route: [{destination: {host: ratings}}]\n    timeout: 3s\n",
     )
@@ -87,7 +69,7 @@ def test_per_type_eds_stream_resends_endpoints_when_clusters_may_have_been_resen
     mesh = Mesh()
     eds_only = mesh.sotw(frozenset({ENDPOINT}))
     [first] = eds_only.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
-    out = eds_only.on_push(mesh.add(EXTRA_DR))
+    out = eds_only.on_push(mesh.apply(EXTRA_DR))
     assert [r.type_url for r in out] == [ENDPOINT]
     assert out[0].nonce != first.nonce
 

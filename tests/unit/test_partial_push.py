@@ -1,0 +1,188 @@
+"""Pushes that cost what changed: a Delta push carries only the clusters and assignments a change
+touched (and removes what it took away), computed without diffing every resource; DestinationRule
+updates narrow the xDS types they affect; class sets patched across snapshots equal fresh builds
+(assertion mode compares every hit and every partial answer with a full generation)."""
+
+from __future__ import annotations
+
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.config.loader import load_documents
+from app.config.model import ConfigKey, Kind
+from app.model.proxy import build_proxy
+from app.xds.connection import Connection
+from app.xds.delta import DeltaSession
+from app.xds.needs_push import update_types
+from app.xds.push import PushRequest
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.watch import counter_nonces
+from tests.support.bookinfo import NODE
+from tests.support.mesh import Mesh as SupportMesh
+
+Req = discovery_pb2.DeltaDiscoveryRequest
+DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
+
+REVIEWS_HOST = "reviews.bookinfo.svc.cluster.local"
+REVIEWS_DR = """apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: reviews, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer: {{simple: ROUND_ROBIN}}
+    outlierDetection: {{consecutive5xxErrors: {errors}, interval: 10s, baseEjectionTime: 30s}}
+  subsets:
+{subsets}"""
+SUBSETS = """  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+  - name: v3
+    labels: {version: v3}
+    trafficPolicy:
+      loadBalancer:
+        consistentHash: {httpHeaderName: x-user}
+"""
+REVIEWS_SLICE = """apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: reviews-abc12
+  namespace: bookinfo
+  labels: {kubernetes.io/service-name: reviews}
+addressType: IPv4
+ports: [{name: http, port: 9080, protocol: TCP}]
+endpoints:
+- {addresses: [10.1.0.30], conditions: {ready: true}, targetRef: {kind: Pod, name: reviews-v1-0, namespace: bookinfo}}
+- {addresses: [10.1.0.31], conditions: {ready: true}, targetRef: {kind: Pod, name: reviews-v2-0, namespace: bookinfo}}
+"""
+
+
+class Mesh(SupportMesh):
+    """bookinfo with Delta ADS streams subscribed as Envoy does."""
+
+    def connect(self, node: str = NODE) -> tuple[DeltaConnection, list[str]]:
+        """A Delta ADS stream subscribed as Envoy does; returns it and its EDS names."""
+        conn: DeltaConnection = Connection("c", build_proxy(node), DeltaSession(counter_nonces(), None), self.source)
+
+        def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
+            out = conn.on_request(req)
+            for resp in out:
+                conn.on_request(Req(type_url=resp.type_url, response_nonce=resp.nonce))
+            return out
+
+        [cds] = ask(Req(type_url=CLUSTER))
+        eds_names = sorted(r.name for r in cds.resources if r.name.startswith("outbound|"))
+        ask(Req(type_url=ENDPOINT, resource_names_subscribe=eds_names))
+        return conn, eds_names
+
+
+def _sent(out: list[discovery_pb2.DeltaDiscoveryResponse], type_url: str) -> tuple[list[str], list[str]]:
+    found = [r for r in out if r.type_url == type_url]
+    if not found:
+        return [], []
+    [resp] = found
+    return [r.name for r in resp.resources], list(resp.removed_resources)
+
+
+def _rule(errors: int = 5, subsets: str = SUBSETS) -> str:
+    return REVIEWS_DR.format(errors=errors, subsets=subsets)
+
+
+def test_dr_update_sends_only_its_hosts_clusters_and_their_endpoints() -> None:
+    mesh = Mesh()
+    conn, _ = mesh.connect()
+    out = conn.on_push(mesh.apply(_rule(errors=7)))
+    clusters, removed = _sent(out, CLUSTER)
+    assert clusters and all(name.endswith(REVIEWS_HOST) for name in clusters)
+    assert removed == []
+    endpoints, _ = _sent(out, ENDPOINT)
+    assert sorted(endpoints) == sorted(c for c in clusters if c.startswith("outbound|"))
+    # outlier detection is read by clusters only: no listener or route push at all
+    assert {r.type_url for r in out} == {CLUSTER, ENDPOINT}
+
+
+def test_removed_subset_is_removed_by_name_and_nothing_else_is_sent() -> None:
+    mesh = Mesh()
+    conn, _ = mesh.connect()
+    without_v2 = SUBSETS.replace("  - {name: v2, labels: {version: v2}}\n", "")
+    out = conn.on_push(mesh.apply(_rule(subsets=without_v2)))
+    clusters, removed = _sent(out, CLUSTER)
+    assert removed == [f"outbound|9080|v2|{REVIEWS_HOST}"]
+    assert f"outbound|9080|v1|{REVIEWS_HOST}" not in clusters  # unchanged: not resent
+
+
+def test_endpoint_change_sends_only_that_services_assignments() -> None:
+    mesh = Mesh()
+    conn, eds_names = mesh.connect()
+    request = mesh.apply(REVIEWS_SLICE)
+    assert not request.full
+    out = conn.on_push(request)
+    assert [r.type_url for r in out] == [ENDPOINT]
+    endpoints, _ = _sent(out, ENDPOINT)
+    reviews = [n for n in eds_names if n.endswith(REVIEWS_HOST)]
+    # the subsets' assignments whose members changed (v3 lost its pod; the default lost one)
+    assert endpoints and set(endpoints) <= set(reviews)
+    assert f"outbound|9080|v1|{REVIEWS_HOST}" not in endpoints  # v1's member is unchanged
+
+
+def test_a_second_proxy_of_the_class_gets_the_same_partial_answer() -> None:
+    mesh = Mesh()
+    first, _ = mesh.connect()
+    second, _ = mesh.connect(NODE.replace("productpage-v1-0", "productpage-v1-1"))
+    request = mesh.apply(_rule(errors=9))
+    a, b = first.on_push(request), second.on_push(request)
+    assert [(r.type_url, [x.name for x in r.resources]) for r in a] == [
+        (r.type_url, [x.name for x in r.resources]) for r in b
+    ]
+
+
+def test_class_sets_patched_over_several_snapshots_equal_fresh_builds() -> None:
+    # assertion mode: the second proxy's generation compares every shared set with its own build
+    mesh = Mesh()
+    conns = [mesh.connect()[0], mesh.connect(NODE.replace("productpage-v1-0", "productpage-v1-1"))[0]]
+    for change in (_rule(errors=8), REVIEWS_SLICE, _rule(errors=8, subsets=SUBSETS.replace("v2", "v9"))):
+        request = mesh.apply(change)
+        for conn in conns:
+            conn.on_push(request)
+    for conn in conns:
+        full = mesh.source.generate(CLUSTER, conn.proxy, conn.session.watches[CLUSTER]) or []
+        held = conn.session.watches[CLUSTER].client_versions
+        assert held == {r.name: r.version for r in full}
+
+
+def test_dr_update_narrowing() -> None:
+    def types(before: str, after: str) -> frozenset[str] | None:
+        [old] = load_documents(before, "a.yaml").objects
+        [new] = load_documents(after, "a.yaml").objects
+        return update_types(old, new)
+
+    base = _rule()
+    assert types(base, _rule(errors=6)) == {CLUSTER, ENDPOINT}
+    hashing = _rule(subsets=SUBSETS.replace("x-user", "x-session"))
+    assert types(base, hashing) == {CLUSTER, ENDPOINT, LISTENER, ROUTE}
+    balancer = "loadBalancer: {simple: ROUND_ROBIN}"
+    idle = base.replace(balancer, "connectionPool: {tcp: {idleTimeout: 5s}}\n    " + balancer)
+    assert types(base, idle) == {CLUSTER, ENDPOINT, LISTENER}
+    assert types(base, base.replace("host: reviews", "host: ratings")) is None
+    assert types(base, base.replace("2026-01-02", "2026-01-03")) is None  # merge order may change
+
+
+def test_narrowed_keys_merge_only_when_every_request_narrowed_them() -> None:
+    key = ConfigKey(Kind.DESTINATION_RULE, "bookinfo", "reviews")
+    other = ConfigKey(Kind.DESTINATION_RULE, "bookinfo", "ratings")
+    narrow = PushRequest(full=True, configs_updated=frozenset({key}), key_types={key: frozenset({CLUSTER})})
+    wide = PushRequest(full=True, configs_updated=frozenset({key}))
+    also = PushRequest(full=True, configs_updated=frozenset({key, other}), key_types={key: frozenset({ENDPOINT})})
+    assert dict(narrow.merge(also).key_types) == {key: frozenset({CLUSTER, ENDPOINT})}
+    assert dict(narrow.merge(wide).key_types) == {}
+
+
+def test_dr_and_endpoint_pushes_never_generate_a_whole_type() -> None:
+    mesh = Mesh()
+    mesh.source.cache.verify = False  # assertion mode compares with full generations itself
+    conn, _ = mesh.connect()
+
+    def whole_type(*args: object) -> None:
+        raise AssertionError("a partial push generated a whole type")
+
+    mesh.source.generate = whole_type  # type: ignore[method-assign,assignment]
+    assert conn.on_push(mesh.apply(_rule(errors=7)))
+    assert conn.on_push(mesh.apply(REVIEWS_SLICE))
