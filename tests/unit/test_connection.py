@@ -15,7 +15,7 @@ from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import EXTRA_DR, NODE, REVIEWS
-from tests.support.mesh import Mesh as SupportMesh
+from tests.support.bookinfo_mesh import Mesh as SupportMesh
 
 
 class Mesh(SupportMesh):

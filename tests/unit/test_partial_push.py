@@ -17,7 +17,7 @@ from app.xds.push import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE
-from tests.support.mesh import Mesh as SupportMesh
+from tests.support.bookinfo_mesh import Mesh as SupportMesh
 
 Req = discovery_pb2.DeltaDiscoveryRequest
 DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]

@@ -1,0 +1,37 @@
+"""bookinfo behind a cached XdsGenerator in assertion mode, changed as the runtime changes it
+(apply, push request, PushContext rebuild or endpoint fast path, cache invalidation)."""
+
+from __future__ import annotations
+
+from app.config.loader import load_documents
+from app.config.model import ConfigEvent, EventType
+from app.environment import Environment
+from app.model.push_context import PushContext
+from app.runtime import push_request
+from app.sources.files import FileSource
+from app.xds.cache import ResourceCache
+from app.xds.generate import XdsGenerator
+from app.xds.push import PushRequest
+from tests.support.bookinfo import BOOKINFO
+
+
+class Mesh:
+    def __init__(self) -> None:
+        self.env = Environment()
+        self.env.apply(FileSource(BOOKINFO).load())
+        self.push = self.env.build_push_context(None)
+        self.source = XdsGenerator(lambda: self.push, ResourceCache(verify=True))
+
+    def apply(self, text: str) -> PushRequest:
+        """Add or replace the objects in ``text``; returns the push request the change makes."""
+        objects = load_documents(text, "change.yaml").objects
+        events = [ConfigEvent(EventType.UPDATE, obj) for obj in objects]
+        request = push_request(self.env.apply(events), len(events))
+        assert request is not None, "the change made no push"
+        if request.full:
+            keys = None if request.all_kinds else request.configs_updated
+            self.push = PushContext.build(self.push, self.env.push_inputs(), keys, self.push.scopes())
+        else:
+            self.push = self.push.with_endpoints(self.env.registry.snapshot())
+        self.source.invalidate(request)
+        return request
