@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from app.debug.server import DebugServer
@@ -117,18 +118,24 @@ class Runtime:
                 self.debouncer.submit(request)
 
     async def _fire(self, request: PushRequest) -> None:
-        previous = self.push_context()
-        if request.full:
-            # the inputs (and the scope memo) are taken on the loop; the build runs in a thread
-            # so streams keep being served while a large mesh's indexes are recomputed
-            keys = None if request.all_kinds else request.configs_updated
-            inputs, scopes = self.env.push_inputs(), previous.scopes()
-            self._push = await asyncio.to_thread(PushContext.build, previous, inputs, keys, scopes)
-        else:
-            self._push = previous.with_endpoints(self.env.registry.snapshot())
+        build = next_snapshot(self.push_context(), self.env, request)
+        # a full rebuild runs in a thread so streams keep being served while a large mesh's
+        # indexes are recomputed; the endpoint fast path is cheap enough for the loop
+        self._push = await asyncio.to_thread(build) if request.full else build()
         self.generator.invalidate(request)
         for stream in self.streams():
             self.queue.enqueue(stream, request)
+
+
+def next_snapshot(previous: PushContext, env: Environment, request: PushRequest) -> Callable[[], PushContext]:
+    """The build of the snapshot after ``previous`` for a request: a full request rebuilds the
+    slices its keys affect, an endpoint-only one reads the registry's new endpoints. The inputs
+    (and the scope memo) are taken now, on the caller's thread; the returned build may run on
+    another."""
+    if request.full:
+        keys = None if request.all_kinds else request.configs_updated
+        return functools.partial(PushContext.build, previous, env.push_inputs(), keys, previous.scopes())
+    return functools.partial(previous.with_endpoints, env.registry.snapshot())
 
 
 def push_request(change: Change, events: int) -> PushRequest | None:

@@ -36,7 +36,7 @@ from google.protobuf import struct_pb2
 
 from app.environment import Environment
 from app.model.push_context import PushContext
-from app.runtime import push_request
+from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection, proxy_from_node
@@ -79,11 +79,7 @@ class World:
         started = time.perf_counter()
         request = push_request(self.env.apply(events), len(events))
         assert request is not None, "the change made no push"
-        if request.full:
-            keys = None if request.all_kinds else request.configs_updated
-            self.push = PushContext.build(self.push, self.env.push_inputs(), keys, self.push.scopes())
-        else:
-            self.push = self.push.with_endpoints(self.env.registry.snapshot())
+        self.push = next_snapshot(self.push, self.env, request)()
         self.generator.invalidate(request)
         return request, time.perf_counter() - started
 

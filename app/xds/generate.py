@@ -305,8 +305,9 @@ class XdsGenerator:
         for r in partial.resources:
             if current.get(r.name) != r:
                 raise CacheAssertionError(f"{type_url} {r.name}: a partial push carries a stale or unknown resource")
+        carried = {r.name for r in partial.resources}
         for name in partial.considered:
-            if name in current and not any(r.name == name for r in partial.resources):
+            if name in current and name not in carried:
                 raise CacheAssertionError(f"{type_url} {name}: considered by a partial push but left out")
 
     # --- the class memo ---------------------------------------------------------------------

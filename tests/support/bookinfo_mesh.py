@@ -6,8 +6,7 @@ from __future__ import annotations
 from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
-from app.model.push_context import PushContext
-from app.runtime import push_request
+from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.generate import XdsGenerator
@@ -28,10 +27,6 @@ class Mesh:
         events = [ConfigEvent(EventType.UPDATE, obj) for obj in objects]
         request = push_request(self.env.apply(events), len(events))
         assert request is not None, "the change made no push"
-        if request.full:
-            keys = None if request.all_kinds else request.configs_updated
-            self.push = PushContext.build(self.push, self.env.push_inputs(), keys, self.push.scopes())
-        else:
-            self.push = self.push.with_endpoints(self.env.registry.snapshot())
+        self.push = next_snapshot(self.push, self.env, request)()
         self.source.invalidate(request)
         return request
