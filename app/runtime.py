@@ -13,8 +13,8 @@ Connection skips a push its proxy does not depend on.
 from __future__ import annotations
 
 import asyncio
-import logging
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
