@@ -27,7 +27,8 @@ from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
 from app.xds.needs_push import update_types
-from app.xds.push import Debouncer, PushQueue, PushRequest, TriggerReason, run_push_workers
+from app.xds.push import Debouncer, PushQueue, run_push_workers
+from app.xds.push_request import PushRequest, TriggerReason
 from app.xds.server import Stream, XdsServer
 
 logger = logging.getLogger("pilotfish")

@@ -44,7 +44,7 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import XdsGenerator
 from app.xds.generators.eds import eds_cluster_names
 from app.xds.generators.lds import route_names
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces

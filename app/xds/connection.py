@@ -22,7 +22,7 @@ from app.model.sidecar_scope import SidecarScope
 from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, SHORT_NAMES
 from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
 

@@ -39,7 +39,7 @@ from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listeners, workload_listeners
 from app.xds.generators.rds import generate_routes
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import Resource, WatchedResource, encode
 
@@ -630,5 +630,3 @@ def _eds_names(clusters: Iterable[Resource]) -> list[str]:
 
 def _name(msg: Message) -> str:
     return str(getattr(msg, "name", "") or getattr(msg, "cluster_name", ""))
-
-

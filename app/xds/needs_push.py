@@ -20,7 +20,7 @@ from app.api import networking_pb2 as net
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 
 _ALL = frozenset(ADS_ORDER)

@@ -1,7 +1,7 @@
-"""The push pipeline between config events and connections: PushRequest, Debouncer, PushQueue, workers.
+"""The push pipeline between config events and connections: Debouncer, PushQueue, workers.
 
 As in istiod (pilot/pkg/xds/discovery.go ``debounce``, pushqueue.go, model.PushRequest): events
-become ``PushRequest``s, one Debouncer task merges them and fires after a quiet period or a
+become ``PushRequest``s (app/xds/push_request.py), one Debouncer task merges them and fires after a quiet period or a
 maximum delay, the fired request fans out into a PushQueue that keeps at most one pending
 request per connection (merging the rest), and a fixed number of workers drain it. Time comes
 from an injected ``Clock`` so the debounce logic is tested without wall-clock sleeps.
@@ -11,109 +11,17 @@ Single event loop: nothing here is thread-safe, and nothing needs to be.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Hashable, Mapping
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import replace
 from typing import Generic, Protocol, TypeVar
 
-from app.config.model import ConfigKey, Kind
 from app.errors import PilotfishError
+from app.xds.push_request import UNKNOWN_REASON, PushRequest
 
 log = logging.getLogger(__name__)
-
-_NO_REASONS: Mapping[str, int] = MappingProxyType({})
-_NO_KEY_TYPES: Mapping[ConfigKey, frozenset[str]] = MappingProxyType({})
-
-
-class TriggerReason(enum.StrEnum):
-    """Why a push was requested; istiod's TriggerReason names, the keys of ``PushRequest.reasons``."""
-
-    ENDPOINT = "endpoint"
-    CONFIG = "config"
-    UNKNOWN = "unknown"  # the Debouncer's label for a request that named none
-
-
-_UNKNOWN_REASON: Mapping[str, int] = MappingProxyType({TriggerReason.UNKNOWN.value: 1})
-
-
-@dataclass(frozen=True, slots=True)
-class PushRequest:
-    """What changed, for one push; requests merge, so one push can answer many events.
-
-    As istiod's ``ConfigsUpdated``, a full request names the config objects that changed as
-    (kind, namespace, name) keys; a Service from any registry is named as
-    ``(Service, namespace, hostname)``. A full request that names no keys means everything may
-    have changed (a full rebuild). ``endpoint_services`` are the services whose endpoints
-    changed (EDS); ``proxy_ips`` the workload IPs whose own service targets changed, whose
-    proxies need their inbound config (istiod ``ProxyUpdate``). ``key_types`` narrows, for some
-    changed keys, the xDS types the change can affect below what their kind can (an update that
-    left the parts other types read unchanged); a key it does not name affects what its kind
-    does. ``start`` 0.0 means unknown, and merging keeps the oldest known start."""
-
-    full: bool  # False: endpoints only (EDS fast path, no PushContext rebuild)
-    configs_updated: frozenset[ConfigKey] = frozenset()
-    endpoint_services: frozenset[tuple[str, str]] = frozenset()  # (hostname, namespace)
-    proxy_ips: frozenset[str] = frozenset()
-    key_types: Mapping[ConfigKey, frozenset[str]] = field(default_factory=lambda: _NO_KEY_TYPES, hash=False)
-    reasons: Mapping[str, int] = field(default_factory=lambda: _NO_REASONS, hash=False)
-    start: float = 0.0
-    forced: bool = False  # push everything watched, changed or not
-
-    @property
-    def all_kinds(self) -> bool:
-        """A full push that names no keys: treat every config object as changed."""
-        return self.full and not self.configs_updated
-
-    @property
-    def config_kinds(self) -> frozenset[Kind]:
-        """The kinds of the changed config keys."""
-        return frozenset(key.kind for key in self.configs_updated)
-
-    def merge(self, other: PushRequest) -> PushRequest:
-        """Both requests in one (istiod PushRequest.Merge); the inputs are left unchanged."""
-        if self.all_kinds or other.all_kinds:
-            keys: frozenset[ConfigKey] = frozenset()  # "everything" absorbs any named keys
-        else:
-            keys = self.configs_updated | other.configs_updated
-        reasons = dict(self.reasons)
-        for reason, count in other.reasons.items():
-            # counts add up, never dedupe: they feed per-reason push metrics
-            reasons[reason] = reasons.get(reason, 0) + count
-        return PushRequest(
-            full=self.full or other.full,
-            configs_updated=keys,
-            endpoint_services=self.endpoint_services | other.endpoint_services,
-            proxy_ips=self.proxy_ips | other.proxy_ips,
-            key_types=_merge_key_types(self, other, keys),
-            reasons=MappingProxyType(reasons),
-            start=_oldest(self.start, other.start),
-            forced=self.forced or other.forced,
-        )
-
-
-def _merge_key_types(
-    a: PushRequest, b: PushRequest, keys: frozenset[ConfigKey]
-) -> Mapping[ConfigKey, frozenset[str]]:
-    """A key stays narrowed only if every request naming it narrowed it: the union of those."""
-    merged: dict[ConfigKey, frozenset[str]] = {}
-    for key in keys:
-        parts = [r.key_types.get(key) for r in (a, b) if key in r.configs_updated]
-        narrowed = [p for p in parts if p is not None]
-        if narrowed and len(narrowed) == len(parts):
-            merged[key] = frozenset().union(*narrowed)
-    return MappingProxyType(merged) if merged else _NO_KEY_TYPES
-
-
-def _oldest(a: float, b: float) -> float:
-    if not a:
-        return b
-    if not b:
-        return a
-    return min(a, b)
 
 
 class Clock(Protocol):
@@ -211,7 +119,7 @@ class Debouncer:
             req = replace(
                 req,
                 start=req.start or now,
-                reasons=req.reasons or _UNKNOWN_REASON,
+                reasons=req.reasons or UNKNOWN_REASON,
             )
         if not self._eds_debounce and not req.full:
             self._now_req = req if self._now_req is None else self._now_req.merge(req)

@@ -24,7 +24,7 @@ from app.model.proxy import InvalidNodeError
 from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import ProtocolError, counter_nonces

@@ -10,7 +10,7 @@ from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.generate import XdsGenerator
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from tests.support.bookinfo import BOOKINFO
 
 

@@ -10,7 +10,7 @@ from app.config.model import ConfigKey, Kind
 from app.model.proxy import build_proxy
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces

@@ -7,7 +7,7 @@ import pytest
 from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.xds.needs_push import AFFECTS, FOLLOWS, UNAFFECTED_KINDS, types_to_push
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 
 ALL = list(ADS_ORDER)

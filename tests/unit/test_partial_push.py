@@ -13,7 +13,7 @@ from app.model.proxy import build_proxy
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.needs_push import update_types
-from app.xds.push import PushRequest
+from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE

@@ -14,14 +14,8 @@ import logging
 import pytest
 
 from app.config.model import ConfigKey, Kind
-from app.xds.push import (
-    Debouncer,
-    PushQueue,
-    PushQueueClosed,
-    PushRequest,
-    TriggerReason,
-    run_push_workers,
-)
+from app.xds.push import Debouncer, PushQueue, PushQueueClosed, run_push_workers
+from app.xds.push_request import PushRequest, TriggerReason
 
 T0 = 100.0  # not 0.0: a start of 0.0 means "unknown"
 
