@@ -50,7 +50,7 @@ class Runtime:
             debounce_max=settings.debounce_max,
             eds_debounce=settings.eds_debounce,
         )
-        self.xds = XdsServer(self.generator, on_disconnect=self.queue.remove)
+        self.xds = XdsServer(self.generator, on_disconnect=self.queue.remove, send_timeout=settings.xds_send_timeout)
         self.http = DebugServer(self)
         self.started = asyncio.Event()
 

@@ -29,6 +29,10 @@ class Settings:
     debounce_max: float = 10.0  # PILOT_DEBOUNCE_MAX: longest a change waits
     eds_debounce: bool = True  # PILOT_ENABLE_EDS_DEBOUNCE: endpoint changes are debounced too
     push_throttle: int = 100  # PILOT_PUSH_THROTTLE: concurrent proxy pushes
+    # PILOT_XDS_SEND_TIMEOUT: a response the transport has not taken by then ends its stream.
+    # istiod's default is 0 (wait forever); ours is not, so a client that stops reading can
+    # never park a push worker for good (0 still disables it)
+    xds_send_timeout: float = 30.0
     file_debounce_ms: int = 50  # batching of file-system events
     shutdown_grace: float = 5.0  # seconds streams get to finish on SIGTERM
     cache_assert: bool = False  # PILOTFISH_CACHE_ASSERT: rebuild on every cache hit, fail on a difference
@@ -41,6 +45,7 @@ class Settings:
             ("debounce_max", "PILOT_DEBOUNCE_MAX", _seconds),
             ("eds_debounce", "PILOT_ENABLE_EDS_DEBOUNCE", _boolean),
             ("push_throttle", "PILOT_PUSH_THROTTLE", _positive_int),
+            ("xds_send_timeout", "PILOT_XDS_SEND_TIMEOUT", _seconds),
             ("cache_assert", "PILOTFISH_CACHE_ASSERT", _boolean),
         ):
             if key in env:

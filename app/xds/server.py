@@ -6,6 +6,13 @@ requests and pushes are handled one at a time, in arrival order, by the stream c
 The per-type services (CDS, EDS, LDS, RDS; SotW and Delta) are the same handler with the
 session restricted to one type. A bad node or a request no client should send ends that
 stream with INVALID_ARGUMENT; the server and the other streams go on (DESIGN §5).
+
+A client that stops reading holds back nothing but itself: what a stream buffers is bounded
+both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, so HTTP/2 flow
+control holds the client back; a write waits for the transport, so at most one response is in
+flight), and a write that does not complete within the send timeout (istiod
+PILOT_XDS_SEND_TIMEOUT) ends the stream with DEADLINE_EXCEEDED, releasing the push worker that
+waits for it.
 """
 
 from __future__ import annotations
@@ -55,6 +62,13 @@ class _Push:
 
 _EOF = object()
 
+# requests a stream takes ahead of handling them; Envoy sends about one per response it gets
+MAX_QUEUED_REQUESTS = 64
+
+
+class SendTimeout(Exception):
+    """A response was not taken by the transport within the send timeout: the client stopped reading."""
+
 
 @dataclass(slots=True, eq=False)  # identity: the push queue keys on it
 class Stream:
@@ -74,9 +88,13 @@ class Stream:
 
 
 class XdsServer:
-    def __init__(self, source: ResourceSource, on_disconnect: Callable[[Stream], None]) -> None:
+    def __init__(
+        self, source: ResourceSource, on_disconnect: Callable[[Stream], None], *, send_timeout: float = 0.0
+    ) -> None:
+        """``send_timeout`` seconds a response may wait for the transport (0: forever)."""
         self._source = source
         self._on_disconnect = on_disconnect
+        self._send_timeout = send_timeout
         self._ids = itertools.count(1)
         self.streams: dict[str, Stream] = {}
         self._server: grpc.aio.Server | None = None
@@ -156,22 +174,31 @@ class XdsServer:
         stream: Stream | None = None
         try:
             async with asyncio.TaskGroup() as tg:
-                reader = tg.create_task(_read(requests, inbox))
+                reader = tg.create_task(read_requests(requests, inbox))
                 try:
                     while (item := await inbox.get()) is not _EOF:
                         if isinstance(item, _Push):
                             await self._write_push(stream, item, context)
-                            continue
-                        if stream is None:
-                            stream = self._connect(item, session, inbox)
-                        for resp in stream.connection.on_request(item):
-                            await context.write(resp)
+                        else:
+                            if stream is None:
+                                stream = self._connect(item, session, inbox)
+                            for resp in stream.connection.on_request(item):
+                                await self._write(context, resp)
+                        inbox.task_done()
                 finally:
                     reader.cancel()
         except* (ProtocolError, InvalidNodeError) as group:
             error = group.exceptions[0]
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except* SendTimeout:
+            # as istiod's "timeout sending": the stream ends, the client reconnects and resyncs.
+            # The status queues behind the response stuck in the transport, so the stream is
+            # released first: no push waits on it while the abort waits for the client
+            logger.warning("xDS stream %s ended: timeout sending", stream.connection.id if stream else "(new)")
+            if stream is not None:
+                self._disconnect(stream)
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout sending")
         finally:
             if stream is not None:
                 self._disconnect(stream)
@@ -188,6 +215,8 @@ class XdsServer:
         return stream
 
     def _disconnect(self, stream: Stream) -> None:
+        if stream.closed:
+            return
         stream.closed = True
         self.streams.pop(stream.connection.id, None)
         self._on_disconnect(stream)
@@ -204,15 +233,27 @@ class XdsServer:
         try:
             if stream is not None:
                 for resp in stream.connection.on_push(item.request):
-                    await context.write(resp)
+                    await self._write(context, resp)
         finally:
             if not item.done.done():
                 item.done.set_result(None)
 
+    async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: Any) -> None:
+        if self._send_timeout <= 0:
+            await context.write(resp)
+            return
+        try:
+            await asyncio.wait_for(context.write(resp), self._send_timeout)
+        except TimeoutError:
+            raise SendTimeout from None
 
-async def _read(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:
+
+async def read_requests(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:
+    """Move a stream's requests into its inbox, then an end marker; waits while the inbox is full."""
     try:
         async for req in requests:
             inbox.put_nowait(req)
+            if inbox.qsize() >= MAX_QUEUED_REQUESTS:
+                await inbox.join()  # stop reading until the stream has caught up
     finally:
         inbox.put_nowait(_EOF)

@@ -19,10 +19,13 @@ from google.protobuf import struct_pb2
 
 from app.runtime import Runtime
 from app.settings import Settings
+from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.server import MAX_QUEUED_REQUESTS, read_requests
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
+SEND_TIMEOUT = 2.0
 
 
 @pytest.fixture
@@ -35,6 +38,7 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         http_address="127.0.0.1:0",
         debounce_after=0.01,
         file_debounce_ms=10,
+        xds_send_timeout=SEND_TIMEOUT,
     )
     rt = Runtime(settings)
     stop = asyncio.Event()
@@ -218,3 +222,70 @@ async def test_ads_type_without_generator_is_watched_not_answered_and_stream_sta
     cds = await s.recv()
     assert cds.type_url == CLUSTER and REVIEWS in {r.name for r in cds.resources}
     s.call.cancel()
+
+
+async def test_client_that_stops_reading_is_closed_and_holds_back_no_one(
+    runtime: Runtime, channel: grpc.aio.Channel
+) -> None:
+    # a client whose receive window stays at gRPC's 64 KiB (no BDP growth) and that never reads
+    # again: forced pushes fill the window, the write blocks, and the send timeout ends the stream
+    slow_channel = grpc.aio.insecure_channel(f"127.0.0.1:{runtime.xds.port}", options=[("grpc.http2.bdp_probe", 0)])
+    slow = Stream(slow_channel, ADS + "StreamAggregatedResources", delta=False)
+    await slow.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), node_id=NODE.replace("productpage", "slow")))
+    good = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await good.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    first = await good.recv()
+    await good.send(
+        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=first.nonce, version_info=first.version_info)
+    )
+    slow_id = next(i for i in await _stream_ids(runtime) if "slow" in i)
+    server_stream = runtime.xds.streams[slow_id]
+    pushes = 0
+    while slow_id in runtime.xds.streams:  # each forced push re-sends the whole CDS
+        # the push worker is released once the write that blocked times out, never parked
+        await asyncio.wait_for(server_stream.push(PushRequest(full=True, forced=True)), SEND_TIMEOUT + 5)
+        pushes += 1
+        assert pushes < 500, "the stream never blocked"
+    assert server_stream.closed
+    await asyncio.wait_for(server_stream.push(PushRequest(full=True, forced=True)), 1)  # a closed stream takes none
+    # the well-behaved stream on the same server is served meanwhile and after
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)
+    pushed = await good.recv(timeout=20)
+    assert pushed.type_url == CLUSTER and pushed.version_info != first.version_info
+    # the slow client, once it reads again, finds its stream ended with istiod's status
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        while True:
+            await slow.recv()
+    assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED, err.value
+    assert "timeout sending" in (err.value.details() or "")
+    good.call.cancel()
+    await slow_channel.close()
+
+
+async def _stream_ids(runtime: Runtime) -> list[str]:
+    for _ in range(100):
+        if len(runtime.xds.streams) >= 2:
+            return list(runtime.xds.streams)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"streams never connected: {list(runtime.xds.streams)}")
+
+
+async def test_reader_stops_taking_requests_while_the_stream_is_behind() -> None:
+    # a client that floods requests is held back by HTTP/2 flow control: the reader waits
+    # with MAX_QUEUED_REQUESTS unhandled instead of buffering without bound
+    async def flood() -> AsyncIterator[int]:
+        for i in range(10 * MAX_QUEUED_REQUESTS):
+            yield i
+
+    inbox: asyncio.Queue[object] = asyncio.Queue()
+    reader = asyncio.create_task(read_requests(flood(), inbox))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert inbox.qsize() == MAX_QUEUED_REQUESTS and not reader.done()
+    for _ in range(MAX_QUEUED_REQUESTS):  # the stream handles what is queued ...
+        inbox.get_nowait()
+        inbox.task_done()
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert inbox.qsize() == MAX_QUEUED_REQUESTS  # ... and the reader takes the next batch
+    reader.cancel()
