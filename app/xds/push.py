@@ -15,7 +15,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
 
 from app.errors import PilotfishError
@@ -45,16 +45,52 @@ class MonotonicClock:
 MONOTONIC_CLOCK = MonotonicClock()
 
 
+@dataclass(slots=True)
+class _Lane:
+    """Requests of one lane waiting to fire: merged, how many, first and last submit times."""
+
+    after: float  # quiet period
+    max: float  # longest wait from the first request
+    req: PushRequest | None = None
+    count: int = 0
+    first: float = 0.0
+    last: float = 0.0
+
+    def add(self, req: PushRequest, now: float) -> bool:
+        """Queue ``req``; True when the lane was empty (only then can the next fire come earlier)."""
+        first = self.req is None
+        self.req = req if self.req is None else self.req.merge(req)
+        self.count += 1
+        self.last = now
+        if first:
+            self.first = now
+        return first
+
+    def due_at(self) -> float:
+        return min(self.last + self.after, self.first + self.max)
+
+    def take(self) -> tuple[PushRequest, int, float]:
+        """The merged request, how many it carries, and when the first of them came."""
+        assert self.req is not None
+        out = (self.req, self.count, self.first)
+        self.req, self.count = None, 0
+        return out
+
+
 class Debouncer:
     """Merges submitted requests and hands them to ``on_fire``, one fire at a time.
 
-    A request fires after ``debounce_after`` without new requests, or ``debounce_max`` after
-    the first request not yet fired (istiod PILOT_DEBOUNCE_AFTER / PILOT_DEBOUNCE_MAX). With
-    ``eds_debounce`` False (istiod PILOT_ENABLE_EDS_DEBOUNCE), endpoint-only requests skip the
-    wait and fire as soon as no fire is running. Requests submitted while ``on_fire`` runs
-    accumulate and fire after it returns, under the same rules. An exception from ``on_fire``
-    is logged and counted; the requests it carried count as committed (the next full push
-    rebuilds from the current state anyway)."""
+    Two lanes. Config (full) requests fire after ``debounce_after`` without new ones, or
+    ``debounce_max`` after the first not yet fired (istiod PILOT_DEBOUNCE_AFTER /
+    PILOT_DEBOUNCE_MAX). Endpoint-only requests wait in their own lane under the same rule
+    but their own timers, so config churn that keeps extending the config debounce never
+    holds an endpoint push back (a separate lane rather than an adaptive rule: its latency
+    bound is simple to state, one quiet period plus a fire in progress); with
+    ``eds_debounce`` False (istiod PILOT_ENABLE_EDS_DEBOUNCE) they fire as soon as no fire
+    is running. A config fire carries the endpoint requests waiting at that moment.
+    Requests submitted while ``on_fire`` runs accumulate and fire after it returns, under
+    the same rules. An exception from ``on_fire`` is logged and counted; the requests it
+    carried count as committed (the next full push rebuilds from the current state anyway)."""
 
     def __init__(
         self,
@@ -68,18 +104,9 @@ class Debouncer:
         if debounce_after < 0 or debounce_max < 0:
             raise ValueError("debounce_after and debounce_max must not be negative")
         self._on_fire = on_fire
-        self._after = debounce_after
-        self._max = debounce_max
-        self._eds_debounce = eds_debounce
         self._clock = clock
-        # debounced requests: merged request, how many, first and last submit times
-        self._req: PushRequest | None = None
-        self._count = 0
-        self._first = 0.0
-        self._last = 0.0
-        # endpoint-only requests that skip debouncing (eds_debounce False)
-        self._now_req: PushRequest | None = None
-        self._now_count = 0
+        self._config = _Lane(debounce_after, debounce_max)
+        self._endpoints = _Lane(debounce_after, debounce_max) if eds_debounce else _Lane(0.0, 0.0)
         self._wake: asyncio.Future[None] | None = None
         self._running = False
         self._received = 0
@@ -121,18 +148,8 @@ class Debouncer:
                 start=req.start or now,
                 reasons=req.reasons or UNKNOWN_REASON,
             )
-        if not self._eds_debounce and not req.full:
-            self._now_req = req if self._now_req is None else self._now_req.merge(req)
-            self._now_count += 1
-            self._wake_up()
-            return
-        first = self._req is None
-        self._req = req if self._req is None else self._req.merge(req)
-        self._count += 1
-        self._last = now
-        if first:
-            self._first = now
-            # only a first request can make the next fire earlier; later ones postpone it
+        lane = self._config if req.full else self._endpoints
+        if lane.add(req, now):
             self._wake_up()
 
     def _wake_up(self) -> None:
@@ -152,27 +169,25 @@ class Debouncer:
                 if due is not None:
                     await self._fire(*due)
                     continue
-                await self._wait(None if self._req is None else self._due_at() - self._clock.now())
+                waiting = [lane.due_at() for lane in (self._config, self._endpoints) if lane.req is not None]
+                await self._wait(min(waiting) - self._clock.now() if waiting else None)
         finally:
             self._running = False
 
-    def _due_at(self) -> float:
-        return min(self._last + self._after, self._first + self._max)
-
     def _take_due(self) -> tuple[PushRequest, int, float] | None:
         """The merged request to fire now, how many requests it carries, and their wait."""
-        req: PushRequest | None = None
-        count = 0
-        waited = 0.0
         now = self._clock.now()
-        if self._req is not None and now >= self._due_at():
-            req, count, waited = self._req, self._count, now - self._first
-            self._req, self._count = None, 0
-        if self._now_req is not None:
-            req = self._now_req if req is None else req.merge(self._now_req)
-            count += self._now_count
-            self._now_req, self._now_count = None, 0
-        return None if req is None else (req, count, waited)
+        config, endpoints = self._config, self._endpoints
+        if config.req is not None and now >= config.due_at():
+            req, count, first = config.take()
+            if endpoints.req is not None:  # the full push carries the endpoints waiting
+                more, more_count, more_first = endpoints.take()
+                req, count, first = req.merge(more), count + more_count, min(first, more_first)
+            return req, count, now - first
+        if endpoints.req is not None and now >= endpoints.due_at():
+            req, count, first = endpoints.take()
+            return req, count, now - first
+        return None
 
     async def _wait(self, delay: float | None) -> None:
         """Until ``delay`` passes (forever if None) or a submit may have made a fire due."""

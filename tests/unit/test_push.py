@@ -200,17 +200,51 @@ async def test_each_request_restarts_the_quiet_period_and_all_are_merged() -> No
     d.submit(full(Kind.DESTINATION_RULE))
     await clock.advance(0.25)  # 0.5 after the first, 0.25 after the second
     assert rec.fired == []
-    d.submit(eds("a"))
+    d.submit(full(Kind.SIDECAR))
     await clock.advance(0.25)
     assert rec.fired == []
     await clock.advance(0.25)
     assert len(rec.fired) == 1
     merged = rec.fired[0]
-    assert merged.full and merged.config_kinds == {Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE}
-    assert merged.endpoint_services == {("a", "ns")}
-    assert dict(merged.reasons) == {"config": 2, "endpoint": 1}
+    assert merged.full and merged.config_kinds == {Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR}
+    assert dict(merged.reasons) == {"config": 3}
     assert merged.start == T0
     assert (d.received, d.committed, d.fires) == (3, 3, 1)
+    await stop(task)
+
+
+async def test_endpoint_lane_is_not_held_back_by_config_churn() -> None:
+    # config changes every 0.25 s keep the config debounce going until its max delay; an
+    # endpoint change among them fires after its own quiet period, alone (EDS fast path)
+    clock, rec = FakeClock(), Recorder()
+    d = Debouncer(rec, debounce_after=0.5, debounce_max=4.0, clock=clock)
+    task = await start(d)
+    d.submit(full(Kind.VIRTUAL_SERVICE))
+    await clock.advance(0.25)
+    d.submit(eds("a"))
+    for _ in range(2):
+        d.submit(full(Kind.VIRTUAL_SERVICE))
+        await clock.advance(0.25)
+    assert [(r.full, r.endpoint_services) for r in rec.fired] == [(False, {("a", "ns")})]
+    assert (d.received, d.committed) == (4, 1)
+    await stop(task)
+
+
+async def test_a_config_fire_carries_the_endpoint_requests_waiting() -> None:
+    clock, rec = FakeClock(), Recorder()
+    d = Debouncer(rec, debounce_after=0.5, debounce_max=4.0, clock=clock)
+    task = await start(d)
+    d.submit(full(Kind.VIRTUAL_SERVICE))
+    await clock.advance(0.25)
+    d.submit(eds("a"))  # its own quiet period would end at 0.75; the config one ends at 0.5
+    await clock.advance(0.25)
+    assert len(rec.fired) == 1
+    merged = rec.fired[0]
+    assert merged.full and merged.endpoint_services == {("a", "ns")}
+    assert dict(merged.reasons) == {"config": 1, "endpoint": 1}
+    await clock.advance(1.0)
+    assert len(rec.fired) == 1  # nothing left to fire
+    assert (d.received, d.committed, d.fires) == (2, 2, 1)
     await stop(task)
 
 
