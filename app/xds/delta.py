@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resources import EXPLICIT_TYPES
+from app.xds.response import DeltaResponse
 from app.xds.watch import (
     WILDCARD,
     NonceSource,
@@ -87,7 +88,7 @@ class DeltaSession:
                 del w.client_versions[name]
         return added
 
-    def answer(self, type_url: str, resources: Sequence[Resource]) -> discovery_pb2.DeltaDiscoveryResponse | None:
+    def answer(self, type_url: str, resources: Sequence[Resource]) -> DeltaResponse | None:
         """The response to a request that asked for one: what the client lacks."""
         return self.response(type_url, resources)
 
@@ -99,7 +100,7 @@ class DeltaSession:
         force: bool = False,
         force_names: Collection[str] = (),
         considered: Collection[str] | None = None,
-    ) -> discovery_pb2.DeltaDiscoveryResponse | None:
+    ) -> DeltaResponse | None:
         """What the client lacks of ``resources`` (the type's complete current set) and what
         it has that is gone; None when it is up to date. ``force`` sends every watched resource
         even when unchanged, ``force_names`` those named (endpoints after their cluster was
@@ -119,18 +120,18 @@ class DeltaSession:
         first_wildcard = w.wildcard and not w.nonce_sent
         if not send and not removed and not first_wildcard:
             return None
-        # what this response carries (the complete set's hash would cost a pass over all of it)
-        resp = discovery_pb2.DeltaDiscoveryResponse(
-            type_url=type_url, nonce=self._nonces(), system_version_info=set_version(send)
-        )
-        for r in sorted(send, key=lambda r: r.name):
-            out = resp.resources.add(name=r.name, version=r.version)
-            out.resource.CopyFrom(r.body)
+        send.sort(key=_name)
+        for r in send:
             w.client_versions[r.name] = r.version
-        resp.removed_resources.extend(removed)
         for name in removed:
             del w.client_versions[name]
+        # what this response carries (the complete set's hash would cost a pass over all of it)
+        resp = DeltaResponse(type_url, self._nonces(), set_version(send), send, removed)
         w.nonce_sent = resp.nonce
         w.version_sent = resp.system_version_info
         w.last_sent = frozenset(r.name for r in send)
         return resp
+
+
+def _name(r: Resource) -> str:
+    return r.name

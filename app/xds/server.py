@@ -33,6 +33,7 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.response import payload
 from app.xds.sotw import SotwSession
 from app.xds.watch import ProtocolError, counter_nonces
 
@@ -110,12 +111,12 @@ class XdsServer:
                         sotw_method: grpc.stream_stream_rpc_method_handler(
                             self._handler(SotwSession, types),
                             request_deserializer=discovery_pb2.DiscoveryRequest.FromString,
-                            response_serializer=discovery_pb2.DiscoveryResponse.SerializeToString,
+                            response_serializer=payload,
                         ),
                         delta_method: grpc.stream_stream_rpc_method_handler(
                             self._handler(DeltaSession, types),
                             request_deserializer=discovery_pb2.DeltaDiscoveryRequest.FromString,
-                            response_serializer=discovery_pb2.DeltaDiscoveryResponse.SerializeToString,
+                            response_serializer=payload,
                         ),
                     },
                 )

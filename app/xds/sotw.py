@@ -21,6 +21,7 @@ from collections.abc import Collection, Sequence
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resources import EXPLICIT_TYPES
+from app.xds.response import SotwResponse
 from app.xds.watch import (
     WILDCARD,
     NonceSource,
@@ -74,7 +75,7 @@ class SotwSession:
                 return Outcome(RequestKind.SUBSCRIPTION, type_url, added)
         return Outcome(RequestKind.ACK, type_url, False)
 
-    def answer(self, type_url: str, resources: Sequence[Resource]) -> discovery_pb2.DiscoveryResponse | None:
+    def answer(self, type_url: str, resources: Sequence[Resource]) -> SotwResponse | None:
         """The response to a request that asked for one: always the full watched set."""
         return self.response(type_url, resources, force=True)
 
@@ -86,7 +87,7 @@ class SotwSession:
         force: bool = False,
         force_names: Collection[str] = (),
         considered: Collection[str] | None = None,
-    ) -> discovery_pb2.DiscoveryResponse | None:
+    ) -> SotwResponse | None:
         """The response carrying ``resources`` (the type's current set, filtered here to what
         the client watches), or None when the client has it already or rejected exactly it.
         A SotW response holds the whole watched set, so any ``force_names`` forces it; partial
@@ -103,8 +104,7 @@ class SotwSession:
             return None
         if not force and w.nonce_sent and version == w.version_sent:
             return None
-        resp = discovery_pb2.DiscoveryResponse(type_url=type_url, version_info=version, nonce=self._nonces())
-        resp.resources.extend(r.body for r in chosen)
+        resp = SotwResponse(type_url, self._nonces(), version, chosen)
         w.nonce_sent = resp.nonce
         w.version_sent = version
         w.last_sent = frozenset(r.name for r in chosen)

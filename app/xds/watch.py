@@ -37,28 +37,50 @@ def counter_nonces(prefix: str = "") -> NonceSource:
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """One encoded resource, ready for either protocol."""
+    """One encoded resource, ready for either protocol and shared by every proxy served it.
+
+    ``entry`` is the resource already on the wire as one element of a Delta response's
+    ``resources`` (field 2: an envoy.service.discovery.v3.Resource whose first field is the
+    Any), and ``sotw`` the Any inside it as one element of a SotW response's ``resources``
+    (field 2 too), so responses are assembled by joining bytes (app/xds/response.py)."""
 
     name: str
     version: str  # content hash
     body: any_pb2.Any
+    entry: bytes
+    sotw: memoryview
 
 
 def encode(name: str, msg: Message) -> Resource:
     body = any_pb2.Any()
     body.Pack(msg, deterministic=True)
-    return Resource(name, hashlib.blake2b(body.value, digest_size=8).hexdigest(), body)
+    version = hashlib.blake2b(body.value, digest_size=8).hexdigest()
+    # discovery.v3.Resource: resource (2) first, so its encoding is also a SotW element
+    element = field_bytes(2, body.SerializeToString(deterministic=True))
+    inner = b"".join((element, field_bytes(1, version.encode()), field_bytes(3, name.encode())))
+    entry = field_bytes(2, inner)
+    start = len(entry) - len(inner)
+    return Resource(name, version, body, entry, memoryview(entry)[start : start + len(element)])
+
+
+def field_bytes(number: int, value: bytes) -> bytes:
+    """A length-delimited protobuf field (strings, bytes, messages): key, length, value."""
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def set_version(resources: Iterable[Resource]) -> str:
     """The version of a whole response: a hash over names and resource versions."""
-    h = hashlib.blake2b(digest_size=8)
-    for r in resources:
-        h.update(r.name.encode())
-        h.update(b"\0")
-        h.update(r.version.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    text = "\0".join(f"{r.name}\0{r.version}" for r in resources)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 @dataclass(slots=True)
@@ -80,7 +102,6 @@ class WatchedResource:
     # the resource source's note of the full set the client was last brought to (opaque here),
     # so the next push can send the difference without diffing every resource
     synced: object = None
-
 
     def wants(self, name: str) -> bool:
         return self.wildcard or name in self.names

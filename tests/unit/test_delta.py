@@ -8,6 +8,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.delta import DeltaSession
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
+from app.xds.response import DeltaResponse
 from app.xds.watch import ProtocolError, RequestKind, counter_nonces, encode
 from tests.support.xds import cla, clusters
 
@@ -34,7 +35,7 @@ def req(
     return r
 
 
-def names(resp: discovery_pb2.DeltaDiscoveryResponse | None) -> list[str]:
+def names(resp: DeltaResponse | None) -> list[str]:
     assert resp is not None
     return [r.name for r in resp.resources]
 

@@ -51,7 +51,7 @@ def test_explicit_eds_subscription_only_carries_the_names_asked_for() -> None:
     s.on_request(req(ENDPOINT, ("a",)))
     resp = s.answer(ENDPOINT, cla("a", "b"))
     assert resp is not None
-    assert [r.value for r in resp.resources] == [cla("a")[0].body.value]
+    assert [r.value for r in resp.message().resources] == [cla("a")[0].body.value]
 
 
 def test_ack_with_new_names_is_answered_and_dropping_names_is_not() -> None:

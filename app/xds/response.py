@@ -1,0 +1,71 @@
+"""xDS responses assembled from pre-encoded resources (DESIGN §7 rule 3).
+
+A response to one proxy is its header fields and the shared ``Resource``s it carries; its wire
+bytes are those resources' own bytes joined, so serving 2,000 proxies the same 1,000 clusters
+builds no message per proxy and copies each resource once, into the buffer gRPC writes.
+``message()`` parses the bytes back into the Envoy proto, for tests and debugging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.xds.watch import Resource, field_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaResponse:
+    """A DeltaDiscoveryResponse (field names as the proto's)."""
+
+    type_url: str
+    nonce: str
+    system_version_info: str
+    resources: Sequence[Resource]
+    removed_resources: Sequence[str] = ()
+
+    def payload(self) -> bytes:
+        # fields: system_version_info 1, resources 2, type_url 4, nonce 5, removed_resources 6
+        return b"".join(
+            (
+                field_bytes(1, self.system_version_info.encode()),
+                *(r.entry for r in self.resources),
+                field_bytes(4, self.type_url.encode()),
+                field_bytes(5, self.nonce.encode()),
+                *(field_bytes(6, name.encode()) for name in self.removed_resources),
+            )
+        )
+
+    def message(self) -> discovery_pb2.DeltaDiscoveryResponse:
+        return discovery_pb2.DeltaDiscoveryResponse.FromString(self.payload())
+
+
+@dataclass(frozen=True, slots=True)
+class SotwResponse:
+    """A DiscoveryResponse (field names as the proto's)."""
+
+    type_url: str
+    nonce: str
+    version_info: str
+    resources: Sequence[Resource]
+
+    def payload(self) -> bytes:
+        # fields: version_info 1, resources 2, type_url 4, nonce 5
+        return b"".join(
+            (
+                field_bytes(1, self.version_info.encode()),
+                *(r.sotw for r in self.resources),
+                field_bytes(4, self.type_url.encode()),
+                field_bytes(5, self.nonce.encode()),
+            )
+        )
+
+    def message(self) -> discovery_pb2.DiscoveryResponse:
+        return discovery_pb2.DiscoveryResponse.FromString(self.payload())
+
+
+def payload(response: DeltaResponse | SotwResponse) -> bytes:
+    """The gRPC response serializer for both protocols."""
+    return response.payload()
