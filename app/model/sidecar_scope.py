@@ -19,7 +19,7 @@ from app.config.host import matches, subset_of
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
 from app.model.proxy import Proxy
-from app.model.service import Registry, Service
+from app.model.service import Registry, Resolution, Service
 from app.model.service_index import ServiceIndex
 from app.model.virtual_service import (
     MESH_GATEWAY,
@@ -60,6 +60,10 @@ class SidecarScope:
     # its Sidecar, its services as (Service, namespace, hostname), its VirtualServices and the
     # DestinationRules merged into its rules
     dependencies: frozenset[ConfigKey] = frozenset()
+    # the services of its egress listeners without an address that pass traffic through
+    # (headless): outbound listeners may bind each of their endpoints' addresses, except the
+    # proxy's own (what makes a proxy's first IP part of what its scope gives it)
+    headless_services: tuple[Service, ...] = ()
 
     def depends_on(self, key: ConfigKey) -> bool:
         """Whether a change of ``key`` can change what this scope gives a proxy (istiod
@@ -226,6 +230,12 @@ def build_sidecar_scope(
     deps.update(_rule_keys(drs))
     if sidecar is not None:
         deps.add(sidecar.key)
+    headless = {
+        id(svc): svc
+        for listener in listeners
+        for svc in listener.services
+        if svc.resolution is Resolution.PASSTHROUGH and not svc.addresses
+    }
     return SidecarScope(
         name=sidecar.namespaced_name if sidecar is not None else None,
         namespace=namespace,
@@ -237,6 +247,7 @@ def build_sidecar_scope(
         destination_rules=drs,
         outbound_traffic_policy=policy,
         dependencies=frozenset(deps),
+        headless_services=tuple(headless.values()),
     )
 
 

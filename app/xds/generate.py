@@ -8,11 +8,17 @@ nothing of PushContext. ``XdsGenerator`` answers from two layers of sharing:
   every ClusterLoadAssignment, keyed by exactly what its builder reads. The builder gets a
   *narrowed* Proxy made from the key's traits only (proxy type, IP family; locality, labels,
   cluster and network only where locality load balancing reads them), so the key cannot miss a
-  proxy input; the DestinationRule the proxy applies, the Service and the endpoints are named by
-  identity. Assertion mode rebuilds from the full Proxy on every hit.
+  proxy input; the Service and the endpoints are named by identity, the DestinationRule the
+  proxy applies by the objects merged into it (so its own namespace and those it is exported to
+  share the entry, as istiod's key by the rule's sources does).
 * a per-snapshot class memo: proxies with the same SidecarScope and the same traits get the
   same CDS/EDS/LDS/RDS sets, assembled once per PushContext version. Labels are a trait only
-  for scopes whose config reads them (workloadSelector DestinationRules, sourceLabels).
+  for scopes whose config reads them (workloadSelector DestinationRules, sourceLabels); the
+  first IP only for a proxy at an address the scope's headless-service listeners bind (it gets
+  no listener for itself).
+
+Assertion mode compares what every proxy is served, the first of its class too, with what the
+plain generators build for that very proxy.
 
 What depends on the proxy's own workload (inbound clusters, ``virtualInbound``, a gateway's
 listeners and routes) is built per proxy. Generators stay synchronous and pure.
@@ -30,11 +36,15 @@ from google.protobuf.message import Message
 from app.api import networking_pb2 as net
 from app.config.mesh import MeshConfig
 from app.config.model import EMPTY_LABELS, ConfigKey, Kind
+from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
+from app.model.service import Protocol as PortProtocol
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
+from app.xds.envoy.cluster import AppliedDestinationRule
+from app.xds.envoy.listener_tcp import TCP_PROTOCOLS
 from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listeners, workload_listeners
@@ -90,6 +100,30 @@ def _family_ips(ips: Sequence[str]) -> tuple[str, ...]:
     return (*(("0.0.0.0",) if v4 else ()), *(("::",) if v6 else ()))
 
 
+def _scope_ips(ips: Sequence[str], own_read: bool) -> tuple[str, ...]:
+    """What scope-wide config reads of the proxy's IPs: the families, and the first IP itself
+    when it is one that the scope's outbound listeners bind (``_listener_addresses``)."""
+    families = _family_ips(ips)
+    if not own_read or not ips:
+        return families
+    own = ips[0]
+    return (own, *(p for p in families if (":" in p) != (":" in own)))
+
+
+def _listener_addresses(scope: SidecarScope, push: PushContext) -> frozenset[str]:
+    """The endpoint addresses the scope's outbound listeners may bind one listener each to (the
+    TCP and sniffed ports of headless services). A proxy at one of them gets no listener for
+    itself (istiod listener.go skips ``node.IPAddresses[0]``), so its first IP is then a trait
+    of its class; other proxies share the set built without it."""
+    out: set[str] = set()
+    for svc in scope.headless_services:
+        ports = {p.name for p in svc.ports if p.protocol in TCP_PROTOCOLS or p.protocol is PortProtocol.UNSUPPORTED}
+        if ports:
+            eps = push.endpoints(svc.hostname, svc.namespace)
+            out.update(ep.address for ep in eps if ep.service_port_name in ports)
+    return frozenset(out)
+
+
 def _labels_read(scope: SidecarScope, mesh: MeshConfig) -> bool:
     """Whether config in this scope reads the proxy's labels: a workloadSelector DestinationRule,
     a VirtualService match on sourceLabels, or locality failoverPriority (mesh-wide or in a rule)."""
@@ -143,7 +177,7 @@ class _Traits:
     located: Proxy  # what locality load balancing reads (DNS clusters, assignments)
 
 
-def _traits(proxy: Proxy, labels_read: bool) -> _Traits:
+def _traits(proxy: Proxy, labels_read: bool, own_ip_read: bool = False) -> _Traits:
     labels = proxy.labels if labels_read else EMPTY_LABELS
     outbound = Proxy(
         type=proxy.type, id="", ip_addresses=_family_ips(proxy.ip_addresses), namespace="", dns_domain="", cluster_id=""
@@ -157,14 +191,14 @@ def _traits(proxy: Proxy, labels_read: bool) -> _Traits:
     )
     scope_proxy = replace(
         outbound,
+        ip_addresses=_scope_ips(proxy.ip_addresses, own_ip_read),
         namespace=proxy.namespace,
         dns_domain=proxy.dns_domain,
         labels=labels,
         cluster_id=proxy.cluster_id,
         network=proxy.network,
-        istio_version=proxy.istio_version,
         interception_mode=proxy.interception_mode,
-    )
+    )  # no ISTIO_VERSION: only virtualInbound reads it, built per proxy
     return _Traits(scope_proxy, outbound, located)
 
 
@@ -184,6 +218,18 @@ def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
 
 def _endpoints_dep(service: Service) -> Dep:
     return ("endpoints", service.hostname, service.namespace)
+
+
+def _rule_key(rule: AppliedDestinationRule | None) -> Hashable:
+    """A DestinationRule as a key part: the objects merged into it, in order (what its spec,
+    name and namespace are made from; istiod keys by the rule's sources too). The namespace that
+    owns a rule and the namespaces it is exported to hold separate, equal consolidations of the
+    same objects; keyed so, they share one entry."""
+    if rule is None:
+        return None
+    if not isinstance(rule, ConsolidatedDestinationRule) or not rule.objects:
+        return Ident(rule)
+    return tuple(Ident(obj) for obj in rule.objects)
 
 
 def _rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
@@ -232,6 +278,7 @@ class XdsGenerator:
         self._memo_push: PushContext | None = None
         self._memo: dict[Hashable, _ClassSets] = {}
         self._labels_read: dict[Ident[SidecarScope], bool] = {}
+        self._listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = {}
         self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
         self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
         # the class sets of the snapshot just replaced, by class lineage (scope name and traits),
@@ -316,12 +363,17 @@ class XdsGenerator:
         if self._memo_push is not push:
             self._memo_push, self._memo, self._lineage = push, {}, {}
             self._labels_read, self._differences, self._hosts = {}, {}, {}
+            self._listener_addresses = {}
         scope = push.sidecar_scope(proxy)
         ident = Ident(scope)
         labels_read = self._labels_read.get(ident)
         if labels_read is None:
             labels_read = self._labels_read[ident] = _labels_read(scope, push.mesh)
-        traits = _traits(proxy, labels_read)
+        addresses = self._listener_addresses.get(ident)
+        if addresses is None:
+            addresses = self._listener_addresses[ident] = _listener_addresses(scope, push)
+        own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
+        traits = _traits(proxy, labels_read, own_ip_read)
         key = (ident, *_class_traits(traits))
         sets = self._memo.get(key)
         if sets is None:
@@ -357,16 +409,18 @@ class XdsGenerator:
                 self._fill_clusters(sets, traits, push, scope.services, {})
             else:
                 self._patch_clusters(sets, parent, traits, push)
-        elif self.cache.verify:
+        clusters = sets.clusters
+        assert clusters is not None
+        if self.cache.verify:
+            # every serve, the first of a class too: its entries may come from other classes
             for service in scope.services:
                 rule = scope.destination_rule(proxy, service)
                 eps = push.endpoints(service.hostname, service.namespace)
                 own = service_clusters(proxy, push.mesh, service, rule, eps)
-                self._check(f"clusters of {service.hostname}", [sets.clusters[c.name] for c in own], own)
+                self._check(f"clusters of {service.hostname}", [clusters[c.name] for c in own], own)
                 if tuple(eds_cluster_names(own)) != sets.eds_by_host.get(service.hostname, ()):
                     raise CacheAssertionError(f"EDS names of {service.hostname} differ from the shared ones")
-        assert sets.clusters is not None
-        return scope, sets.clusters
+        return scope, clusters
 
     def _fill_clusters(
         self,
@@ -449,7 +503,7 @@ class XdsGenerator:
             "clusters",
             _proxy_key(narrowed),
             Ident(service),
-            None if rule is None else Ident(rule),
+            _rule_key(rule),
             Ident(mesh),
             Ident(endpoints),
         )
@@ -517,13 +571,13 @@ class XdsGenerator:
         own: Callable[[str], Message],
     ) -> list[Resource]:
         """Named resources from a class memo, built on first ask; in assertion mode every
-        later ask is compared with ``own`` (built for this very proxy)."""
+        ask is compared with ``own`` (built for this very proxy)."""
         out = []
         for name in names:
             found = memo.get(name)
             if found is None:
                 found = memo[name] = build(name)
-            elif self.cache.verify:
+            if self.cache.verify:
                 self._check(name, [found], [own(name)])
             out.append(found)
         return out
@@ -541,7 +595,7 @@ class XdsGenerator:
             _proxy_key(narrowed),
             Ident(target.service),
             target.port,
-            None if target.rule is None else Ident(target.rule),
+            _rule_key(target.rule),
             Ident(mesh),
             Ident(endpoints),
         )
@@ -560,7 +614,7 @@ class XdsGenerator:
         scope, traits, sets = self._class(proxy, push)
         if sets.listeners is None:
             sets.listeners = [encode(m.name, m) for m in scope_listeners(traits.scope_proxy, push, scope)]
-        elif self.cache.verify:
+        if self.cache.verify:
             self._check("scope listeners", sets.listeners, scope_listeners(proxy, push, scope))
         own = [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
         unique: dict[str, Resource] = {}
