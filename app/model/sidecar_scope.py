@@ -64,6 +64,10 @@ class SidecarScope:
     # (headless): outbound listeners may bind each of their endpoints' addresses, except the
     # proxy's own (what makes a proxy's first IP part of what its scope gives it)
     headless_services: tuple[Service, ...] = ()
+    # whether its config reads the proxy's labels: a workloadSelector DestinationRule, a rule
+    # with locality failoverPriority, a VirtualService match on sourceLabels (computed once per
+    # scope, which later snapshots carry over while its inputs are unchanged)
+    reads_labels: bool = False
 
     def depends_on(self, key: ConfigKey) -> bool:
         """Whether a change of ``key`` can change what this scope gives a proxy (istiod
@@ -76,7 +80,12 @@ class SidecarScope:
         """This scope with other DestinationRules (and the dependencies that follow)."""
         deps = {k for k in self.dependencies if k.kind is not Kind.DESTINATION_RULE}
         deps.update(_rule_keys(rules))
-        return dataclasses.replace(self, destination_rules=rules, dependencies=frozenset(deps))
+        return dataclasses.replace(
+            self,
+            destination_rules=rules,
+            dependencies=frozenset(deps),
+            reads_labels=_reads_labels(rules, self.virtual_services),
+        )
 
     def destination_rule(self, proxy: Proxy, service: Service) -> ConsolidatedDestinationRule | None:
         """The outbound rule for ``service`` as this proxy sees it (workloadSelector rules first)."""
@@ -248,6 +257,7 @@ def build_sidecar_scope(
         outbound_traffic_policy=policy,
         dependencies=frozenset(deps),
         headless_services=tuple(headless.values()),
+        reads_labels=_reads_labels(drs, scope_vs),
     )
 
 
@@ -269,3 +279,27 @@ def _vs_destination_service(
         return svc
     kept = tuple(p for p in svc.ports if p.port in ports)
     return dataclasses.replace(svc, ports=kept) if kept else None
+
+
+def _reads_labels(
+    rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]], virtual_services: Sequence[ResolvedVirtualService]
+) -> bool:
+    for found in rules.values():
+        if any(cdr.selector is not None or _has_failover_priority(cdr.rule) for cdr in found):
+            return True
+    for vs in virtual_services:
+        spec = vs.spec
+        if any(len(m.source_labels) for http in spec.http for m in http.match):
+            return True
+        if any(len(m.source_labels) for route in spec.tcp for m in route.match):
+            return True
+        if any(len(m.source_labels) for route in spec.tls for m in route.match):
+            return True
+    return False
+
+
+def _has_failover_priority(rule: net.DestinationRule) -> bool:
+    policies = [rule.traffic_policy, *(s.traffic_policy for s in rule.subsets)]
+    balancers = [tp.load_balancer for tp in policies]
+    balancers.extend(p.load_balancer for tp in policies for p in tp.port_level_settings)
+    return any(len(lb.locality_lb_setting.failover_priority) for lb in balancers)

@@ -33,7 +33,6 @@ from typing import Protocol, TypeVar
 from envoy.config.cluster.v3 import cluster_pb2
 from google.protobuf.message import Message
 
-from app.api import networking_pb2 as net
 from app.config.mesh import MeshConfig
 from app.config.model import EMPTY_LABELS, ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule
@@ -125,30 +124,9 @@ def _listener_addresses(scope: SidecarScope, push: PushContext) -> frozenset[str
 
 
 def _labels_read(scope: SidecarScope, mesh: MeshConfig) -> bool:
-    """Whether config in this scope reads the proxy's labels: a workloadSelector DestinationRule,
-    a VirtualService match on sourceLabels, or locality failoverPriority (mesh-wide or in a rule)."""
-    if len(mesh.locality_lb_setting.failover_priority):
-        return True
-    for found in scope.destination_rules.values():
-        if any(cdr.selector is not None or _has_failover_priority(cdr.rule) for cdr in found):
-            return True
-    for vs in scope.virtual_services:
-        spec = vs.spec
-        for http in spec.http:
-            if any(len(m.source_labels) for m in http.match):
-                return True
-        if any(len(m.source_labels) for route in spec.tcp for m in route.match):
-            return True
-        if any(len(m.source_labels) for route in spec.tls for m in route.match):
-            return True
-    return False
-
-
-def _has_failover_priority(rule: net.DestinationRule) -> bool:
-    policies = [rule.traffic_policy, *(s.traffic_policy for s in rule.subsets)]
-    balancers = [tp.load_balancer for tp in policies]
-    balancers.extend(p.load_balancer for tp in policies for p in tp.port_level_settings)
-    return any(len(lb.locality_lb_setting.failover_priority) for lb in balancers)
+    """Whether config in this scope reads the proxy's labels: the scope's own rules and
+    VirtualServices (``SidecarScope.reads_labels``) or mesh-wide locality failoverPriority."""
+    return scope.reads_labels or bool(len(mesh.locality_lb_setting.failover_priority))
 
 
 def _proxy_key(p: Proxy) -> tuple[Hashable, ...]:
@@ -277,7 +255,6 @@ class XdsGenerator:
         self.cache = cache
         self._memo_push: PushContext | None = None
         self._memo: dict[Hashable, _ClassSets] = {}
-        self._labels_read: dict[Ident[SidecarScope], bool] = {}
         self._listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = {}
         self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
         self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
@@ -362,13 +339,11 @@ class XdsGenerator:
     def _class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
         if self._memo_push is not push:
             self._memo_push, self._memo, self._lineage = push, {}, {}
-            self._labels_read, self._differences, self._hosts = {}, {}, {}
+            self._differences, self._hosts = {}, {}
             self._listener_addresses = {}
         scope = push.sidecar_scope(proxy)
         ident = Ident(scope)
-        labels_read = self._labels_read.get(ident)
-        if labels_read is None:
-            labels_read = self._labels_read[ident] = _labels_read(scope, push.mesh)
+        labels_read = _labels_read(scope, push.mesh)
         addresses = self._listener_addresses.get(ident)
         if addresses is None:
             addresses = self._listener_addresses[ident] = _listener_addresses(scope, push)
