@@ -12,7 +12,9 @@ both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, 
 control holds the client back; a write waits for the transport, so at most one response is in
 flight), and a write that does not complete within the send timeout (istiod
 PILOT_XDS_SEND_TIMEOUT) ends the stream with DEADLINE_EXCEEDED, releasing the push worker that
-waits for it.
+waits for it. Large responses (a connecting proxy's whole set of a type) wait for one of
+``MAX_LARGE_WRITES`` slots before they are encoded and written, which paces a connect storm's
+first responses and bounds the memory they hold; requests, ACKs and small pushes never wait.
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
-from app.xds.response import payload
+from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
 from app.xds.watch import ProtocolError, counter_nonces
 
 logger = logging.getLogger(__name__)
 
 AnyConnection = Connection[Any, Any]
+AnyResponse = DeltaResponse | SotwResponse
 
 # service -> (SotW method, Delta method, types it serves; None: any, as ADS)
 SERVICES: dict[str, tuple[str, str, frozenset[str] | None]] = {
@@ -65,6 +68,11 @@ _EOF = object()
 
 # requests a stream takes ahead of handling them; Envoy sends about one per response it gets
 MAX_QUEUED_REQUESTS = 64
+# a response this many resources long (a connecting proxy's whole CDS, EDS or LDS) is large:
+# at most MAX_LARGE_WRITES are in the transport at once, so a connect storm of thousands holds
+# that many encoded responses in memory, not thousands; pushes of what changed are small
+LARGE_RESPONSE = 100
+MAX_LARGE_WRITES = 64
 
 
 class SendTimeout(Exception):
@@ -90,12 +98,18 @@ class Stream:
 
 class XdsServer:
     def __init__(
-        self, source: ResourceSource, on_disconnect: Callable[[Stream], None], *, send_timeout: float = 0.0
+        self,
+        source: ResourceSource,
+        on_disconnect: Callable[[Stream], None],
+        *,
+        send_timeout: float = 0.0,
+        max_large_writes: int = MAX_LARGE_WRITES,
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever)."""
         self._source = source
         self._on_disconnect = on_disconnect
         self._send_timeout = send_timeout
+        self._large_writes = asyncio.Semaphore(max_large_writes)
         self._ids = itertools.count(1)
         self.streams: dict[str, Stream] = {}
         self._server: grpc.aio.Server | None = None
@@ -239,7 +253,15 @@ class XdsServer:
             if not item.done.done():
                 item.done.set_result(None)
 
-    async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: Any) -> None:
+    async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> None:
+        """Write one response; a large one waits for a slot first (the wait is not sending)."""
+        if len(resp.resources) < LARGE_RESPONSE:
+            await self._send(context, resp)
+            return
+        async with self._large_writes:
+            await self._send(context, resp)
+
+    async def _send(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> None:
         if self._send_timeout <= 0:
             await context.write(resp)
             return

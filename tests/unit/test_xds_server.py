@@ -17,11 +17,14 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 
+from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.settings import Settings
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
-from app.xds.server import MAX_QUEUED_REQUESTS, read_requests
+from app.xds.response import DeltaResponse
+from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, XdsServer, read_requests
+from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
@@ -289,3 +292,38 @@ async def test_reader_stops_taking_requests_while_the_stream_is_behind() -> None
         await asyncio.sleep(0)
     assert inbox.qsize() == MAX_QUEUED_REQUESTS  # ... and the reader takes the next batch
     reader.cancel()
+
+
+class HeldWrites:
+    """A servicer context whose writes complete only when released; counts those in flight."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.in_flight = 0
+        self.peak = 0
+        self.written: list[str] = []
+
+    async def write(self, resp: DeltaResponse) -> None:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await self.release.wait()
+            self.written.append(resp.nonce)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_large_responses_are_paced_and_small_ones_pass(runtime: Runtime) -> None:
+    server = XdsServer(runtime.generator, on_disconnect=lambda _: None, max_large_writes=2)
+    context = HeldWrites()
+    [cluster] = runtime.generator.generate(CLUSTER, build_proxy(NODE), WatchedResource(CLUSTER, True))[:1]
+    large = [DeltaResponse(CLUSTER, f"large{i}", "", [cluster] * LARGE_RESPONSE) for i in range(5)]
+    writes = [asyncio.create_task(server._write(context, resp)) for resp in large]  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert context.in_flight == 2  # three wait for a slot, not encoded yet
+    small = asyncio.create_task(server._write(context, DeltaResponse(CLUSTER, "small", "", [cluster])))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert context.in_flight == 3  # a small response does not wait behind them
+    context.release.set()
+    await asyncio.gather(*writes, small)
+    assert context.peak == 3 and sorted(context.written) == sorted([*(r.nonce for r in large), "small"])
