@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT = 20.0  # SIGTERM must end pilotfish "within a few seconds"; generous for CI
 LOG_TAIL = 12_000
 _INVENTORY = re.compile(r"\]\[(main|admin)\] \[\S+\] {3}")
+_CDS_RESPONSE = re.compile(r"cds: response indicates (\d+) added/updated cluster\(s\), (\d+) removed cluster\(s\)")
 
 
 class LoggedProcess:
@@ -100,7 +101,15 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 
 class Pilotfish(LoggedProcess):
     xds_port: int
+    http_port: int
     returncode: int | None = None
+
+    def sync_status(self) -> list[dict[str, Any]]:
+        """``/debug/syncz``: per xDS stream, its pushes and, per type, the nonce last sent and acked."""
+        status, body = http_get(f"http://127.0.0.1:{self.http_port}/debug/syncz")
+        assert status == 200, f"/debug/syncz: HTTP {status}: {body[:500]}"
+        streams: list[dict[str, Any]] = json.loads(body)
+        return streams
 
     def stop(self) -> int:
         """SIGTERM, then the exit status; a server that does not exit is killed and reported."""
@@ -127,7 +136,7 @@ def run_pilotfish(config_dir: ConfigDir, workdir: Path) -> Iterator[Pilotfish]:
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = _spawn(Pilotfish, "pilotfish", argv, workdir / f"pilotfish-{xds_port}.log", env)
-    server.xds_port = xds_port
+    server.xds_port, server.http_port = xds_port, http_port
     try:
         server.wait_ready(http_port, "pilotfish /ready", timeout=60)
     except (RuntimeError, AssertionError) as e:
@@ -209,6 +218,17 @@ class Envoy(LoggedProcess):
     def active_clusters(self) -> dict[str, dict[str, Any]]:
         clusters = self.config_dump()["ClustersConfigDump"].get("dynamic_active_clusters", [])
         return {c["cluster"]["name"]: c["cluster"] for c in clusters}
+
+    def warming_clusters(self) -> list[str]:
+        """The dynamic clusters still warming (waiting for their endpoints, say)."""
+        warming = self.config_dump()["ClustersConfigDump"].get("dynamic_warming_clusters", [])
+        return sorted(c["cluster"]["name"] for c in warming)
+
+    def cds_responses(self, since: int = 0) -> list[tuple[int, int]]:
+        """(clusters added or updated, clusters removed) that each CDS response carried, as Envoy
+        logs them (cds_api_helper.cc, info level), from log offset ``since`` on: an unchanged
+        cluster a response repeats counts here, though no stat shows it (Envoy skips it)."""
+        return [(int(m[1]), int(m[2])) for m in _CDS_RESPONSE.finditer(self.log()[since:])]
 
     def listeners(self) -> dict[str, dict[str, Any]]:
         """Dynamic listeners by name, each with its ``active_state`` / ``warming_state`` / ``error_state``."""
