@@ -266,7 +266,8 @@ class XdsServer:
             await context.write(resp)
             return
         try:
-            await asyncio.wait_for(context.write(resp), self._send_timeout)
+            async with asyncio.timeout(self._send_timeout):  # no task per write, as wait_for makes
+                await context.write(resp)
         except TimeoutError:
             raise SendTimeout from None
 
