@@ -20,6 +20,7 @@ first responses and bounds the memory they hold; requests, ACKs and small pushes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -255,21 +256,14 @@ class XdsServer:
 
     async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> None:
         """Write one response; a large one waits for a slot first (the wait is not sending)."""
-        if len(resp.resources) < LARGE_RESPONSE:
-            await self._send(context, resp)
-            return
-        async with self._large_writes:
-            await self._send(context, resp)
-
-    async def _send(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> None:
-        if self._send_timeout <= 0:
-            await context.write(resp)
-            return
-        try:
-            async with asyncio.timeout(self._send_timeout):  # no task per write, as wait_for makes
-                await context.write(resp)
-        except TimeoutError:
-            raise SendTimeout from None
+        slot = self._large_writes if len(resp.resources) >= LARGE_RESPONSE else contextlib.nullcontext()
+        async with slot:
+            try:
+                # asyncio.timeout, not wait_for: no task per write; None waits forever
+                async with asyncio.timeout(self._send_timeout or None):
+                    await context.write(resp)
+            except TimeoutError:
+                raise SendTimeout from None
 
 
 async def read_requests(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:
