@@ -21,6 +21,7 @@ from types import MappingProxyType
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
+from app.heap import HeapKeeper
 from app.model.push_context import PushContext
 from app.settings import Settings
 from app.sources.files import FileSource
@@ -50,7 +51,13 @@ class Runtime:
             debounce_max=settings.debounce_max,
             eds_debounce=settings.eds_debounce,
         )
-        self.xds = XdsServer(self.generator, on_disconnect=self.queue.remove, send_timeout=settings.xds_send_timeout)
+        self.heap = HeapKeeper(enabled=settings.gc_freeze)
+        self.xds = XdsServer(
+            self.generator,
+            on_disconnect=self.queue.remove,
+            on_connect=lambda _: self.heap.connected(),
+            send_timeout=settings.xds_send_timeout,
+        )
         self.http = DebugServer(self)
         self.started = asyncio.Event()
 
@@ -81,6 +88,7 @@ class Runtime:
         ``shutdown_grace`` seconds."""
         self.env.apply(self.source.load())  # FileSource logs each rejection
         self._push = self.env.build_push_context(None)
+        self.heap.settled()
         try:
             await self.xds.start(self.settings.xds_address)
             await self.http.start(self.settings.http_address)
@@ -92,6 +100,8 @@ class Runtime:
                         run_push_workers(self.queue, _push_to, self.settings.push_throttle), name="push-workers"
                     ),
                 ]
+                if self.heap.enabled and self.settings.gc_sweep_interval > 0:
+                    tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()
                 logger.info(
                     "pilotfish ready: %d config objects, xDS on %s, HTTP on %s",
@@ -126,6 +136,15 @@ class Runtime:
         self.generator.invalidate(request)
         for stream in self.streams():
             self.queue.enqueue(stream, request)
+        self.heap.settled()  # the new snapshot and what the change left behind
+
+    async def _sweep_heap(self, interval: float) -> None:
+        """Now and then, while no push is in flight, collect the cycles frozen objects hold."""
+        while True:
+            await asyncio.sleep(interval)
+            if self.queue.idle():
+                collected, seconds = self.heap.sweep()
+                logger.info("heap sweep: %d objects collected in %.3fs", collected, seconds)
 
 
 def next_snapshot(previous: PushContext, env: Environment, request: PushRequest) -> Callable[[], PushContext]:

@@ -36,6 +36,8 @@ class Settings:
     file_debounce_ms: int = 50  # batching of file-system events
     shutdown_grace: float = 5.0  # seconds streams get to finish on SIGTERM
     cache_assert: bool = False  # PILOTFISH_CACHE_ASSERT: rebuild on every cache hit, fail on a difference
+    gc_freeze: bool = True  # PILOTFISH_GC_FREEZE: freeze the settled heap (app/heap.py)
+    gc_sweep_interval: float = 600.0  # PILOTFISH_GC_SWEEP_INTERVAL: full collection of frozen objects (0: never)
 
     @classmethod
     def from_env(cls, config_dir: Path, env: Mapping[str, str], **overrides: Any) -> Settings:
@@ -47,6 +49,8 @@ class Settings:
             ("push_throttle", "PILOT_PUSH_THROTTLE", _positive_int),
             ("xds_send_timeout", "PILOT_XDS_SEND_TIMEOUT", _seconds),
             ("cache_assert", "PILOTFISH_CACHE_ASSERT", _boolean),
+            ("gc_freeze", "PILOTFISH_GC_FREEZE", _boolean),
+            ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", _seconds),
         ):
             if key in env:
                 values[name] = parse(key, env[key])

@@ -49,6 +49,7 @@ class DeltaSession:
             # what the client kept from an earlier stream: diffed against, not resent
             w.client_versions.update(req.initial_resource_versions)
             self._apply(w, subscribe, unsubscribe)
+            _forget_unwatched(w)
             return Outcome(RequestKind.INITIAL, type_url, True)
         added = self._apply(w, subscribe, unsubscribe)
         if req.response_nonce and req.HasField("error_detail") and req.error_detail.code != 0:
@@ -72,7 +73,8 @@ class DeltaSession:
         added = False
         if WILDCARD in subscribe and not w.wildcard:
             w.wildcard = added = True
-        if WILDCARD in unsubscribe:
+        wildcard_ended = WILDCARD in unsubscribe and w.wildcard
+        if wildcard_ended:
             w.wildcard = False
         for name in subscribe - {WILDCARD}:
             if name not in w.names:
@@ -83,9 +85,8 @@ class DeltaSession:
             if not w.wants(name):
                 # the client forgets it: a later subscribe must send it again
                 w.client_versions.pop(name, None)
-        if w.type_url in EXPLICIT_TYPES and not w.wildcard:
-            for name in [n for n in w.client_versions if n not in w.names]:
-                del w.client_versions[name]
+        if wildcard_ended:
+            _forget_unwatched(w)
         return added
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> DeltaResponse | None:
@@ -131,6 +132,14 @@ class DeltaSession:
         w.version_sent = resp.system_version_info
         w.last_sent = frozenset(r.name for r in send)
         return resp
+
+
+def _forget_unwatched(w: WatchedResource) -> None:
+    """Drop the versions of names an explicit watch does not hold (the client's initial versions,
+    or everything after a wildcard ends); a pass over every name, so only when those change."""
+    if w.type_url in EXPLICIT_TYPES and not w.wildcard:
+        for name in [n for n in w.client_versions if n not in w.names]:
+            del w.client_versions[name]
 
 
 def _name(r: Resource) -> str:

@@ -48,6 +48,7 @@ from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listeners, workload_listeners
 from app.xds.generators.rds import generate_routes
+from app.xds.generators.view import proxy_service_targets
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import Resource, WatchedResource, encode
@@ -194,6 +195,19 @@ def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
+def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> Hashable:
+    """What ``proxy_clusters`` reads: the proxy, the mesh config, the proxy's service targets
+    and the DestinationRule each target service applies, all by identity."""
+    targets = proxy_service_targets(proxy, push)
+    services = {Ident(service): service for service, _, _ in targets}
+    return (
+        Ident(proxy),
+        Ident(push.mesh),
+        tuple((Ident(service), Ident(port), Ident(endpoint)) for service, port, endpoint in targets),
+        tuple(_rule_key(scope.destination_rule(proxy, service)) for service in services.values()),
+    )
+
+
 def _endpoints_dep(service: Service) -> Dep:
     return ("endpoints", service.hostname, service.namespace)
 
@@ -224,13 +238,24 @@ class _ServiceClusters:
 
 
 @dataclass(frozen=True, slots=True)
+class _OwnClusters:
+    """The clusters a proxy's own workload and type add, and what they were built from (the
+    proxy, the mesh config, its service targets and the rules applied to them, by identity);
+    its stream keeps them and reuses them while the key holds."""
+
+    key: Hashable
+    resources: tuple[Resource, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Synced:
     """What the client was last brought to for a type made of a class-shared set and the
     proxy's own resources (kept in ``WatchedResource.synced``): the next push sends the
     difference to the class's current set instead of diffing every resource."""
 
     shared: Mapping[str, Resource]
-    own: frozenset[str]
+    own: frozenset[str]  # the names of the own clusters sent (those the shared set lacks)
+    built: _OwnClusters
 
 
 @dataclass(slots=True)
@@ -255,6 +280,8 @@ class XdsGenerator:
         self.cache = cache
         self._memo_push: PushContext | None = None
         self._memo: dict[Hashable, _ClassSets] = {}
+        # each proxy's class in the memo's snapshot: a push asks for it once per type and more
+        self._proxy_classes: dict[Ident[Proxy], tuple[SidecarScope, _Traits, _ClassSets]] = {}
         self._listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = {}
         self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
         self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
@@ -272,8 +299,9 @@ class XdsGenerator:
     def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
         push = self._snapshot()
         if type_url == CLUSTER:
-            shared, own = self._cluster_parts(proxy, push)
-            watch.synced = _Synced(shared, frozenset(r.name for r in own))
+            synced = watch.synced
+            shared, own, built = self._cluster_parts(proxy, push, synced.built if isinstance(synced, _Synced) else None)
+            watch.synced = _Synced(shared, frozenset(r.name for r in own), built)
             return [r for r in _merge_sorted(shared, own) if watch.wants(r.name)]
         if type_url == ENDPOINT:
             names = sorted(watch.names) if not watch.wildcard else self._eds_names(proxy, push)
@@ -340,7 +368,13 @@ class XdsGenerator:
         if self._memo_push is not push:
             self._memo_push, self._memo, self._lineage = push, {}, {}
             self._differences, self._hosts = {}, {}
-            self._listener_addresses = {}
+            self._listener_addresses, self._proxy_classes = {}, {}
+        found = self._proxy_classes.get(Ident(proxy))
+        if found is None:
+            found = self._proxy_classes[Ident(proxy)] = self._find_class(proxy, push)
+        return found
+
+    def _find_class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
         scope = push.sidecar_scope(proxy)
         ident = Ident(scope)
         labels_read = _labels_read(scope, push.mesh)
@@ -364,16 +398,21 @@ class XdsGenerator:
 
     # --- CDS ----------------------------------------------------------------------------------
 
-    def _clusters(self, proxy: Proxy, push: PushContext) -> list[Resource]:
-        """Sorted by name; the scope's clusters come first where a name is built twice."""
-        return _merge_sorted(*self._cluster_parts(proxy, push))
-
-    def _cluster_parts(self, proxy: Proxy, push: PushContext) -> tuple[Mapping[str, Resource], list[Resource]]:
-        """The class's outbound clusters (by name, sorted) and what the proxy's own workload and
-        type add (names the class has are left out: a name built twice keeps the first)."""
+    def _cluster_parts(
+        self, proxy: Proxy, push: PushContext, previous: _OwnClusters | None = None
+    ) -> tuple[Mapping[str, Resource], list[Resource], _OwnClusters]:
+        """The class's outbound clusters (by name, sorted), what the proxy's own workload and
+        type add (names the class has are left out: a name built twice keeps the first), and
+        the own clusters built (``previous`` when its key still holds)."""
         scope, shared = self._class_clusters(proxy, push)
-        extra = [encode(c.name, c) for c in proxy_clusters(proxy, push, scope) if c.name not in shared]
-        return shared, extra
+        key = _own_key(proxy, push, scope)
+        if previous is not None and previous.key == key:
+            built = previous
+            if self.cache.verify:
+                self._check("the proxy's own clusters", built.resources, proxy_clusters(proxy, push, scope))
+        else:
+            built = _OwnClusters(key, tuple(encode(c.name, c) for c in proxy_clusters(proxy, push, scope)))
+        return shared, [r for r in built.resources if r.name not in shared], built
 
     def _class_clusters(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, dict[str, Resource]]:
         """The proxy's scope and its class's outbound clusters (filling the EDS names too)."""
@@ -446,10 +485,10 @@ class XdsGenerator:
         synced = watch.synced
         if not isinstance(synced, _Synced) or not watch.wildcard:
             return None
-        shared, own = self._cluster_parts(proxy, push)
+        shared, own, built = self._cluster_parts(proxy, push, synced.built)
         changed, removed = self._difference(synced.shared, shared)
         own_names = frozenset(r.name for r in own)
-        watch.synced = _Synced(shared, own_names)
+        watch.synced = _Synced(shared, own_names, built)
         considered = frozenset((*(r.name for r in changed), *removed, *own_names, *synced.own))
         return Partial([*changed, *own], considered)
 
@@ -494,7 +533,7 @@ class XdsGenerator:
     def _eds_names(self, proxy: Proxy, push: PushContext) -> list[str]:
         """A wildcard EDS watch: the EDS names of every cluster the proxy gets (the scope's
         known per service, the proxy's own decoded here)."""
-        _, own = self._cluster_parts(proxy, push)
+        _, own, _ = self._cluster_parts(proxy, push)
         _, _, sets = self._class(proxy, push)
         names = {n for found in sets.eds_by_host.values() for n in found}
         return sorted(names.union(_eds_names(own)))

@@ -294,6 +294,10 @@ class PushQueue(Generic[C]):
         """Connections queued for a push (istiod PushQueue.Pending)."""
         return len(self._queue)
 
+    def idle(self) -> bool:
+        """No connection is queued or being pushed."""
+        return not self._queue and not self._processing
+
     def close(self) -> None:
         self._closed = True
         self._queue.clear()

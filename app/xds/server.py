@@ -103,12 +103,14 @@ class XdsServer:
         source: ResourceSource,
         on_disconnect: Callable[[Stream], None],
         *,
+        on_connect: Callable[[Stream], None] | None = None,
         send_timeout: float = 0.0,
         max_large_writes: int = MAX_LARGE_WRITES,
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever)."""
         self._source = source
         self._on_disconnect = on_disconnect
+        self._on_connect = on_connect
         self._send_timeout = send_timeout
         self._large_writes = asyncio.Semaphore(max_large_writes)
         self._ids = itertools.count(1)
@@ -226,6 +228,8 @@ class XdsServer:
         conn_id = f"{proxy.id}-{next(self._ids)}"
         stream = Stream(Connection(conn_id, proxy, session, self._source), inbox)
         self.streams[conn_id] = stream
+        if self._on_connect is not None:
+            self._on_connect(stream)
         protocol = "delta" if stream.connection.delta else "sotw"
         logger.info("xDS %s connected: %s (%s)", protocol, conn_id, first.node.id)
         return stream

@@ -116,6 +116,21 @@ def test_initial_resource_versions_send_only_what_differs_and_remove_what_is_gon
     assert resp is not None and list(resp.removed_resources) == ["gone"]
 
 
+def test_explicit_watch_forgets_initial_versions_of_names_it_does_not_subscribe() -> None:
+    s = session()
+    s.on_request(req(ENDPOINT, sub=("a",), initial={"a": "v1", "b": "v1"}))
+    assert s.watches[ENDPOINT].client_versions == {"a": "v1"}
+
+
+def test_ending_an_explicit_wildcard_forgets_what_the_names_do_not_hold() -> None:
+    s = session()
+    s.on_request(req(ENDPOINT, sub=("*",)))
+    s.answer(ENDPOINT, cla("a", "b", "c"))
+    # one request ends the wildcard and names a: the client keeps a, drops b and c
+    s.on_request(req(ENDPOINT, sub=("a",), unsub=("*",)))
+    assert s.watches[ENDPOINT].client_versions.keys() == {"a"}
+
+
 def test_nack_keeps_the_stream_and_does_not_resend_the_same_content() -> None:
     s = session()
     s.on_request(req(CLUSTER))

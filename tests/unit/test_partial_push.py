@@ -186,3 +186,31 @@ def test_dr_and_endpoint_pushes_never_generate_a_whole_type() -> None:
     mesh.source.generate = whole_type  # type: ignore[method-assign,assignment]
     assert conn.on_push(mesh.apply(_rule(errors=7)))
     assert conn.on_push(mesh.apply(REVIEWS_SLICE))
+
+
+PRODUCTPAGE_DR = """apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: productpage, namespace: bookinfo}
+spec:
+  host: productpage
+  trafficPolicy:
+    connectionPool: {tcp: {maxConnections: 7}}
+"""
+
+
+def test_a_proxys_own_clusters_are_kept_across_pushes_that_do_not_touch_its_workload() -> None:
+    mesh = Mesh()
+    conn, _ = mesh.connect()
+    watch = conn.session.watches[CLUSTER]
+    before = watch.synced.built  # type: ignore[attr-defined]
+    conn.on_push(mesh.apply(_rule(errors=7)))
+    assert watch.synced.built is before  # type: ignore[attr-defined]
+
+
+def test_a_rule_for_the_proxys_own_service_rebuilds_and_sends_its_inbound_cluster() -> None:
+    mesh = Mesh()
+    conn, _ = mesh.connect()
+    out = conn.on_push(mesh.apply(PRODUCTPAGE_DR))
+    clusters, _ = _sent(out, CLUSTER)
+    assert "inbound|9080||" in clusters
+    assert not any(name.endswith(REVIEWS_HOST) for name in clusters)

@@ -5,6 +5,7 @@ debug endpoints that show stream state."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -50,6 +51,7 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
     yield rt
     stop.set()
     await asyncio.wait_for(task, 15)
+    gc.unfreeze()  # the runtime froze the test process's heap (app/heap.py)
 
 
 def node(req: Any, node_id: str = NODE) -> Any:

@@ -1,0 +1,61 @@
+"""HeapKeeper: what it freezes, when, and that a sweep reclaims cycles among frozen objects."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from app.heap import HeapKeeper
+
+
+@pytest.fixture(autouse=True)
+def _thawed() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def _cycle() -> weakref.ref[Node]:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def test_settled_moves_the_heap_into_the_permanent_generation() -> None:
+    keeper = HeapKeeper()
+    keeper.settled()
+    assert gc.get_freeze_count() > 0 and keeper.freezes == 1
+    assert gc.get_count()[0] == 0  # nothing young left to walk
+
+
+def test_disabled_keeper_freezes_nothing() -> None:
+    keeper = HeapKeeper(enabled=False)
+    keeper.settled()
+    assert gc.get_freeze_count() == 0
+    assert keeper.sweep() == (0, 0.0)
+
+
+def test_a_storm_freezes_once_per_step_of_connects() -> None:
+    keeper = HeapKeeper(connects_per_freeze=3)
+    for _ in range(7):
+        keeper.connected()
+    assert keeper.freezes == 2
+
+
+def test_a_frozen_cycle_survives_collections_until_a_sweep() -> None:
+    keeper = HeapKeeper()
+    ref = _cycle()
+    keeper.settled()
+    gc.collect()
+    assert ref() is not None  # the collector does not walk frozen objects
+    collected, _ = keeper.sweep()
+    assert ref() is None and collected >= 2
+    assert gc.get_freeze_count() > 0  # frozen again after the sweep
