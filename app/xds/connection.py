@@ -28,10 +28,18 @@ from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
 
 logger = logging.getLogger(__name__)
 
+
+class Response(Protocol):
+    """A response a session makes (DeltaResponse, SotwResponse): what it carries."""
+
+    @property
+    def resources(self) -> Sequence[Resource]: ...
+
+
 Req = TypeVar("Req")
-Resp = TypeVar("Resp")
+Resp = TypeVar("Resp", bound=Response)
 _Req_contra = TypeVar("_Req_contra", contravariant=True)
-_Resp_co = TypeVar("_Resp_co", covariant=True)
+_Resp_co = TypeVar("_Resp_co", bound=Response, covariant=True)
 
 # child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
 _LEADER = {child: parent for parent, child in FOLLOWS.items()}
@@ -148,7 +156,7 @@ class Connection(Generic[Req, Resp]):
                 considered=None if partial is None else partial.considered,
             )
             if resp is not None:
-                sent[type_url] = watch.last_sent
+                sent[type_url] = frozenset(r.name for r in resp.resources)
                 out.append(resp)
         return out
 

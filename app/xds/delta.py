@@ -27,6 +27,7 @@ from app.xds.watch import (
     WatchedResource,
     check_type,
     is_wildcard_request,
+    names_of,
     set_version,
 )
 
@@ -40,7 +41,7 @@ class DeltaSession:
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> Outcome:
         type_url = req.type_url
         check_type(type_url, self._allowed)
-        subscribe = set(req.resource_names_subscribe)
+        subscribe = names_of(req.resource_names_subscribe)
         unsubscribe = set(req.resource_names_unsubscribe)
         w = self.watches.get(type_url)
         if w is None:
@@ -130,7 +131,6 @@ class DeltaSession:
         resp = DeltaResponse(type_url, self._nonces(), set_version(send), send, removed)
         w.nonce_sent = resp.nonce
         w.version_sent = resp.system_version_info
-        w.last_sent = frozenset(r.name for r in send)
         return resp
 
 

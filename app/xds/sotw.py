@@ -31,6 +31,7 @@ from app.xds.watch import (
     WatchedResource,
     check_type,
     is_wildcard_request,
+    names_of,
     set_version,
 )
 
@@ -44,7 +45,7 @@ class SotwSession:
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> Outcome:
         type_url = req.type_url
         check_type(type_url, self._allowed)
-        names = set(req.resource_names)
+        names = names_of(req.resource_names)
         w = self.watches.get(type_url)
         if req.HasField("error_detail") and req.error_detail.code != 0:
             message = req.error_detail.message
@@ -107,5 +108,4 @@ class SotwSession:
         resp = SotwResponse(type_url, self._nonces(), version, chosen)
         w.nonce_sent = resp.nonce
         w.version_sent = version
-        w.last_sent = frozenset(r.name for r in chosen)
         return resp

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -98,13 +99,18 @@ class WatchedResource:
     # Delta: name -> version the client has (or was sent: a NACKed resource is not resent
     # until its content changes)
     client_versions: dict[str, str] = field(default_factory=dict)
-    last_sent: frozenset[str] = frozenset()  # the names in the latest response
     # the resource source's note of the full set the client was last brought to (opaque here),
     # so the next push can send the difference without diffing every resource
     synced: object = None
 
     def wants(self, name: str) -> bool:
         return self.wildcard or name in self.names
+
+
+def names_of(listed: Iterable[str]) -> set[str]:
+    """The resource names a request lists, interned: thousands of streams subscribe to the same
+    names and keep them for their lifetime, so each name is held once, not once per stream."""
+    return {sys.intern(name) for name in listed}
 
 
 def is_wildcard_request(type_url: str, names: Iterable[str]) -> bool:
