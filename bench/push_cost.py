@@ -47,7 +47,7 @@ from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
-from app.xds.watch import counter_nonces
+from app.xds.watch import NameSets, counter_nonces
 from bench.mesh import Mesh, MeshSpec, SidecarIdentity, sidecars
 
 AnyConnection = Connection[Any, Any]
@@ -186,10 +186,11 @@ def main() -> None:
         world = World.load(Path(tmp))
         load_s = time.perf_counter() - started
 
+        name_sets = NameSets()  # one per server, as XdsServer shares it
         session: Callable[[], Any] = (
-            (lambda: DeltaSession(counter_nonces(), None))
+            (lambda: DeltaSession(counter_nonces(), None, name_sets))
             if args.protocol == "delta"
-            else (lambda: SotwSession(counter_nonces(), None))
+            else (lambda: SotwSession(counter_nonces(), None, name_sets))
         )
         connect = connect_delta if args.protocol == "delta" else connect_sotw
         conns: list[AnyConnection] = []

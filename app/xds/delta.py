@@ -20,6 +20,7 @@ from app.xds.resources import EXPLICIT_TYPES
 from app.xds.response import DeltaResponse
 from app.xds.watch import (
     WILDCARD,
+    NameSets,
     NonceSource,
     Outcome,
     RequestKind,
@@ -33,9 +34,12 @@ from app.xds.watch import (
 
 
 class DeltaSession:
-    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str] | None) -> None:
+    def __init__(
+        self, nonces: NonceSource, allowed_types: frozenset[str] | None, name_sets: NameSets | None = None
+    ) -> None:
         self._nonces = nonces
         self._allowed = allowed_types
+        self._name_sets = name_sets or NameSets()
         self.watches: dict[str, WatchedResource] = {}
 
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> Outcome:
@@ -68,8 +72,7 @@ class DeltaSession:
             return Outcome(RequestKind.STALE, type_url, False)
         return Outcome(RequestKind.ACK, type_url, False)
 
-    @staticmethod
-    def _apply(w: WatchedResource, subscribe: set[str], unsubscribe: set[str]) -> bool:
+    def _apply(self, w: WatchedResource, subscribe: set[str], unsubscribe: set[str]) -> bool:
         """Apply subscription changes; True when something new is wanted."""
         added = False
         if WILDCARD in subscribe and not w.wildcard:
@@ -77,12 +80,12 @@ class DeltaSession:
         wildcard_ended = WILDCARD in unsubscribe and w.wildcard
         if wildcard_ended:
             w.wildcard = False
-        for name in subscribe - {WILDCARD}:
-            if name not in w.names:
-                w.names.add(name)
-                added = True
-        for name in unsubscribe - {WILDCARD}:
-            w.names.discard(name)
+        subscribe, unsubscribe = subscribe - {WILDCARD}, unsubscribe - {WILDCARD}
+        names = (w.names | subscribe) - unsubscribe
+        if names != w.names:
+            added = added or not subscribe <= w.names
+            w.names = self._name_sets(names)
+        for name in unsubscribe:
             if not w.wants(name):
                 # the client forgets it: a later subscribe must send it again
                 w.client_versions.pop(name, None)

@@ -98,16 +98,20 @@ def proxy_needs_push(proxy: Proxy, req: PushRequest, previous: SidecarScope | No
     """Whether a push can change anything for this proxy (istiod ProxyNeedsPush): forced and
     everything-changed pushes always; a change of the proxy's own service targets; else some
     changed config key or endpoint shard its scope depends on, now or before the change (a
-    change that takes something away shows only in the previous scope). Gateways are pushed on
-    every change (the Gateways and VirtualServices that select them are not tracked yet)."""
-    if req.forced or req.all_kinds or _own_targets_changed(proxy, req) or proxy.is_gateway:
+    change that takes something away shows only in the previous scope). A gateway, as istiod
+    master's proxyDependentOnConfig (pilot/pkg/xds/proxy_dependencies.go) has it, depends on
+    every change except Sidecars and the services (and so endpoints) it cannot see."""
+    if req.forced or req.all_kinds or _own_targets_changed(proxy, req):
         return True
 
     def depends(key: ConfigKey) -> bool:
         return scope.depends_on(key) or (previous is not None and previous.depends_on(key))
 
     unaffected = UNAFFECTED_KINDS.get(proxy.type, frozenset())
-    if any(depends(key) for key in req.configs_updated if key.kind not in unaffected):
+    keys = [key for key in req.configs_updated if key.kind not in unaffected]
+    if proxy.is_gateway and any(key.kind is not Kind.SERVICE for key in keys):
+        return True
+    if any(depends(key) for key in keys):
         return True
     return any(depends(ConfigKey(Kind.SERVICE, ns, host)) for host, ns in req.endpoint_services)
 

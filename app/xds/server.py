@@ -38,7 +38,7 @@ from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
-from app.xds.watch import ProtocolError, counter_nonces
+from app.xds.watch import NameSets, ProtocolError, counter_nonces
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ class XdsServer:
         self._send_timeout = send_timeout
         self._large_writes = asyncio.Semaphore(max_large_writes)
         self._ids = itertools.count(1)
+        self._name_sets = NameSets()  # shared by every stream's watches
         self.streams: dict[str, Stream] = {}
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -178,7 +179,7 @@ class XdsServer:
         self, session_type: type[SotwSession] | type[DeltaSession], types: frozenset[str] | None
     ) -> Callable[[AsyncIterator[Any], Any], Any]:
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await self._serve(requests, context, session_type(counter_nonces(), types))
+            await self._serve(requests, context, session_type(counter_nonces(), types, self._name_sets))
 
         return handle
 

@@ -24,6 +24,7 @@ from app.xds.resources import EXPLICIT_TYPES
 from app.xds.response import SotwResponse
 from app.xds.watch import (
     WILDCARD,
+    NameSets,
     NonceSource,
     Outcome,
     RequestKind,
@@ -37,9 +38,12 @@ from app.xds.watch import (
 
 
 class SotwSession:
-    def __init__(self, nonces: NonceSource, allowed_types: frozenset[str] | None) -> None:
+    def __init__(
+        self, nonces: NonceSource, allowed_types: frozenset[str] | None, name_sets: NameSets | None = None
+    ) -> None:
         self._nonces = nonces
         self._allowed = allowed_types
+        self._name_sets = name_sets or NameSets()
         self.watches: dict[str, WatchedResource] = {}
 
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> Outcome:
@@ -58,7 +62,7 @@ class SotwSession:
         if w is None:
             # also a reconnect carrying a nonce from an earlier stream: answer it in full
             wildcard = is_wildcard_request(type_url, names)
-            self.watches[type_url] = WatchedResource(type_url, wildcard, names - {WILDCARD})
+            self.watches[type_url] = WatchedResource(type_url, wildcard, self._name_sets(names - {WILDCARD}))
             return Outcome(RequestKind.INITIAL, type_url, True)
         if req.response_nonce != w.nonce_sent:
             return Outcome(RequestKind.STALE, type_url, False)
@@ -71,7 +75,9 @@ class SotwSession:
             # only new names need an answer; dropped ones just stop being sent
             added = bool(wanted - w.names) or (wildcard and not w.wildcard)
             changed = wanted != w.names or wildcard != w.wildcard
-            w.names, w.wildcard = wanted, wildcard
+            if wanted != w.names:
+                w.names = self._name_sets(wanted)
+            w.wildcard = wildcard
             if changed:
                 return Outcome(RequestKind.SUBSCRIPTION, type_url, added)
         return Outcome(RequestKind.ACK, type_url, False)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from google.protobuf import any_pb2
@@ -88,7 +90,7 @@ def set_version(resources: Iterable[Resource]) -> str:
 class WatchedResource:
     type_url: str
     wildcard: bool
-    names: set[str] = field(default_factory=set)  # explicit subscriptions (besides the wildcard)
+    names: AbstractSet[str] = frozenset()  # explicit subscriptions (besides the wildcard)
     nonce_sent: str = ""
     version_sent: str = ""
     nonce_acked: str = ""
@@ -105,6 +107,28 @@ class WatchedResource:
 
     def wants(self, name: str) -> bool:
         return self.wildcard or name in self.names
+
+
+class NameSets:
+    """Subscribed-name sets held once: the streams of a proxy class subscribe to the same
+    thousand-odd names, so their watches share one frozenset instead of holding a set each.
+    The ``limit`` most recently used distinct sets are kept here; one dropped lives on in the
+    watches that hold it."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._limit = limit
+        self._sets: OrderedDict[frozenset[str], frozenset[str]] = OrderedDict()
+
+    def __call__(self, names: AbstractSet[str]) -> frozenset[str]:
+        key = names if isinstance(names, frozenset) else frozenset(names)
+        found = self._sets.get(key)
+        if found is None:
+            self._sets[key] = found = key
+            if len(self._sets) > self._limit:
+                self._sets.popitem(last=False)
+        else:
+            self._sets.move_to_end(key)
+        return found
 
 
 def names_of(listed: Iterable[str]) -> set[str]:

@@ -638,11 +638,26 @@ def test_a_namespace_rule_shadows_the_root_rule_for_its_host() -> None:
     assert _pushed(mesh, catch_all.replace("maxRetries: 3", "maxRetries: 5"), proxies) == {"c"}
 
 
-def test_gateways_are_pushed_for_every_change() -> None:
+def test_gateways_follow_istiods_proxy_dependent_on_config() -> None:
+    # pilot/pkg/xds/proxy_dependencies.go: a router depends on every kind but Sidecar, and on
+    # a service (ServiceEntry key) only when its scope sees it, before or after the change
     mesh, proxies = _scoped_mesh()
     gateway = {"gw": proxy("gw.a", "10.0.9.9", {"istio": "ingressgateway"}, kind="router")}
     request_reaches = _pushed(mesh, DB_OUTLIER, {**proxies, **gateway})
     assert "gw" in request_reaches and "scoped" not in request_reaches
+    assert "gw" not in _pushed(mesh, SIDECAR_A.replace("./*, istio-system/*", "./*"), gateway)
+    one_pod = endpoint_slice("db", HTTP_SLICE, slice_endpoint("10.0.2.1", "db-0", namespace="b"), namespace="b")
+    assert "gw" in _pushed(mesh, one_pod, gateway)
+    hidden = config_doc(
+        "ServiceEntry",
+        "hidden",
+        "hosts: [hidden.example]\nexportTo: [\".\"]\nports: [{number: 80, name: http, protocol: HTTP}]\n"
+        "resolution: STATIC\nendpoints: [{address: 10.9.9.9}]",
+        namespace="c",
+        created=T0,
+    )
+    assert _pushed(mesh, hidden, {**proxies, **gateway}) == {"c"}
+    assert _pushed(mesh, hidden.replace("10.9.9.9", "10.9.9.8"), {**proxies, **gateway}) == {"c"}
 
 
 def test_forced_and_everything_changed_requests_push_everyone() -> None:

@@ -9,7 +9,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.xds.delta import DeltaSession
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
 from app.xds.response import DeltaResponse
-from app.xds.watch import ProtocolError, RequestKind, counter_nonces, encode
+from app.xds.watch import NameSets, ProtocolError, RequestKind, counter_nonces, encode
 from tests.support.xds import cla, clusters
 
 
@@ -181,3 +181,23 @@ def test_type_not_served_is_a_protocol_error() -> None:
     s = DeltaSession(counter_nonces(), frozenset({ENDPOINT}))
     with pytest.raises(ProtocolError):
         s.on_request(req(CLUSTER))
+
+
+def test_sessions_subscribed_to_the_same_names_share_one_set() -> None:
+    pool = NameSets()
+    a, b = (DeltaSession(counter_nonces("d"), None, pool) for _ in range(2))
+    for s in (a, b):
+        s.on_request(req(ENDPOINT, sub=("x", "y")))
+    assert a.watches[ENDPOINT].names == {"x", "y"}
+    assert a.watches[ENDPOINT].names is b.watches[ENDPOINT].names
+    a.on_request(req(ENDPOINT, sub=("z",), unsub=("x",)))
+    assert a.watches[ENDPOINT].names == {"y", "z"} and b.watches[ENDPOINT].names == {"x", "y"}
+
+
+def test_the_name_set_pool_keeps_only_the_most_recent_sets() -> None:
+    pool = NameSets(limit=2)
+    a, b = pool({"a"}), pool({"b"})
+    assert pool({"a"}) is a  # used again: now the most recent
+    pool({"c"})  # the third set evicts the least recently used, b
+    assert pool(frozenset({"a"})) is a
+    assert pool({"b"}) is not b
