@@ -23,7 +23,7 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, SHORT_NAMES
+from app.xds.resources import ADS_ORDER, EXPLICIT_TYPES, SHORT_NAMES
 from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
 
 logger = logging.getLogger(__name__)
@@ -138,25 +138,27 @@ class Connection(Generic[Req, Resp]):
             # re-asks; with istiod's initial_fetch_timeout 0s it never warms on its own)
             force = req.forced or leader in elsewhere
             force_names = sent.get(leader, frozenset()) if leader else frozenset()
-            # Delta can carry just what changed; SotW CDS/LDS responses hold the whole set
             partial = None
-            if self.delta and not force:
+            if not force:
                 partial = self.source.changes(type_url, self.proxy, watch, req, previous, force_names)
-            if partial is not None:
+            # Delta can carry just what changed, and so can SotW for the explicitly subscribed
+            # types (Envoy updates the assignments named and keeps the others, as with istiod's
+            # incremental EDS); a SotW CDS/LDS response holds the whole set
+            if partial is not None and (self.delta or type_url in EXPLICIT_TYPES):
                 resources: Sequence[Resource] | None = partial.resources
+                considered: frozenset[str] | None = partial.considered
             else:
-                resources = self.source.generate(type_url, self.proxy, watch)
+                resources, considered = self.source.generate(type_url, self.proxy, watch), None
             if resources is None:
                 continue
             resp = self.session.response(
-                type_url,
-                resources,
-                force=force,
-                force_names=force_names,
-                considered=None if partial is None else partial.considered,
+                type_url, resources, force=force, force_names=force_names, considered=considered
             )
             if resp is not None:
-                sent[type_url] = frozenset(r.name for r in resp.resources)
+                # what changed for the client: what a SotW response carries besides the
+                # unchanged rest is what the partial found; a Delta response carries only that
+                changed = partial.resources if partial is not None and not self.delta else resp.resources
+                sent[type_url] = frozenset(r.name for r in changed)
                 out.append(resp)
         return out
 

@@ -97,15 +97,18 @@ class SotwSession:
     ) -> SotwResponse | None:
         """The response carrying ``resources`` (the type's current set, filtered here to what
         the client watches), or None when the client has it already or rejected exactly it.
-        A SotW response holds the whole watched set, so any ``force_names`` forces it; partial
-        sets (``considered``) are a Delta notion and not accepted here."""
-        if considered is not None:
-            raise ValueError("a SotW response holds the whole watched set")
+        Any ``force_names`` forces it. With ``considered`` (explicitly subscribed types only),
+        ``resources`` are the current ones among those names, and the response carries just
+        them: Envoy updates the resources a response names and keeps the others it watches."""
+        if considered is not None and type_url not in EXPLICIT_TYPES:
+            raise ValueError(f"a SotW {type_url} response holds the whole watched set")
         force = force or bool(force_names)
         w = self.watches.get(type_url)
         if w is None:
             return None
         chosen = [r for r in resources if w.wants(r.name)]
+        if considered is not None and not chosen:
+            return None
         version = set_version(chosen)
         if version == w.nacked_version:
             return None

@@ -9,6 +9,7 @@ from pathlib import Path
 BOOKINFO = Path(__file__).parents[2] / "examples" / "bookinfo"
 NODE = "sidecar~10.1.0.10~productpage-v1-0.bookinfo~bookinfo.svc.cluster.local"
 REVIEWS = "outbound|9080||reviews.bookinfo.svc.cluster.local"
+RATINGS = "outbound|9080||ratings.bookinfo.svc.cluster.local"
 EXTRA_DR = """apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: ratings-extra, namespace: bookinfo}

@@ -14,7 +14,7 @@ from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
-from tests.support.bookinfo import EXTRA_DR, NODE, REVIEWS
+from tests.support.bookinfo import EXTRA_DR, NODE, RATINGS, REVIEWS
 from tests.support.bookinfo_mesh import Mesh as SupportMesh
 
 
@@ -31,11 +31,12 @@ def test_dr_change_pushes_clusters_then_endpoints_even_when_endpoints_are_unchan
     mesh = Mesh()
     conn = mesh.sotw()
     [cds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=CLUSTER))
-    [eds] = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
-    out = conn.on_push(mesh.apply(EXTRA_DR))
+    conn.on_request(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS, RATINGS]))
+    out = conn.on_push(mesh.apply(EXTRA_DR))  # a rule for ratings
     assert [r.type_url for r in out] == [CLUSTER, ENDPOINT]
     assert out[0].version_info != cds.version_info
-    assert out[1].version_info == eds.version_info  # same endpoints, re-sent for the new clusters
+    # the re-sent ratings cluster's (unchanged) assignment, for it to warm; reviews' stays as it is
+    assert [r.name for r in out[1].resources] == [RATINGS]
 
 
 def test_unchanged_push_sends_nothing_and_endpoint_push_sends_only_endpoints() -> None:

@@ -15,6 +15,7 @@ from app.xds.delta import DeltaSession
 from app.xds.needs_push import update_types
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE
 from tests.support.bookinfo_mesh import Mesh as SupportMesh
@@ -214,3 +215,37 @@ def test_a_rule_for_the_proxys_own_service_rebuilds_and_sends_its_inbound_cluste
     clusters, _ = _sent(out, CLUSTER)
     assert "inbound|9080||" in clusters
     assert not any(name.endswith(REVIEWS_HOST) for name in clusters)
+
+
+def _connect_sotw(mesh: Mesh) -> Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
+    """A SotW ADS stream subscribed as Envoy does (CDS wildcard, EDS for the EDS clusters)."""
+    SotwReq = discovery_pb2.DiscoveryRequest
+    conn: Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse] = Connection(
+        "s", build_proxy(NODE), SotwSession(counter_nonces(), None), mesh.source
+    )
+    first = SotwReq(type_url=CLUSTER)
+    first.node.id = NODE
+    [cds] = conn.on_request(first)
+    conn.on_request(SotwReq(type_url=CLUSTER, version_info=cds.version_info, response_nonce=cds.nonce))
+    names = sorted(r.name for r in cds.resources if r.name.startswith("outbound|"))
+    [eds] = conn.on_request(SotwReq(type_url=ENDPOINT, resource_names=names))
+    conn.on_request(
+        SotwReq(type_url=ENDPOINT, resource_names=names, version_info=eds.version_info, response_nonce=eds.nonce)
+    )
+    return conn
+
+
+def test_sotw_sends_every_cluster_but_only_the_changed_assignments() -> None:
+    mesh = Mesh()
+    conn = _connect_sotw(mesh)
+    watched = len(conn.session.watches[ENDPOINT].names)
+    out = conn.on_push(mesh.apply(_rule(errors=7)))
+    [cds] = [r for r in out if r.type_url == CLUSTER]
+    [eds] = [r for r in out if r.type_url == ENDPOINT]
+    assert len(cds.resources) > watched  # SotW CDS: the whole set, by protocol
+    names = [r.name for r in eds.resources]
+    assert names and all(n.endswith(REVIEWS_HOST) for n in names) and len(names) < watched
+    out = conn.on_push(mesh.apply(REVIEWS_SLICE))
+    [eds] = out
+    assert eds.type_url == ENDPOINT
+    assert {r.name for r in eds.resources} <= {n for n in names}

@@ -15,6 +15,7 @@ import aiohttp
 import grpc
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 
@@ -26,7 +27,7 @@ from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse
 from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, XdsServer, read_requests
 from app.xds.watch import WatchedResource
-from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, REVIEWS
+from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
 SEND_TIMEOUT = 2.0
@@ -104,6 +105,8 @@ def names(resp: Any) -> set[str]:
             c = cluster_pb2.Cluster()
             body.Unpack(c)
             out.add(c.name)
+        elif body.type_url == ENDPOINT:
+            out.add(endpoint_pb2.ClusterLoadAssignment.FromString(body.value).cluster_name)
         else:
             out.add(any_msg.name)
     return out
@@ -175,18 +178,21 @@ async def test_config_change_is_pushed_on_the_open_stream_with_endpoints_followi
     await s.send(
         discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
     )
-    await s.send(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[REVIEWS]))
+    watched = [REVIEWS, RATINGS]
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=watched))
     eds = await s.recv()
     await s.send(
         discovery_pb2.DiscoveryRequest(
-            type_url=ENDPOINT, resource_names=[REVIEWS], response_nonce=eds.nonce, version_info=eds.version_info
+            type_url=ENDPOINT, resource_names=watched, response_nonce=eds.nonce, version_info=eds.version_info
         )
     )
-    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)  # a rule for ratings
     pushed = await s.recv(timeout=20)
     assert pushed.type_url == CLUSTER and pushed.version_info != cds.version_info
     follow = await s.recv()
+    # the re-sent ratings cluster's assignment (unchanged), for it to warm; reviews' is not re-sent
     assert follow.type_url == ENDPOINT and follow.nonce != eds.nonce
+    assert names(follow) == {RATINGS}
     s.call.cancel()
 
 
