@@ -185,6 +185,14 @@ def load_documents(text: str, source: str, *, system_namespace: str = "istio-sys
     return result
 
 
+def load_object(doc: Mapping[str, Any], source: str, *, system_namespace: str = "istio-system") -> LoadResult:
+    """One object already decoded (as an API server sends it), through the same checks as a
+    document of a file."""
+    result = LoadResult()
+    _load_one(doc, source, result, system_namespace)
+    return result
+
+
 def load_mesh_file(text: str, source: str) -> LoadResult:
     """A ``mesh.yaml``: one MeshConfig document in Istio's MeshConfig YAML."""
     result = LoadResult()

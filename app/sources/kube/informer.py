@@ -1,0 +1,235 @@
+"""One resource's list + watch loop against the API server, as client-go's reflector runs it.
+
+* List in pages (``limit`` / ``continue``); an expired continue token (410) restarts the list.
+* Watch from the list's ``resourceVersion`` with bookmarks, so a quiet resource's version still
+  advances; when the server ends the watch (its timeout) or the connection drops, watch again
+  from the last version seen: a version the server still has needs no relist.
+* ``410 Gone`` (the version was compacted), as a status or as an ERROR event, relists: the store
+  turns the new list into the adds, updates and deletes of the gap (store.py).
+* Any other error (an error status, a refused or broken connection) waits a jittered, growing
+  backoff and retries what failed: the list, or the watch from the last version seen. A list or
+  a watch the server accepts resets the backoff.
+
+The deltas go to ``on_deltas`` in the order they happened; ``synced`` is set after the first
+complete list has been handed over. The HTTP client is kubernetes-asyncio's ``ApiClient`` (its
+configuration, authentication and TLS); responses are read raw so a watch streams line by line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from app.sources.kube.resources import KubeResource
+from app.sources.kube.store import Change, Delta, Raw, Store
+
+logger = logging.getLogger(__name__)
+
+_EVENT_CHANGES = {"ADDED": Change.ADD, "MODIFIED": Change.UPDATE, "DELETED": Change.DELETE}
+
+
+class Gone(Exception):
+    """The resourceVersion asked for is older than the server keeps: relist."""
+
+
+class ApiError(Exception):
+    """The API server answered a list or watch with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+# what a list or watch retries after a backoff (ValueError: a body that is not JSON)
+_RETRIED = (ApiError, ApiException, aiohttp.ClientError, TimeoutError, ValueError)
+
+
+class Backoff:
+    """Jittered exponential backoff: ``initial`` doubling up to ``cap`` seconds, each wait
+    scaled by a random factor in [1 - jitter, 1 + jitter]."""
+
+    def __init__(self, initial: float = 0.8, cap: float = 30.0, jitter: float = 0.2) -> None:
+        self._initial, self._cap, self._jitter = initial, cap, jitter
+        self._next = initial
+
+    def reset(self) -> None:
+        self._next = self._initial
+
+    def delay(self) -> float:
+        wait = self._next * random.uniform(1 - self._jitter, 1 + self._jitter)
+        self._next = min(self._next * 2, self._cap)
+        return wait
+
+
+class Informer:
+    def __init__(
+        self,
+        client: ApiClient,
+        resource: KubeResource,
+        version: str,
+        on_deltas: Callable[[KubeResource, list[Delta]], None],
+        *,
+        namespace: str = "",
+        field_selector: str = "",
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.resource = resource
+        self.version = version
+        self.store = Store()
+        self.synced = asyncio.Event()
+        self._client = client
+        self._on_deltas = on_deltas
+        self._namespace = namespace
+        self._field_selector = field_selector
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._backoff = backoff or Backoff()
+        self.lists = 0  # complete lists so far (the first, and one per relist)
+        self._version = ""  # the last resourceVersion seen
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        while True:
+            try:
+                await self._list()
+            except _RETRIED as e:
+                await self._wait(e, "list")
+                continue
+            while True:
+                try:
+                    await self._watch()
+                except Gone:
+                    logger.info("%s: resource version %s expired, relisting", self.resource, self._version)
+                    break
+                except _RETRIED as e:
+                    await self._wait(e, "watch")
+
+    async def _wait(self, error: BaseException, what: str) -> None:
+        delay = self._backoff.delay()
+        logger.warning("%s: %s failed (%s); retrying in %.1fs", self.resource, what, _describe(error), delay)
+        await asyncio.sleep(delay)
+
+    # --- list ---------------------------------------------------------------------------
+
+    async def _list(self) -> None:
+        items: list[Raw] = []
+        token = ""
+        while True:
+            params = {"limit": str(self._page_size)}
+            if token:
+                params["continue"] = token
+            try:
+                page = await self._get_json(params)
+            except Gone:
+                if not token:
+                    raise
+                items, token = [], ""  # the continue token expired: list again from the start
+                continue
+            items.extend(self._typed(item) for item in page.get("items") or ())
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                break
+        deltas = self.store.relist(items)
+        self.lists += 1
+        self._backoff.reset()
+        if deltas:
+            self._on_deltas(self.resource, deltas)
+        self.synced.set()
+        self._version = str(meta.get("resourceVersion") or "")
+
+    async def _get_json(self, params: Mapping[str, str]) -> Mapping[str, Any]:
+        async with await self._request(params, timeout=60) as response:
+            await _check(response)
+            body: Mapping[str, Any] = await response.json()
+            return body
+
+    # --- watch --------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Watch from the last version seen until the server ends the stream."""
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self._watch_timeout),
+        }
+        if self._version:
+            params["resourceVersion"] = self._version
+        async with await self._request(params, timeout=None) as response:
+            await _check(response)
+            self._backoff.reset()
+            async for line in response.content:
+                if line.strip():
+                    self._version = self._handle(json.loads(line), self._version)
+
+    def _handle(self, event: Mapping[str, Any], version: str) -> str:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            if code == 410:
+                raise Gone(obj.get("message", ""))
+            raise ApiError(code, str(obj.get("message", "watch error")))
+        seen = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+        if kind == "BOOKMARK":
+            return seen
+        change = _EVENT_CHANGES.get(str(kind))
+        if change is None:
+            raise ValueError(f"unknown watch event type {kind!r}")
+        delta = self.store.apply(change, self._typed(obj))
+        if delta is not None:
+            self._on_deltas(self.resource, [delta])
+        return seen
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    async def _request(self, params: Mapping[str, str], timeout: float | None) -> aiohttp.ClientResponse:
+        query = dict(params)
+        if self._field_selector:
+            query["fieldSelector"] = self._field_selector
+        path = self.resource.path(self.version, self._namespace)
+        response: aiohttp.ClientResponse = await self._client.call_api(
+            path,
+            "GET",
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=10),
+        )
+        return response
+
+    def _typed(self, obj: Raw) -> Raw:
+        """List items carry no apiVersion and kind; the resource says what they are."""
+        if obj.get("kind") and obj.get("apiVersion"):
+            return obj
+        return {**obj, "apiVersion": self.resource.group_version(self.version), "kind": str(self.resource.kind)}
+
+
+async def _check(response: aiohttp.ClientResponse) -> None:
+    if response.status == 200:
+        return
+    text = await response.text()
+    try:
+        message = str(json.loads(text).get("message", text))
+    except (ValueError, AttributeError):
+        message = text
+    if response.status == 410:
+        raise Gone(message)
+    raise ApiError(response.status, message.strip()[:300])
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status}: {error.reason}"
+    return str(error) or type(error).__name__

@@ -1,0 +1,54 @@
+"""The Kubernetes resources pilotfish reads: API group, versions, plural, scope (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.config.model import Kind
+
+ISTIO_NETWORKING = "networking.istio.io"
+# the versions istiod serves its networking kinds in, newest first: an informer lists the newest
+# one the API server has (the CRDs convert between them)
+ISTIO_VERSIONS = ("v1", "v1beta1", "v1alpha3")
+
+
+@dataclass(frozen=True, slots=True)
+class KubeResource:
+    kind: Kind
+    group: str  # "" for the core group
+    versions: tuple[str, ...]  # preferred first
+    plural: str
+    namespaced: bool = True
+
+    def group_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+    def path(self, version: str, namespace: str = "") -> str:
+        """The collection's URL path, in one namespace or across all."""
+        base = f"/apis/{self.group}/{version}" if self.group else f"/api/{version}"
+        scope = f"/namespaces/{namespace}" if namespace and self.namespaced else ""
+        return f"{base}{scope}/{self.plural}"
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+KUBE_RESOURCES = (
+    KubeResource(Kind.NAMESPACE, "", ("v1",), "namespaces", namespaced=False),
+    KubeResource(Kind.SERVICE, "", ("v1",), "services"),
+    KubeResource(Kind.POD, "", ("v1",), "pods"),
+    KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),
+)
+# the mesh ConfigMap: ``istio`` in the system namespace only
+MESH_CONFIGMAP = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
+ISTIO_RESOURCES = tuple(
+    KubeResource(kind, ISTIO_NETWORKING, ISTIO_VERSIONS, plural)
+    for kind, plural in (
+        (Kind.DESTINATION_RULE, "destinationrules"),
+        (Kind.VIRTUAL_SERVICE, "virtualservices"),
+        (Kind.SERVICE_ENTRY, "serviceentries"),
+        (Kind.WORKLOAD_ENTRY, "workloadentries"),
+        (Kind.SIDECAR, "sidecars"),
+        (Kind.GATEWAY, "gateways"),
+    )
+)

@@ -1,0 +1,113 @@
+"""An informer's local store and the reflector's rules, without I/O (client-go's reflector and
+DeltaFIFO, reduced to what a control plane needs).
+
+The store holds the raw objects of one resource as the API server last showed them, by
+namespace/name. A watch event or a relist is turned into the changes it means:
+
+* a relist (after the first list, or after ``410 Gone``) is compared with the store: objects
+  that appeared are adds, objects that are gone are deletes, the rest are updates when they
+  changed. Nothing that happened in the gap is lost and nothing is reported twice;
+* an update that changes only what no generator reads (``resourceVersion``, ``managedFields``,
+  ``status``, the bookkeeping annotations controllers write) is no change: controllers and status
+  writers touch objects all day, and each such write must not become a push.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Raw = Mapping[str, Any]
+
+# metadata a controller or the API server writes without changing what the object means
+_BOOKKEEPING_META = frozenset({"resourceVersion", "managedFields", "uid", "selfLink"})
+_BOOKKEEPING_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+
+
+class Change(enum.Enum):
+    ADD = "add"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """One change of one object: the object now (for DELETE, the last version known)."""
+
+    change: Change
+    obj: Raw
+
+
+def object_key(obj: Raw) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+
+
+def resource_version(obj: Raw) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def meaning(obj: Raw) -> Any:
+    """What generators can read of an object: everything but status and bookkeeping metadata."""
+    body = {k: v for k, v in obj.items() if k != "status"}
+    meta = dict(obj.get("metadata") or {})
+    for name in _BOOKKEEPING_META:
+        meta.pop(name, None)
+    annotations = meta.get("annotations")
+    if annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k not in _BOOKKEEPING_ANNOTATIONS}
+    body["metadata"] = meta
+    return body
+
+
+class Store:
+    """The objects of one resource by key; ``relist`` and ``apply`` say what changed."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, Raw] = {}
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def objects(self) -> list[Raw]:
+        return list(self._objects.values())
+
+    def get(self, key: str) -> Raw | None:
+        return self._objects.get(key)
+
+    def relist(self, items: Iterable[Raw]) -> list[Delta]:
+        """Replace the contents with a complete list; the changes it makes, adds and updates in
+        list order, then deletes."""
+        fresh: dict[str, Raw] = {}
+        out: list[Delta] = []
+        for obj in items:
+            key = object_key(obj)
+            fresh[key] = obj
+            old = self._objects.get(key)
+            if old is None:
+                out.append(Delta(Change.ADD, obj))
+            elif meaning(old) != meaning(obj):
+                out.append(Delta(Change.UPDATE, obj))
+        out.extend(Delta(Change.DELETE, old) for key, old in self._objects.items() if key not in fresh)
+        self._objects = fresh
+        return out
+
+    def apply(self, change: Change, obj: Raw) -> Delta | None:
+        """A watch event; None when it changes nothing generators read (or deletes what is not
+        there)."""
+        key = object_key(obj)
+        old = self._objects.get(key)
+        if change is Change.DELETE:
+            if old is None:
+                return None
+            del self._objects[key]
+            return Delta(Change.DELETE, obj)
+        self._objects[key] = obj
+        if old is None:
+            return Delta(Change.ADD, obj)
+        if meaning(old) == meaning(obj):
+            return None
+        return Delta(Change.UPDATE, obj)
