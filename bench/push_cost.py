@@ -35,6 +35,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 
 from app.environment import Environment
+from app.heap import HeapKeeper
 from app.model.push_context import PushContext
 from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
@@ -185,6 +186,8 @@ def main() -> None:
         started = time.perf_counter()
         world = World.load(Path(tmp))
         load_s = time.perf_counter() - started
+        heap = HeapKeeper()  # the runtime's heap policy, so collections land as in the server
+        heap.settled()
 
         name_sets = NameSets()  # one per server, as XdsServer shares it
         session: Callable[[], Any] = (
@@ -200,6 +203,7 @@ def main() -> None:
             conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), world.generator)
             connect(conn, node)
             conns.append(conn)
+            heap.connected()
         connect_s = time.perf_counter() - started
 
         report: dict[str, Any] = {
@@ -220,6 +224,7 @@ def main() -> None:
         for name, make_change in scenarios.items():
             make_change()
             request, rebuild_s = world.change()
+            heap.settled()  # as the runtime does after each fire
             profile = cProfile.Profile() if args.profile else None
             figures = run_push(conns, request, profile)
             figures["rebuild_ms"] = round(rebuild_s * 1000, 1)
