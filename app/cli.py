@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,13 @@ def _parse_labels(text: str) -> dict[str, str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pilotfish", description="An Istio-compatible control plane.")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve xDS for the mesh config in a directory")
-    serve.add_argument("--config-dir", required=True, type=Path)
+    serve = sub.add_parser("serve", help="serve xDS for the mesh config of a directory and/or a Kubernetes cluster")
+    serve.add_argument("--config-dir", type=Path, help="a directory of YAML config files")
+    serve.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="read config from this cluster (default: $KUBECONFIG; in a pod without either flag, the pod's own)",
+    )
     serve.add_argument("--xds-address", default=None, help="plaintext xDS gRPC (default 0.0.0.0:15010)")
     serve.add_argument("--http-address", default=None, help="monitoring and debug HTTP (default 0.0.0.0:15014)")
     serve.add_argument("--system-namespace", default=None, help="the root namespace (default istio-system)")
@@ -92,16 +97,31 @@ async def _serve(settings: Settings) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
-    if not args.config_dir.is_dir():
+    if args.config_dir is not None and not args.config_dir.is_dir():
         raise PilotfishError(f"--config-dir {args.config_dir}: not a directory")
+    kubeconfig, in_cluster = _kube_target(args.kubeconfig, args.config_dir, os.environ)
+    if args.config_dir is None and kubeconfig is None and not in_cluster:
+        raise PilotfishError("serve: give --config-dir, --kubeconfig (or KUBECONFIG), or run in a Kubernetes pod")
     settings = Settings.from_env(
         args.config_dir,
         os.environ,
+        kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
         xds_address=args.xds_address,
         http_address=args.http_address,
         system_namespace=args.system_namespace,
     )
     uvloop.run(_serve(settings))
+
+
+def _kube_target(flag: Path | None, config_dir: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+    """(kubeconfig, in-cluster): the flag, else $KUBECONFIG (its first file, as kubectl), else the
+    pod's service account when running in one and no config dir was given."""
+    if flag is not None:
+        return flag, False
+    if env.get("KUBECONFIG"):
+        return Path(env["KUBECONFIG"].split(os.pathsep)[0]), False
+    return None, config_dir is None and bool(env.get("KUBERNETES_SERVICE_HOST"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

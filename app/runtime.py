@@ -25,6 +25,9 @@ from app.heap import HeapKeeper
 from app.model.push_context import PushContext
 from app.settings import Settings
 from app.sources.files import FileSource
+from app.sources.kube.client import api_client
+from app.sources.kube.source import KubeSource
+from app.sources.source import Source
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
 from app.xds.needs_push import update_types
@@ -39,9 +42,15 @@ class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.env = Environment(domain_suffix=settings.domain_suffix)
-        self.source = FileSource(
-            settings.config_dir, system_namespace=settings.system_namespace, debounce_ms=settings.file_debounce_ms
-        )
+        self.sources: list[Source] = []
+        if settings.config_dir is not None:
+            self.sources.append(
+                FileSource(
+                    settings.config_dir,
+                    system_namespace=settings.system_namespace,
+                    debounce_ms=settings.file_debounce_ms,
+                )
+            )
         self._push: PushContext | None = None
         self.generator = XdsGenerator(self.push_context, ResourceCache(verify=settings.cache_assert))
         self.queue: PushQueue[Stream] = PushQueue()
@@ -76,7 +85,7 @@ class Runtime:
         return self.started.is_set()
 
     def rejections(self) -> Sequence[ConfigError]:
-        return self.source.rejections()
+        return [error for source in self.sources for error in source.rejections()]
 
     def streams(self) -> Sequence[Stream]:
         return list(self.xds.streams.values())
@@ -86,15 +95,22 @@ class Runtime:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain: GOAWAY to clients, in-flight pushes get
         ``shutdown_grace`` seconds."""
-        self.env.apply(self.source.load())  # FileSource logs each rejection
-        self._push = self.env.build_push_context(None)
-        self.heap.settled()
+        if self.settings.kubeconfig is not None or self.settings.in_cluster:
+            client = await api_client(self.settings.kubeconfig)
+            self.sources.append(KubeSource(client, system_namespace=self.settings.system_namespace))
         try:
+            for source in self.sources:
+                self.env.apply(await source.start())  # each source logs its rejections
+            self._push = self.env.build_push_context(None)
+            self.heap.settled()
             await self.xds.start(self.settings.xds_address)
             await self.http.start(self.settings.http_address)
             async with asyncio.TaskGroup() as tg:
+                watches = [
+                    tg.create_task(self._watch_config(source), name=f"config-watch {i}")
+                    for i, source in enumerate(self.sources)
+                ]
                 tasks = [
-                    tg.create_task(self._watch_config(), name="config-watch"),
                     tg.create_task(self.debouncer.run(), name="debouncer"),
                     tg.create_task(
                         run_push_workers(self.queue, _push_to, self.settings.push_throttle), name="push-workers"
@@ -105,24 +121,27 @@ class Runtime:
                 self.started.set()
                 logger.info(
                     "pilotfish ready: %d config objects, xDS on %s, HTTP on %s",
-                    len(self.source.objects()),
+                    sum(len(source.objects()) for source in self.sources),
                     self.settings.xds_address,
                     self.settings.http_address,
                 )
                 await stop.wait()
                 logger.info("shutting down")
-                tasks[0].cancel()
+                for task in watches:
+                    task.cancel()
                 await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
-                for task in tasks[1:]:
+                for task in tasks:
                     task.cancel()
         finally:
             # also when a task failed (e.g. the config dir vanished): clients get GOAWAY
             self.queue.close()
             await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
             await asyncio.shield(self.http.stop())
+            for source in self.sources:
+                await asyncio.shield(source.close())
 
-    async def _watch_config(self) -> None:
-        async for events in self.source.watch():
+    async def _watch_config(self, source: Source) -> None:
+        async for events in source.watch():
             change = self.env.apply(events)
             request = push_request(change, len(events))
             if request is not None:

@@ -20,7 +20,10 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    config_dir: Path
+    config_dir: Path | None  # a directory of YAML files (None: not read)
+    # the Kubernetes API server: a kubeconfig file, or the in-cluster service account
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
     xds_address: str = "0.0.0.0:15010"  # plaintext xDS, as istiod's 15010
     http_address: str = "0.0.0.0:15014"  # monitoring and debug
     system_namespace: str = "istio-system"
@@ -40,7 +43,7 @@ class Settings:
     gc_sweep_interval: float = 600.0  # PILOTFISH_GC_SWEEP_INTERVAL: full collection of frozen objects (0: never)
 
     @classmethod
-    def from_env(cls, config_dir: Path, env: Mapping[str, str], **overrides: Any) -> Settings:
+    def from_env(cls, config_dir: Path | None, env: Mapping[str, str], **overrides: Any) -> Settings:
         values: dict[str, Any] = {}
         for name, key, parse in (
             ("debounce_after", "PILOT_DEBOUNCE_AFTER", _seconds),

@@ -221,6 +221,12 @@ class FileSource:
         """Read the whole directory (blocking); the first call yields one ADD per object."""
         return self._apply(self._scan(self._stats, None))
 
+    async def start(self) -> list[ConfigEvent]:
+        return self.load()
+
+    async def close(self) -> None:
+        """Nothing to release: ``watch()`` stops with the task iterating it."""
+
     async def watch(self) -> AsyncGenerator[list[ConfigEvent], None]:
         """Yield the events of each batch of file changes (never an empty list).
 

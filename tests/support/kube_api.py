@@ -34,7 +34,7 @@ from typing import Any
 
 import trustme
 import yaml
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
 
 TOKEN = "pilotfish-test-token"
 
@@ -165,6 +165,7 @@ class KubeApi:
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/api", self._core_versions)
         app.router.add_get("/apis", self._groups)
+        app.router.add_get("/apis/{group}", self._group)
         app.router.add_get("/api/{version}", self._resources)
         app.router.add_get("/apis/{group}/{version}", self._resources)
         app.router.add_get("/api/{version}/{plural}", self._collection)
@@ -208,6 +209,20 @@ class KubeApi:
                     }
                     for name, versions in sorted(groups.items())
                 ],
+            }
+        )
+
+    async def _group(self, request: web.Request) -> web.Response:
+        name = request.match_info["group"]
+        versions = next((v for (g, _), (_, v, _) in self._served().items() if g == name), None)
+        if versions is None:
+            return _status(404, "the server could not find the requested resource")
+        return web.json_response(
+            {
+                "kind": "APIGroup",
+                "name": name,
+                "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": f"{name}/{versions[0]}", "version": versions[0]},
             }
         )
 
@@ -299,8 +314,8 @@ class KubeApi:
                 if event.resource == resource and event.version > since and matches(event.obj):
                     await _send(stream, {"type": event.type, "object": self._versioned(event.obj, resource, version)})
             return stream
-        except (ConnectionResetError, RuntimeError):
-            return stream
+        except (ConnectionError, RuntimeError, ClientConnectionResetError):
+            return stream  # the client went away
         finally:
             self._watchers.discard(queue)
             self._streams.discard(stream)

@@ -1,0 +1,216 @@
+"""The Kubernetes config source: informers on the API server, as ConfigEvents.
+
+One informer per resource pilotfish reads (resources.py). Their deltas go through the same
+loader and validation as a file's documents (``load_object``), so both sources feed the
+Environment the same ConfigEvents, under the same bad-input rule: a rejected object is
+reported (``rejections()``) and its last good version stays in force; a delete removes it.
+The mesh ConfigMap (``istio`` in the system namespace, key ``mesh``) becomes the MeshConfig,
+unless a mesh config file was given.
+
+``start()`` checks the API server answers (an unreachable or refusing server is one clear
+error), finds the Istio API version it serves, starts the informers and returns once every
+one has listed; ``watch()`` yields the changes after that, batched as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient
+
+from app.config.loader import MESH_CONFIGMAP_NAME, load_object
+from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
+from app.errors import ConfigError, PilotfishError
+from app.sources.kube.informer import Informer
+from app.sources.kube.resources import ISTIO_NETWORKING, ISTIO_RESOURCES, KUBE_RESOURCES, MESH_CONFIGMAP, KubeResource
+from app.sources.kube.store import Change, Delta, Raw, object_key
+
+logger = logging.getLogger(__name__)
+
+
+class KubeUnavailable(PilotfishError):
+    """The API server cannot be reached or refuses pilotfish's credentials."""
+
+
+class KubeSource:
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        system_namespace: str = "istio-system",
+        read_mesh_config: bool = True,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+    ) -> None:
+        self._client = client
+        self._system_namespace = system_namespace
+        self._read_mesh_config = read_mesh_config
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        # informer deltas as they come; None: an informer's task ended (a bug; watch() raises)
+        self._pending: asyncio.Queue[list[tuple[KubeResource, Delta]] | None] = asyncio.Queue()
+        self._informers: list[Informer] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._current: dict[ConfigKey, ConfigObject] = {}
+        self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
+        self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
+
+    @property
+    def server(self) -> str:
+        return str(self._client.configuration.host)
+
+    def objects(self) -> list[ConfigObject]:
+        return list(self._current.values())
+
+    def rejections(self) -> list[ConfigError]:
+        return list(self._rejected.values())
+
+    def informers(self) -> list[Informer]:
+        return list(self._informers)
+
+    async def start(self) -> list[ConfigEvent]:
+        """Reach the API server, start every informer, and return the ADD events of their first
+        lists once all have listed."""
+        await self._check_reachable()
+        istio_version = await self._istio_version()
+        plan: list[tuple[KubeResource, str, str, str]] = [(r, r.versions[0], "", "") for r in KUBE_RESOURCES]
+        if self._read_mesh_config:
+            selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
+            plan.append((MESH_CONFIGMAP, "v1", self._system_namespace, selector))
+        if istio_version:
+            plan.extend((r, istio_version, "", "") for r in ISTIO_RESOURCES)
+        else:
+            logger.warning("kubernetes: %s is not served (Istio CRDs not installed); Istio config is not read",
+                           ISTIO_NETWORKING)
+        for resource, version, namespace, selector in plan:
+            informer = Informer(
+                self._client,
+                resource,
+                version,
+                self._on_deltas,
+                namespace=namespace,
+                field_selector=selector,
+                page_size=self._page_size,
+                watch_timeout=self._watch_timeout,
+            )
+            self._informers.append(informer)
+            task = asyncio.create_task(informer.run(), name=f"informer {resource}")
+            task.add_done_callback(lambda _: self._pending.put_nowait(None))
+            self._tasks.append(task)
+        synced = asyncio.ensure_future(asyncio.gather(*(i.synced.wait() for i in self._informers)))
+        waiting: list[asyncio.Future[Any]] = [synced, *self._tasks]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not synced.done():  # an informer ended before its first list
+            synced.cancel()
+            self._raise_ended()
+        return self._drain()
+
+    def _raise_ended(self) -> None:
+        for task in self._tasks:
+            if task.done():
+                error = None if task.cancelled() else task.exception()
+                raise RuntimeError(f"kubernetes: {task.get_name()} stopped: {error!r}") from error
+
+    async def watch(self) -> AsyncIterator[list[ConfigEvent]]:
+        """The changes after ``start()``, a batch per wake-up (never an empty list)."""
+        while True:
+            first = await self._pending.get()
+            if first is None:
+                self._raise_ended()
+                continue
+            events = [*self._events(first), *self._drain()]
+            if events:
+                yield events
+
+    async def close(self) -> None:
+        """Stop the informers and close the API client."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self._client.close()
+
+    # --- informer deltas -> ConfigEvents -------------------------------------------------
+
+    def _on_deltas(self, resource: KubeResource, deltas: list[Delta]) -> None:
+        self._pending.put_nowait([(resource, d) for d in deltas])
+
+    def _drain(self) -> list[ConfigEvent]:
+        events: list[ConfigEvent] = []
+        while not self._pending.empty():
+            batch = self._pending.get_nowait()
+            if batch is None:
+                self._raise_ended()
+                continue
+            events.extend(self._events(batch))
+        return events
+
+    def _events(self, batch: list[tuple[KubeResource, Delta]]) -> list[ConfigEvent]:
+        return [event for resource, delta in batch if (event := self._event(resource, delta)) is not None]
+
+    def _event(self, resource: KubeResource, delta: Delta) -> ConfigEvent | None:
+        raw_key = (resource, object_key(delta.obj))
+        if delta.change is Change.DELETE:
+            self._rejected.pop(raw_key, None)
+            key = self._keys.pop(raw_key, None)
+            gone = self._current.pop(key, None) if key is not None else None
+            return ConfigEvent(EventType.DELETE, gone) if gone is not None else None
+        result = load_object(delta.obj, f"kube:{resource}", system_namespace=self._system_namespace)
+        if result.rejected:
+            error = result.rejected[0].error
+            if self._rejected.get(raw_key) != error:
+                logger.warning("%s", error)
+            self._rejected[raw_key] = error
+            return None  # the last good version stays in force
+        self._rejected.pop(raw_key, None)
+        if not result.objects:
+            return None  # a kind or object pilotfish does not read
+        obj = result.objects[0]
+        self._keys[raw_key] = obj.key
+        old = self._current.get(obj.key)
+        self._current[obj.key] = obj
+        return ConfigEvent(EventType.ADD if old is None else EventType.UPDATE, obj, old)
+
+    # --- discovery ----------------------------------------------------------------------
+
+    async def _get(self, path: str) -> tuple[int, Any]:
+        try:
+            response: aiohttp.ClientResponse = await self._client.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=15),
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise KubeUnavailable(f"kubernetes: cannot reach the API server at {self.server}: {e}") from e
+        async with response:
+            body: Any = await response.json(content_type=None) if response.status == 200 else await response.text()
+            return response.status, body
+
+    async def _check_reachable(self) -> None:
+        status, body = await self._get("/api")
+        if status in (401, 403):
+            raise KubeUnavailable(f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {status})")
+        if status != 200:
+            raise KubeUnavailable(f"kubernetes: the API server at {self.server} answered HTTP {status}: {body!s:.200}")
+
+    async def _istio_version(self) -> str:
+        """The newest Istio networking version the server serves; "" when none is."""
+        status, body = await self._get(f"/apis/{ISTIO_NETWORKING}")
+        if status == 404:
+            return ""
+        if status != 200:
+            raise KubeUnavailable(f"kubernetes: discovery of {ISTIO_NETWORKING} answered HTTP {status}")
+        served = {v.get("version") for v in _versions(body)}
+        return next((v for v in ISTIO_RESOURCES[0].versions if v in served), "")
+
+
+def _versions(group: Raw) -> list[Raw]:
+    versions = group.get("versions")
+    return [v for v in versions if isinstance(v, dict)] if isinstance(versions, list) else []
