@@ -126,15 +126,22 @@ class Pilotfish(LoggedProcess):
 
 
 @contextmanager
-def run_pilotfish(config_dir: ConfigDir, workdir: Path) -> Iterator[Pilotfish]:
+def run_pilotfish(
+    config_dir: ConfigDir | None, workdir: Path, *, kubeconfig: Path | None = None
+) -> Iterator[Pilotfish]:
+    """``pilotfish serve`` on a config dir, a Kubernetes API server (``kubeconfig``), or both."""
     xds_port, http_port = free_port(), free_port()
     argv = [
         sys.executable, "-m", "app.cli", "serve",
-        "--config-dir", str(config_dir.path),
         "--xds-address", f"127.0.0.1:{xds_port}",
         "--http-address", f"127.0.0.1:{http_port}",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if config_dir is not None:
+        argv += ["--config-dir", str(config_dir.path)]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    # only the cluster named here: a KUBECONFIG of the machine running the tests is not one
+    env = {**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, "PYTHONUNBUFFERED": "1"}
     server = _spawn(Pilotfish, "pilotfish", argv, workdir / f"pilotfish-{xds_port}.log", env)
     server.xds_port, server.http_port = xds_port, http_port
     try:

@@ -26,8 +26,9 @@ import base64
 import copy
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,31 @@ class KubeApi:
         finally:
             self.drop_watches()
             await runner.cleanup()
+
+
+@contextmanager
+def serve_in_thread(api: KubeApi, workdir: Path) -> Iterator[tuple[Path, Callable[[Callable[[], object]], None]]]:
+    """Serve ``api`` from its own thread and event loop (for synchronous tests); yields the
+    kubeconfig and a function that runs a change of the emulator on that loop."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="kube-api", daemon=True)
+    thread.start()
+    serving = api.serve(workdir)
+    try:
+        kubeconfig = asyncio.run_coroutine_threadsafe(serving.__aenter__(), loop).result(30)
+
+        def change(fn: Callable[[], object]) -> None:
+            async def run() -> None:
+                fn()
+
+            asyncio.run_coroutine_threadsafe(run(), loop).result(30)
+
+        yield kubeconfig, change
+    finally:
+        asyncio.run_coroutine_threadsafe(serving.__aexit__(None, None, None), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 def kubeconfig_text(server: str, ca_file: Path, token: str) -> str:
