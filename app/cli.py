@@ -1,4 +1,4 @@
-"""The ``pilotfish`` command: serve, config-dump and version."""
+"""The ``pilotfish`` command: serve, validate, config-dump and version."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import uvloop
 
+from app.config.loader import load_documents, load_mesh_file
 from app.debug.dump import dump_all, dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
 from app.environment import Environment
 from app.errors import PilotfishError
@@ -22,7 +23,7 @@ from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.runtime import Runtime
 from app.settings import Settings
-from app.sources.files import FileSource
+from app.sources.files import MESH_FILE, FileSource, list_config_files
 
 VERSION = "0.1.0"
 
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--xds-address", default=None, help="plaintext xDS gRPC (default 0.0.0.0:15010)")
     serve.add_argument("--http-address", default=None, help="monitoring and debug HTTP (default 0.0.0.0:15014)")
     serve.add_argument("--system-namespace", default=None, help="the root namespace (default istio-system)")
+    serve.add_argument("--webhook-address", default=None, help="validating webhook HTTPS (default 0.0.0.0:15017)")
+    serve.add_argument("--webhook-cert", type=Path, help="the webhook's TLS certificate (PEM); with --webhook-key")
+    serve.add_argument("--webhook-key", type=Path, help="the webhook's TLS private key (PEM)")
     dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
     dump.add_argument("--config-dir", required=True, type=Path)
     dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
@@ -66,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
     dump.add_argument("--ip", help="the proxy's IP (default: from the node id)")
     dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
+    check = sub.add_parser("validate", help="validate config files offline, one line per problem")
+    check.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -110,8 +116,34 @@ def serve(args: argparse.Namespace) -> None:
         xds_address=args.xds_address,
         http_address=args.http_address,
         system_namespace=args.system_namespace,
+        webhook_address=args.webhook_address,
+        webhook_cert=args.webhook_cert,
+        webhook_key=args.webhook_key,
     )
+    if (settings.webhook_cert is None) != (settings.webhook_key is None):
+        raise PilotfishError("serve: --webhook-cert and --webhook-key go together")
     uvloop.run(_serve(settings))
+
+
+def validate(paths: Sequence[Path]) -> int:
+    """``pilotfish validate``: every problem of the files (directories: their config files),
+    one line each, as the file source would report it; 1 when there is any."""
+    problems = 0
+    for path in paths:
+        if not path.exists():
+            raise PilotfishError(f"validate: {path}: no such file or directory")
+        for file in list_config_files(path) if path.is_dir() else [path]:
+            try:
+                text = file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                print(f"{file}: cannot read: {e}")
+                problems += 1
+                continue
+            result = load_mesh_file(text, str(file)) if file.name == MESH_FILE else load_documents(text, str(file))
+            for rejection in result.rejected:
+                print(rejection.error)
+            problems += len(result.rejected)
+    return 1 if problems else 0
 
 
 def _kube_target(flag: Path | None, config_dir: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
@@ -132,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"pilotfish {VERSION}")
         elif args.command == "serve":
             serve(args)
+        elif args.command == "validate":
+            return validate(args.paths)
         elif args.command == "config-dump":
             json.dump(config_dump(args), sys.stdout, indent=2, sort_keys=False)
             sys.stdout.write("\n")

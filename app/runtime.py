@@ -28,6 +28,7 @@ from app.sources.files import FileSource
 from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
 from app.sources.source import Source
+from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
 from app.xds.needs_push import update_types
@@ -68,6 +69,11 @@ class Runtime:
             send_timeout=settings.xds_send_timeout,
         )
         self.http = DebugServer(self)
+        self.webhook: WebhookServer | None = None
+        if settings.webhook_cert is not None and settings.webhook_key is not None:
+            self.webhook = WebhookServer(
+                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
+            )
         self.started = asyncio.Event()
 
     # --- what the debug server and the streams read -----------------------------------
@@ -105,6 +111,8 @@ class Runtime:
             self.heap.settled()
             await self.xds.start(self.settings.xds_address)
             await self.http.start(self.settings.http_address)
+            if self.webhook is not None:
+                await self.webhook.start(self.settings.webhook_address)
             async with asyncio.TaskGroup() as tg:
                 watches = [
                     tg.create_task(self._watch_config(source), name=f"config-watch {i}")
@@ -137,6 +145,8 @@ class Runtime:
             self.queue.close()
             await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
             await asyncio.shield(self.http.stop())
+            if self.webhook is not None:
+                await asyncio.shield(self.webhook.stop())
             for source in self.sources:
                 await asyncio.shield(source.close())
 

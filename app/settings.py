@@ -26,6 +26,10 @@ class Settings:
     in_cluster: bool = False
     xds_address: str = "0.0.0.0:15010"  # plaintext xDS, as istiod's 15010
     http_address: str = "0.0.0.0:15014"  # monitoring and debug
+    # the validating admission webhook (HTTPS), served when a certificate and key are given
+    webhook_address: str = "0.0.0.0:15017"
+    webhook_cert: Path | None = None
+    webhook_key: Path | None = None
     system_namespace: str = "istio-system"
     domain_suffix: str = "cluster.local"
     debounce_after: float = 0.1  # PILOT_DEBOUNCE_AFTER: quiet period before a push

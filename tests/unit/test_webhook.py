@@ -1,0 +1,115 @@
+"""The validating webhook: AdmissionReview decisions as istiod makes them
+(pkg/webhooks/validation/server/server.go), and the HTTPS endpoint answering real reviews."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import trustme
+
+from app.webhook.admission import ReviewError, review
+from app.webhook.server import WebhookServer
+
+RULE = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "DestinationRule",
+    "metadata": {"name": "cart", "namespace": "shop"},
+    "spec": {"host": "cart", "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": 5}}}},
+}
+
+
+def admission(obj: Any, operation: str = "CREATE", namespace: str = "shop") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": operation, "namespace": namespace, "object": obj},
+    }
+
+
+def bad_rule() -> dict[str, Any]:
+    rule = json.loads(json.dumps(RULE))
+    rule["spec"]["trafficPolicy"]["connectionPool"]["tcp"]["maxConnections"] = "lots"
+    return rule
+
+
+def test_a_valid_object_is_allowed_and_the_uid_echoed() -> None:
+    out = review(admission(RULE))
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    assert out["response"] == {"uid": "u-1", "allowed": True}
+
+
+def test_an_invalid_object_is_denied_naming_object_field_and_reason() -> None:
+    response = review(admission(bad_rule()))["response"]
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert message.startswith("configuration is invalid: DestinationRule shop/cart")
+    assert "maxConnections" in message
+
+
+def test_the_namespace_of_the_request_is_the_objects_when_it_names_none() -> None:
+    rule = bad_rule()
+    del rule["metadata"]["namespace"]
+    assert "DestinationRule shop/cart" in review(admission(rule))["response"]["status"]["message"]
+
+
+def test_unknown_top_level_fields_are_denied_as_istiod_does() -> None:
+    response = review(admission({**RULE, "extra": {}}))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == "unknown field 'extra' on DestinationRule resource shop/cart"
+
+
+def test_deletes_and_kinds_pilotfish_does_not_read_are_allowed() -> None:
+    assert review(admission(bad_rule(), operation="DELETE"))["response"]["allowed"] is True
+    policy = {"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy", "metadata": {"name": "p"}, "spec": 1}
+    assert review(admission(policy))["response"]["allowed"] is True
+
+
+def test_a_review_without_a_request_is_an_error() -> None:
+    with pytest.raises(ReviewError):
+        review({"kind": "AdmissionReview"})
+    with pytest.raises(ReviewError):
+        review([])
+
+
+@pytest.fixture
+async def webhook(tmp_path: Path) -> AsyncIterator[tuple[WebhookServer, ssl.SSLContext]]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    server = WebhookServer(cert_file, key_file)
+    await server.start("127.0.0.1:0")
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    yield server, client
+    await server.stop()
+
+
+async def test_the_https_endpoint_answers_real_reviews(webhook: tuple[WebhookServer, ssl.SSLContext]) -> None:
+    server, tls = webhook
+    url = f"https://127.0.0.1:{server.port}/validate"
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json=admission(bad_rule()), ssl=tls) as resp:
+            assert resp.status == 200
+            body = await resp.json()
+            assert body["response"]["uid"] == "u-1" and body["response"]["allowed"] is False
+        async with session.post(url, json=admission(RULE), ssl=tls) as resp:
+            assert (await resp.json())["response"]["allowed"] is True
+        # malformed: not JSON, no body, the wrong content type; the server keeps answering
+        async with session.post(url, data=b"{not json", headers={"Content-Type": "application/json"}, ssl=tls) as resp:
+            body = await resp.json()
+            assert resp.status == 200 and body["response"]["allowed"] is False
+            assert body["response"]["status"]["message"].startswith("could not decode body")
+        async with session.post(url, data=b"", headers={"Content-Type": "application/json"}, ssl=tls) as resp:
+            assert resp.status == 400
+        async with session.post(url, data=b"x", headers={"Content-Type": "text/plain"}, ssl=tls) as resp:
+            assert resp.status == 415
+        async with session.post(url + "/", json=admission(RULE), ssl=tls) as resp:
+            assert (await resp.json())["response"]["allowed"] is True
