@@ -160,14 +160,27 @@ async def test_an_invalid_object_is_reported_and_its_last_good_version_kept(sour
         collector.cancel()
 
 
-async def test_without_istio_crds_the_kubernetes_kinds_are_still_read(tmp_path: Path) -> None:
+async def test_istio_kinds_are_read_from_when_their_crd_is_installed_until_it_is_deleted(tmp_path: Path) -> None:
+    # istiod's CRD watcher: a kind whose CRD is missing is no error; its informer starts with the CRD
     api = KubeApi(istio_crds=False)
-    api.apply(*[doc for doc in MESH.split("---") if "networking.istio.io" not in doc])
+    api.apply(MESH)  # the DestinationRule is stored, but no API serves it yet
     async with api.serve(tmp_path) as kubeconfig:
         source = KubeSource(await new_client_from_config(str(kubeconfig)))
         try:
             events = await source.start()
-            assert ConfigKey(Kind.SERVICE, "shop", "cart") in {e.obj.key for e in events}
+            keys = {e.obj.key for e in events}
+            assert ConfigKey(Kind.SERVICE, "shop", "cart") in keys and CART_DR not in keys
+            watch = source.watch()
+            api.install_istio_crds(versions=("v1beta1", "v1alpha3"))  # an older Istio: v1 not served
+            [added] = await next_events(source, watch)
+            assert (added.type, added.obj.key, added.obj.api_version) == (
+                EventType.ADD,
+                CART_DR,
+                "networking.istio.io/v1beta1",
+            )
+            api.delete("CustomResourceDefinition", "", "destinationrules.networking.istio.io")
+            [gone] = await next_events(source, watch)
+            assert (gone.type, gone.obj.key) == (EventType.DELETE, CART_DR)
         finally:
             await source.close()
 

@@ -12,8 +12,9 @@ Over real HTTPS (a trustme CA) with a bearer token. What it keeps as the API ser
   older than the compaction point is a 200 with one ERROR event carrying a 410 Status;
   ``allowWatchBookmarks`` sends BOOKMARK events with the current version; ``timeoutSeconds``
   ends the stream;
-* discovery (``/api``, ``/apis``, ``/apis/GROUP/VERSION``) lists the Istio group only while its
-  CRDs are installed; a request for an uninstalled resource is a 404.
+* the Istio CRDs are CustomResourceDefinition objects (``install_istio_crds``, on by default;
+  ``delete`` one to uninstall it); discovery (``/api``, ``/apis``, ``/apis/GROUP``,
+  ``/apis/GROUP/VERSION``) and the collections follow what is installed, 404 otherwise.
 
 Faults for tests: ``compact()``, ``drop_watches()`` (connections cut mid-stream), ``fail(n,
 status)`` (the next n requests answer an error), ``delay`` (seconds before each answer).
@@ -46,6 +47,7 @@ CORE: dict[tuple[str, str], tuple[str, tuple[str, ...], bool]] = {
     ("", "pods"): ("Pod", ("v1",), True),
     ("", "configmaps"): ("ConfigMap", ("v1",), True),
     ("discovery.k8s.io", "endpointslices"): ("EndpointSlice", ("v1",), True),
+    ("apiextensions.k8s.io", "customresourcedefinitions"): ("CustomResourceDefinition", ("v1",), False),
 }
 ISTIO_GROUP = "networking.istio.io"
 ISTIO: dict[tuple[str, str], tuple[str, tuple[str, ...], bool]] = {
@@ -188,8 +190,35 @@ class KubeApi:
         response: web.StreamResponse = await handler(request)
         return response
 
+    def __post_init__(self) -> None:
+        if self.istio_crds:
+            self.install_istio_crds()
+
+    def install_istio_crds(self, versions: tuple[str, ...] = ("v1", "v1beta1", "v1alpha3")) -> None:
+        """The CRDs of the Istio networking kinds, serving ``versions``."""
+        for (group, plural), (kind, _, _) in ISTIO.items():
+            self.apply(
+                {
+                    "apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "CustomResourceDefinition",
+                    "metadata": {"name": f"{plural}.{group}"},
+                    "spec": {
+                        "group": group,
+                        "names": {"kind": kind, "plural": plural},
+                        "scope": "Namespaced",
+                        "versions": [{"name": v, "served": True, "storage": v == versions[0]} for v in versions],
+                    },
+                }
+            )
+
     def _served(self) -> dict[tuple[str, str], tuple[str, tuple[str, ...], bool]]:
-        return {**CORE, **(ISTIO if self.istio_crds else {})}
+        """The core resources and the Istio kinds whose CRD is installed (in the versions it serves)."""
+        out = dict(CORE)
+        for crd in self.objects.get(("apiextensions.k8s.io", "customresourcedefinitions"), {}).values():
+            spec = crd["spec"]
+            served = tuple(v["name"] for v in spec["versions"] if v.get("served"))
+            out[(spec["group"], spec["names"]["plural"])] = (spec["names"]["kind"], served, True)
+        return out
 
     async def _core_versions(self, request: web.Request) -> web.Response:
         return web.json_response({"kind": "APIVersions", "versions": ["v1"]})
@@ -333,6 +362,7 @@ class KubeApi:
 
     def _namespaced(self, resource: tuple[str, str]) -> bool:
         return {**CORE, **ISTIO}[resource][2]
+
 
     # --- serving -----------------------------------------------------------------------
 

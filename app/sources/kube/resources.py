@@ -14,7 +14,7 @@ ISTIO_VERSIONS = ("v1", "v1beta1", "v1alpha3")
 
 @dataclass(frozen=True, slots=True)
 class KubeResource:
-    kind: Kind
+    kind: str  # as in the objects' ``kind:`` (a config Kind, or e.g. CustomResourceDefinition)
     group: str  # "" for the core group
     versions: tuple[str, ...]  # preferred first
     plural: str
@@ -41,6 +41,8 @@ KUBE_RESOURCES = (
 )
 # the mesh ConfigMap: ``istio`` in the system namespace only
 MESH_CONFIGMAP = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
+# watched to start an Istio kind's informer once its CRD is installed (istiod's CRD watcher)
+CRDS = KubeResource("CustomResourceDefinition", "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", False)
 ISTIO_RESOURCES = tuple(
     KubeResource(kind, ISTIO_NETWORKING, ISTIO_VERSIONS, plural)
     for kind, plural in (

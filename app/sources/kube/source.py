@@ -8,8 +8,10 @@ The mesh ConfigMap (``istio`` in the system namespace, key ``mesh``) becomes the
 unless a mesh config file was given.
 
 ``start()`` checks the API server answers (an unreachable or refusing server is one clear
-error), finds the Istio API version it serves, starts the informers and returns once every
-one has listed; ``watch()`` yields the changes after that, batched as they come.
+error), starts the informers and returns once every one has listed; ``watch()`` yields the
+changes after that, batched as they come. The Istio kinds are read from the newest version
+their CRD serves, from when the CRD is there: a CRD installed later starts its informer then
+(istiod's CRD watcher), one deleted takes its objects away.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from app.config.loader import MESH_CONFIGMAP_NAME, load_object
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
 from app.errors import ConfigError, PilotfishError
 from app.sources.kube.informer import Informer
-from app.sources.kube.resources import ISTIO_NETWORKING, ISTIO_RESOURCES, KUBE_RESOURCES, MESH_CONFIGMAP, KubeResource
-from app.sources.kube.store import Change, Delta, Raw, object_key
+from app.sources.kube.resources import CRDS, ISTIO_RESOURCES, KUBE_RESOURCES, MESH_CONFIGMAP, KubeResource
+from app.sources.kube.store import Change, Delta, object_key
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +55,7 @@ class KubeSource:
         self._watch_timeout = watch_timeout
         # informer deltas as they come; None: an informer's task ended (a bug; watch() raises)
         self._pending: asyncio.Queue[list[tuple[KubeResource, Delta]] | None] = asyncio.Queue()
-        self._informers: list[Informer] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self._running: dict[KubeResource, tuple[Informer, asyncio.Task[None]]] = {}
         self._current: dict[ConfigKey, ConfigObject] = {}
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
@@ -70,49 +71,55 @@ class KubeSource:
         return list(self._rejected.values())
 
     def informers(self) -> list[Informer]:
-        return list(self._informers)
+        return [informer for informer, _ in self._running.values()]
 
     async def start(self) -> list[ConfigEvent]:
         """Reach the API server, start every informer, and return the ADD events of their first
-        lists once all have listed."""
+        lists once all have listed. The Istio kinds' informers start from the CRD informer, for
+        the CRDs installed now and, later, for those installed after (istiod's CRD watcher)."""
         await self._check_reachable()
-        istio_version = await self._istio_version()
-        plan: list[tuple[KubeResource, str, str, str]] = [(r, r.versions[0], "", "") for r in KUBE_RESOURCES]
+        self._start_informer(CRDS, "v1")
+        await self._synced()
+        if not any(r in self._running for r in ISTIO_RESOURCES):
+            logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
+        for resource in KUBE_RESOURCES:
+            self._start_informer(resource, resource.versions[0])
         if self._read_mesh_config:
             selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
-            plan.append((MESH_CONFIGMAP, "v1", self._system_namespace, selector))
-        if istio_version:
-            plan.extend((r, istio_version, "", "") for r in ISTIO_RESOURCES)
-        else:
-            logger.warning("kubernetes: %s is not served (Istio CRDs not installed); Istio config is not read",
-                           ISTIO_NETWORKING)
-        for resource, version, namespace, selector in plan:
-            informer = Informer(
-                self._client,
-                resource,
-                version,
-                self._on_deltas,
-                namespace=namespace,
-                field_selector=selector,
-                page_size=self._page_size,
-                watch_timeout=self._watch_timeout,
-            )
-            self._informers.append(informer)
-            task = asyncio.create_task(informer.run(), name=f"informer {resource}")
-            task.add_done_callback(lambda _: self._pending.put_nowait(None))
-            self._tasks.append(task)
-        synced = asyncio.ensure_future(asyncio.gather(*(i.synced.wait() for i in self._informers)))
-        waiting: list[asyncio.Future[Any]] = [synced, *self._tasks]
+            self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
+        await self._synced()
+        return self._drain()
+
+    def _start_informer(self, resource: KubeResource, version: str, namespace: str = "", selector: str = "") -> None:
+        informer = Informer(
+            self._client,
+            resource,
+            version,
+            self._on_deltas,
+            namespace=namespace,
+            field_selector=selector,
+            page_size=self._page_size,
+            watch_timeout=self._watch_timeout,
+        )
+        task = asyncio.create_task(informer.run(), name=f"informer {resource}")
+        # an informer runs until cancelled (closed, or its CRD deleted); ending otherwise is a bug
+        task.add_done_callback(lambda t: None if t.cancelled() else self._pending.put_nowait(None))
+        self._running[resource] = (informer, task)
+
+    async def _synced(self) -> None:
+        """Until every informer started so far has listed once."""
+        running = list(self._running.values())
+        synced = asyncio.gather(*(informer.synced.wait() for informer, _ in running))
+        waiting: list[asyncio.Future[Any]] = [synced, *(task for _, task in running)]
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if not synced.done():  # an informer ended before its first list
             synced.cancel()
             self._raise_ended()
-        return self._drain()
 
     def _raise_ended(self) -> None:
-        for task in self._tasks:
-            if task.done():
-                error = None if task.cancelled() else task.exception()
+        for _, task in self._running.values():
+            if task.done() and not task.cancelled():
+                error = task.exception()
                 raise RuntimeError(f"kubernetes: {task.get_name()} stopped: {error!r}") from error
 
     async def watch(self) -> AsyncIterator[list[ConfigEvent]]:
@@ -128,16 +135,41 @@ class KubeSource:
 
     async def close(self) -> None:
         """Stop the informers and close the API client."""
-        for task in self._tasks:
+        tasks = [task for _, task in self._running.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._running.clear()
         await self._client.close()
 
     # --- informer deltas -> ConfigEvents -------------------------------------------------
 
     def _on_deltas(self, resource: KubeResource, deltas: list[Delta]) -> None:
-        self._pending.put_nowait([(resource, d) for d in deltas])
+        if resource is CRDS:
+            for delta in deltas:
+                self._on_crd(delta)
+        else:
+            self._pending.put_nowait([(resource, d) for d in deltas])
+
+    def _on_crd(self, delta: Delta) -> None:
+        """An Istio kind's CRD appeared (start its informer, in the newest version it serves) or
+        went away (its objects go with it, as the API server deletes them)."""
+        spec = delta.obj.get("spec") or {}
+        plural = (spec.get("names") or {}).get("plural")
+        resource = next((r for r in ISTIO_RESOURCES if spec.get("group") == r.group and plural == r.plural), None)
+        if resource is None:
+            return
+        served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
+        version = next((v for v in resource.versions if v in served), "")
+        running = self._running.get(resource)
+        if running is not None and (delta.change is Change.DELETE or running[0].version != version):
+            informer, task = self._running.pop(resource)
+            task.cancel()
+            self._pending.put_nowait([(resource, Delta(Change.DELETE, obj)) for obj in informer.store.objects()])
+            logger.info("kubernetes: the %s CRD went away or changed; its objects are removed", resource)
+        if delta.change is not Change.DELETE and version and resource not in self._running:
+            logger.info("kubernetes: reading %s/%s", resource, version)
+            self._start_informer(resource, version)
 
     def _drain(self) -> list[ConfigEvent]:
         events: list[ConfigEvent] = []
@@ -175,7 +207,7 @@ class KubeSource:
         self._current[obj.key] = obj
         return ConfigEvent(EventType.ADD if old is None else EventType.UPDATE, obj, old)
 
-    # --- discovery ----------------------------------------------------------------------
+    # --- reachability -------------------------------------------------------------------
 
     async def _get(self, path: str) -> tuple[int, Any]:
         try:
@@ -199,18 +231,3 @@ class KubeSource:
             raise KubeUnavailable(f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {status})")
         if status != 200:
             raise KubeUnavailable(f"kubernetes: the API server at {self.server} answered HTTP {status}: {body!s:.200}")
-
-    async def _istio_version(self) -> str:
-        """The newest Istio networking version the server serves; "" when none is."""
-        status, body = await self._get(f"/apis/{ISTIO_NETWORKING}")
-        if status == 404:
-            return ""
-        if status != 200:
-            raise KubeUnavailable(f"kubernetes: discovery of {ISTIO_NETWORKING} answered HTTP {status}")
-        served = {v.get("version") for v in _versions(body)}
-        return next((v for v in ISTIO_RESOURCES[0].versions if v in served), "")
-
-
-def _versions(group: Raw) -> list[Raw]:
-    versions = group.get("versions")
-    return [v for v in versions if isinstance(v, dict)] if isinstance(versions, list) else []
