@@ -33,8 +33,9 @@ class KubeResource:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
+NAMESPACES = KubeResource(Kind.NAMESPACE, "", ("v1",), "namespaces", namespaced=False)
 KUBE_RESOURCES = (
-    KubeResource(Kind.NAMESPACE, "", ("v1",), "namespaces", namespaced=False),
+    NAMESPACES,
     KubeResource(Kind.SERVICE, "", ("v1",), "services"),
     KubeResource(Kind.POD, "", ("v1",), "pods"),
     KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),

@@ -18,18 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+from google.protobuf import json_format
 from kubernetes_asyncio.client import ApiClient
 
 from app.config.loader import MESH_CONFIGMAP_NAME, load_object
-from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
+from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
+from app.sources.kube.discovery import selected
 from app.sources.kube.informer import Informer
-from app.sources.kube.resources import CRDS, ISTIO_RESOURCES, KUBE_RESOURCES, MESH_CONFIGMAP, KubeResource
-from app.sources.kube.store import Change, Delta, object_key
+from app.sources.kube.resources import (
+    CRDS,
+    ISTIO_RESOURCES,
+    KUBE_RESOURCES,
+    MESH_CONFIGMAP,
+    NAMESPACES,
+    KubeResource,
+)
+from app.sources.kube.store import Change, Delta, Raw, object_key
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +68,7 @@ class KubeSource:
         self._current: dict[ConfigKey, ConfigObject] = {}
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
+        self._selected: frozenset[str] | None = None  # namespaces read (discoverySelectors); None: all
 
     @property
     def server(self) -> str:
@@ -88,6 +98,7 @@ class KubeSource:
             selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
             self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
         await self._synced()
+        self._selected = self._selection()  # every store has listed: filter the first lists already
         return self._drain()
 
     def _start_informer(self, resource: KubeResource, version: str, namespace: str = "", selector: str = "") -> None:
@@ -182,7 +193,70 @@ class KubeSource:
         return events
 
     def _events(self, batch: list[tuple[KubeResource, Delta]]) -> list[ConfigEvent]:
-        return [event for resource, delta in batch if (event := self._event(resource, delta)) is not None]
+        events: list[ConfigEvent] = []
+        for resource, delta in batch:
+            if resource is NAMESPACES or resource is MESH_CONFIGMAP:
+                rescoped, changed = self._reselect()
+                events.extend(rescoped)
+                if resource is NAMESPACES and _namespace_of(resource, delta.obj) in changed:
+                    continue  # the rescoping brought it in or took it out already
+            if delta.change is Change.DELETE or self._visible(resource, delta.obj):
+                event = self._event(resource, delta)
+            else:  # in a namespace not read: gone if it was read before
+                event = self._event(resource, Delta(Change.DELETE, delta.obj))
+            if event is not None:
+                events.append(event)
+        return events
+
+    # --- discoverySelectors -----------------------------------------------------------------
+
+    def _selection(self) -> frozenset[str] | None:
+        """The namespaces read now (None: all), from the mesh ConfigMap's selectors and the
+        namespaces' labels as the informers last saw them."""
+        selectors: list[Mapping[str, Any]] = []
+        mesh_map = self._store_objects(MESH_CONFIGMAP)
+        if mesh_map:
+            loaded = load_object(mesh_map[0], "kube", system_namespace=self._system_namespace).objects
+            if loaded and loaded[0].kind is Kind.MESH_CONFIG:
+                selectors = [json_format.MessageToDict(s) for s in loaded[0].spec.discovery_selectors]
+        namespaces = self._store_objects(NAMESPACES)
+        return selected(selectors, ((_meta(ns).get("name", ""), _meta(ns).get("labels") or {}) for ns in namespaces))
+
+    def _store_objects(self, resource: KubeResource) -> list[Raw]:
+        running = self._running.get(resource)
+        return running[0].store.objects() if running is not None else []
+
+    def _visible(self, resource: KubeResource, obj: Raw) -> bool:
+        if self._selected is None or resource is MESH_CONFIGMAP:
+            return True
+        namespace = _namespace_of(resource, obj)
+        return not namespace or namespace in self._selected
+
+    def _reselect(self) -> tuple[list[ConfigEvent], frozenset[str]]:
+        """After a namespace or the mesh config changed: the objects of the namespaces that
+        started being read come in, those of the namespaces no longer read go; and which
+        namespaces those were."""
+        before, after = self._selected, self._selection()
+        if before == after:
+            return [], frozenset()
+        self._selected = after
+        known = {_meta(ns).get("name", "") for ns in self._store_objects(NAMESPACES)}
+        everything = known | {key[1].split("/", 1)[0] for key in self._keys if "/" in key[1]}
+        changed = (before if before is not None else everything) ^ (after if after is not None else everything)
+        events: list[ConfigEvent] = []
+        for resource, (informer, _) in list(self._running.items()):
+            if resource in (CRDS, MESH_CONFIGMAP):
+                continue
+            for obj in informer.store.objects():
+                if _namespace_of(resource, obj) not in changed:
+                    continue
+                change = Change.ADD if self._visible(resource, obj) else Change.DELETE
+                event = self._event(resource, Delta(change, obj))
+                if event is not None:
+                    events.append(event)
+        read = "every namespace" if after is None else ", ".join(sorted(after))
+        logger.info("kubernetes: discoverySelectors: reading %s", read)
+        return events, frozenset(changed)
 
     def _event(self, resource: KubeResource, delta: Delta) -> ConfigEvent | None:
         raw_key = (resource, object_key(delta.obj))
@@ -231,3 +305,15 @@ class KubeSource:
             raise KubeUnavailable(f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {status})")
         if status != 200:
             raise KubeUnavailable(f"kubernetes: the API server at {self.server} answered HTTP {status}: {body!s:.200}")
+
+
+def _meta(obj: Raw) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _namespace_of(resource: KubeResource, obj: Raw) -> str:
+    """The namespace an object is in ("" when cluster-scoped); a Namespace is in itself."""
+    if resource is NAMESPACES:
+        return str(_meta(obj).get("name", ""))
+    return str(_meta(obj).get("namespace", "")) if resource.namespaced else ""
