@@ -185,6 +185,23 @@ async def test_istio_kinds_are_read_from_when_their_crd_is_installed_until_it_is
             await source.close()
 
 
+async def test_a_crd_that_stops_serving_the_version_read_moves_the_informer_without_churn(
+    source: KubeSource, api: KubeApi
+) -> None:
+    await source.start()
+    watch = source.watch()
+    api.install_istio_crds(versions=("v1beta1",))  # v1 no longer served
+    other = DOC["DestinationRule"].replace("name: cart, namespace: shop", "name: other, namespace: shop")
+    api.apply(other)
+    [added] = await next_events(source, watch)  # the existing rule is neither removed nor updated
+    assert (added.type, added.obj.key, added.obj.api_version) == (
+        EventType.ADD,
+        ConfigKey(Kind.DESTINATION_RULE, "shop", "other"),
+        "networking.istio.io/v1beta1",
+    )
+    assert any(r.startswith("GET /apis/networking.istio.io/v1beta1/destinationrules?") for r in api.requests)
+
+
 async def test_a_refused_token_is_one_clear_error(tmp_path: Path, api: KubeApi) -> None:
     async with api.serve(tmp_path) as kubeconfig:
         wrong = tmp_path / "wrong"

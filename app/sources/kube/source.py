@@ -4,8 +4,7 @@ One informer per resource pilotfish reads (resources.py). Their deltas go throug
 loader and validation as a file's documents (``load_object``), so both sources feed the
 Environment the same ConfigEvents, under the same bad-input rule: a rejected object is
 reported (``rejections()``) and its last good version stays in force; a delete removes it.
-The mesh ConfigMap (``istio`` in the system namespace, key ``mesh``) becomes the MeshConfig,
-unless a mesh config file was given.
+The mesh ConfigMap (``istio`` in the system namespace, key ``mesh``) becomes the MeshConfig.
 
 ``start()`` checks the API server answers (an unreachable or refusing server is one clear
 error), starts the informers and returns once every one has listed; ``watch()`` yields the
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -53,13 +52,11 @@ class KubeSource:
         client: ApiClient,
         *,
         system_namespace: str = "istio-system",
-        read_mesh_config: bool = True,
         page_size: int = 500,
         watch_timeout: int = 300,
     ) -> None:
         self._client = client
         self._system_namespace = system_namespace
-        self._read_mesh_config = read_mesh_config
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         # informer deltas as they come; None: an informer's task ended (a bug; watch() raises)
@@ -80,9 +77,6 @@ class KubeSource:
     def rejections(self) -> list[ConfigError]:
         return list(self._rejected.values())
 
-    def informers(self) -> list[Informer]:
-        return [informer for informer, _ in self._running.values()]
-
     async def start(self) -> list[ConfigEvent]:
         """Reach the API server, start every informer, and return the ADD events of their first
         lists once all have listed. The Istio kinds' informers start from the CRD informer, for
@@ -94,14 +88,17 @@ class KubeSource:
             logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
         for resource in KUBE_RESOURCES:
             self._start_informer(resource, resource.versions[0])
-        if self._read_mesh_config:
-            selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
-            self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
+        selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
+        self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
         await self._synced()
         self._selected = self._selection()  # every store has listed: filter the first lists already
         return self._drain()
 
-    def _start_informer(self, resource: KubeResource, version: str, namespace: str = "", selector: str = "") -> None:
+    def _start_informer(
+        self, resource: KubeResource, version: str, namespace: str = "", selector: str = "", held: Sequence[Raw] = ()
+    ) -> None:
+        """Run an informer; ``held``: what an earlier informer of the resource had (its first list
+        then reports only what changed since)."""
         informer = Informer(
             self._client,
             resource,
@@ -112,6 +109,7 @@ class KubeSource:
             page_size=self._page_size,
             watch_timeout=self._watch_timeout,
         )
+        informer.store.relist(held)
         task = asyncio.create_task(informer.run(), name=f"informer {resource}")
         # an informer runs until cancelled (closed, or its CRD deleted); ending otherwise is a bug
         task.add_done_callback(lambda t: None if t.cancelled() else self._pending.put_nowait(None))
@@ -164,7 +162,9 @@ class KubeSource:
 
     def _on_crd(self, delta: Delta) -> None:
         """An Istio kind's CRD appeared (start its informer, in the newest version it serves) or
-        went away (its objects go with it, as the API server deletes them)."""
+        went away or stopped serving every version pilotfish reads (its objects go with it, as
+        the API server deletes them). When the version read stops being served but another is,
+        the informer moves to it, starting from what it holds, so only real changes follow."""
         spec = delta.obj.get("spec") or {}
         plural = (spec.get("names") or {}).get("plural")
         resource = next((r for r in ISTIO_RESOURCES if spec.get("group") == r.group and plural == r.plural), None)
@@ -172,15 +172,22 @@ class KubeSource:
             return
         served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
         version = next((v for v in resource.versions if v in served), "")
+        if delta.change is Change.DELETE:
+            version = ""
         running = self._running.get(resource)
-        if running is not None and (delta.change is Change.DELETE or running[0].version != version):
+        if running is not None and running[0].version in served and version:
+            return  # reading a version still served
+        held: list[Raw] = []
+        if running is not None:
             informer, task = self._running.pop(resource)
             task.cancel()
-            self._pending.put_nowait([(resource, Delta(Change.DELETE, obj)) for obj in informer.store.objects()])
-            logger.info("kubernetes: the %s CRD went away or changed; its objects are removed", resource)
-        if delta.change is not Change.DELETE and version and resource not in self._running:
+            held = informer.store.objects()
+            if not version:
+                self._pending.put_nowait([(resource, Delta(Change.DELETE, obj)) for obj in held])
+                logger.info("kubernetes: the %s CRD went away; its objects are removed", resource)
+        if version:
             logger.info("kubernetes: reading %s/%s", resource, version)
-            self._start_informer(resource, version)
+            self._start_informer(resource, version, held=held)
 
     def _drain(self) -> list[ConfigEvent]:
         events: list[ConfigEvent] = []

@@ -51,8 +51,9 @@ def resource_version(obj: Raw) -> str:
 
 
 def meaning(obj: Raw) -> Any:
-    """What generators can read of an object: everything but status and bookkeeping metadata."""
-    body = {k: v for k, v in obj.items() if k != "status"}
+    """What generators can read of an object: everything but status, bookkeeping metadata and
+    the API version it was served in (an Istio kind's versions share one schema)."""
+    body = {k: v for k, v in obj.items() if k not in ("status", "apiVersion")}
     meta = dict(obj.get("metadata") or {})
     for name in _BOOKKEEPING_META:
         meta.pop(name, None)
