@@ -3,8 +3,10 @@ sources feed it ConfigEvents, the PushContext builder reads snapshots of it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.config.mesh import MeshConfig, default_mesh_config
-from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
+from app.config.model import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
 
 
 class ConfigStore:
@@ -29,8 +31,8 @@ class ConfigStore:
                 return False
         else:
             old = objects.get(key)
-            if old is not None and old.spec == obj.spec and old.meta == obj.meta:
-                return False
+            if old is not None and old.spec == obj.spec and _meaning(old.meta) == _meaning(obj.meta):
+                return False  # the same config (a new resourceVersion alone is a controller's write)
             objects[key] = obj
         self._lists.pop(obj.kind, None)
         return True
@@ -50,3 +52,8 @@ class ConfigStore:
             cached = tuple(objects[k] for k in sorted(objects))
             self._lists[kind] = cached
         return cached
+
+
+def _meaning(meta: ObjectMeta) -> ObjectMeta:
+    """The metadata config depends on: all but the resourceVersion."""
+    return replace(meta, resource_version="")

@@ -226,3 +226,74 @@ async def test_an_unreachable_server_and_a_missing_kubeconfig_are_clear_errors(t
             await source.start()
     finally:
         await source.close()
+
+
+def emulator_keys(api: KubeApi) -> dict[ConfigKey, str]:
+    """What pilotfish should hold: every object the emulator has that pilotfish reads, with its
+    resourceVersion (the mesh ConfigMap as the MeshConfig)."""
+    out: dict[ConfigKey, str] = {}
+    for (_, plural), objects in api.objects.items():
+        for obj in objects.values():
+            meta, kind = obj["metadata"], obj["kind"]
+            if plural == "customresourcedefinitions" or (kind == "ConfigMap" and meta["name"] != "istio"):
+                continue
+            key = ConfigKey(Kind.MESH_CONFIG, "", "mesh") if kind == "ConfigMap" else ConfigKey(
+                Kind(kind), meta.get("namespace", "") if kind != "Namespace" else "", meta["name"]
+            )
+            out[key] = "" if kind == "ConfigMap" else meta["resourceVersion"]  # a MeshConfig has none
+    return out
+
+
+async def test_after_drops_410s_errors_and_slowness_the_state_equals_the_emulators(
+    source: KubeSource, api: KubeApi
+) -> None:
+    held: dict[ConfigKey, ConfigEvent] = {e.obj.key: e for e in await source.start()}
+
+    async def follow() -> None:
+        async for events in source.watch():
+            for e in events:
+                if e.type is EventType.DELETE:
+                    held.pop(e.obj.key, None)
+                else:
+                    held[e.obj.key] = e
+
+    async def converged(step: str) -> None:
+        try:
+            async with asyncio.timeout(15):
+                while versions() != emulator_keys(api):
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"after {step}: {versions()} != {emulator_keys(api)}") from None
+
+    def versions() -> dict[ConfigKey, str]:
+        return {key: e.obj.meta.resource_version for key, e in held.items()}
+
+    def churn(i: int) -> None:
+        api.apply(DOC["Service"].replace("name: cart,", f"name: cart-{i},"))
+        api.apply(DOC["DestinationRule"].replace("maxConnections: 5", f"maxConnections: {10 + i}"))
+        if i % 2 and i > 1:
+            api.delete("Service", "shop", f"cart-{i - 1}")
+
+    follower = asyncio.create_task(follow())
+    try:
+        api.drop_watches()
+        churn(1)
+        await converged("a dropped watch")
+        api.fail(3, 500)
+        api.drop_watches()
+        churn(2)
+        await converged("API errors")
+        api.delay = 0.3
+        churn(3)
+        api.drop_watches()
+        await converged("a slow API server")
+        api.delay = 0.0
+        api.drop_watches()
+        churn(4)
+        api.compact()  # 410 in the middle of the updates
+        churn(5)
+        await converged("410 Gone")
+        dr = held[CART_DR].obj
+        assert dr.spec.traffic_policy.connection_pool.tcp.max_connections == 15  # the latest version
+    finally:
+        follower.cancel()
