@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="read config from this cluster (default: $KUBECONFIG; in a pod without either flag, the pod's own)",
     )
+    serve.add_argument("--mesh-config", type=Path, help="MeshConfig YAML file; overrides the istio ConfigMap")
     serve.add_argument("--xds-address", default=None, help="plaintext xDS gRPC (default 0.0.0.0:15010)")
     serve.add_argument("--http-address", default=None, help="monitoring and debug HTTP (default 0.0.0.0:15014)")
     serve.add_argument("--system-namespace", default=None, help="the root namespace (default istio-system)")
@@ -113,6 +114,7 @@ def serve(args: argparse.Namespace) -> None:
         os.environ,
         kubeconfig=kubeconfig,
         in_cluster=in_cluster,
+        mesh_config_file=args.mesh_config,
         xds_address=args.xds_address,
         http_address=args.http_address,
         system_namespace=args.system_namespace,

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
+from app.config.model import ConfigEvent
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
@@ -27,6 +28,7 @@ from app.settings import Settings
 from app.sources.files import FileSource
 from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
+from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
@@ -44,6 +46,9 @@ class Runtime:
         self.settings = settings
         self.env = Environment(domain_suffix=settings.domain_suffix)
         self.sources: list[Source] = []
+        self._kube: KubeSource | None = None
+        if settings.mesh_config_file is not None:
+            self.sources.append(MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms))
         if settings.config_dir is not None:
             self.sources.append(
                 FileSource(
@@ -103,10 +108,15 @@ class Runtime:
         ``shutdown_grace`` seconds."""
         if self.settings.kubeconfig is not None or self.settings.in_cluster:
             client = await api_client(self.settings.kubeconfig)
-            self.sources.append(KubeSource(client, system_namespace=self.settings.system_namespace))
+            self._kube = KubeSource(
+                client,
+                system_namespace=self.settings.system_namespace,
+                mesh_from_configmap=self.settings.mesh_config_file is None,
+            )
+            self.sources.append(self._kube)
         try:
             for source in self.sources:
-                self.env.apply(await source.start())  # each source logs its rejections
+                self._apply(source, await source.start())  # each source logs its rejections
             self._push = self.env.build_push_context(None)
             self.heap.settled()
             await self.xds.start(self.settings.xds_address)
@@ -152,10 +162,16 @@ class Runtime:
 
     async def _watch_config(self, source: Source) -> None:
         async for events in source.watch():
-            change = self.env.apply(events)
-            request = push_request(change, len(events))
+            request = push_request(self._apply(source, events), len(events))
             if request is not None:
                 self.debouncer.submit(request)
+
+    def _apply(self, source: Source, events: list[ConfigEvent]) -> Change:
+        change = self.env.apply(events)
+        # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
+        if self._kube is not None and isinstance(source, MeshFileSource) and events:
+            self._kube.use_mesh_config(self.env.store.mesh)
+        return change
 
     async def _fire(self, request: PushRequest) -> None:
         build = next_snapshot(self.push_context(), self.env, request)

@@ -24,6 +24,7 @@ class Settings:
     # the Kubernetes API server: a kubeconfig file, or the in-cluster service account
     kubeconfig: Path | None = None
     in_cluster: bool = False
+    mesh_config_file: Path | None = None  # overrides the mesh ConfigMap (istiod --meshConfig)
     xds_address: str = "0.0.0.0:15010"  # plaintext xDS, as istiod's 15010
     http_address: str = "0.0.0.0:15014"  # monitoring and debug
     # the validating admission webhook (HTTPS), served when a certificate and key are given

@@ -15,6 +15,7 @@ from kubernetes_asyncio.config import new_client_from_config
 from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
 from app.sources.kube.discovery import selects
 from app.sources.kube.source import KubeSource
+from app.sources.mesh_file import MeshFileSource
 from tests.support.kube_api import KubeApi
 
 
@@ -124,3 +125,46 @@ async def test_a_selector_change_in_the_mesh_config_rescopes_everything(source: 
     api.apply(mesh_config("discoverySelectors:\n- matchExpressions: [{key: team, operator: DoesNotExist}]\n"))
     got = await changes(watch)
     assert {k for t, k in got if t is EventType.DELETE} == SHOP
+
+
+async def test_a_mesh_config_given_from_a_file_scopes_instead_of_the_configmap(tmp_path: Path, api: KubeApi) -> None:
+    # serve --mesh-config FILE: the ConfigMap is not read; the file's selectors scope
+    mesh_file = tmp_path / "mesh.yaml"
+    mesh_file.write_text("discoverySelectors:\n- matchLabels: {kubernetes.io/metadata.name: other}\n")
+    files = MeshFileSource(mesh_file)
+    [mesh_event] = await files.start()
+    async with api.serve(tmp_path / "kube") as kubeconfig:
+        source = KubeSource(await new_client_from_config(str(kubeconfig)), mesh_from_configmap=False)
+        try:
+            source.use_mesh_config(mesh_event.obj.spec)
+            api.apply(namespace("other", **{"kubernetes.io/metadata.name": "other"}))
+            keys = {e.obj.key for e in await source.start()}
+            assert keys == OTHER  # no MeshConfig from the ConfigMap, nothing of shop
+            watch = source.watch()
+            mesh_file.write_text("discoverySelectors: []\n")
+            [changed] = await asyncio.wait_for(anext(files.watch()), 10)
+            source.use_mesh_config(changed.obj.spec)
+            got = await changes(watch)
+            assert {k for t, k in got if t is EventType.ADD} == SHOP | {ConfigKey(Kind.NAMESPACE, "", "istio-system")}
+        finally:
+            await source.close()
+
+
+async def test_a_mesh_file_that_does_not_load_keeps_the_last_good_one(tmp_path: Path) -> None:
+    mesh_file = tmp_path / "mesh.yaml"
+    mesh_file.write_text("connectTimeout: 3s\n")
+    files = MeshFileSource(mesh_file)
+    [event] = await files.start()
+    assert event.obj.spec.connect_timeout.seconds == 3
+    watch = files.watch()
+    mesh_file.write_text("connectTimeout: soon\n")
+    reload = asyncio.ensure_future(anext(watch))
+    async with asyncio.timeout(10):
+        while not files.rejections():
+            await asyncio.sleep(0.05)
+    assert "connectTimeout" in str(files.rejections()[0])
+    assert files.objects()[0].spec.connect_timeout.seconds == 3
+    mesh_file.write_text("connectTimeout: 4s\n")
+    [fixed] = await asyncio.wait_for(reload, 10)
+    assert fixed.type is EventType.UPDATE and fixed.obj.spec.connect_timeout.seconds == 4
+    assert files.rejections() == []

@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from kubernetes_asyncio.client import ApiClient
 
 from app.config.loader import MESH_CONFIGMAP_NAME, load_object
+from app.config.mesh import MeshConfig
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
 from app.sources.kube.discovery import selected
@@ -41,6 +42,9 @@ from app.sources.kube.store import Change, Delta, Raw, object_key
 
 logger = logging.getLogger(__name__)
 
+# a batch that asks for re-scoping (the mesh config came from elsewhere and changed)
+_RESCOPE: list[tuple[KubeResource, Delta]] = []
+
 
 class KubeUnavailable(PilotfishError):
     """The API server cannot be reached or refuses pilotfish's credentials."""
@@ -52,11 +56,14 @@ class KubeSource:
         client: ApiClient,
         *,
         system_namespace: str = "istio-system",
+        mesh_from_configmap: bool = True,
         page_size: int = 500,
         watch_timeout: int = 300,
     ) -> None:
         self._client = client
         self._system_namespace = system_namespace
+        self._mesh_from_configmap = mesh_from_configmap
+        self._given_selectors: list[Mapping[str, Any]] = []  # from use_mesh_config
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         # informer deltas as they come; None: an informer's task ended (a bug; watch() raises)
@@ -88,8 +95,9 @@ class KubeSource:
             logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
         for resource in KUBE_RESOURCES:
             self._start_informer(resource, resource.versions[0])
-        selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
-        self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
+        if self._mesh_from_configmap:
+            selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
+            self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
         await self._synced()
         self._selected = self._selection()  # every store has listed: filter the first lists already
         return self._drain()
@@ -141,6 +149,12 @@ class KubeSource:
             events = [*self._events(first), *self._drain()]
             if events:
                 yield events
+
+    def use_mesh_config(self, mesh: MeshConfig) -> None:
+        """The mesh config when it does not come from the ConfigMap (``--mesh-config``): its
+        discoverySelectors scope what is read; a change re-scopes on the next ``watch()`` step."""
+        self._given_selectors = [json_format.MessageToDict(s) for s in mesh.discovery_selectors]
+        self._pending.put_nowait(_RESCOPE)
 
     async def close(self) -> None:
         """Stop the informers and close the API client."""
@@ -201,6 +215,8 @@ class KubeSource:
 
     def _events(self, batch: list[tuple[KubeResource, Delta]]) -> list[ConfigEvent]:
         events: list[ConfigEvent] = []
+        if batch is _RESCOPE:
+            events.extend(self._reselect()[0])
         for resource, delta in batch:
             if resource is NAMESPACES or resource is MESH_CONFIGMAP:
                 rescoped, changed = self._reselect()
@@ -220,7 +236,7 @@ class KubeSource:
     def _selection(self) -> frozenset[str] | None:
         """The namespaces read now (None: all), from the mesh ConfigMap's selectors and the
         namespaces' labels as the informers last saw them."""
-        selectors: list[Mapping[str, Any]] = []
+        selectors = self._given_selectors
         mesh_map = self._store_objects(MESH_CONFIGMAP)
         if mesh_map:
             loaded = load_object(mesh_map[0], "kube", system_namespace=self._system_namespace).objects
