@@ -213,3 +213,23 @@ async def test_api_errors_back_off_and_recover_to_the_same_state(run: Run, api: 
     assert run.deltas[7:] == [(Change.ADD, "after-errors")]
     assert sum("injected failure" in line for line in api.requests) == 0  # requests are logged, not bodies
     assert len([line for line in api.requests if "watch=true" in line]) >= 5  # 4 failed, then one served
+
+
+async def test_a_watch_the_server_ends_at_its_timeout_resumes_without_a_relist(api: KubeApi, client: ApiClient) -> None:
+    api.apply(service("a"))
+    got: list[Delta] = []
+    informer = Informer(client, SERVICES, "v1", lambda _, d: got.extend(d), watch_timeout=1, backoff=Backoff(0.05, 0.2))
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.sleep(2.5)  # two or three watches have timed out
+        api.apply(service("b"))
+        async with asyncio.timeout(10):
+            while len(got) < 2:
+                await asyncio.sleep(0.02)
+        watches = [line for line in api.requests if "watch=true" in line]
+        assert len(watches) >= 3 and all("timeoutSeconds=1" in line for line in watches)
+        assert informer.lists == 1 and [d.obj["metadata"]["name"] for d in got] == ["a", "b"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
