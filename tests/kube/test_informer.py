@@ -14,9 +14,10 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import new_client_from_config
 
+from app.config.model import EventType
 from app.sources.kube.informer import Backoff, Informer
 from app.sources.kube.resources import KUBE_RESOURCES, KubeResource
-from app.sources.kube.store import Change, Delta
+from app.sources.kube.store import Delta
 from tests.support.kube_api import KubeApi
 
 SERVICES = next(r for r in KUBE_RESOURCES if r.plural == "services")
@@ -37,7 +38,7 @@ class Run:
     def __init__(self, api: KubeApi, informer: Informer) -> None:
         self.api = api
         self.informer = informer
-        self.deltas: list[tuple[Change, str]] = []
+        self.deltas: list[tuple[EventType, str]] = []
 
     def record(self, _: KubeResource, deltas: list[Delta]) -> None:
         self.deltas.extend((d.change, d.obj["metadata"]["name"]) for d in deltas)
@@ -117,7 +118,7 @@ async def test_a_paginated_list_then_a_watch_from_its_version(run: Run) -> None:
     lists = [line for line in run.api.requests if "/services" in line and "watch" not in line]
     assert len(lists) == 3 and all("limit=3" in line for line in lists)  # 3 + 3 + 1
     assert sum("continue=" in line for line in lists) == 2
-    assert run.deltas == [(Change.ADD, f"s{i}") for i in range(7)]
+    assert run.deltas == [(EventType.ADD, f"s{i}") for i in range(7)]
     await run.watching()
     assert run.watch_versions() == [str(run.api.version)]  # the list's version
 
@@ -131,14 +132,14 @@ async def test_watched_changes_arrive_in_order_and_status_writes_are_no_change(r
     api.apply(service("new"))
     api.delete("Service", "default", "s3")
     await run.converged()
-    assert run.deltas[7:] == [(Change.UPDATE, "s1"), (Change.ADD, "new"), (Change.DELETE, "s3")]
+    assert run.deltas[7:] == [(EventType.UPDATE, "s1"), (EventType.ADD, "new"), (EventType.DELETE, "s3")]
 
 
 @pytest.mark.usefixtures("seven")
 async def test_a_dropped_watch_resumes_from_the_last_version_seen_with_nothing_lost(run: Run) -> None:
     await run.watching()
     run.api.apply(service("s1", port=81))
-    await run.until("the update", lambda: (Change.UPDATE, "s1") in run.deltas)
+    await run.until("the update", lambda: (EventType.UPDATE, "s1") in run.deltas)
     run.api.drop_watches()
     run.api.apply(service("s2", port=82))  # while no watch is open
     await run.watching(2)
@@ -146,7 +147,7 @@ async def test_a_dropped_watch_resumes_from_the_last_version_seen_with_nothing_l
     versions = run.watch_versions()
     assert int(versions[1]) >= int(versions[0]) + 1  # resumed after the update it saw
     assert run.informer.lists == 1  # no relist: the version was still there
-    assert run.deltas[7:] == [(Change.UPDATE, "s1"), (Change.UPDATE, "s2")]
+    assert run.deltas[7:] == [(EventType.UPDATE, "s1"), (EventType.UPDATE, "s2")]
 
 
 @pytest.mark.usefixtures("seven")
@@ -172,7 +173,7 @@ async def test_410_relists_and_hands_over_exactly_the_gaps_changes(run: Run, api
     await run.converged()
     assert run.informer.lists == 2
     assert sorted(run.deltas[7:], key=str) == sorted(
-        [(Change.UPDATE, "s1"), (Change.ADD, "gap"), (Change.DELETE, "s4")], key=str
+        [(EventType.UPDATE, "s1"), (EventType.ADD, "gap"), (EventType.DELETE, "s4")], key=str
     )
 
 
@@ -210,7 +211,7 @@ async def test_api_errors_back_off_and_recover_to_the_same_state(run: Run, api: 
     api.drop_watches()
     api.apply(service("after-errors"))
     await run.converged()
-    assert run.deltas[7:] == [(Change.ADD, "after-errors")]
+    assert run.deltas[7:] == [(EventType.ADD, "after-errors")]
     assert sum("injected failure" in line for line in api.requests) == 0  # requests are logged, not bodies
     assert len([line for line in api.requests if "watch=true" in line]) >= 5  # 4 failed, then one served
 

@@ -28,12 +28,13 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from app.config.model import EventType
 from app.sources.kube.resources import KubeResource
-from app.sources.kube.store import Change, Delta, Raw, Store
+from app.sources.kube.store import Delta, Raw, Store
 
 logger = logging.getLogger(__name__)
 
-_EVENT_CHANGES = {"ADDED": Change.ADD, "MODIFIED": Change.UPDATE, "DELETED": Change.DELETE}
+_EVENT_CHANGES = {"ADDED": EventType.ADD, "MODIFIED": EventType.UPDATE, "DELETED": EventType.DELETE}
 
 
 class Gone(Exception):

@@ -38,7 +38,7 @@ from app.sources.kube.resources import (
     NAMESPACES,
     KubeResource,
 )
-from app.sources.kube.store import Change, Delta, Raw, object_key
+from app.sources.kube.store import Delta, Raw, object_key
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class KubeSource:
             return
         served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
         version = next((v for v in resource.versions if v in served), "")
-        if delta.change is Change.DELETE:
+        if delta.change is EventType.DELETE:
             version = ""
         running = self._running.get(resource)
         if running is not None and running[0].version in served and version:
@@ -197,7 +197,7 @@ class KubeSource:
             task.cancel()
             held = informer.store.objects()
             if not version:
-                self._pending.put_nowait([(resource, Delta(Change.DELETE, obj)) for obj in held])
+                self._pending.put_nowait([(resource, Delta(EventType.DELETE, obj)) for obj in held])
                 logger.info("kubernetes: the %s CRD went away; its objects are removed", resource)
         if version:
             logger.info("kubernetes: reading %s/%s", resource, version)
@@ -223,10 +223,10 @@ class KubeSource:
                 events.extend(rescoped)
                 if resource is NAMESPACES and _namespace_of(resource, delta.obj) in changed:
                     continue  # the rescoping brought it in or took it out already
-            if delta.change is Change.DELETE or self._visible(resource, delta.obj):
+            if delta.change is EventType.DELETE or self._visible(resource, delta.obj):
                 event = self._event(resource, delta)
             else:  # in a namespace not read: gone if it was read before
-                event = self._event(resource, Delta(Change.DELETE, delta.obj))
+                event = self._event(resource, Delta(EventType.DELETE, delta.obj))
             if event is not None:
                 events.append(event)
         return events
@@ -273,7 +273,7 @@ class KubeSource:
             for obj in informer.store.objects():
                 if _namespace_of(resource, obj) not in changed:
                     continue
-                change = Change.ADD if self._visible(resource, obj) else Change.DELETE
+                change = EventType.ADD if self._visible(resource, obj) else EventType.DELETE
                 event = self._event(resource, Delta(change, obj))
                 if event is not None:
                     events.append(event)
@@ -283,7 +283,7 @@ class KubeSource:
 
     def _event(self, resource: KubeResource, delta: Delta) -> ConfigEvent | None:
         raw_key = (resource, object_key(delta.obj))
-        if delta.change is Change.DELETE:
+        if delta.change is EventType.DELETE:
             self._rejected.pop(raw_key, None)
             key = self._keys.pop(raw_key, None)
             gone = self._current.pop(key, None) if key is not None else None

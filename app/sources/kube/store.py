@@ -14,10 +14,11 @@ namespace/name. A watch event or a relist is turned into the changes it means:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from app.config.model import EventType
 
 Raw = Mapping[str, Any]
 
@@ -26,17 +27,11 @@ _BOOKKEEPING_META = frozenset({"resourceVersion", "managedFields", "uid", "selfL
 _BOOKKEEPING_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
 
-class Change(enum.Enum):
-    ADD = "add"
-    UPDATE = "update"
-    DELETE = "delete"
-
-
 @dataclass(frozen=True, slots=True)
 class Delta:
     """One change of one object: the object now (for DELETE, the last version known)."""
 
-    change: Change
+    change: EventType
     obj: Raw
 
 
@@ -89,26 +84,26 @@ class Store:
             fresh[key] = obj
             old = self._objects.get(key)
             if old is None:
-                out.append(Delta(Change.ADD, obj))
+                out.append(Delta(EventType.ADD, obj))
             elif meaning(old) != meaning(obj):
-                out.append(Delta(Change.UPDATE, obj))
-        out.extend(Delta(Change.DELETE, old) for key, old in self._objects.items() if key not in fresh)
+                out.append(Delta(EventType.UPDATE, obj))
+        out.extend(Delta(EventType.DELETE, old) for key, old in self._objects.items() if key not in fresh)
         self._objects = fresh
         return out
 
-    def apply(self, change: Change, obj: Raw) -> Delta | None:
+    def apply(self, change: EventType, obj: Raw) -> Delta | None:
         """A watch event; None when it changes nothing generators read (or deletes what is not
         there)."""
         key = object_key(obj)
         old = self._objects.get(key)
-        if change is Change.DELETE:
+        if change is EventType.DELETE:
             if old is None:
                 return None
             del self._objects[key]
-            return Delta(Change.DELETE, obj)
+            return Delta(EventType.DELETE, obj)
         self._objects[key] = obj
         if old is None:
-            return Delta(Change.ADD, obj)
+            return Delta(EventType.ADD, obj)
         if meaning(old) == meaning(obj):
             return None
-        return Delta(Change.UPDATE, obj)
+        return Delta(EventType.UPDATE, obj)
