@@ -41,6 +41,10 @@ MESH_CONFIGMAP_KEY = "mesh"
 MESH_OBJECT_NAME = "mesh"
 
 
+# bounds on what a document may make the loader build (Kubernetes objects nest ~10 levels)
+MAX_NESTING = 100
+MAX_EXPANDED_NODES = 1_000_000  # collections and values, aliases counted once per reference
+
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
@@ -75,6 +79,8 @@ class KubeYamlLoader(yaml.CSafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._implicit_tags: dict[str, str] = {}  # plain scalar -> tag; values repeat a lot
+        self._depth = 0  # collections being built, one inside the other
+        self._aliases = 0  # alias references resolved in the document being built
 
     def resolve(self, kind: type[Node], value: str, implicit: tuple[bool, bool]) -> str:
         if kind is ScalarNode:
@@ -96,13 +102,26 @@ class KubeYamlLoader(yaml.CSafeLoader):
             if scalar is not None:
                 return scalar(self, node)
         elif node in self.constructed_objects:  # an alias of a node already built
+            self._aliases += 1
             return self.constructed_objects[node]
-        elif cls is MappingNode:
-            if tag == _MAP:
+        if self._depth >= MAX_NESTING:  # construction recurses: bound it before Python's stack does
+            raise ConstructorError(None, None, f"nested deeper than {MAX_NESTING} levels", node.start_mark)
+        self._depth += 1
+        try:
+            if cls is MappingNode and tag == _MAP:
                 return self._mapping(node)
-        elif cls is SequenceNode and tag == _SEQ:
-            return self._sequence(node)
-        return super().construct_object(node, deep)
+            if cls is SequenceNode and tag == _SEQ:
+                return self._sequence(node)
+            return super().construct_object(node, deep)
+        finally:
+            self._depth -= 1
+
+    def construct_document(self, node: Node) -> Any:
+        self._aliases = 0
+        data = super().construct_document(node)
+        if self._aliases:  # shared parts are read once per reference: a "billion laughs" bomb
+            _check_expansion(data, node)
+        return data
 
     def _mapping(self, node: Node) -> Any:
         data: dict[Any, Any] = {}
@@ -135,6 +154,21 @@ class KubeYamlLoader(yaml.CSafeLoader):
             ]
         )
         return data
+
+
+def _check_expansion(data: Any, node: Node) -> None:
+    """Raise when ``data`` read as a tree (every alias expanded) has too many nodes."""
+    seen = 0
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > MAX_EXPANDED_NODES:
+            raise ConstructorError(None, None, f"expands to more than {MAX_EXPANDED_NODES} values", node.start_mark)
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 @dataclass(frozen=True, slots=True)

@@ -579,3 +579,38 @@ def test_invalid_values_are_left_to_json_format_for_the_error(spec: object, fiel
     with pytest.raises(FieldError) as e:
         parse_message(spec, net.DestinationRule)
     assert e.value.field.startswith(field_prefix)
+
+
+# --- bounded parsing: inputs that used to crash the server (RecursionError) or hang it ----------
+
+
+def _rejected_as_invalid_yaml(text: str, reason: str) -> None:
+    result = load_documents(text, "bad.yaml")
+    assert result.objects == [] and not result.parsed
+    [rejection] = result.rejected
+    assert str(rejection.error).startswith("bad.yaml: invalid YAML:") and reason in str(rejection.error)
+
+
+def test_deeply_nested_flow_yaml_is_refused_not_a_crash() -> None:
+    _rejected_as_invalid_yaml("a: " + "[" * 5000 + "]" * 5000, "nested deeper than 100 levels")
+
+
+def test_deeply_nested_block_yaml_is_refused_not_a_crash() -> None:
+    block = "".join(f"{'  ' * i}k{i}:\n" for i in range(3000)) + "  " * 3000 + "v\n"
+    _rejected_as_invalid_yaml(block, "nested deeper than 100 levels")
+
+
+def test_a_billion_laughs_document_is_refused_before_it_expands() -> None:
+    levels = ["a: &a [1,1,1,1,1,1,1,1,1]"]
+    levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    _rejected_as_invalid_yaml("\n".join(levels) + "\n", "expands to more than 1000000 values")
+
+
+def test_ordinary_anchors_and_nesting_still_load() -> None:
+    text = """apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: r, namespace: ns, labels: &l {app: x}, annotations: *l}
+spec: {host: x, subsets: [{name: v1, labels: {version: v1}}]}
+"""
+    [obj] = load_documents(text, "ok.yaml").objects
+    assert obj.meta.annotations == {"app": "x"}
