@@ -44,18 +44,25 @@ class Proxy:
         return self.type is ProxyType.ROUTER
 
 
+def shown(text: str, limit: int = 64) -> str:
+    """Client input as an error message may quote it: repr'd, and cut at ``limit`` characters
+    (a 100 KB node id echoed into a gRPC status exceeds what the client accepts)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def parse_node_id(node_id: str) -> tuple[ProxyType, str, str, str]:
     """Split ``TYPE~IP~ID~DOMAIN`` into its parts; raises InvalidNodeError."""
     parts = node_id.split("~")
     if len(parts) != 4:
-        raise InvalidNodeError(f"node id {node_id!r}: want TYPE~IP~POD.NAMESPACE~DOMAIN")
+        raise InvalidNodeError(f"node id {shown(node_id)}: want TYPE~IP~POD.NAMESPACE~DOMAIN")
     kind, ip, pod_id, domain = parts
     try:
         proxy_type = ProxyType(kind)
     except ValueError:
-        raise InvalidNodeError(f"node id {node_id!r}: unknown proxy type {kind!r} (want sidecar or router)") from None
+        message = f"node id {shown(node_id)}: unknown proxy type {shown(kind, 16)} (want sidecar or router)"
+        raise InvalidNodeError(message) from None
     if not ip:
-        raise InvalidNodeError(f"node id {node_id!r}: missing IP")
+        raise InvalidNodeError(f"node id {shown(node_id)}: missing IP")
     return proxy_type, ip, pod_id, domain
 
 
@@ -71,7 +78,7 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
         elif domain:
             namespace = domain.split(".", 1)[0]
     if not namespace:
-        raise InvalidNodeError(f"node id {node_id!r}: cannot tell the proxy's namespace")
+        raise InvalidNodeError(f"node id {shown(node_id)}: cannot tell the proxy's namespace")
     raw_ips = md.get("INSTANCE_IPS")
     ips = tuple(p.strip() for p in raw_ips.split(",") if p.strip()) if isinstance(raw_ips, str) else ()
     if not ips:

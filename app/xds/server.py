@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf.message import DecodeError
 
 from app.model.proxy import InvalidNodeError
 from app.xds.connection import Connection, Session, proxy_from_node
@@ -74,6 +75,28 @@ MAX_QUEUED_REQUESTS = 64
 # that many encoded responses in memory, not thousands; pushes of what changed are small
 LARGE_RESPONSE = 100
 MAX_LARGE_WRITES = 64
+
+
+# a status message longer than this is cut: the client must be able to read it
+MAX_STATUS_MESSAGE = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A request that did not parse (bad protobuf, invalid UTF-8 in a string field): the stream
+    ends with INVALID_ARGUMENT instead of an exception inside gRPC's reader."""
+
+    reason: str
+
+
+def _parser(message: type[Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except DecodeError as e:
+            return Undecodable(str(e)[:120])
+
+    return parse
 
 
 class SendTimeout(Exception):
@@ -128,12 +151,12 @@ class XdsServer:
                     {
                         sotw_method: grpc.stream_stream_rpc_method_handler(
                             self._handler(SotwSession, types),
-                            request_deserializer=discovery_pb2.DiscoveryRequest.FromString,
+                            request_deserializer=_parser(discovery_pb2.DiscoveryRequest),
                             response_serializer=payload,
                         ),
                         delta_method: grpc.stream_stream_rpc_method_handler(
                             self._handler(DeltaSession, types),
-                            request_deserializer=discovery_pb2.DeltaDiscoveryRequest.FromString,
+                            request_deserializer=_parser(discovery_pb2.DeltaDiscoveryRequest),
                             response_serializer=payload,
                         ),
                     },
@@ -198,6 +221,8 @@ class XdsServer:
                     while (item := await inbox.get()) is not _EOF:
                         if isinstance(item, _Push):
                             await self._write_push(stream, item, context)
+                        elif isinstance(item, Undecodable):
+                            raise ProtocolError(f"undecodable request: {item.reason}")
                         else:
                             if stream is None:
                                 stream = self._connect(item, session, inbox)
@@ -207,9 +232,9 @@ class XdsServer:
                 finally:
                     reader.cancel()
         except* (ProtocolError, InvalidNodeError) as group:
-            error = group.exceptions[0]
+            error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
         except* SendTimeout:
             # as istiod's "timeout sending": the stream ends, the client reconnects and resyncs.
             # The status queues behind the response stuck in the transport, so the stream is

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from app.model.proxy import shown
 from app.xds.resources import EXPLICIT_TYPES
 
 WILDCARD = "*"
@@ -170,4 +171,4 @@ def check_type(type_url: str, allowed: frozenset[str] | None) -> None:
     if not type_url:
         raise ProtocolError("request without type_url")
     if allowed is not None and type_url not in allowed:
-        raise ProtocolError(f"type {type_url} is not served on this stream")
+        raise ProtocolError(f"type {shown(type_url, 120)} is not served on this stream")

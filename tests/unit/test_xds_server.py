@@ -156,6 +156,41 @@ async def test_per_type_service_serves_only_its_type(channel: grpc.aio.Channel) 
     s.call.cancel()
 
 
+def _raw_sotw_bytes(data: bytes) -> bytes:
+    return data
+
+
+@pytest.mark.parametrize(
+    ("what", "payload", "reason"),
+    [
+        ("not protobuf", b"\xff\xff\xff\xff\x0f", "undecodable request"),
+        # DiscoveryRequest.node (2) { id (1): invalid UTF-8 }: a proto3 string must be UTF-8
+        ("invalid UTF-8 node id", b"\x12\x04\x0a\x02\xff\xfe", "undecodable request"),
+        ("a 100 KB node id", node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), "x" * 100_000).SerializeToString(),
+         "(100000 characters)"),
+    ],
+)  # fmt: skip
+async def test_hostile_requests_end_their_stream_with_a_short_invalid_argument(
+    channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture, what: str, payload: bytes, reason: str
+) -> None:
+    call = channel.stream_stream(
+        ADS + "StreamAggregatedResources",
+        request_serializer=_raw_sotw_bytes,
+        response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+    )()
+    await call.write(payload)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await asyncio.wait_for(call.read(), 10)
+    details = err.value.details() or ""
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, (what, err.value.code(), details[:200])
+    assert reason in details and len(details) <= 300, details[:400]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    good = Stream(channel, ADS + "StreamAggregatedResources", delta=False)  # the server is still up
+    await good.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    assert REVIEWS in names(await good.recv())
+    good.call.cancel()
+
+
 async def test_bad_node_ends_only_that_stream(channel: grpc.aio.Channel) -> None:
     bad = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
     await bad.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), node_id="nonsense"))
