@@ -7,9 +7,10 @@ required fields, conflicting settings. Each raises FieldError naming the field p
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import re2
 from google.protobuf.message import Message
 
 from app.api import networking_pb2 as net
@@ -156,6 +157,56 @@ def _validate_destination_rule(dr: net.DestinationRule, namespace: str) -> None:
 # --- VirtualService --------------------------------------------------------------------
 
 
+# Envoy compiles safe_regex with RE2 and rejects the whole update for one bad pattern; istiod
+# checks with Go's RE2 and caps the length (pkg/config/validation validateStringRegexp)
+MAX_REGEX_LENGTH = 1024
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is reported as the rejection, not on stderr
+
+
+def _check_regex(path: str, pattern: str) -> None:
+    if len(pattern) > MAX_REGEX_LENGTH:
+        raise _fail(path, f"regex is too large, max length allowed is {MAX_REGEX_LENGTH}")
+    try:
+        re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as e:
+        reason = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise _fail(path, f"not a valid RE2 regex: {reason}") from None
+
+
+def _check_string_match(path: str, sm: net.StringMatch) -> None:
+    kind = sm.WhichOneof("match_type")
+    if kind == "regex":
+        if not sm.regex:
+            raise _fail(f"{path}.regex", "regex string match should not be empty")
+        _check_regex(f"{path}.regex", sm.regex)
+    elif kind == "prefix" and not sm.prefix:
+        raise _fail(f"{path}.prefix", "prefix string match should not be empty")
+
+
+def _check_match_request(path: str, match: net.HTTPMatchRequest) -> None:
+    for name in ("uri", "scheme", "method", "authority"):
+        if match.HasField(name):
+            _check_string_match(f"{path}.{name}", getattr(match, name))
+    groups: tuple[tuple[str, Mapping[str, net.StringMatch]], ...] = (
+        ("headers", match.headers),
+        ("queryParams", match.query_params),
+        ("withoutHeaders", match.without_headers),
+    )
+    for field, entries in groups:
+        for key in sorted(entries):
+            _check_string_match(f"{path}.{field}.{key}", entries[key])
+
+
+def _check_timeout(path: str, seconds: int, nanos: int) -> None:
+    """istiod agent.ValidateDuration: at least 1ms, in whole milliseconds."""
+    total_ns = seconds * 1_000_000_000 + nanos
+    if total_ns < 1_000_000:
+        raise _fail(path, "duration must be greater than 1ms")
+    if total_ns % 1_000_000:
+        raise _fail(path, "only durations to ms precision are supported")
+
+
 def _check_destination(dest: net.Destination, path: str) -> None:
     _check_host(f"{path}.host", dest.host)
     if dest.HasField("port") and dest.port.number:
@@ -192,6 +243,17 @@ def _validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
             _check_destination(dest.destination, f"{here}.route[{j}].destination")
             if dest.weight < 0:
                 raise _fail(f"{here}.route[{j}].weight", "must not be negative")
+        if len(route.route) > 1 and sum(d.weight for d in route.route) == 0:
+            raise _fail(f"{here}.route", "total destination weight = 0")
+        for j, match in enumerate(route.match):
+            _check_match_request(f"{here}.match[{j}]", match)
+        if route.HasField("rewrite") and route.rewrite.HasField("uri_regex_rewrite"):
+            _check_regex(f"{here}.rewrite.uriRegexRewrite.match", route.rewrite.uri_regex_rewrite.match)
+        if route.HasField("cors_policy"):
+            for j, origin in enumerate(route.cors_policy.allow_origins):
+                _check_string_match(f"{here}.corsPolicy.allowOrigins[{j}]", origin)
+        if route.HasField("timeout"):
+            _check_timeout(f"{here}.timeout", route.timeout.seconds, route.timeout.nanos)
         if route.HasField("retries") and route.retries.attempts < 0:
             raise _fail(f"{here}.retries.attempts", "must not be negative")
         if route.HasField("mirror"):
@@ -207,6 +269,8 @@ def _validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
             if not l4_dest.HasField("destination"):
                 raise _fail(f"{where}.route[{j}].destination", "is required")
             _check_destination(l4_dest.destination, f"{where}.route[{j}].destination")
+        if len(dests) > 1 and sum(d.weight for d in dests) == 0:
+            raise _fail(f"{where}.route", "total destination weight = 0")
     for i, tls_route in enumerate(vs.tls):
         if not tls_route.match:
             raise _fail(f"tls[{i}].match", "is required")

@@ -220,9 +220,13 @@ VS_ROUTES = doc(
     http:
     - route:
       - destination: {{host: {DETAILS}}}
+        weight: 25
       - destination: {{host: {REVIEWS}, port: {{number: 9090}}}}
+        weight: 25
       - destination: {{host: {RATINGS}, port: {{number: 1234}}}}
+        weight: 25
       - destination: {{host: nowhere.example.com}}
+        weight: 25
     """,
 )
 VS_ELSEWHERE = doc(

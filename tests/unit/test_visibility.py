@@ -274,7 +274,9 @@ def test_virtual_service_short_hosts_become_fqdn_in_its_namespace() -> None:
     http:
     - route:
       - destination: {host: reviews}
+        weight: 50
       - destination: {host: reviews.other.svc.cluster.local}
+        weight: 50
       mirror: {host: shadow}
     tcp:
     - route: [{destination: {host: db}}]
