@@ -30,6 +30,7 @@ from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
 from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
+from app.supervise import supervise
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
@@ -124,14 +125,20 @@ class Runtime:
             if self.webhook is not None:
                 await self.webhook.start(self.settings.webhook_address)
             async with asyncio.TaskGroup() as tg:
+                # supervised: a task that fails is logged and restarted, never the end of serving
                 watches = [
-                    tg.create_task(self._watch_config(source), name=f"config-watch {i}")
-                    for i, source in enumerate(self.sources)
+                    tg.create_task(
+                        supervise(f"{type(s).__name__} watch", functools.partial(self._watch_config, s), forever=True)
+                    )
+                    for s in self.sources
                 ]
                 tasks = [
-                    tg.create_task(self.debouncer.run(), name="debouncer"),
+                    tg.create_task(supervise("debouncer", self.debouncer.run)),
                     tg.create_task(
-                        run_push_workers(self.queue, _push_to, self.settings.push_throttle), name="push-workers"
+                        supervise(
+                            "push workers",
+                            functools.partial(run_push_workers, self.queue, _push_to, self.settings.push_throttle),
+                        )
                     ),
                 ]
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:

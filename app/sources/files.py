@@ -49,10 +49,15 @@ def is_config_file(name: str) -> bool:
     return name.endswith(_SUFFIXES) and not name.startswith((".", "#"))
 
 
+def _unlistable(error: OSError) -> None:
+    raise error  # an unreadable or vanished directory is unknown, not empty
+
+
 def list_config_files(config_dir: Path) -> list[Path]:
-    """Every config file below ``config_dir``, hidden directories skipped, in sorted path order."""
+    """Every config file below ``config_dir``, hidden directories skipped, in sorted path order.
+    Raises OSError when a directory cannot be listed: its files are not known to be gone."""
     found: list[Path] = []
-    for root, dirs, files in os.walk(config_dir):
+    for root, dirs, files in os.walk(config_dir, onerror=_unlistable):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(Path(root) / name for name in files if is_config_file(name))
     return sorted(found, key=lambda p: p.parts)
@@ -273,8 +278,12 @@ class FileSource:
         """Blocking: list the directory; read files that are new, changed, or all (changed=None)."""
         if not self._dir.is_dir():
             raise SettingsError(f"config dir {self._dir} is not a directory")
+        try:
+            listed = list_config_files(self._dir)
+        except OSError as e:
+            raise SettingsError(f"config dir {self._dir}: cannot list {e.filename}: {e.strerror}") from e
         stats: dict[str, _Stat] = {}
-        for file in list_config_files(self._dir):
+        for file in listed:
             try:
                 st = file.stat()
             except OSError:
@@ -287,6 +296,8 @@ class FileSource:
                 results[path] = result
                 if result is None:
                     del stats[path]
+        if not self._dir.is_dir():  # gone during the scan: what it missed is unknown, not deleted
+            raise SettingsError(f"config dir {self._dir} is not a directory")
         return results, stats
 
     def _load_file(self, path: Path) -> LoadResult | None:

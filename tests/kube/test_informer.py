@@ -15,9 +15,10 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import new_client_from_config
 
 from app.config.model import EventType
-from app.sources.kube.informer import Backoff, Informer
+from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KUBE_RESOURCES, KubeResource
 from app.sources.kube.store import Delta
+from app.supervise import Backoff
 from tests.support.kube_api import KubeApi
 
 SERVICES = next(r for r in KUBE_RESOURCES if r.plural == "services")

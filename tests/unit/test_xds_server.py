@@ -231,6 +231,30 @@ async def test_config_change_is_pushed_on_the_open_stream_with_endpoints_followi
     s.call.cancel()
 
 
+async def test_a_config_dir_that_disappears_keeps_the_last_good_config_and_is_followed_again(
+    runtime: Runtime, channel: grpc.aio.Channel
+) -> None:
+    # the watch fails and is restarted with backoff (app/supervise.py); the server never stops
+    # and a missing directory is "unknown", not "empty": nothing is deleted
+    config = runtime.settings.config_dir
+    assert config is not None
+    away = config.with_name("config-away")
+    config.rename(away)
+    await asyncio.sleep(1.0)
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    assert REVIEWS in names(cds)  # still every cluster
+    await s.send(
+        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
+    )
+    away.rename(config)
+    (config / "extra-dr.yaml").write_text(EXTRA_DR)
+    pushed = await s.recv(timeout=30)  # the restarted watch read the directory again
+    assert pushed.type_url == CLUSTER and pushed.version_info != cds.version_info
+    s.call.cancel()
+
+
 async def test_nack_is_visible_in_syncz_and_nothing_is_resent(runtime: Runtime, channel: grpc.aio.Channel) -> None:
     s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
     await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from app.config.model import EventType
 from app.sources.kube.resources import KubeResource
 from app.sources.kube.store import Delta, Raw, Store
+from app.supervise import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -51,23 +51,6 @@ class ApiError(Exception):
 
 # what a list or watch retries after a backoff (ValueError: a body that is not JSON)
 _RETRIED = (ApiError, ApiException, aiohttp.ClientError, TimeoutError, ValueError)
-
-
-class Backoff:
-    """Jittered exponential backoff: ``initial`` doubling up to ``cap`` seconds, each wait
-    scaled by a random factor in [1 - jitter, 1 + jitter]."""
-
-    def __init__(self, initial: float = 0.8, cap: float = 30.0, jitter: float = 0.2) -> None:
-        self._initial, self._cap, self._jitter = initial, cap, jitter
-        self._next = initial
-
-    def reset(self) -> None:
-        self._next = self._initial
-
-    def delay(self) -> float:
-        wait = self._next * random.uniform(1 - self._jitter, 1 + self._jitter)
-        self._next = min(self._next * 2, self._cap)
-        return wait
 
 
 class Informer:
