@@ -1,4 +1,4 @@
-"""The ``pilotfish`` command: serve, validate, config-dump and version."""
+"""The ``pilotfish`` command: serve, validate, proxy-status, config-dump and version."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import uvloop
 
 from app.config.loader import load_documents, load_mesh_file
 from app.debug.dump import dump_all, dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
+from app.debug.status import status_table
 from app.environment import Environment
 from app.errors import PilotfishError
 from app.model.proxy import Proxy, build_proxy
@@ -71,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
     dump.add_argument("--ip", help="the proxy's IP (default: from the node id)")
     dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
+    status = sub.add_parser("proxy-status", help="each connected proxy's xDS sync state, like istioctl proxy-status")
+    status.add_argument("--server", default="http://127.0.0.1:15014", help="pilotfish's monitoring address")
     check = sub.add_parser("validate", help="validate config files offline, one line per problem")
     check.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR")
     sub.add_parser("version", help="print the version")
@@ -148,6 +152,14 @@ def validate(paths: Sequence[Path]) -> int:
     return 1 if problems else 0
 
 
+def _fetch_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.load(response)
+    except (OSError, ValueError) as e:
+        raise PilotfishError(f"{url}: {e}") from e
+
+
 def _kube_target(flag: Path | None, config_dir: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
     """(kubeconfig, in-cluster): the flag, else $KUBECONFIG (its first file, as kubectl), else the
     pod's service account when running in one and no config dir was given."""
@@ -166,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"pilotfish {VERSION}")
         elif args.command == "serve":
             serve(args)
+        elif args.command == "proxy-status":
+            print(status_table(_fetch_json(f"{args.server.rstrip('/')}/debug/syncz")))
         elif args.command == "validate":
             return validate(args.paths)
         elif args.command == "config-dump":

@@ -19,6 +19,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 
+from app.cli import main
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.settings import Settings
@@ -394,3 +395,27 @@ async def test_large_responses_are_paced_and_small_ones_pass(runtime: Runtime) -
     context.release.set()
     await asyncio.gather(*writes, small)
     assert context.peak == 3 and sorted(context.written) == sorted([*(r.nonce for r in large), "small"])
+
+
+async def test_proxy_status_shows_each_types_sync_state_and_the_last_nack(
+    runtime: Runtime, channel: grpc.aio.Channel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    await s.send(
+        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
+    )
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=LISTENER))
+    lds = await s.recv()
+    nack = discovery_pb2.DiscoveryRequest(type_url=LISTENER, response_nonce=lds.nonce)
+    nack.error_detail.code, nack.error_detail.message = 13, "listener rejected"  # as Envoy NACKs
+    await s.send(nack)
+    await asyncio.sleep(0.2)
+    url = f"http://127.0.0.1:{runtime.http.port}"
+    assert await asyncio.to_thread(main, ["proxy-status", "--server", url]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["NAME", "PROTOCOL", "CDS", "LDS", "EDS", "RDS", "LAST", "NACK"]
+    assert row.split()[:7] == ["productpage-v1-0.bookinfo", "sotw", "SYNCED", "STALE", "NOT", "SENT", "NOT"]
+    assert row.endswith("LDS: listener rejected")
+    s.call.cancel()
