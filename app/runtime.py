@@ -1,13 +1,16 @@
-"""The composition root: config source -> Environment -> Debouncer -> PushContext -> PushQueue
--> xDS streams, plus the debug HTTP server, all in one TaskGroup (DESIGN §1, §7 rule 8).
+"""The composition root: config sources -> Environment -> Debouncer -> PushContext -> PushQueue ->
+xDS streams, plus the debug HTTP server and the validation webhook, all in one TaskGroup
+(DESIGN §1, §7 rule 8).
 
-Config events are applied to the Environment as they arrive (cheap, synchronous); the
-resulting PushRequest goes to the one Debouncer. When it fires, a full request rebuilds the
-PushContext from the previous one (only the slices its changed keys affect, in a worker thread
-so the loop keeps serving streams); an endpoint-only request rebuilds nothing: the snapshot is
-the previous one reading the registry's new endpoint snapshot. The shared resource cache then
-drops what the change made stale, and every connected proxy is queued; each stream's
-Connection skips a push its proxy does not depend on.
+The sources are a config dir, a Kubernetes API server (informers) and a mesh config file, in
+any combination; each is watched by its own supervised task (a failure is logged and the watch
+restarted; the last good config stays in force). Config events are applied to the Environment
+as they arrive (cheap, synchronous); the resulting PushRequest goes to the one Debouncer. When
+it fires, a full request rebuilds the PushContext from the previous one (only the slices its
+changed keys affect, in a worker thread so the loop keeps serving streams); an endpoint-only
+request rebuilds nothing: the snapshot is the previous one reading the registry's new endpoint
+snapshot. The shared resource cache then drops what the change made stale, and every connected
+proxy is queued; each stream's Connection skips a push its proxy does not depend on.
 """
 
 from __future__ import annotations
@@ -158,7 +161,8 @@ class Runtime:
                 for task in tasks:
                     task.cancel()
         finally:
-            # also when a task failed (e.g. the config dir vanished): clients get GOAWAY
+            # also when starting failed (an unreachable API server) or a task raised past its
+            # supervisor: clients get GOAWAY and every source is closed
             self.queue.close()
             await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
             await asyncio.shield(self.http.stop())
