@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
@@ -34,6 +35,7 @@ from app.sources.kube.source import KubeSource
 from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
 from app.supervise import supervise
+from app.telemetry.pilot import PilotMetrics
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
@@ -71,11 +73,13 @@ class Runtime:
             eds_debounce=settings.eds_debounce,
         )
         self.heap = HeapKeeper(enabled=settings.gc_freeze)
+        self.metrics = PilotMetrics()
         self.xds = XdsServer(
             self.generator,
             on_disconnect=self.queue.remove,
             on_connect=lambda _: self.heap.connected(),
             send_timeout=settings.xds_send_timeout,
+            metrics=self.metrics,
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
@@ -104,6 +108,9 @@ class Runtime:
 
     def streams(self) -> Sequence[Stream]:
         return list(self.xds.streams.values())
+
+    def metrics_text(self) -> str:
+        return self.metrics.render()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -140,7 +147,7 @@ class Runtime:
                     tg.create_task(
                         supervise(
                             "push workers",
-                            functools.partial(run_push_workers, self.queue, _push_to, self.settings.push_throttle),
+                            functools.partial(run_push_workers, self.queue, self._push_to, self.settings.push_throttle),
                         )
                     ),
                 ]
@@ -186,13 +193,24 @@ class Runtime:
 
     async def _fire(self, request: PushRequest) -> None:
         build = next_snapshot(self.push_context(), self.env, request)
+        started = time.monotonic()
         # a full rebuild runs in a thread so streams keep being served while a large mesh's
         # indexes are recomputed; the endpoint fast path is cheap enough for the loop
         self._push = await asyncio.to_thread(build) if request.full else build()
+        built = time.monotonic()
         self.generator.invalidate(request)
         for stream in self.streams():
             self.queue.enqueue(stream, request)
+        services = sum(len(by_namespace) for by_namespace in self._push.service_index.by_hostname.values())
+        # the Debouncer stamps request.start with the monotonic time of the first event
+        self.metrics.pushed(request.reasons, request.full, built - request.start, built - started, services)
         self.heap.settled()  # the new snapshot and what the change left behind
+
+    async def _push_to(self, stream: Stream, request: PushRequest) -> None:
+        pushes = stream.connection.pushes
+        await stream.push(request)
+        if stream.connection.pushes > pushes:  # not skipped by the dependency filter
+            self.metrics.convergence.observe(time.monotonic() - request.start)
 
     async def _sweep_heap(self, interval: float) -> None:
         """Now and then, while no push is in flight, collect the cycles frozen objects hold."""
@@ -237,5 +255,3 @@ def push_request(change: Change, events: int) -> PushRequest | None:
     return None
 
 
-async def _push_to(stream: Stream, request: PushRequest) -> None:
-    await stream.push(request)

@@ -1,6 +1,7 @@
 """The monitoring and debug HTTP server (istiod's :15014): readiness and debug views.
 
 ``/ready``                       200 once the first PushContext is built and xDS serves
+``/metrics``                     istiod's control-plane metrics, Prometheus text format
 ``/debug/syncz``                 every stream: proxy, protocol, per type nonce/version sent and
                                  acked, NACK count and the last NACK's message
 ``/debug/config_dump?proxyID=``  what a connected proxy is given now (clusters, endpoints,
@@ -39,6 +40,8 @@ class DebugState(Protocol):
     def rejections(self) -> Sequence[ConfigError]: ...
 
     def streams(self) -> Sequence[Stream]: ...
+
+    def metrics_text(self) -> str: ...
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -80,6 +83,7 @@ class DebugServer:
         self.port = 0
         app = web.Application()
         app.router.add_get("/ready", self._ready)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/debug/syncz", self._syncz)
         app.router.add_get("/debug/config_dump", self._config_dump)
         app.router.add_get("/debug/sidecarz", self._sidecarz)
@@ -102,6 +106,10 @@ class DebugServer:
         if self._state.ready:
             return web.Response(text="ready\n")
         return web.Response(status=503, text="not ready\n")
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        body = self._state.metrics_text().encode()
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _syncz(self, _request: web.Request) -> web.Response:
         return web.json_response([sync_status(s) for s in self._state.streams()])

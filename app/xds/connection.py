@@ -11,7 +11,7 @@ The gRPC servicer (server.py) only feeds it and writes what it returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from envoy.config.core.v3 import base_pb2
@@ -78,8 +78,16 @@ class Connection(Generic[Req, Resp]):
     """One stream: its proxy, its protocol session, and the SidecarScope its last full push used
     (istiod keeps it as PrevSidecarScope, to push a proxy a change takes config away from)."""
 
-    def __init__(self, conn_id: str, proxy: Proxy, session: Session[Req, Resp], source: ResourceSource) -> None:
+    def __init__(
+        self,
+        conn_id: str,
+        proxy: Proxy,
+        session: Session[Req, Resp],
+        source: ResourceSource,
+        on_nack: Callable[[Outcome, Proxy], None] | None = None,
+    ) -> None:
         self.id = conn_id
+        self._on_nack = on_nack
         self.proxy = proxy
         self.session = session
         self.source = source
@@ -101,6 +109,8 @@ class Connection(Generic[Req, Resp]):
                 self.id,
                 outcome.error,
             )
+            if self._on_nack is not None:
+                self._on_nack(outcome, self.proxy)
         if not outcome.respond:
             return []
         watch = self.session.watches[outcome.type_url]

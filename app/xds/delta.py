@@ -60,7 +60,7 @@ class DeltaSession:
         if req.response_nonce and req.HasField("error_detail") and req.error_detail.code != 0:
             w.nacks += 1
             w.last_error = req.error_detail.message
-            return Outcome(RequestKind.NACK, type_url, bool(added), w.last_error)
+            return Outcome(RequestKind.NACK, type_url, bool(added), w.last_error, req.error_detail.code)
         if req.response_nonce and req.response_nonce == w.nonce_sent:
             w.nonce_acked = req.response_nonce
             w.last_error = ""

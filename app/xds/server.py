@@ -31,7 +31,8 @@ import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
-from app.model.proxy import InvalidNodeError
+from app.model.proxy import InvalidNodeError, Proxy
+from app.telemetry.pilot import PilotMetrics
 from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
@@ -39,7 +40,7 @@ from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
-from app.xds.watch import NameSets, ProtocolError, counter_nonces
+from app.xds.watch import NameSets, Outcome, ProtocolError, counter_nonces
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class XdsServer:
         on_connect: Callable[[Stream], None] | None = None,
         send_timeout: float = 0.0,
         max_large_writes: int = MAX_LARGE_WRITES,
+        metrics: PilotMetrics | None = None,
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever)."""
         self._source = source
@@ -138,6 +140,7 @@ class XdsServer:
         self._large_writes = asyncio.Semaphore(max_large_writes)
         self._ids = itertools.count(1)
         self._name_sets = NameSets()  # shared by every stream's watches
+        self._metrics = metrics or PilotMetrics()
         self.streams: dict[str, Stream] = {}
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -252,8 +255,9 @@ class XdsServer:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
         conn_id = f"{proxy.id}-{next(self._ids)}"
-        stream = Stream(Connection(conn_id, proxy, session, self._source), inbox)
+        stream = Stream(Connection(conn_id, proxy, session, self._source, self._nacked), inbox)
         self.streams[conn_id] = stream
+        self._metrics.connected(proxy.istio_version, 1)
         if self._on_connect is not None:
             self._on_connect(stream)
         protocol = "delta" if stream.connection.delta else "sotw"
@@ -265,6 +269,7 @@ class XdsServer:
             return
         stream.closed = True
         self.streams.pop(stream.connection.id, None)
+        self._metrics.connected(stream.connection.proxy.istio_version, -1)
         self._on_disconnect(stream)
         # release workers waiting on pushes this stream will never write
         while not stream.inbox.empty():
@@ -293,7 +298,12 @@ class XdsServer:
                 async with asyncio.timeout(self._send_timeout or None):
                     await context.write(resp)
             except TimeoutError:
+                self._metrics.write_timeouts.add()
                 raise SendTimeout from None
+        self._metrics.sent(resp.type_url)
+
+    def _nacked(self, outcome: Outcome, proxy: Proxy) -> None:
+        self._metrics.rejected(outcome.type_url, proxy.id, outcome.error_code)
 
 
 async def read_requests(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:

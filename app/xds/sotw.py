@@ -58,7 +58,7 @@ class SotwSession:
                 w.last_error = message
                 if req.response_nonce == w.nonce_sent:
                     w.nacked_version = w.version_sent
-            return Outcome(RequestKind.NACK, type_url, False, message)
+            return Outcome(RequestKind.NACK, type_url, False, message, req.error_detail.code)
         if w is None:
             # also a reconnect carrying a nonce from an earlier stream: answer it in full
             wildcard = is_wildcard_request(type_url, names)

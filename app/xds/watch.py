@@ -159,6 +159,7 @@ class Outcome:
     type_url: str
     respond: bool
     error: str = ""
+    error_code: int = 0  # a NACK's google.rpc.Code
 
 
 class ProtocolError(Exception):

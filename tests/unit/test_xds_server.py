@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.cli import main
 from app.model.proxy import build_proxy
@@ -419,3 +421,62 @@ async def test_proxy_status_shows_each_types_sync_state_and_the_last_nack(
     assert row.split()[:7] == ["productpage-v1-0.bookinfo", "sotw", "SYNCED", "STALE", "NOT", "SENT", "NOT"]
     assert row.endswith("LDS: listener rejected")
     s.call.cancel()
+
+
+# istiod's metric names (pilot/pkg/xds/monitoring.go, pkg/xds/monitoring.go) that pilotfish exposes
+ISTIOD_METRICS = {
+    "pilot_services", "pilot_xds", "pilot_xds_pushes", "pilot_push_triggers", "pilot_inbound_updates",
+    "pilot_total_xds_rejects", "pilot_xds_cds_reject", "pilot_xds_eds_reject", "pilot_xds_lds_reject",
+    "pilot_xds_rds_reject", "pilot_xds_write_timeout", "pilot_debounce_time", "pilot_pushcontext_init_seconds",
+    "pilot_proxy_convergence_time",
+}  # fmt: skip
+
+
+async def scrape(runtime: Runtime) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    url = f"http://127.0.0.1:{runtime.http.port}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = await resp.text()
+    assert not re.search(r"^\w+_total[{ ]", text, re.MULTILINE)  # istiod's counters carry no _total suffix
+    families = list(text_string_to_metric_families(text))
+    assert {f.name for f in families} <= ISTIOD_METRICS
+    # the parser names counter samples NAME_total; key them by the family's name as exposed
+    return {
+        (f.name if s.name == f"{f.name}_total" else s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in families
+        for s in f.samples
+    }
+
+
+async def test_metrics_move_with_what_happened(runtime: Runtime, channel: grpc.aio.Channel) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    await s.send(
+        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
+    )
+    await s.send(discovery_pb2.DiscoveryRequest(type_url=LISTENER))
+    lds = await s.recv()
+    nack = discovery_pb2.DiscoveryRequest(type_url=LISTENER, response_nonce=lds.nonce)
+    nack.error_detail.code, nack.error_detail.message = 13, "listener rejected"
+    await s.send(nack)
+    await asyncio.sleep(0.2)
+    before = await scrape(runtime)
+    assert before[("pilot_xds", (("version", ""),))] == 1  # one stream, no ISTIO_VERSION in its metadata
+    assert before[("pilot_xds_pushes", (("type", "cds"),))] == 1
+    assert before[("pilot_total_xds_rejects", (("type", "lds"),))] == 1
+    assert before[("pilot_xds_lds_reject", (("err", "Internal"), ("node", "productpage-v1-0.bookinfo")))] == 1
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)  # type: ignore[operator]
+    pushed = await s.recv(timeout=20)
+    assert pushed.type_url == CLUSTER
+    await asyncio.sleep(0.2)
+    after = await scrape(runtime)
+    assert after[("pilot_xds_pushes", (("type", "cds"),))] == 2
+    assert after[("pilot_push_triggers", (("type", "config"),))] == 1
+    assert after[("pilot_inbound_updates", (("type", "config"),))] == 1
+    assert after[("pilot_debounce_time_count", ())] == 1 and after[("pilot_pushcontext_init_seconds_count", ())] == 1
+    assert after[("pilot_proxy_convergence_time_count", ())] == 1
+    assert after[("pilot_services", ())] >= 4  # bookinfo's
+    s.call.cancel()
+    await asyncio.sleep(0.2)
+    assert (await scrape(runtime))[("pilot_xds", (("version", ""),))] == 0
