@@ -399,9 +399,8 @@ async def test_large_responses_are_paced_and_small_ones_pass(runtime: Runtime) -
     assert context.peak == 3 and sorted(context.written) == sorted([*(r.nonce for r in large), "small"])
 
 
-async def test_proxy_status_shows_each_types_sync_state_and_the_last_nack(
-    runtime: Runtime, channel: grpc.aio.Channel, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def cds_acked_lds_nacked(channel: grpc.aio.Channel) -> Stream:
+    """A SotW stream that ACKed its CDS and NACKed its LDS response, as Envoy NACKs (code 13)."""
     s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
     await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
     cds = await s.recv()
@@ -411,9 +410,16 @@ async def test_proxy_status_shows_each_types_sync_state_and_the_last_nack(
     await s.send(discovery_pb2.DiscoveryRequest(type_url=LISTENER))
     lds = await s.recv()
     nack = discovery_pb2.DiscoveryRequest(type_url=LISTENER, response_nonce=lds.nonce)
-    nack.error_detail.code, nack.error_detail.message = 13, "listener rejected"  # as Envoy NACKs
+    nack.error_detail.code, nack.error_detail.message = 13, "listener rejected"
     await s.send(nack)
     await asyncio.sleep(0.2)
+    return s
+
+
+async def test_proxy_status_shows_each_types_sync_state_and_the_last_nack(
+    runtime: Runtime, channel: grpc.aio.Channel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await cds_acked_lds_nacked(channel)
     url = f"http://127.0.0.1:{runtime.http.port}"
     assert await asyncio.to_thread(main, ["proxy-status", "--server", url]) == 0
     header, row = capsys.readouterr().out.splitlines()
@@ -449,18 +455,7 @@ async def scrape(runtime: Runtime) -> dict[tuple[str, tuple[tuple[str, str], ...
 
 
 async def test_metrics_move_with_what_happened(runtime: Runtime, channel: grpc.aio.Channel) -> None:
-    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
-    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
-    cds = await s.recv()
-    await s.send(
-        discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce, version_info=cds.version_info)
-    )
-    await s.send(discovery_pb2.DiscoveryRequest(type_url=LISTENER))
-    lds = await s.recv()
-    nack = discovery_pb2.DiscoveryRequest(type_url=LISTENER, response_nonce=lds.nonce)
-    nack.error_detail.code, nack.error_detail.message = 13, "listener rejected"
-    await s.send(nack)
-    await asyncio.sleep(0.2)
+    s = await cds_acked_lds_nacked(channel)
     before = await scrape(runtime)
     assert before[("pilot_xds", (("version", ""),))] == 1  # one stream, no ISTIO_VERSION in its metadata
     assert before[("pilot_xds_pushes", (("type", "cds"),))] == 1
