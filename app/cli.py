@@ -1,4 +1,4 @@
-"""The ``pilotfish`` command: serve, validate, proxy-status, config-dump and version."""
+"""The ``pilotfish`` command: serve, validate, proxy-status, proxy-config, config-dump and version."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ import logging
 import os
 import signal
 import sys
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvloop
+import yaml
 
+from app import logs
 from app.config.loader import load_documents, load_mesh_file
 from app.debug.dump import dump_all, dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
+from app.debug.proxy_config import SECTIONS, SHORT
 from app.debug.status import status_table
 from app.environment import Environment
 from app.errors import PilotfishError
@@ -51,6 +56,7 @@ def _parse_labels(text: str) -> dict[str, str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pilotfish", description="An Istio-compatible control plane.")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="json: one object per line")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve xDS for the mesh config of a directory and/or a Kubernetes cluster")
     serve.add_argument("--config-dir", type=Path, help="a directory of YAML config files")
@@ -75,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
     status = sub.add_parser("proxy-status", help="each connected proxy's xDS sync state, like istioctl proxy-status")
     status.add_argument("--server", default="http://127.0.0.1:15014", help="pilotfish's monitoring address")
+    config = sub.add_parser("proxy-config", help="a connected proxy's config as served, like istioctl proxy-config")
+    config.add_argument("section", choices=(*SECTIONS, "all"))
+    config.add_argument("proxy_id", metavar="PROXY_ID", help="POD.NAMESPACE (or the connection id from proxy-status)")
+    config.add_argument("--server", default="http://127.0.0.1:15014", help="pilotfish's monitoring address")
+    config.add_argument("-o", "--output", choices=("short", "json", "yaml"), default="short")
     check = sub.add_parser("validate", help="validate config files offline, one line per problem")
     check.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR")
     sub.add_parser("version", help="print the version")
@@ -152,10 +163,24 @@ def validate(paths: Sequence[Path]) -> int:
     return 1 if problems else 0
 
 
+def proxy_config(args: argparse.Namespace) -> str:
+    query = urllib.parse.urlencode({"proxyID": args.proxy_id})
+    dump = _fetch_json(f"{args.server.rstrip('/')}/debug/config_dump?{query}")
+    sections = SECTIONS if args.section == "all" else (args.section,)
+    if args.output == "short":
+        return "\n\n".join(SHORT[s](dump) for s in sections)
+    chosen = {s: dump.get(s, []) for s in sections}
+    if args.output == "yaml":
+        return yaml.safe_dump(chosen, sort_keys=False).rstrip()
+    return json.dumps(chosen, indent=2)
+
+
 def _fetch_json(url: str) -> Any:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             return json.load(response)
+    except urllib.error.HTTPError as e:  # the server says why (e.g. no such connected proxy)
+        raise PilotfishError(f"{url}: HTTP {e.code}: {e.read().decode(errors='replace').strip()[:300]}") from e
     except (OSError, ValueError) as e:
         raise PilotfishError(f"{url}: {e}") from e
 
@@ -171,8 +196,8 @@ def _kube_target(flag: Path | None, config_dir: Path | None, env: Mapping[str, s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     args = _parser().parse_args(argv)
+    logs.configure(args.log_format)
     try:
         if args.command == "version":
             print(f"pilotfish {VERSION}")
@@ -180,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve(args)
         elif args.command == "proxy-status":
             print(status_table(_fetch_json(f"{args.server.rstrip('/')}/debug/syncz")))
+        elif args.command == "proxy-config":
+            print(proxy_config(args))
         elif args.command == "validate":
             return validate(args.paths)
         elif args.command == "config-dump":

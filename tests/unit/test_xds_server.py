@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import re
 import shutil
 from collections.abc import AsyncIterator
@@ -475,3 +476,23 @@ async def test_metrics_move_with_what_happened(runtime: Runtime, channel: grpc.a
     s.call.cancel()
     await asyncio.sleep(0.2)
     assert (await scrape(runtime))[("pilot_xds", (("version", ""),))] == 0
+
+
+async def test_proxy_config_prints_what_a_connected_proxy_is_served(
+    runtime: Runtime, channel: grpc.aio.Channel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await cds_acked_lds_nacked(channel)
+    url = f"http://127.0.0.1:{runtime.http.port}"
+    proxy = "productpage-v1-0.bookinfo"
+    assert await asyncio.to_thread(main, ["proxy-config", "clusters", proxy, "--server", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["SERVICE", "FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE"]
+    assert ["reviews.bookinfo.svc.cluster.local", "9080", "-", "outbound", "EDS"] in [line.split() for line in lines]
+    assert await asyncio.to_thread(main, ["proxy-config", "all", proxy, "--server", url]) == 0
+    text = capsys.readouterr().out
+    assert "VHOST NAME" in text and "ENDPOINT" in text and "CHAINS" in text
+    assert await asyncio.to_thread(main, ["proxy-config", "routes", proxy, "--server", url, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["routes"]
+    assert await asyncio.to_thread(main, ["proxy-config", "routes", "nobody.nowhere", "--server", url]) == 2
+    assert "no connected proxy 'nobody.nowhere'" in capsys.readouterr().err
+    s.call.cancel()

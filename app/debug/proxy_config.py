@@ -1,0 +1,70 @@
+"""``pilotfish proxy-config``: a connected proxy's config as the control plane serves it (from
+``/debug/config_dump``), like ``istioctl proxy-config`` but from pilotfish's side. Pure: the
+``short`` tables from the decoded dump; the CLI fetches it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+SECTIONS = ("clusters", "listeners", "routes", "endpoints")
+
+Dump = Mapping[str, Sequence[Mapping[str, Any]]]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    all_rows = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(header))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in all_rows)
+
+
+def clusters(dump: Dump) -> str:
+    rows = []
+    for c in dump.get("clusters", ()):
+        name = str(c.get("name", ""))
+        parts = name.split("|")
+        kind = str(c.get("type", "EDS" if "edsClusterConfig" in c else "STATIC"))
+        if len(parts) == 4:
+            direction, port, subset, fqdn = parts
+            rows.append((fqdn or "-", port, subset or "-", direction, kind))
+        else:
+            rows.append((name, "-", "-", "-", kind))
+    return _table(("SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE"), rows)
+
+
+def listeners(dump: Dump) -> str:
+    rows = []
+    for lis in dump.get("listeners", ()):
+        sock = (lis.get("address") or {}).get("socketAddress") or {}
+        chains = str(len(lis.get("filterChains") or ()))
+        rows.append((str(lis.get("name", "")), str(sock.get("address", "-")), str(sock.get("portValue", "-")), chains))
+    return _table(("NAME", "ADDRESS", "PORT", "CHAINS"), rows)
+
+
+def routes(dump: Dump) -> str:
+    rows = []
+    for rc in dump.get("routes", ()):
+        for vh in rc.get("virtualHosts") or ():
+            domains = [str(d) for d in vh.get("domains") or ()]
+            shown = ", ".join(domains[:2]) + (f" + {len(domains) - 2} more" if len(domains) > 2 else "")
+            rows.append((str(rc.get("name", "")), str(vh.get("name", "")), shown, str(len(vh.get("routes") or ()))))
+    return _table(("NAME", "VHOST NAME", "DOMAINS", "ROUTES"), rows)
+
+
+def endpoints(dump: Dump) -> str:
+    rows = []
+    for cla in dump.get("endpoints", ()):
+        for group in cla.get("endpoints") or ():
+            for lb in group.get("lbEndpoints") or ():
+                sock = ((lb.get("endpoint") or {}).get("address") or {}).get("socketAddress") or {}
+                address = f"{sock.get('address', '')}:{sock.get('portValue', '')}"
+                rows.append((address, str(lb.get("healthStatus", "HEALTHY")), str(cla.get("clusterName", ""))))
+    return _table(("ENDPOINT", "STATUS", "CLUSTER"), rows)
+
+
+SHORT: Mapping[str, Callable[[Dump], str]] = {
+    "clusters": clusters,
+    "listeners": listeners,
+    "routes": routes,
+    "endpoints": endpoints,
+}
