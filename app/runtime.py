@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
+from typing import Any
 
 from app.config.model import ConfigEvent
 from app.debug.server import DebugServer
@@ -74,6 +75,8 @@ class Runtime:
         )
         self.heap = HeapKeeper(enabled=settings.gc_freeze)
         self.metrics = PilotMetrics()
+        self._last_push: dict[str, Any] | None = None  # /debug/push_status
+        self._last_push_sent: dict[tuple[tuple[str, str], ...], float] = {}
         self.xds = XdsServer(
             self.generator,
             on_disconnect=self.queue.remove,
@@ -111,6 +114,40 @@ class Runtime:
 
     def metrics_text(self) -> str:
         return self.metrics.render()
+
+    def config_status(self) -> dict[str, Any]:
+        """``/debug/configz``: every config object in force, with its source and version, and
+        every rejected one with its reason."""
+        objects = [
+            {
+                "kind": str(obj.kind),
+                "namespace": obj.meta.namespace,
+                "name": obj.meta.name,
+                "source": obj.source,
+                "resourceVersion": obj.meta.resource_version,
+            }
+            for source in self.sources
+            for obj in source.objects()
+        ]
+        objects.sort(key=lambda o: (o["kind"], o["namespace"], o["name"]))
+        rejected = [
+            {"source": e.source, "kind": e.kind, "name": e.name, "field": e.field, "reason": e.reason}
+            for e in self.rejections()
+        ]
+        return {"objects": objects, "rejected": rejected}
+
+    def push_status(self) -> dict[str, Any]:
+        """``/debug/push_status``: the last push fired, and the responses sent since, by type."""
+        if self._last_push is None:
+            return {}
+        sent = {
+            dict(labels)["type"]: count - self._last_push_sent.get(labels, 0)
+            for labels, count in self.metrics.pushes.values.items()
+        }
+        return {**self._last_push, "responsesSinceByType": {t: n for t, n in sorted(sent.items()) if n}}
+
+    def pending_push(self, stream: Stream) -> bool:
+        return self.queue.queued(stream)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -204,6 +241,18 @@ class Runtime:
         services = sum(len(by_namespace) for by_namespace in self._push.service_index.by_hostname.values())
         # the Debouncer stamps request.start with the monotonic time of the first event
         self.metrics.pushed(request.reasons, request.full, built - request.start, built - started, services)
+        self._last_push = {
+            "version": self._push.version,
+            "full": request.full,
+            "reasons": dict(request.reasons),
+            "configsUpdated": sorted(str(key) for key in request.configs_updated)[:50],
+            "configsUpdatedCount": len(request.configs_updated),
+            "endpointServices": sorted(f"{host}/{ns}" for host, ns in request.endpoint_services)[:50],
+            "debounceSeconds": round(built - request.start, 6),
+            "buildSeconds": round(built - started, 6),
+            "proxiesQueued": len(self.streams()),
+        }
+        self._last_push_sent = dict(self.metrics.pushes.values)
         self.heap.settled()  # the new snapshot and what the change left behind
 
     async def _push_to(self, stream: Stream, request: PushRequest) -> None:

@@ -8,6 +8,9 @@
                                  listeners, routes), as ``pilotfish config-dump`` prints it
 ``/debug/sidecarz?proxyID=``     that proxy's SidecarScope
 ``/debug/rejections``            config objects rejected, with the reason
+``/debug/configz``               every config object in force (source, version) and every rejection
+``/debug/push_status``           the last push fired: request, times, proxies, responses since by type
+``/debug/connections``           every stream: proxy, protocol, types watched, pushes, pending push
 aiohttp serves it; the handlers only read the runtime through ``DebugState``.
 """
 
@@ -42,6 +45,12 @@ class DebugState(Protocol):
     def streams(self) -> Sequence[Stream]: ...
 
     def metrics_text(self) -> str: ...
+
+    def config_status(self) -> dict[str, Any]: ...
+
+    def push_status(self) -> dict[str, Any]: ...
+
+    def pending_push(self, stream: Stream) -> bool: ...
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -88,6 +97,9 @@ class DebugServer:
         app.router.add_get("/debug/config_dump", self._config_dump)
         app.router.add_get("/debug/sidecarz", self._sidecarz)
         app.router.add_get("/debug/rejections", self._rejections)
+        app.router.add_get("/debug/configz", self._configz)
+        app.router.add_get("/debug/push_status", self._push_status)
+        app.router.add_get("/debug/connections", self._connections)
         self.app = app
 
     async def start(self, address: str) -> None:
@@ -120,6 +132,27 @@ class DebugServer:
             if wanted in (stream.connection.id, stream.connection.proxy.id):
                 return stream
         raise web.HTTPNotFound(text=f"no connected proxy {wanted!r} (see /debug/syncz)\n")
+
+    async def _configz(self, _request: web.Request) -> web.Response:
+        return web.json_response(self._state.config_status())
+
+    async def _push_status(self, _request: web.Request) -> web.Response:
+        return web.json_response(self._state.push_status())
+
+    async def _connections(self, _request: web.Request) -> web.Response:
+        out = [
+            {
+                "connectionID": s.connection.id,
+                "proxy": s.connection.proxy.id,
+                "proxyType": str(s.connection.proxy.type),
+                "protocol": "delta" if s.connection.delta else "sotw",
+                "types": sorted(SHORT_NAMES.get(w.type_url, w.type_url) for w in s.connection.watched()),
+                "pushes": s.connection.pushes,
+                "pendingPush": self._state.pending_push(s),
+            }
+            for s in self._state.streams()
+        ]
+        return web.json_response(out)
 
     async def _config_dump(self, request: web.Request) -> web.Response:
         proxy = self._stream(request).connection.proxy

@@ -294,6 +294,10 @@ class PushQueue(Generic[C]):
         """Connections queued for a push (istiod PushQueue.Pending)."""
         return len(self._queue)
 
+    def queued(self, conn: C) -> bool:
+        """A push for ``conn`` waits (queued, or to follow the one in flight)."""
+        return conn in self._pending
+
     def idle(self) -> bool:
         """No connection is queued or being pushed."""
         return not self._queue and not self._processing

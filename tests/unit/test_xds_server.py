@@ -496,3 +496,24 @@ async def test_proxy_config_prints_what_a_connected_proxy_is_served(
     assert await asyncio.to_thread(main, ["proxy-config", "routes", "nobody.nowhere", "--server", url]) == 2
     assert "no connected proxy 'nobody.nowhere'" in capsys.readouterr().err
     s.call.cancel()
+
+
+async def test_debug_configz_push_status_and_connections(runtime: Runtime, channel: grpc.aio.Channel) -> None:
+    s = await cds_acked_lds_nacked(channel)
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)  # type: ignore[operator]
+    await s.recv(timeout=20)  # the push
+    base = f"http://127.0.0.1:{runtime.http.port}/debug/"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "configz") as resp:
+            configz = await resp.json()
+        async with session.get(base + "push_status") as resp:
+            push = await resp.json()
+        async with session.get(base + "connections") as resp:
+            [connection] = await resp.json()
+    extra = [o for o in configz["objects"] if (o["kind"], o["name"]) == ("DestinationRule", "ratings-extra")]
+    assert len(extra) == 1 and extra[0]["source"].endswith("extra-dr.yaml") and configz["rejected"] == []
+    assert push["full"] is True and push["configsUpdated"] == ["DestinationRule bookinfo/ratings-extra"]
+    assert push["proxiesQueued"] == 1 and push["responsesSinceByType"].get("cds") == 1
+    assert connection["proxy"] == "productpage-v1-0.bookinfo" and connection["types"] == ["cds", "lds"]
+    assert connection["protocol"] == "sotw" and connection["pendingPush"] is False
+    s.call.cancel()
