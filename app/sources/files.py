@@ -38,6 +38,7 @@ _SUFFIXES = (".yaml", ".yml")
 # ConfigMap mount swaps a hidden ``..data`` symlink, which changes this but no event names
 # the file itself.
 _Stat = tuple[int, int, int, int]
+_UNREADABLE: _Stat = (0, 0, 0, -1)  # a listed file whose stat fails
 
 
 def is_config_file(name: str) -> bool:
@@ -55,9 +56,16 @@ def _unlistable(error: OSError) -> None:
 
 def list_config_files(config_dir: Path) -> list[Path]:
     """Every config file below ``config_dir``, hidden directories skipped, in sorted path order.
+    Symlinked directories are followed, each directory read once (a symlink loop ends there).
     Raises OSError when a directory cannot be listed: its files are not known to be gone."""
     found: list[Path] = []
-    for root, dirs, files in os.walk(config_dir, onerror=_unlistable):
+    seen: set[tuple[int, int]] = set()
+    for root, dirs, files in os.walk(config_dir, onerror=_unlistable, followlinks=True):
+        st = os.stat(root)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []  # reached again through a symlink: a loop, or a second link to it
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(Path(root) / name for name in files if is_config_file(name))
     return sorted(found, key=lambda p: p.parts)
@@ -283,14 +291,24 @@ class FileSource:
         except OSError as e:
             raise SettingsError(f"config dir {self._dir}: cannot list {e.filename}: {e.strerror}") from e
         stats: dict[str, _Stat] = {}
+        unreadable: dict[str, LoadResult] = {}
         for file in listed:
             try:
                 st = file.stat()
-            except OSError:
-                continue  # gone since the listing, or a dangling symlink
+            except OSError as e:
+                if not os.path.lexists(file):
+                    continue  # gone since the listing
+                # a symlink loop or a dangling link: named, and its last good objects kept
+                error = ConfigError(str(file), "", "", "", f"cannot read file: {e.strerror or e}")
+                unreadable[str(file)] = LoadResult(rejected=[Rejection(None, error)], parsed=False)
+                stats[str(file)] = _UNREADABLE
+                continue
             stats[str(file)] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         results: dict[str, LoadResult | None] = {path: None for path in known if path not in stats}
+        results.update((path, result) for path, result in unreadable.items() if known.get(path) != _UNREADABLE)
         for path, stat in list(stats.items()):
+            if path in unreadable:
+                continue
             if changed is None or known.get(path) != stat or os.path.abspath(path) in changed:
                 result = self._load_file(Path(path))
                 results[path] = result

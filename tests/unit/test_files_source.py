@@ -445,3 +445,35 @@ def test_fileset_rejected_object_without_previous_version_is_absent() -> None:
     assert applied.events == []
     assert fs.objects() == []
     assert len(fs.errors()) == 1
+
+
+# --- symlinks: followed safely, loops detected, unreadable links named and their config kept -----
+
+
+def test_symlinked_directories_are_followed_and_loops_end_there(config_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "shared"
+    write(outside / "ratings.yaml", destination_rule(name="ratings"))
+    (config_dir / "shared").symlink_to(outside, target_is_directory=True)
+    (config_dir / "loop").symlink_to(config_dir, target_is_directory=True)  # a directory loop
+    (outside / "back").symlink_to(outside, target_is_directory=True)
+    source = FileSource(config_dir)
+    keys = [key for _, key in summary(source.load())]
+    assert ConfigKey(Kind.DESTINATION_RULE, NS, "ratings") in keys
+    assert len(keys) == len(set(keys)) and source.rejections() == []  # each directory read once
+
+
+def test_a_symlink_loop_file_is_named_and_a_dangling_link_keeps_the_last_good_objects(config_dir: Path) -> None:
+    (config_dir / "a.yaml").symlink_to(config_dir / "b.yaml")
+    (config_dir / "b.yaml").symlink_to(config_dir / "a.yaml")  # a file loop
+    source = FileSource(config_dir)
+    good = summary(source.load())
+    errors = [str(e) for e in source.rejections()]
+    assert any(e.startswith(f"{config_dir / 'a.yaml'}: cannot read file") for e in errors), errors
+    assert (EventType.ADD, SERVICE_KEY) in good
+    # the file holding the Service becomes a link to nothing: reported, nothing deleted
+    target = config_dir / "bookinfo.yaml"
+    target.rename(config_dir / "elsewhere.txt")
+    target.symlink_to(config_dir / "missing.yaml")
+    assert source.load() == []
+    assert any(str(e).startswith(f"{target}: cannot read file") for e in source.rejections())
+    assert SERVICE_KEY in {o.key for o in source.objects()}
