@@ -32,6 +32,8 @@ from app.errors import ConfigError, SettingsError
 logger = logging.getLogger(__name__)
 
 MESH_FILE = "mesh.yaml"
+# Kubernetes caps an object at ~1.5 MiB; a file of many objects stays well under this
+MAX_FILE_BYTES = 16 * 2**20
 _SUFFIXES = (".yaml", ".yml")
 
 # (st_dev, st_ino, st_mtime_ns, st_size) of the file a path resolves to: a Kubernetes
@@ -321,6 +323,10 @@ class FileSource:
     def _load_file(self, path: Path) -> LoadResult | None:
         """Load one file; None if it no longer exists."""
         try:
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES:  # refused before it is read into memory
+                reason = f"{size} bytes, more than the {MAX_FILE_BYTES // 2**20} MiB a config file may hold"
+                return LoadResult(rejected=[Rejection(None, ConfigError(str(path), "", "", "", reason))], parsed=False)
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None

@@ -477,3 +477,15 @@ def test_a_symlink_loop_file_is_named_and_a_dangling_link_keeps_the_last_good_ob
     assert source.load() == []
     assert any(str(e).startswith(f"{target}: cannot read file") for e in source.rejections())
     assert SERVICE_KEY in {o.key for o in source.objects()}
+
+
+def test_an_oversized_file_is_refused_unread_and_its_last_good_objects_kept(config_dir: Path) -> None:
+    source = FileSource(config_dir)
+    source.load()
+    big = config_dir / "bookinfo.yaml"
+    with big.open("r+b") as f:
+        f.truncate(17 * 2**20)  # sparse: nothing is written
+    assert source.load() == []
+    [error] = source.rejections()
+    assert str(error).startswith(f"{big}: ") and "more than the 16 MiB a config file may hold" in str(error)
+    assert SERVICE_KEY in {o.key for o in source.objects()}
