@@ -28,7 +28,6 @@ from app.xds.watch import (
     WatchedResource,
     check_type,
     is_wildcard_request,
-    names_of,
     set_version,
 )
 
@@ -45,7 +44,7 @@ class DeltaSession:
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> Outcome:
         type_url = req.type_url
         check_type(type_url, self._allowed)
-        subscribe = names_of(req.resource_names_subscribe)
+        subscribe = set(req.resource_names_subscribe)
         unsubscribe = set(req.resource_names_unsubscribe)
         w = self.watches.get(type_url)
         if w is None:

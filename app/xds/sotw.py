@@ -32,7 +32,6 @@ from app.xds.watch import (
     WatchedResource,
     check_type,
     is_wildcard_request,
-    names_of,
     set_version,
 )
 
@@ -49,7 +48,7 @@ class SotwSession:
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> Outcome:
         type_url = req.type_url
         check_type(type_url, self._allowed)
-        names = names_of(req.resource_names)
+        names = set(req.resource_names)
         w = self.watches.get(type_url)
         if req.HasField("error_detail") and req.error_detail.code != 0:
             message = req.error_detail.message

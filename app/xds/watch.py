@@ -112,7 +112,8 @@ class WatchedResource:
 
 class NameSets:
     """Subscribed-name sets held once: the streams of a proxy class subscribe to the same
-    thousand-odd names, so their watches share one frozenset instead of holding a set each.
+    thousand-odd names, so their watches share one frozenset instead of holding a set each, and
+    the names of a set new here are interned, so sets that differ a little share their strings.
     The ``limit`` most recently used distinct sets are kept here; one dropped lives on in the
     watches that hold it."""
 
@@ -124,18 +125,13 @@ class NameSets:
         key = names if isinstance(names, frozenset) else frozenset(names)
         found = self._sets.get(key)
         if found is None:
-            self._sets[key] = found = key
+            found = frozenset(sys.intern(name) for name in key)
+            self._sets[found] = found
             if len(self._sets) > self._limit:
                 self._sets.popitem(last=False)
         else:
             self._sets.move_to_end(key)
         return found
-
-
-def names_of(listed: Iterable[str]) -> set[str]:
-    """The resource names a request lists, interned: thousands of streams subscribe to the same
-    names and keep them for their lifetime, so each name is held once, not once per stream."""
-    return {sys.intern(name) for name in listed}
 
 
 def is_wildcard_request(type_url: str, names: Iterable[str]) -> bool:
