@@ -28,7 +28,7 @@ from app.config.loader import MESH_CONFIGMAP_NAME, load_object
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
-from app.sources.kube.discovery import selected
+from app.sources.kube.discovery import selected, selects
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import (
     CRDS,
@@ -63,7 +63,7 @@ class KubeSource:
         self._client = client
         self._system_namespace = system_namespace
         self._mesh_from_configmap = mesh_from_configmap
-        self._given_selectors: list[Mapping[str, Any]] = []  # from use_mesh_config
+        self._selectors: list[Mapping[str, Any]] = []  # discoverySelectors in force
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         # informer deltas as they come; None: an informer's task ended (a bug; watch() raises)
@@ -99,6 +99,8 @@ class KubeSource:
             selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
             self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
         await self._synced()
+        if self._mesh_from_configmap:
+            self._selectors = self._configmap_selectors()
         self._selected = self._selection()  # every store has listed: filter the first lists already
         return self._drain()
 
@@ -153,7 +155,7 @@ class KubeSource:
     def use_mesh_config(self, mesh: MeshConfig) -> None:
         """The mesh config when it does not come from the ConfigMap (``--mesh-config``): its
         discoverySelectors scope what is read; a change re-scopes on the next ``watch()`` step."""
-        self._given_selectors = [json_format.MessageToDict(s) for s in mesh.discovery_selectors]
+        self._selectors = _selectors_of(mesh)
         self._pending.put_nowait(_RESCOPE)
 
     async def close(self) -> None:
@@ -216,12 +218,15 @@ class KubeSource:
     def _events(self, batch: list[tuple[KubeResource, Delta]]) -> list[ConfigEvent]:
         events: list[ConfigEvent] = []
         if batch is _RESCOPE:
-            events.extend(self._reselect()[0])
+            events.extend(self._rescope(self._selection())[0])
         for resource, delta in batch:
-            if resource is NAMESPACES or resource is MESH_CONFIGMAP:
-                rescoped, changed = self._reselect()
+            if resource is MESH_CONFIGMAP:
+                self._selectors = self._configmap_selectors()
+                events.extend(self._rescope(self._selection())[0])
+            elif resource is NAMESPACES:
+                rescoped, changed = self._rescope(self._with_namespace(delta))
                 events.extend(rescoped)
-                if resource is NAMESPACES and _namespace_of(resource, delta.obj) in changed:
+                if _namespace_of(resource, delta.obj) in changed:
                     continue  # the rescoping brought it in or took it out already
             if delta.change is EventType.DELETE or self._visible(resource, delta.obj):
                 event = self._event(resource, delta)
@@ -233,17 +238,32 @@ class KubeSource:
 
     # --- discoverySelectors -----------------------------------------------------------------
 
-    def _selection(self) -> frozenset[str] | None:
-        """The namespaces read now (None: all), from the mesh ConfigMap's selectors and the
-        namespaces' labels as the informers last saw them."""
-        selectors = self._given_selectors
+    def _configmap_selectors(self) -> list[Mapping[str, Any]]:
+        """The selectors of the mesh ConfigMap as its informer last saw it (none without one)."""
         mesh_map = self._store_objects(MESH_CONFIGMAP)
         if mesh_map:
             loaded = load_object(mesh_map[0], "kube", system_namespace=self._system_namespace).objects
             if loaded and loaded[0].kind is Kind.MESH_CONFIG:
-                selectors = [json_format.MessageToDict(s) for s in loaded[0].spec.discovery_selectors]
+                return _selectors_of(loaded[0].spec)
+        return []
+
+    def _selection(self) -> frozenset[str] | None:
+        """The namespaces read (None: all) under the selectors in force, over every namespace's
+        labels as the informer last saw them; for a selector change."""
         namespaces = self._store_objects(NAMESPACES)
-        return selected(selectors, ((_meta(ns).get("name", ""), _meta(ns).get("labels") or {}) for ns in namespaces))
+        return selected(
+            self._selectors, ((_meta(ns).get("name", ""), _meta(ns).get("labels") or {}) for ns in namespaces)
+        )
+
+    def _with_namespace(self, delta: Delta) -> frozenset[str] | None:
+        """The namespaces read after one namespace changed: only its own membership can move."""
+        if self._selected is None:
+            return None  # no selectors: every namespace is read
+        name = _namespace_of(NAMESPACES, delta.obj)
+        labels = _meta(delta.obj).get("labels") or {}
+        if delta.change is not EventType.DELETE and selects(self._selectors, labels):
+            return self._selected | {name}
+        return self._selected - {name}
 
     def _store_objects(self, resource: KubeResource) -> list[Raw]:
         running = self._running.get(resource)
@@ -255,11 +275,10 @@ class KubeSource:
         namespace = _namespace_of(resource, obj)
         return not namespace or namespace in self._selected
 
-    def _reselect(self) -> tuple[list[ConfigEvent], frozenset[str]]:
-        """After a namespace or the mesh config changed: the objects of the namespaces that
-        started being read come in, those of the namespaces no longer read go; and which
-        namespaces those were."""
-        before, after = self._selected, self._selection()
+    def _rescope(self, after: frozenset[str] | None) -> tuple[list[ConfigEvent], frozenset[str]]:
+        """Read ``after`` from now on: the objects of the namespaces that start being read come
+        in, those of the namespaces no longer read go; and which namespaces those were."""
+        before = self._selected
         if before == after:
             return [], frozenset()
         self._selected = after
@@ -340,3 +359,7 @@ def _namespace_of(resource: KubeResource, obj: Raw) -> str:
     if resource is NAMESPACES:
         return str(_meta(obj).get("name", ""))
     return str(_meta(obj).get("namespace", "")) if resource.namespaced else ""
+
+
+def _selectors_of(mesh: MeshConfig) -> list[Mapping[str, Any]]:
+    return [json_format.MessageToDict(s) for s in mesh.discovery_selectors]
