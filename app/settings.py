@@ -67,6 +67,12 @@ class Settings:
         return replace(cls(config_dir=config_dir), **values)
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:80`` too; an empty host is every interface) as (host, port)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def _seconds(key: str, text: str) -> float:
     m = _DURATION.match(text.strip())
     if not m:

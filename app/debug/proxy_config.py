@@ -7,15 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from app.debug.status import table
+
 SECTIONS = ("clusters", "listeners", "routes", "endpoints")
 
 Dump = Mapping[str, Sequence[Mapping[str, Any]]]
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    all_rows = [list(header), *[list(r) for r in rows]]
-    widths = [max(len(r[i]) for r in all_rows) for i in range(len(header))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in all_rows)
 
 
 def clusters(dump: Dump) -> str:
@@ -29,7 +25,7 @@ def clusters(dump: Dump) -> str:
             rows.append((fqdn or "-", port, subset or "-", direction, kind))
         else:
             rows.append((name, "-", "-", "-", kind))
-    return _table(("SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE"), rows)
+    return table(("SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE"), rows)
 
 
 def listeners(dump: Dump) -> str:
@@ -38,7 +34,7 @@ def listeners(dump: Dump) -> str:
         sock = (lis.get("address") or {}).get("socketAddress") or {}
         chains = str(len(lis.get("filterChains") or ()))
         rows.append((str(lis.get("name", "")), str(sock.get("address", "-")), str(sock.get("portValue", "-")), chains))
-    return _table(("NAME", "ADDRESS", "PORT", "CHAINS"), rows)
+    return table(("NAME", "ADDRESS", "PORT", "CHAINS"), rows)
 
 
 def routes(dump: Dump) -> str:
@@ -48,7 +44,7 @@ def routes(dump: Dump) -> str:
             domains = [str(d) for d in vh.get("domains") or ()]
             shown = ", ".join(domains[:2]) + (f" + {len(domains) - 2} more" if len(domains) > 2 else "")
             rows.append((str(rc.get("name", "")), str(vh.get("name", "")), shown, str(len(vh.get("routes") or ()))))
-    return _table(("NAME", "VHOST NAME", "DOMAINS", "ROUTES"), rows)
+    return table(("NAME", "VHOST NAME", "DOMAINS", "ROUTES"), rows)
 
 
 def endpoints(dump: Dump) -> str:
@@ -59,7 +55,7 @@ def endpoints(dump: Dump) -> str:
                 sock = ((lb.get("endpoint") or {}).get("address") or {}).get("socketAddress") or {}
                 address = f"{sock.get('address', '')}:{sock.get('portValue', '')}"
                 rows.append((address, str(lb.get("healthStatus", "HEALTHY")), str(cla.get("clusterName", ""))))
-    return _table(("ENDPOINT", "STATUS", "CLUSTER"), rows)
+    return table(("ENDPOINT", "STATUS", "CLUSTER"), rows)
 
 
 SHORT: Mapping[str, Callable[[Dump], str]] = {

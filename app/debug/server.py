@@ -25,6 +25,7 @@ from aiohttp import web
 from app.debug.dump import dump_served, scope_json
 from app.errors import ConfigError
 from app.model.push_context import PushContext
+from app.settings import split_address
 from app.xds.generate import ResourceSource
 from app.xds.resources import SHORT_NAMES
 from app.xds.server import Stream
@@ -51,11 +52,6 @@ class DebugState(Protocol):
     def push_status(self) -> dict[str, Any]: ...
 
     def pending_push(self, stream: Stream) -> bool: ...
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def sync_status(stream: Stream) -> dict[str, Any]:
@@ -103,7 +99,7 @@ class DebugServer:
         self.app = app
 
     async def start(self, address: str) -> None:
-        host, port = _split_address(address)
+        host, port = split_address(address)
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()

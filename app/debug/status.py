@@ -17,9 +17,15 @@ def sync_state(watch: Mapping[str, Any] | None) -> str:
     return "SYNCED" if watch.get("nonceAcked") == watch.get("nonceSent") else "STALE"
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns three spaces apart, as istioctl prints them."""
+    lines = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
 def status_table(streams: Sequence[Mapping[str, Any]]) -> str:
-    header = ("NAME", "PROTOCOL", *(t.upper() for t in TYPES), "LAST NACK")
-    rows = [header]
+    rows = []
     for stream in sorted(streams, key=lambda s: (str(s.get("proxy")), str(s.get("connectionID")))):
         watches = stream.get("watches") or {}
         nacks = [f"{t.upper()}: {w['lastError']}" for t, w in sorted(watches.items()) if w.get("lastError")]
@@ -31,8 +37,7 @@ def status_table(streams: Sequence[Mapping[str, Any]]) -> str:
                 "; ".join(nacks)[:120],
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return table(("NAME", "PROTOCOL", *(t.upper() for t in TYPES), "LAST NACK"), rows)
 
 
 def _name(node_id: str) -> str:

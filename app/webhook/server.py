@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from app.errors import SettingsError
+from app.settings import split_address
 from app.webhook.admission import ADMISSION_V1, ReviewError, review
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,10 @@ class WebhookServer:
         app.router.add_post("/validate/", self._validate)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        host, _, port = address.rpartition(":")
-        await web.TCPSite(self._runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context).start()
+        host, port = split_address(address)
+        await web.TCPSite(self._runner, host, port, ssl_context=context).start()
         self.port = self._runner.addresses[0][1]
-        logger.info("validation webhook serving on %s:%d", host or "0.0.0.0", self.port)
+        logger.info("validation webhook serving on %s:%d", host, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
