@@ -20,7 +20,6 @@ import uvloop
 import yaml
 
 from app import logs
-from app.config.loader import load_documents, load_mesh_file
 from app.debug.dump import dump_all, dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
 from app.debug.proxy_config import SECTIONS, SHORT
 from app.debug.status import status_table
@@ -30,7 +29,7 @@ from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.runtime import Runtime
 from app.settings import Settings
-from app.sources.files import MESH_FILE, FileSource, list_config_files
+from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
 
 VERSION = "0.1.0"
 
@@ -150,13 +149,11 @@ def validate(paths: Sequence[Path]) -> int:
         if not path.exists():
             raise PilotfishError(f"validate: {path}: no such file or directory")
         for file in list_config_files(path) if path.is_dir() else [path]:
-            try:
-                text = file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                print(f"{file}: cannot read: {e}")
+            result = load_config_file(file, mesh=file.name == MESH_FILE)
+            if result is None:
+                print(f"{file}: no such file")
                 problems += 1
                 continue
-            result = load_mesh_file(text, str(file)) if file.name == MESH_FILE else load_documents(text, str(file))
             for rejection in result.rejected:
                 print(rejection.error)
             problems += len(result.rejected)

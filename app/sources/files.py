@@ -321,21 +321,28 @@ class FileSource:
         return results, stats
 
     def _load_file(self, path: Path) -> LoadResult | None:
-        """Load one file; None if it no longer exists."""
-        try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:  # refused before it is read into memory
-                reason = f"{size} bytes, more than the {MAX_FILE_BYTES // 2**20} MiB a config file may hold"
-                return LoadResult(rejected=[Rejection(None, ConfigError(str(path), "", "", "", reason))], parsed=False)
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as e:
-            error = ConfigError(str(path), "", "", "", f"cannot read file: {e}")
-            return LoadResult(rejected=[Rejection(None, error)], parsed=False)
-        if path.name == MESH_FILE and path.parent == self._dir:
-            return load_mesh_file(text, str(path))
-        return load_documents(text, str(path), system_namespace=self._system_namespace)
+        mesh = path.name == MESH_FILE and path.parent == self._dir
+        return load_config_file(path, mesh=mesh, system_namespace=self._system_namespace)
+
+
+def load_config_file(path: Path, *, mesh: bool, system_namespace: str = "istio-system") -> LoadResult | None:
+    """One config file as every file reader takes it (the file source, ``--mesh-config``,
+    ``pilotfish validate``): refused unread when too large, a read error reported against it,
+    MeshConfig YAML when ``mesh``; None if it no longer exists."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:  # refused before it is read into memory
+            reason = f"{size} bytes, more than the {MAX_FILE_BYTES // 2**20} MiB a config file may hold"
+            return LoadResult(rejected=[Rejection(None, ConfigError(str(path), "", "", "", reason))], parsed=False)
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        error = ConfigError(str(path), "", "", "", f"cannot read file: {e}")
+        return LoadResult(rejected=[Rejection(None, error)], parsed=False)
+    if mesh:
+        return load_mesh_file(text, str(path))
+    return load_documents(text, str(path), system_namespace=system_namespace)
 
 
 async def _next_batch(changes: AsyncIterator[set[FileChange]]) -> set[FileChange] | None:

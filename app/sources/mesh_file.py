@@ -11,9 +11,9 @@ from pathlib import Path
 
 from watchfiles import awatch
 
-from app.config.loader import load_mesh_file
 from app.config.model import ConfigEvent, ConfigObject, EventType
 from app.errors import ConfigError, SettingsError
+from app.sources.files import load_config_file
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,10 @@ class MeshFileSource:
         """Nothing to release: ``watch()`` stops with the task iterating it."""
 
     def _load(self) -> list[ConfigEvent]:
-        try:
-            text = self._path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            self._reject(ConfigError(str(self._path), "MeshConfig", "", "", f"cannot read file: {e}"))
+        result = load_config_file(self._path, mesh=True)
+        if result is None:
+            self._reject(ConfigError(str(self._path), "MeshConfig", "", "", "cannot read file: no such file"))
             return []
-        result = load_mesh_file(text, str(self._path))
         if result.rejected:
             self._reject(result.rejected[0].error)
             return []
