@@ -80,10 +80,11 @@ class DeltaSession:
         if wildcard_ended:
             w.wildcard = False
         subscribe, unsubscribe = subscribe - {WILDCARD}, unsubscribe - {WILDCARD}
-        names = (w.names | subscribe) - unsubscribe
-        if names != w.names:
-            added = added or not subscribe <= w.names
-            w.names = self._name_sets(names)
+        if subscribe or unsubscribe:  # an ACK names none: no pass over the held names
+            names = (w.names | subscribe) - unsubscribe
+            if names != w.names:
+                added = added or not subscribe <= w.names
+                w.names = self._name_sets(names)
         for name in unsubscribe:
             if not w.wants(name):
                 # the client forgets it: a later subscribe must send it again
