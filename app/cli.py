@@ -20,11 +20,20 @@ import uvloop
 import yaml
 
 from app import logs
-from app.debug.dump import dump_all, dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
+from app.debug.dump import (
+    dump_all,
+    dump_clusters,
+    dump_endpoints,
+    dump_listeners,
+    dump_name_table,
+    dump_routes,
+    dump_scope,
+)
 from app.debug.proxy_config import SECTIONS, SHORT
 from app.debug.status import status_table
 from app.environment import Environment
 from app.errors import PilotfishError
+from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.runtime import Runtime
@@ -38,6 +47,7 @@ _DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
     "eds": dump_endpoints,
     "lds": dump_listeners,
     "rds": dump_routes,
+    "nds": dump_name_table,
     "all": dump_all,
     "scope": dump_scope,
 }
@@ -51,6 +61,13 @@ def _parse_labels(text: str) -> dict[str, str]:
             raise argparse.ArgumentTypeError(f"label {part!r}: want key=value")
         labels[key] = value
     return labels
+
+
+def _parse_metadata(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"metadata {text!r}: want KEY=VALUE")
+    return key, value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +93,15 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
     dump.add_argument("--namespace", help="the proxy's namespace (default: from the node id)")
     dump.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
-    dump.add_argument("--ip", help="the proxy's IP (default: from the node id)")
+    dump.add_argument("--ip", help="the proxy's IPs, a,b (default: the node id's)")
+    dump.add_argument(
+        "--metadata",
+        type=_parse_metadata,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="node metadata as the proxy sends it (repeatable): DNS_CAPTURE=true, NETWORK=n1, CLUSTER_ID=c1, ...",
+    )
     dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
     status = sub.add_parser("proxy-status", help="each connected proxy's xDS sync state, like istioctl proxy-status")
     status.add_argument("--server", default="http://127.0.0.1:15014", help="pilotfish's monitoring address")
@@ -93,11 +118,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def config_dump(args: argparse.Namespace) -> dict[str, Any]:
     source = FileSource(args.config_dir)
-    env = Environment()
+    env = Environment(features=Features.from_env(os.environ))
     env.apply(source.load())
     for error in source.rejections():
         logging.getLogger("pilotfish").warning("%s", error)
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = dict(args.metadata)
     if args.namespace:
         metadata["NAMESPACE"] = args.namespace
     if args.labels is not None:

@@ -10,8 +10,9 @@ from types import MappingProxyType
 
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, Kind
 from app.config.store import ConfigStore
+from app.model.features import Features
 from app.model.push_context import PushContext, PushInputs
-from app.model.service import Resolution
+from app.model.service import Registry, Resolution
 from app.registry.endpoint_index import ServiceKey
 from app.registry.registry import EMPTY_DELTA, RegistryDelta, ServiceRegistry
 
@@ -44,8 +45,9 @@ class Change:
 
 
 class Environment:
-    def __init__(self, *, domain_suffix: str = "cluster.local") -> None:
+    def __init__(self, *, domain_suffix: str = "cluster.local", features: Features | None = None) -> None:
         self.domain_suffix = domain_suffix
+        self.features = features or Features()
         self.store = ConfigStore()
         self.registry = ServiceRegistry(domain_suffix=domain_suffix)
 
@@ -65,6 +67,7 @@ class Environment:
             delta = delta.merge(self.registry.apply(event))
         services = delta.services_changed | delta.identities_changed | self._endpoints_in_clusters(delta)
         configs.update(service_config_key(*key) for key in services)
+        configs.update(self._headless_changes(delta))
         replaced = {}
         for key, old in before.items():
             new = self.store.get(key.kind, key.namespace, key.name)
@@ -82,6 +85,20 @@ class Environment:
                 out.add(key)
         return out
 
+    def _headless_changes(self, delta: RegistryDelta) -> set[ConfigKey]:
+        """The endpoints of a headless Kubernetes Service are names in DNS (and, for TCP
+        ports, the addresses outbound listeners bind), so their change is a config change, as
+        istiod's endpointslice.go makes it: the service's key when a port is not HTTP, else
+        only its DNS name (istiod kind.DNSName: no listener reads HTTP ports' endpoints)."""
+        out = set()
+        for key in delta.endpoints_changed - delta.services_changed:
+            svc = self.registry.service(*key)
+            if svc is None or svc.registry is not Registry.KUBERNETES or svc.resolution is not Resolution.PASSTHROUGH:
+                continue
+            http_only = all(p.protocol.is_http for p in svc.ports)
+            out.add(ConfigKey(Kind.DNS_NAME, key[1], key[0]) if http_only else service_config_key(*key))
+        return out
+
     def push_inputs(self) -> PushInputs:
         """What a PushContext is built from, as immutable tuples taken now: the build itself
         may then run off the event loop while events keep arriving."""
@@ -94,6 +111,7 @@ class Environment:
             gateways=self.store.list(Kind.GATEWAY),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
+            features=self.features,
         )
 
     def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:

@@ -51,7 +51,7 @@ logger = logging.getLogger("pilotfish")
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.env = Environment(domain_suffix=settings.domain_suffix)
+        self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
         if settings.mesh_config_file is not None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from app.errors import SettingsError
+from app.model.features import Features
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -46,6 +47,8 @@ class Settings:
     cache_assert: bool = False  # PILOTFISH_CACHE_ASSERT: rebuild on every cache hit, fail on a difference
     gc_freeze: bool = True  # PILOTFISH_GC_FREEZE: freeze the settled heap (app/heap.py)
     gc_sweep_interval: float = 600.0  # PILOTFISH_GC_SWEEP_INTERVAL: full collection of frozen objects (0: never)
+    # istiod feature flags that change generated config (PILOT_ENABLE_IP_AUTOALLOCATE, ...)
+    features: Features = field(default_factory=Features)
 
     @classmethod
     def from_env(cls, config_dir: Path | None, env: Mapping[str, str], **overrides: Any) -> Settings:
@@ -62,6 +65,7 @@ class Settings:
         ):
             if key in env:
                 values[name] = parse(key, env[key])
+        values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})
         return replace(cls(config_dir=config_dir), **values)

@@ -33,6 +33,7 @@ class KubeServiceSpec:
     ports: tuple[KubeServicePort, ...]
     selector: Mapping[str, str] | None
     external_name: str = ""
+    publish_not_ready: bool = False  # spec.publishNotReadyAddresses
 
     @property
     def headless(self) -> bool:
@@ -54,6 +55,8 @@ class PodSpec:
     pod_ips: tuple[str, ...]  # status.podIPs, or status.podIP
     phase: str
     ready: bool  # status.conditions[type=Ready]
+    hostname: str = ""  # spec.hostname
+    subdomain: str = ""  # spec.subdomain
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +196,10 @@ def _parse_service(body: Mapping[str, Any]) -> KubeServiceSpec:
     external = _str(spec.get("externalName"), "spec.externalName")
     if stype == "ExternalName" and not external:
         raise FieldError("spec.externalName", "required for type ExternalName")
-    return KubeServiceSpec(stype, tuple(ips), tuple(ports), selector, external)
+    publish = spec.get("publishNotReadyAddresses", False)
+    if not isinstance(publish, bool):
+        raise FieldError("spec.publishNotReadyAddresses", f"expected true or false, got {publish!r}")
+    return KubeServiceSpec(stype, tuple(ips), tuple(ports), selector, external, publish)
 
 
 def _parse_pod(body: Mapping[str, Any]) -> PodSpec:
@@ -231,6 +237,8 @@ def _parse_pod(body: Mapping[str, Any]) -> PodSpec:
         pod_ips=tuple(ips),
         phase=phase,
         ready=ready,
+        hostname=_str(spec.get("hostname"), "spec.hostname"),
+        subdomain=_str(spec.get("subdomain"), "spec.subdomain"),
     )
 
 

@@ -18,10 +18,11 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
+from app.config.host import is_ip_address
 from app.config.istio import parse_istio_spec
 from app.config.kube import parse_kube_spec, string_map
 from app.config.mesh import parse_mesh_config
-from app.config.model import ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
+from app.config.model import INTERNAL_KINDS, ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
 from app.errors import ConfigError, FieldError
 
 # apiVersion accepted per kind; Istio serves v1, v1beta1 and v1alpha3 with one schema
@@ -267,7 +268,7 @@ def _load_one(doc: Any, source: str, result: LoadResult, system_namespace: str) 
     except ValueError:
         result.ignored += 1
         return
-    if kind is Kind.MESH_CONFIG:
+    if kind in INTERNAL_KINDS:
         result.ignored += 1
         return
     meta_raw = doc.get("metadata")
@@ -306,14 +307,33 @@ def _load_one(doc: Any, source: str, result: LoadResult, system_namespace: str) 
             else:
                 result.ignored += 1
             return
+        status = None
         if kind in ISTIO_KINDS:
             spec: Any = parse_istio_spec(kind, doc.get("spec"), namespace)
+            if kind is Kind.SERVICE_ENTRY:
+                status = allocated_addresses(doc.get("status"))
         else:
             spec = parse_kube_spec(kind, doc, meta.labels)
     except FieldError as e:
         result.rejected.append(Rejection(key, ConfigError(source, kind, display, e.field, e.reason)))
         return
-    result.objects.append(ConfigObject(kind, meta, spec, source, api_version))
+    result.objects.append(ConfigObject(kind, meta, spec, source, api_version, status))
+
+
+def allocated_addresses(status: Any) -> tuple[tuple[str, str], ...]:
+    """A ServiceEntry's ``status.addresses`` as (host, address) pairs: what istiod's IP
+    allocation controller wrote. Status is the controller's, not the user's, so an entry that
+    does not parse is skipped as istiod skips it (ip_autoallocation.go), never an error."""
+    entries = status.get("addresses") if isinstance(status, Mapping) else None
+    if not isinstance(entries, list):
+        return ()
+    out = []
+    for entry in entries:
+        if isinstance(entry, Mapping):
+            host, value = entry.get("host"), entry.get("value")
+            if isinstance(host, str) and isinstance(value, str) and is_ip_address(value):
+                out.append((host, value))
+    return tuple(out)
 
 
 def _parse_meta(raw: Mapping[str, Any], name: str, namespace: str) -> ObjectMeta:

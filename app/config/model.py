@@ -31,6 +31,13 @@ class Kind(enum.StrEnum):
     ENDPOINT_SLICE = "EndpointSlice"
     CONFIG_MAP = "ConfigMap"
     MESH_CONFIG = "MeshConfig"
+    # a change of the names a headless service answers with but nothing else (istiod
+    # kind.DNSName): only the DNS name table reads it
+    DNS_NAME = "DNSName"
+
+
+# kinds the control plane names changes by, which no document carries
+INTERNAL_KINDS = frozenset({Kind.MESH_CONFIG, Kind.DNS_NAME})
 
 
 ISTIO_KINDS = frozenset(
@@ -74,6 +81,9 @@ class ConfigObject:
     # where it came from: "path/to/file.yaml" or "kube"; used in every message about it
     source: str = ""
     api_version: str = ""
+    # the part of ``status`` generators read, parsed (ServiceEntry: the addresses istiod's
+    # allocation controller recorded, as (host, address) pairs); None for every other kind
+    status: Any = None
 
     @property
     def key(self) -> ConfigKey:

@@ -1,6 +1,7 @@
 """What a proxy would receive, as JSON-ready dicts: backs ``pilotfish config-dump``,
 ``/debug/config_dump`` and ``/debug/sidecarz``. Envoy resources use proto3 JSON with Envoy's
-camelCase field names, each list sorted by name; Istio objects use Istio's field names."""
+camelCase field names, each list sorted by name; Istio objects use Istio's field names; the
+NDS name table is proto3 JSON with its hosts sorted."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from app.api.nds_pb2 import NameTable
 from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
@@ -22,13 +24,22 @@ from app.xds.generate import ResourceSource
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names, generate_endpoints
 from app.xds.generators.lds import generate_listeners, route_names
+from app.xds.generators.nds import build_name_table
 from app.xds.generators.rds import generate_routes
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import WatchedResource
 
 
 def to_json(msg: Message) -> dict[str, Any]:
     return json_format.MessageToDict(msg, preserving_proto_field_name=False)
+
+
+def _name_table_json(table: NameTable | None) -> dict[str, Any] | None:
+    """The NameTable as proto3 JSON, hosts sorted (None for a proxy that gets none)."""
+    if table is None:
+        return None
+    found = to_json(table).get("table", {})
+    return {"table": {host: found[host] for host in sorted(found)}}
 
 
 def _json(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -50,6 +61,12 @@ def dump_listeners(proxy: Proxy, push: PushContext) -> dict[str, Any]:
     return {"listeners": _json(generate_listeners(proxy, push))}
 
 
+def dump_name_table(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+    """The DNS name table the proxy's agent would be served (null for a router)."""
+    table = build_name_table(proxy, push, push.sidecar_scope(proxy).services)
+    return {"nameTable": _name_table_json(table)}
+
+
 def dump_routes(proxy: Proxy, push: PushContext) -> dict[str, Any]:
     """Every route configuration the proxy's listeners name (what Envoy subscribes to)."""
     return {"routes": _json(generate_routes(proxy, push, route_names(generate_listeners(proxy, push))))}
@@ -60,6 +77,7 @@ _DECODE = {
     ENDPOINT: endpoint_pb2.ClusterLoadAssignment,
     LISTENER: listener_pb2.Listener,
     ROUTE: route_pb2.RouteConfiguration,
+    NAME_TABLE: NameTable,
 }
 
 
@@ -73,11 +91,13 @@ def dump_served(proxy: Proxy, source: ResourceSource) -> dict[str, Any]:
 
     clusters = served(CLUSTER, WatchedResource(CLUSTER, True))
     listeners = served(LISTENER, WatchedResource(LISTENER, True))
+    tables = served(NAME_TABLE, WatchedResource(NAME_TABLE, True))
     return {
         "clusters": _json(clusters),
         "endpoints": _json(served(ENDPOINT, WatchedResource(ENDPOINT, False, set(eds_cluster_names(clusters))))),
         "listeners": _json(listeners),
         "routes": _json(served(ROUTE, WatchedResource(ROUTE, False, set(route_names(listeners))))),
+        "nameTable": _name_table_json(tables[0] if tables else None),
     }
 
 
@@ -89,6 +109,7 @@ def dump_all(proxy: Proxy, push: PushContext) -> dict[str, Any]:
         "endpoints": _json(generate_endpoints(proxy, push, eds_cluster_names(clusters))),
         "listeners": _json(listeners),
         "routes": _json(generate_routes(proxy, push, route_names(listeners))),
+        **dump_name_table(proxy, push),
     }
 
 

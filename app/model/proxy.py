@@ -1,8 +1,8 @@
 """A connected (or imagined, for config-dump) Envoy: identity and metadata as Istio sends them.
 
 ``node.id`` is ``TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local``; ``node.metadata`` may carry
-NAMESPACE, LABELS, INSTANCE_IPS, CLUSTER_ID, NETWORK, ISTIO_VERSION, INTERCEPTION_MODE. Missing
-metadata falls back to what the id says.
+NAMESPACE, LABELS, INSTANCE_IPS, CLUSTER_ID, NETWORK, ISTIO_VERSION, INTERCEPTION_MODE, DNS_CAPTURE,
+DNS_AUTO_ALLOCATE. Missing metadata falls back to what the id says.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ class Proxy:
     istio_version: str = ""
     interception_mode: str = "REDIRECT"
     locality: str = ""  # region/zone/subzone
+    # ISTIO_META_DNS_CAPTURE / ISTIO_META_DNS_AUTO_ALLOCATE: the agent answers DNS, and may
+    # hand out auto-allocated ServiceEntry addresses
+    dns_capture: bool = False
+    dns_auto_allocate: bool = False
 
     @property
     def is_gateway(self) -> bool:
@@ -99,8 +103,17 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
         istio_version=_str(md.get("ISTIO_VERSION")),
         interception_mode=_str(md.get("INTERCEPTION_MODE")) or "REDIRECT",
         locality=locality,
+        dns_capture=_bool(md.get("DNS_CAPTURE")),
+        dns_auto_allocate=_bool(md.get("DNS_AUTO_ALLOCATE")),
     )
 
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _bool(value: Any) -> bool:
+    """istiod's StringBool metadata: Go's ParseBool of a string; anything else is false."""
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, str) and value.strip() in ("1", "t", "T", "true", "TRUE", "True")

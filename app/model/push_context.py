@@ -23,6 +23,7 @@ from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.destination_rule import DestinationRuleIndex
+from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.model.service_index import ServiceIndex
@@ -48,6 +49,7 @@ class PushInputs:
     gateways: tuple[ConfigObject, ...]
     endpoints: EndpointView
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
+    features: Features = field(default_factory=Features)
 
 
 ScopeKey = tuple[str, str | None]  # (proxy namespace, "ns/name" of the Sidecar or None)
@@ -162,6 +164,10 @@ class PushContext:
         scope memo (scopes do not depend on endpoints)."""
         inputs = dataclasses.replace(self.inputs, endpoints=endpoints)
         return dataclasses.replace(self, version=self.version + 1, endpoint_view=endpoints, inputs=inputs)
+
+    @property
+    def features(self) -> Features:
+        return self.inputs.features
 
     def scopes(self) -> dict[ScopeKey, SidecarScope]:
         """A copy of the scope memo; take it on the event loop, where the memo is written."""

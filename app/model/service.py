@@ -119,6 +119,10 @@ class Service:
     service_accounts: tuple[str, ...] = ()
     creation_timestamp: str = ""
     external_name: str = ""  # ExternalName services
+    # the IPv4 / IPv6 addresses istiod's allocation controller gave a ServiceEntry without
+    # addresses, as its status.addresses records them (used by DNS-capturing proxies)
+    auto_addresses: tuple[str, ...] = ()
+    publish_not_ready: bool = False  # Kubernetes spec.publishNotReadyAddresses
 
     def port_by_number(self, number: int) -> ServicePort | None:
         for p in self.ports:
@@ -168,3 +172,6 @@ class Endpoint:
     # the registry cluster the endpoint lives in (istiod IstioEndpoint.Locality.ClusterID);
     # pilotfish reads one cluster, named as istiod's default
     cluster_id: str = "Kubernetes"
+    # a Pod with spec.subdomain: its DNS name is <hostname>.<subdomain>.<namespace>.svc.<domain>
+    hostname: str = ""
+    subdomain: str = ""

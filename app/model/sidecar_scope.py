@@ -71,7 +71,10 @@ class SidecarScope:
 
     def depends_on(self, key: ConfigKey) -> bool:
         """Whether a change of ``key`` can change what this scope gives a proxy (istiod
-        DependsOnConfig); kinds a scope does not track always can."""
+        DependsOnConfig); kinds a scope does not track always can. A DNS name change is its
+        service's."""
+        if key.kind is Kind.DNS_NAME:
+            key = ConfigKey(Kind.SERVICE, key.namespace, key.name)
         if key.kind in _TRACKED_KINDS:
             return key in self.dependencies
         return True

@@ -76,6 +76,8 @@ class Workload:
     service_account: str = ""
     tls_mode: str = TLS_DISABLED
     health: HealthStatus = HealthStatus.HEALTHY
+    hostname: str = ""  # a Pod's DNS hostname, when it sets spec.subdomain
+    subdomain: str = ""
 
     def endpoint(self, port: int, service_port_name: str, address: str | None = None) -> Endpoint:
         return Endpoint(
@@ -91,6 +93,8 @@ class Workload:
             namespace=self.namespace,
             workload_name=self.name,
             tls_mode=self.tls_mode,
+            hostname=self.hostname,
+            subdomain=self.subdomain,
         )
 
 
@@ -144,6 +148,10 @@ def pod_workload(obj: ConfigObject, trust_domain: str) -> Workload:
         else "",
         tls_mode=pod_tls_mode(obj),
         health=HealthStatus.HEALTHY if spec.ready else HealthStatus.UNHEALTHY,
+        # istiod endpoint_builder.go: the hostname counts only with a subdomain, the Pod's name
+        # when spec.hostname is unset
+        hostname=(spec.hostname or obj.meta.name) if spec.subdomain else "",
+        subdomain=spec.subdomain,
     )
 
 
@@ -197,6 +205,7 @@ def convert_service(obj: ConfigObject, domain_suffix: str) -> Service:
         selector=spec.selector if spec.selector else None,
         creation_timestamp=meta.creation_timestamp,
         external_name=spec.external_name if external else "",
+        publish_not_ready=spec.publish_not_ready,
     )
 
 
@@ -425,6 +434,8 @@ class KubeController:
                             namespace=pod_ns,
                             workload_name=pod_name,
                             tls_mode=pod.tls_mode,
+                            hostname=pod.hostname,
+                            subdomain=pod.subdomain,
                         )
                     )
         endpoints = tuple(out)

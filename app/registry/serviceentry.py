@@ -66,10 +66,29 @@ class WorkloadSelectingService:
     ports: tuple[tuple[str, int, int | str], ...]
 
 
+AUTOALLOCATE_LABEL = "networking.istio.io/enable-autoallocate-ip"
+
+
+def _allocated(obj: ConfigObject) -> Mapping[str, tuple[str, ...]]:
+    """The addresses istiod's allocation controller recorded for each host, when the entry may
+    use them (ip_autoallocation.go shouldV2AutoAllocateIP: not resolution NONE, no addresses of
+    its own, not opted out by label); the last of each IP family, as convertServices keeps."""
+    se: net.ServiceEntry = obj.spec
+    if not obj.status or se.resolution == net.ServiceEntry.NONE or len(se.addresses):
+        return {}
+    if obj.meta.labels.get(AUTOALLOCATE_LABEL, "").lower() == "false":
+        return {}
+    by_host: dict[str, dict[bool, str]] = {}
+    for host, address in obj.status:
+        by_host.setdefault(host, {})[":" in address] = address
+    return {host: tuple(found[v6] for v6 in (False, True) if v6 in found) for host, found in by_host.items()}
+
+
 def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
     """One Service per host (istiod's convertServices)."""
     se: net.ServiceEntry = obj.spec
     meta = obj.meta
+    allocated = _allocated(obj)
     ports = tuple(ServicePort(p.name, p.number, parse_protocol(p.protocol)) for p in se.ports)
     selector = (
         MappingProxyType(dict(se.workload_selector.labels)) if se.HasField("workload_selector") else None
@@ -89,6 +108,7 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
             selector=selector,
             service_accounts=tuple(se.subject_alt_names),
             creation_timestamp=meta.creation_timestamp,
+            auto_addresses=allocated.get(host, ()),
         )
         for host in se.hosts
     )

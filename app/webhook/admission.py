@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.config.loader import load_object
-from app.config.model import Kind
+from app.config.model import INTERNAL_KINDS, Kind
 
 ADMISSION_V1 = "admission.k8s.io/v1"
 _TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
@@ -48,7 +48,7 @@ def _decide(request: Mapping[str, Any], system_namespace: str) -> dict[str, Any]
         known = Kind(kind) if isinstance(kind, str) else None
     except ValueError:
         known = None
-    if known is None or known is Kind.MESH_CONFIG:
+    if known is None or known in INTERNAL_KINDS:
         return {"allowed": True}  # not a kind pilotfish reads
     raw_meta = obj.get("metadata")
     meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}

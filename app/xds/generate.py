@@ -47,10 +47,11 @@ from app.xds.envoy.listener_tcp import TCP_PROTOCOLS
 from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listeners, workload_listeners
+from app.xds.generators.nds import build_name_table, uses_allocated_addresses
 from app.xds.generators.rds import generate_routes
 from app.xds.generators.view import proxy_service_targets
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import Resource, WatchedResource, encode
 
 M = TypeVar("M", bound=Message)
@@ -270,6 +271,9 @@ class _ClassSets:
     assignments: dict[str, Resource] = field(default_factory=dict)
     listeners: list[Resource] | None = None
     routes: dict[str, Resource] = field(default_factory=dict)
+    # the name table, by whether the proxy uses auto-allocated addresses (the one NDS input a
+    # class does not fix)
+    name_tables: dict[bool, Resource] = field(default_factory=dict)
 
 
 class XdsGenerator:
@@ -310,6 +314,8 @@ class XdsGenerator:
             return [r for r in self._listeners(proxy, push) if watch.wants(r.name)]
         if type_url == ROUTE:
             return self._routes(proxy, push, sorted(watch.names))
+        if type_url == NAME_TABLE:
+            return self._name_table(proxy, push)
         return None
 
     def invalidate(self, request: PushRequest) -> None:
@@ -650,6 +656,28 @@ class XdsGenerator:
         return self._shared(sets.routes, names, build, lambda name: generate_routes(proxy, push, [name])[0])
 
 
+    # --- NDS ----------------------------------------------------------------------------------
+
+    def _name_table(self, proxy: Proxy, push: PushContext) -> list[Resource]:
+        """The proxy's name table (one unnamed resource; none for a router), shared by its class:
+        the table reads the scope's services and endpoints, the proxy's cluster, network and IP
+        families (class traits) and whether it uses auto-allocated addresses."""
+        if proxy.type is not ProxyType.SIDECAR:
+            return []
+        scope, _, sets = self._class(proxy, push)
+        allocated = uses_allocated_addresses(proxy, push.features)
+        found = sets.name_tables.get(allocated)
+        if found is None:
+            table = build_name_table(proxy, push, scope.services)
+            assert table is not None
+            found = sets.name_tables[allocated] = encode("", table)
+        if self.cache.verify:
+            own = build_name_table(proxy, push, scope.services)
+            if own is None or found.body.value != encode("", own).body.value:
+                raise CacheAssertionError("name table: the shared table differs from this proxy's own")
+        return [found]
+
+
 def _by_name(r: Resource) -> str:
     return r.name
 
@@ -660,7 +688,8 @@ def _merge_sorted(shared: Mapping[str, Resource], own: Sequence[Resource]) -> li
 
 
 # kinds that never change which service or DestinationRule a hostname resolves to in a scope
-_ROUTING_KINDS = frozenset({Kind.VIRTUAL_SERVICE, Kind.GATEWAY})
+# (a DNS name change comes with its endpoints, named in ``endpoint_services``)
+_ROUTING_KINDS = frozenset({Kind.VIRTUAL_SERVICE, Kind.GATEWAY, Kind.DNS_NAME})
 
 
 def _changed_hosts(request: PushRequest, scopes: Iterable[SidecarScope | None]) -> set[str] | None:

@@ -21,43 +21,54 @@ from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE
 
 _ALL = frozenset(ADS_ORDER)
+_ENVOY = ENVOY_TYPES
 
+# NDS follows istiod's skippedNdsConfigs (pilot/pkg/xds/nds.go): the name table is made of
+# services, their addresses and the scope, so the kinds that only route or configure traffic
+# (Gateway, VirtualService, DestinationRule, WorkloadEntry: its change arrives as the selecting
+# services' keys) never push it
 AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
     {
-        # in no istiod skip list: clusters (subsets, traffic policy), endpoints (subset
-        # membership), listeners (TCP hash policy, auto-passthrough chains), routes (hash policy)
-        Kind.DESTINATION_RULE: _ALL,
+        # in no Envoy type's istiod skip list: clusters (subsets, traffic policy), endpoints
+        # (subset membership), listeners (TCP hash policy, auto-passthrough chains), routes
+        Kind.DESTINATION_RULE: _ENVOY,
         # skippedEdsConfigs only: routes, listeners (TCP/TLS routes), clusters (the SidecarScope
         # adds services a VirtualService routes to)
         Kind.VIRTUAL_SERVICE: frozenset({CLUSTER, LISTENER, ROUTE}),
         # the Service itself changed (istiod: a ServiceEntry config key): nothing skips it
         Kind.SERVICE_ENTRY: _ALL,
         Kind.SERVICE: _ALL,
-        Kind.WORKLOAD_ENTRY: _ALL,
+        Kind.WORKLOAD_ENTRY: _ENVOY,
         Kind.POD: _ALL,
         Kind.NAMESPACE: _ALL,
         Kind.ENDPOINT_SLICE: _ALL,
         # skippedEdsConfigs lists Sidecar: it picks clusters, and Envoy asks for their endpoints
-        Kind.SIDECAR: frozenset({CLUSTER, LISTENER, ROUTE}),
+        Kind.SIDECAR: frozenset({CLUSTER, LISTENER, ROUTE, NAME_TABLE}),
         # skipped by CDS and EDS; istiod's one CDS exception is a change in a gateway's
         # AUTO_PASSTHROUGH servers (cds.go checkGateway), which pilotfish does not build
         Kind.GATEWAY: frozenset({LISTENER, ROUTE}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL,
         Kind.CONFIG_MAP: _ALL,
+        # a headless service's endpoints changed and all its ports are HTTP: no listener binds
+        # them, only the name table lists them (istiod kind.DNSName, issue 48207)
+        Kind.DNS_NAME: frozenset({NAME_TABLE}),
     }
 )
 
 # istiod UnAffectedConfigKinds: kinds that never change a proxy of this type
 UNAFFECTED_KINDS: Mapping[ProxyType, frozenset[Kind]] = MappingProxyType(
     {
-        ProxyType.ROUTER: frozenset({Kind.SIDECAR}),
+        ProxyType.ROUTER: frozenset({Kind.SIDECAR, Kind.DNS_NAME}),
         ProxyType.SIDECAR: frozenset({Kind.GATEWAY}),
     }
 )
+
+# types a proxy type is never pushed: a router gets no name table (its agent does not capture DNS)
+NOT_SERVED: Mapping[ProxyType, frozenset[str]] = MappingProxyType({ProxyType.ROUTER: frozenset({NAME_TABLE})})
 
 # a pushed parent type brings its children: Envoy needs endpoints for a cluster it (re)warms and
 # routes for the RDS names new listeners refer to (xDS "eventual consistency considerations")
@@ -71,7 +82,7 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
     the ordered ones, by name). Not full: endpoints only. Otherwise the union of what each
     changed kind affects for this proxy type, plus endpoints when endpoints changed, plus the
     FOLLOWS children of every type pushed."""
-    watching = set(watched)
+    watching = set(watched) - NOT_SERVED.get(proxy.type, frozenset())
     if req.forced or req.all_kinds:
         return [t for t in ADS_ORDER if t in watching] + sorted(watching - _ALL)
     types: set[str] = set()

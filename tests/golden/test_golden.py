@@ -1,7 +1,7 @@
 """Golden tests: config dir + proxy -> expected resources as YAML under tests/golden/<case>/.
 
 Each case in tests/data/golden/<case>/ has ``config/`` (a config dir) and ``proxies.yaml``
-(name -> nodeId, labels). Run with UPDATE_GOLDEN=1 to rewrite the expected files, then read
+(name -> nodeId, labels, node metadata). Run with UPDATE_GOLDEN=1 to rewrite the expected files, then read
 the diff before committing.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.debug.dump import dump_clusters, dump_endpoints, dump_listeners, dump_routes, dump_scope
+from app.debug.dump import dump_clusters, dump_endpoints, dump_listeners, dump_name_table, dump_routes, dump_scope
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
@@ -27,6 +27,7 @@ DUMPS = {
     "eds": dump_endpoints,
     "lds": dump_listeners,
     "rds": dump_routes,
+    "nds": dump_name_table,
     "scope": dump_scope,
 }
 
@@ -47,7 +48,7 @@ def _render(case: str, proxy_name: str, kind: str) -> str:
     env.apply(source.load())
     assert source.rejections() == [], source.rejections()
     spec: dict[str, Any] = yaml.safe_load((DATA / case / "proxies.yaml").read_text())[proxy_name]
-    proxy = build_proxy(spec["nodeId"], {"LABELS": spec.get("labels", {})})
+    proxy = build_proxy(spec["nodeId"], {**spec.get("metadata", {}), "LABELS": spec.get("labels", {})})
     # through JSON: the dump is what `config-dump` prints (Any fields come back as OrderedDicts);
     # keys sorted because protobuf map (Struct) order is not stable
     dumped = json.loads(json.dumps(DUMPS[kind](proxy, env.build_push_context(None))))

@@ -8,10 +8,11 @@ from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.xds.needs_push import AFFECTS, FOLLOWS, UNAFFECTED_KINDS, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 
-ALL = list(ADS_ORDER)
 NDS = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+ENVOY = [CLUSTER, ENDPOINT, LISTENER, ROUTE]
+ALL = [*ENVOY, NDS]
 
 
 def proxy(kind: ProxyType) -> Proxy:
@@ -35,19 +36,24 @@ def test_every_kind_is_in_the_table_and_names_only_ads_types() -> None:
 
 # what each kind pushes, after the follow rules, to (sidecar, router); istiod citations in needs_push.py
 EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
-    Kind.DESTINATION_RULE: (ALL, ALL),
+    # nds.go skippedNdsConfigs: DestinationRule, VirtualService, Gateway, WorkloadEntry, ...
+    Kind.DESTINATION_RULE: (ENVOY, ENVOY),
     # VirtualService is in skippedEdsConfigs, but CDS is pushed and endpoints follow clusters
-    Kind.VIRTUAL_SERVICE: (ALL, ALL),
-    Kind.SERVICE_ENTRY: (ALL, ALL),
-    Kind.SERVICE: (ALL, ALL),
-    Kind.WORKLOAD_ENTRY: (ALL, ALL),
-    Kind.POD: (ALL, ALL),
-    Kind.NAMESPACE: (ALL, ALL),
-    Kind.ENDPOINT_SLICE: (ALL, ALL),
+    Kind.VIRTUAL_SERVICE: (ENVOY, ENVOY),
+    # a router never gets a name table
+    Kind.SERVICE_ENTRY: (ALL, ENVOY),
+    Kind.SERVICE: (ALL, ENVOY),
+    Kind.WORKLOAD_ENTRY: (ENVOY, ENVOY),
+    Kind.POD: (ALL, ENVOY),
+    Kind.NAMESPACE: (ALL, ENVOY),
+    Kind.ENDPOINT_SLICE: (ALL, ENVOY),
     Kind.SIDECAR: (ALL, []),  # UnAffectedConfigKinds[Router] = {Sidecar}
     Kind.GATEWAY: ([], [LISTENER, ROUTE]),  # UnAffectedConfigKinds[SidecarProxy] = {Gateway}
-    Kind.MESH_CONFIG: (ALL, ALL),
-    Kind.CONFIG_MAP: (ALL, ALL),
+    # istiod pushes a mesh config change Forced: every type
+    Kind.MESH_CONFIG: (ALL, ENVOY),
+    Kind.CONFIG_MAP: (ALL, ENVOY),
+    # endpointslice.go: an HTTP-only headless service's endpoints change only its DNS names
+    Kind.DNS_NAME: ([NDS], []),
 }
 
 
@@ -70,8 +76,13 @@ def test_raw_table_matches_istiod_skip_lists() -> None:
     # cds.go skippedCdsConfigs: Gateway
     assert CLUSTER not in AFFECTS[Kind.GATEWAY]
     # a DestinationRule is in no skip list
-    assert AFFECTS[Kind.DESTINATION_RULE] == set(ADS_ORDER)
-    assert UNAFFECTED_KINDS[ProxyType.ROUTER] == {Kind.SIDECAR}
+    assert AFFECTS[Kind.DESTINATION_RULE] == set(ENVOY)
+    # nds.go skippedNdsConfigs
+    for kind in (Kind.GATEWAY, Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.WORKLOAD_ENTRY):
+        assert NAME_TABLE not in AFFECTS[kind], kind
+    for kind in (Kind.SERVICE, Kind.SERVICE_ENTRY, Kind.SIDECAR, Kind.DNS_NAME):
+        assert NAME_TABLE in AFFECTS[kind], kind
+    assert UNAFFECTED_KINDS[ProxyType.ROUTER] == {Kind.SIDECAR, Kind.DNS_NAME}
     assert UNAFFECTED_KINDS[ProxyType.SIDECAR] == {Kind.GATEWAY}
 
 
@@ -91,7 +102,8 @@ def test_forced_pushes_everything_watched_in_ads_order_then_other_types() -> Non
 
 
 def test_full_without_kinds_pushes_everything_watched() -> None:
-    assert types_to_push(ROUTER, PushRequest(full=True), [LISTENER, NDS, CLUSTER]) == [CLUSTER, LISTENER, NDS]
+    assert types_to_push(SIDECAR, PushRequest(full=True), [LISTENER, NDS, CLUSTER]) == [CLUSTER, LISTENER, NDS]
+    assert types_to_push(ROUTER, PushRequest(full=True), [LISTENER, NDS, CLUSTER]) == [CLUSTER, LISTENER]
 
 
 def test_endpoint_only_pushes_only_endpoints() -> None:
@@ -109,7 +121,7 @@ def test_a_full_push_merged_with_endpoint_changes_also_pushes_endpoints() -> Non
 
 
 def test_unaffected_kinds_are_ignored_but_others_in_the_same_request_count() -> None:
-    assert types_to_push(SIDECAR, changed(Kind.GATEWAY, Kind.VIRTUAL_SERVICE), ADS_ORDER) == ALL
+    assert types_to_push(SIDECAR, changed(Kind.GATEWAY, Kind.VIRTUAL_SERVICE), ADS_ORDER) == ENVOY
     assert types_to_push(ROUTER, changed(Kind.SIDECAR, Kind.GATEWAY), ADS_ORDER) == [LISTENER, ROUTE]
 
 
@@ -118,4 +130,6 @@ def test_only_watched_types_and_always_in_ads_order() -> None:
     assert types_to_push(SIDECAR, changed(Kind.DESTINATION_RULE), watched) == [CLUSTER, ROUTE]
     assert types_to_push(SIDECAR, changed(Kind.DESTINATION_RULE), []) == []
     # a type outside the table is pushed only when forced / all kinds
-    assert types_to_push(SIDECAR, changed(Kind.SERVICE_ENTRY), [NDS]) == []
+    sds = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+    assert types_to_push(SIDECAR, changed(Kind.SERVICE_ENTRY), [sds]) == []
+    assert types_to_push(SIDECAR, PushRequest(full=True), [sds]) == [sds]

@@ -22,12 +22,13 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api import nds_pb2
 from app.cli import main
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.settings import Settings
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.response import DeltaResponse
 from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, XdsServer, read_requests
 from app.xds.watch import WatchedResource
@@ -517,3 +518,56 @@ async def test_debug_configz_push_status_and_connections(runtime: Runtime, chann
     assert connection["proxy"] == "productpage-v1-0.bookinfo" and connection["types"] == ["cds", "lds"]
     assert connection["protocol"] == "sotw" and connection["pendingPush"] is False
     s.call.cancel()
+
+
+NDS_SE = """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: wiki, namespace: bookinfo}
+spec:
+  hosts: [wiki.corp.example]
+  addresses: [192.0.2.44]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 192.0.2.44}]
+"""
+
+
+def name_table(resource: Any) -> dict[str, list[str]]:
+    body = resource.resource if hasattr(resource, "resource") else resource
+    assert body.type_url == NAME_TABLE
+    table = nds_pb2.NameTable.FromString(body.value)
+    return {host: list(info.ips) for host, info in table.table.items()}
+
+
+async def test_nds_is_served_on_delta_and_pushed_for_services_not_for_destination_rules(
+    runtime: Runtime, channel: grpc.aio.Channel
+) -> None:
+    # nds.go: one unnamed NameTable; skippedNdsConfigs holds DestinationRule, ServiceEntry is pushed
+    s = Stream(channel, ADS + "DeltaAggregatedResources", delta=True)
+    await s.send(node(discovery_pb2.DeltaDiscoveryRequest(type_url=NAME_TABLE)))
+    first = await s.recv()
+    assert first.type_url == NAME_TABLE and [r.name for r in first.resources] == [""]
+    assert any(host.startswith("reviews.") for host in name_table(first.resources[0]))
+    await s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=NAME_TABLE, response_nonce=first.nonce))
+    (runtime.settings.config_dir / "extra-dr.yaml").write_text(EXTRA_DR)
+    await s.nothing(1.0)
+    (runtime.settings.config_dir / "wiki.yaml").write_text(NDS_SE)
+    pushed = await s.recv(timeout=20)
+    assert pushed.type_url == NAME_TABLE
+    assert name_table(pushed.resources[0])["wiki.corp.example"] == ["192.0.2.44"]
+    s.call.cancel()
+
+
+async def test_nds_over_sotw_and_a_router_gets_no_table(channel: grpc.aio.Channel) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=NAME_TABLE)))
+    resp = await s.recv()
+    assert resp.type_url == NAME_TABLE and len(resp.resources) == 1
+    assert any(host.startswith("ratings.") for host in name_table(resp.resources[0]))
+    s.call.cancel()
+    router = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await router.send(node(discovery_pb2.DiscoveryRequest(type_url=NAME_TABLE), NODE.replace("sidecar~", "router~")))
+    empty = await router.recv()
+    assert empty.type_url == NAME_TABLE and len(empty.resources) == 0
+    router.call.cancel()

@@ -8,7 +8,8 @@ namespace/name. A watch event or a relist is turned into the changes it means:
   that appeared are adds, objects that are gone are deletes, the rest are updates when they
   changed. Nothing that happened in the gap is lost and nothing is reported twice;
 * an update that changes only what no generator reads (``resourceVersion``, ``managedFields``,
-  ``status``, the bookkeeping annotations controllers write) is no change: controllers and status
+  ``status`` beyond a Pod's IPs and readiness and a ServiceEntry's allocated addresses, the
+  bookkeeping annotations controllers write) is no change: controllers and status
   writers touch objects all day, and each such write must not become a push.
 """
 
@@ -45,10 +46,28 @@ def resource_version(obj: Raw) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _read_status(obj: Raw) -> Any:
+    """The part of an object's status that the config model reads: a Pod's IPs, phase and
+    readiness (its endpoints' address and health), a ServiceEntry's auto-allocated addresses."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    kind = obj.get("kind")
+    if kind == "Pod":
+        conditions = status.get("conditions")
+        ready = [c.get("status") for c in conditions or () if isinstance(c, Mapping) and c.get("type") == "Ready"]
+        return (status.get("podIP"), status.get("podIPs"), status.get("phase"), ready)
+    if kind == "ServiceEntry":
+        return status.get("addresses")
+    return None
+
+
 def meaning(obj: Raw) -> Any:
-    """What generators can read of an object: everything but status, bookkeeping metadata and
-    the API version it was served in (an Istio kind's versions share one schema)."""
+    """What generators can read of an object: everything but bookkeeping metadata, the API
+    version it was served in (an Istio kind's versions share one schema) and the status a
+    controller writes, save the few status fields the model reads (``_read_status``)."""
     body = {k: v for k, v in obj.items() if k not in ("status", "apiVersion")}
+    body["status"] = _read_status(obj)
     meta = dict(obj.get("metadata") or {})
     for name in _BOOKKEEPING_META:
         meta.pop(name, None)

@@ -1,0 +1,48 @@
+"""istiod feature flags that change generated config, read by their istiod names.
+
+istiod keeps these as process globals (pilot/pkg/features); here they are one immutable value
+the Environment hands every PushContext, so a generator reads them like any other input and
+config-dump and serve read them from the environment the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.errors import SettingsError
+
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+def parse_bool(key: str, text: str) -> bool:
+    """A boolean as Go's strconv.ParseBool reads it (istiod's env flags and StringBool metadata)."""
+    value = text.strip()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{key}={text!r}: want true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    # PILOT_ENABLE_IP_AUTOALLOCATE: ServiceEntries without addresses use the addresses istiod's
+    # allocation controller records in their status (status.addresses)
+    enable_ip_autoallocate: bool = True
+    # ENABLE_MULTICLUSTER_HEADLESS: a headless service's name resolves to same-network endpoints
+    # of every cluster, not only the proxy's own
+    multicluster_headless: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Features:
+        """The flags set in ``env`` (istiod's names), istiod's defaults for the rest."""
+        values = {}
+        for name, key in (
+            ("enable_ip_autoallocate", "PILOT_ENABLE_IP_AUTOALLOCATE"),
+            ("multicluster_headless", "ENABLE_MULTICLUSTER_HEADLESS"),
+        ):
+            if key in env:
+                values[name] = parse_bool(key, env[key])
+        return cls(**values)
