@@ -1,4 +1,4 @@
-"""The ``pilotfish`` command: serve, validate, proxy-status, proxy-config, config-dump and version."""
+"""The ``pilotfish`` command: serve, agent, validate, proxy-status, proxy-config, config-dump and version."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import urllib.error
@@ -20,6 +21,10 @@ import uvloop
 import yaml
 
 from app import logs
+from app.agent.bootstrap import agent_config
+from app.agent.dns import parse_resolv_conf
+from app.agent.iptables import dns_capture_rules
+from app.agent.run import Agent, AgentSettings, host_ips
 from app.debug.dump import (
     dump_all,
     dump_clusters,
@@ -37,7 +42,7 @@ from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.runtime import Runtime
-from app.settings import Settings
+from app.settings import Settings, split_address
 from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
 
 VERSION = "0.1.0"
@@ -110,10 +115,88 @@ def _parser() -> argparse.ArgumentParser:
     config.add_argument("proxy_id", metavar="PROXY_ID", help="POD.NAMESPACE (or the connection id from proxy-status)")
     config.add_argument("--server", default="http://127.0.0.1:15014", help="pilotfish's monitoring address")
     config.add_argument("-o", "--output", choices=("short", "json", "yaml"), default="short")
+    _agent_parser(sub.add_parser("agent", help="the node agent beside one Envoy (as istio's pilot-agent)"))
     check = sub.add_parser("validate", help="validate config files offline, one line per problem")
     check.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR")
     sub.add_parser("version", help="print the version")
     return parser
+
+
+def _agent_parser(agent: argparse.ArgumentParser) -> None:
+    d = AgentSettings()
+    agent.add_argument("--discovery-address", default=d.discovery_address, help="the control plane's xDS HOST:PORT")
+    agent.add_argument("--xds-socket", type=Path, default=d.xds_socket, help="Unix socket Envoy's ADS connects to")
+    agent.add_argument("--sds-socket", type=Path, default=d.sds_socket, help="Unix socket of the SDS cluster")
+    agent.add_argument("--bootstrap-path", type=Path, default=d.bootstrap_path, help="Envoy's bootstrap file")
+    agent.add_argument("--dns-address", default=d.dns_address, help="the DNS proxy's HOST:PORT (UDP and TCP)")
+    agent.add_argument("--status-address", default=d.status_address, help="/healthz/ready HOST:PORT")
+    agent.add_argument("--envoy-admin-address", default=d.envoy_admin_address, help="Envoy's admin HOST:PORT")
+    agent.add_argument("--envoy-binary", help="Envoy to run (default: envoy on PATH, else beside this Python)")
+    agent.add_argument("--envoy-log-level", help="Envoy's -l (trace, debug, info, warning, error)")
+    agent.add_argument("--proxy-type", choices=("sidecar", "router"), default="sidecar")
+    agent.add_argument("--resolv-conf", type=Path, default=d.resolv_conf, help="upstream resolvers and search domains")
+    agent.add_argument("--dns-upstream", help="HOST:PORT,... resolvers to forward to (default: resolv.conf's)")
+    agent.add_argument("--bootstrap-only", action="store_true", help="print Envoy's bootstrap and exit")
+    tools = agent.add_subparsers(dest="agent_command")
+    rules = tools.add_parser("iptables", help="print the iptables rules that capture DNS to the agent (not applied)")
+    rules.add_argument("--resolv-conf", type=Path, default=d.resolv_conf, help="the resolvers to capture")
+    rules.add_argument("--capture-all", action="store_true", help="capture all port-53 traffic, not only to them")
+    rules.add_argument("--dns-port", type=int, default=15053, help="the agent's DNS port")
+
+
+def _envoy_binary(flag: str | None) -> str:
+    if flag:
+        return flag
+    beside = Path(sys.executable).parent / "envoy"
+    return shutil.which("envoy") or (str(beside) if beside.exists() else "envoy")
+
+
+def agent(args: argparse.Namespace) -> int:
+    if args.agent_command == "iptables":
+        resolv = parse_resolv_conf(_read(args.resolv_conf))
+        servers = [host for host, _ in resolv.nameservers]
+        print(dns_capture_rules(servers, capture_all=args.capture_all, dns_port=args.dns_port))
+        return 0
+    try:
+        config = agent_config(os.environ, proxy_type=args.proxy_type, host_ips=host_ips())
+        upstreams = tuple(a.strip() for a in (args.dns_upstream or "").split(",") if a.strip())
+        for address in (args.discovery_address, args.dns_address, args.status_address, *upstreams):
+            split_address(address)
+    except ValueError as e:
+        raise PilotfishError(f"agent: {e}") from None
+    settings = AgentSettings(
+        discovery_address=args.discovery_address,
+        xds_socket=args.xds_socket,
+        sds_socket=args.sds_socket,
+        bootstrap_path=args.bootstrap_path,
+        dns_address=args.dns_address,
+        status_address=args.status_address,
+        envoy_admin_address=args.envoy_admin_address,
+        envoy_binary=_envoy_binary(args.envoy_binary),
+        resolv_conf=args.resolv_conf,
+        dns_upstreams=upstreams,
+        envoy_log_level=args.envoy_log_level,
+    )
+    runner = Agent(settings, config)
+    if args.bootstrap_only:
+        print(runner.bootstrap())
+        return 0
+    return uvloop.run(_run_agent(runner))
+
+
+async def _run_agent(runner: Agent) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return await runner.run(stop)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise PilotfishError(f"{path}: {e.strerror}") from None
 
 
 def config_dump(args: argparse.Namespace) -> dict[str, Any]:
@@ -225,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"pilotfish {VERSION}")
         elif args.command == "serve":
             serve(args)
+        elif args.command == "agent":
+            return agent(args)
         elif args.command == "proxy-status":
             print(status_table(_fetch_json(f"{args.server.rstrip('/')}/debug/syncz")))
         elif args.command == "proxy-config":

@@ -72,8 +72,11 @@ class Settings:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:80`` too; an empty host is every interface) as (host, port)."""
-    host, _, port = address.rpartition(":")
+    """``HOST:PORT`` (``[::1]:80`` too; an empty host is every interface) as (host, port);
+    raises ValueError naming the address."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"address {address!r}: want HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
