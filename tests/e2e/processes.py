@@ -127,10 +127,15 @@ class Pilotfish(LoggedProcess):
 
 @contextmanager
 def run_pilotfish(
-    config_dir: ConfigDir | None, workdir: Path, *, kubeconfig: Path | None = None
+    config_dir: ConfigDir | None,
+    workdir: Path,
+    *,
+    kubeconfig: Path | None = None,
+    ports: tuple[int, int] | None = None,
 ) -> Iterator[Pilotfish]:
-    """``pilotfish serve`` on a config dir, a Kubernetes API server (``kubeconfig``), or both."""
-    xds_port, http_port = free_port(), free_port()
+    """``pilotfish serve`` on a config dir, a Kubernetes API server (``kubeconfig``), or both;
+    ``ports`` (xDS, HTTP) to start it where an earlier one served."""
+    xds_port, http_port = ports or (free_port(), free_port())
     argv = [
         sys.executable, "-m", "app.cli", "serve",
         "--xds-address", f"127.0.0.1:{xds_port}",
