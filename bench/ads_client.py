@@ -10,6 +10,8 @@ and gives back the ACK plus whatever the response makes Envoy ask for next, in E
 * each LDS response makes it (un)subscribe RDS for the ``route_config_name`` of every
   HttpConnectionManager with ``rds`` (filter chains and the default filter chain).
 
+An agent's stream (``agent=True``: pilot-agent's upstream, carrying its Envoy's types) also
+subscribes to the NDS name table right after CDS, and is complete once that is ACKed too.
 Only a stream's first request carries the node (as Istio's bootstrap has Envoy do). Delta: an
 ACK is ``response_nonce`` alone; a subscription change is its own request of subscribe /
 unsubscribe differences; ``removed_resources`` are dropped; a new stream re-subscribes every
@@ -41,8 +43,9 @@ CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+NAME_TABLE = "type.googleapis.com/istio.networking.nds.v1.NameTable"
 ADS_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
-SHORT = {CLUSTER: "cds", ENDPOINT: "eds", LISTENER: "lds", ROUTE: "rds"}
+SHORT = {CLUSTER: "cds", ENDPOINT: "eds", LISTENER: "lds", ROUTE: "rds", NAME_TABLE: "nds"}
 _HCM_TYPE = "type.googleapis.com/" + hcm_pb2.HttpConnectionManager.DESCRIPTOR.full_name
 
 Request: TypeAlias = discovery_pb2.DeltaDiscoveryRequest | discovery_pb2.DiscoveryRequest
@@ -122,9 +125,10 @@ class _Held:
 class AdsClient(abc.ABC):
     """The protocol-independent part: what is held, what is needed next, completeness."""
 
-    def __init__(self, node: base_pb2.Node, inspector: Inspector) -> None:
+    def __init__(self, node: base_pb2.Node, inspector: Inspector, agent: bool = False) -> None:
         self._node = node
         self._inspector = inspector
+        self.agent = agent
         self.held: dict[str, _Held] = {}  # types subscribed, ever (kept across streams)
         self.acked: set[str] = set()  # types whose first response was ACKed
         self._sent_node = False
@@ -132,15 +136,19 @@ class AdsClient(abc.ABC):
     @property
     def complete(self) -> bool:
         """Envoy is initialised: CDS and LDS ACKed, and EDS / RDS too unless nothing needs them."""
-        return all(t in self.acked or (t in (ENDPOINT, ROUTE) and not self._needed(t)) for t in ADS_ORDER)
+        envoy = all(t in self.acked or (t in (ENDPOINT, ROUTE) and not self._needed(t)) for t in ADS_ORDER)
+        return envoy and (not self.agent or NAME_TABLE in self.acked)
 
     def start(self) -> list[Request]:
-        """The requests opening a new stream: CDS wildcard at first, else every held type again."""
+        """The requests opening a new stream: CDS wildcard (and an agent's NDS) at first, else
+        every held type again."""
         self._sent_node = False
         if not self.held:
             self.held[CLUSTER] = _Held()
-            return [self._initial(CLUSTER)]
-        return [self._initial(t) for t in ADS_ORDER if t in self.held]
+            if self.agent:
+                self.held[NAME_TABLE] = _Held()
+            return [self._initial(t) for t in self.held]
+        return [self._initial(t) for t in (*ADS_ORDER, NAME_TABLE) if t in self.held]
 
     def on_response(self, resp: Any) -> tuple[Received, list[Request]]:
         type_url = resp.type_url
@@ -284,5 +292,6 @@ class SotwAdsClient(AdsClient):
         )
 
 
-def ads_client(protocol: str, node: base_pb2.Node, inspector: Inspector) -> AdsClient:
-    return DeltaAdsClient(node, inspector) if protocol == "delta" else SotwAdsClient(node, inspector)
+def ads_client(protocol: str, node: base_pb2.Node, inspector: Inspector, agent: bool = False) -> AdsClient:
+    kind = DeltaAdsClient if protocol == "delta" else SotwAdsClient
+    return kind(node, inspector, agent)

@@ -74,8 +74,9 @@ class SimulatedEnvoy:
     _call: Any = None
 
     def __post_init__(self) -> None:
+        identity = self.identity
         self.ads: AdsClient = ads_client(
-            self.protocol, node(self.identity.node_id, self.identity.metadata()), self.inspector
+            self.protocol, node(identity.node_id, identity.metadata()), self.inspector, identity.agent
         )
         response = _RESPONSES[self.protocol]
         self._decode: Callable[[bytes], tuple[bytes, Any]] = lambda data: (data, response.FromString(data))

@@ -66,6 +66,16 @@ spec:
   - route: [{{destination: {{host: svc-{i}, subset: v1}}}}]
     timeout: 5s
 """
+_SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: ext-{k}, namespace: {ns}}}
+spec:
+  hosts: [ext-{k}.partner.example]
+  addresses: [240.10.{a}.{b}]
+  ports: [{{number: 443, name: tls, protocol: TLS}}]
+  resolution: STATIC
+  endpoints: [{{address: 198.18.{a}.{b}}}]
+"""
 _SIDECAR = """apiVersion: networking.istio.io/v1
 kind: Sidecar
 metadata: {{name: default, namespace: {ns}}}
@@ -117,6 +127,7 @@ class SidecarIdentity:
     """One simulated sidecar: what Envoy sends as node id and metadata (one of the mesh's pods)."""
 
     pod: Pod
+    agent: bool = False  # an agent's upstream: DNS capture on, NDS beside the Envoy types
 
     @property
     def namespace(self) -> str:
@@ -128,18 +139,22 @@ class SidecarIdentity:
         return f"sidecar~{p.ip}~{p.name}.{p.namespace}~{p.namespace}.svc.cluster.local"
 
     def metadata(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "NAMESPACE": self.pod.namespace,
             "LABELS": dict(self.pod.labels),
             "INTERCEPTION_MODE": "REDIRECT",
             "ISTIO_VERSION": ISTIO_VERSION,
             "INSTANCE_IPS": self.pod.ip,
         }
+        if self.agent:
+            out["DNS_CAPTURE"] = "true"
+        return out
 
 
-def sidecars(spec: MeshSpec, count: int) -> list[SidecarIdentity]:
+def sidecars(spec: MeshSpec, count: int, agents: int = 0) -> list[SidecarIdentity]:
     """``count`` sidecars spread round-robin over the namespaces, each one of its namespace's pods
-    (in order; a namespace with more sidecars than pods reuses them)."""
+    (in order; a namespace with more sidecars than pods reuses them); the first ``agents`` of
+    them (so spread over the namespaces too) connect as node agents."""
     pods_by_ns = [
         [pod(i, k, f"ns-{n}") for i in spec.services_in(n) for k in range(PODS_PER_SERVICE)]
         for n in range(spec.namespaces)
@@ -147,7 +162,7 @@ def sidecars(spec: MeshSpec, count: int) -> list[SidecarIdentity]:
     out = []
     for j in range(count):
         pods = pods_by_ns[j % spec.namespaces]
-        out.append(SidecarIdentity(pods[(j // spec.namespaces) % len(pods)]))
+        out.append(SidecarIdentity(pods[(j // spec.namespaces) % len(pods)], agent=j < agents))
     return out
 
 
@@ -159,6 +174,7 @@ class Mesh:
     root: Path
     max_connections: dict[int, int] = field(default_factory=dict)  # service -> its DR's value
     extra_pods: dict[int, int] = field(default_factory=dict)  # service -> pods added
+    service_entries: int = 0  # ServiceEntries added to ns-0
 
     def write(self) -> None:
         for n in range(self.spec.namespaces):
@@ -174,6 +190,15 @@ class Mesh:
         """Add one Pod and its endpoint to svc-<service>; returns when the file was replaced."""
         self.extra_pods[service] = self.extra_pods.get(service, 0) + 1
         return self._replace(service, "services.yaml", self._services)
+
+    def add_service_entry(self) -> float:
+        """Add a ServiceEntry (a new host with an address, visible mesh-wide) to ns-0: a change
+        every proxy's clusters, listeners and routes and every agent's name table follow."""
+        self.service_entries += 1
+        entries = [
+            _SERVICE_ENTRY.format(k=k, ns="ns-0", a=k >> 8, b=k & 255) for k in range(1, self.service_entries + 1)
+        ]
+        return self._write_file(0, "service-entries.yaml", "---\n".join(entries))
 
     def _replace(self, service: int, name: str, render: Callable[[int], str]) -> float:
         namespace = int(self.spec.namespace_of(service).removeprefix("ns-"))

@@ -10,7 +10,7 @@ connection. Reported per scenario: milliseconds of ``on_push`` per proxy and in 
 proxies that were sent something, resources and bytes sent; with ``--profile`` the top functions.
 Usage:
     python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
-                              [--sidecars] [--profile] [--out FILE]
+                              [--sidecars] [--agents N] [--profile] [--out FILE]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from app.xds.generate import XdsGenerator
 from app.xds.generators.eds import eds_cluster_names
 from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import NameSets, counter_nonces
 from bench.mesh import Mesh, MeshSpec, SidecarIdentity, sidecars
@@ -91,8 +91,8 @@ def _node(identity: SidecarIdentity) -> base_pb2.Node:
     return base_pb2.Node(id=identity.node_id, metadata=metadata)
 
 
-def connect_delta(conn: AnyConnection, node: Any) -> None:
-    """Subscribe as Envoy does over Delta ADS and ACK everything."""
+def connect_delta(conn: AnyConnection, node: Any, agent: bool = False) -> None:
+    """Subscribe as Envoy does over Delta ADS (and an agent's NDS) and ACK everything."""
     Req = discovery_pb2.DeltaDiscoveryRequest
 
     def ask(req: Any) -> list[Any]:
@@ -107,10 +107,12 @@ def connect_delta(conn: AnyConnection, node: Any) -> None:
     [lds] = ask(Req(type_url=LISTENER))
     listeners = [listener_pb2.Listener.FromString(r.body.value) for r in lds.resources]
     ask(Req(type_url=ROUTE, resource_names_subscribe=route_names(listeners)))
+    if agent:
+        ask(Req(type_url=NAME_TABLE))
 
 
-def connect_sotw(conn: AnyConnection, node: Any) -> None:
-    """Subscribe as Envoy does over SotW ADS and ACK everything."""
+def connect_sotw(conn: AnyConnection, node: Any, agent: bool = False) -> None:
+    """Subscribe as Envoy does over SotW ADS (and an agent's NDS) and ACK everything."""
     Req = discovery_pb2.DiscoveryRequest
     names: dict[str, list[str]] = {CLUSTER: [], LISTENER: []}
 
@@ -136,6 +138,8 @@ def connect_sotw(conn: AnyConnection, node: Any) -> None:
     [lds] = ask(LISTENER)
     names[ROUTE] = route_names(listener_pb2.Listener.FromString(r.body.value) for r in lds.resources)
     ask(ROUTE)
+    if agent:
+        ask(NAME_TABLE)
 
 
 def _sent(resp: Any) -> tuple[int, int]:
@@ -175,6 +179,7 @@ def main() -> None:
     parser.add_argument("--proxies", type=int, default=400)
     parser.add_argument("--protocol", choices=("delta", "sotw"), default="delta")
     parser.add_argument("--sidecars", action="store_true", help="one Sidecar per namespace (./*, istio-system/*)")
+    parser.add_argument("--agents", type=int, default=0, help="how many of the proxies are node agents (NDS too)")
     parser.add_argument("--profile", action="store_true", help="print the top functions of each scenario")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     args = parser.parse_args()
@@ -198,10 +203,10 @@ def main() -> None:
         connect = connect_delta if args.protocol == "delta" else connect_sotw
         conns: list[AnyConnection] = []
         started = time.perf_counter()
-        for i, identity in enumerate(sidecars(spec, args.proxies)):
+        for i, identity in enumerate(sidecars(spec, args.proxies, args.agents)):
             node = _node(identity)
             conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), world.generator)
-            connect(conn, node)
+            connect(conn, node, identity.agent)
             conns.append(conn)
             heap.connected()
         connect_s = time.perf_counter() - started
@@ -212,6 +217,7 @@ def main() -> None:
             "services": args.services,
             "namespaces": args.namespaces,
             "proxies": args.proxies,
+            "agents": args.agents,
             "sidecars": args.sidecars,
             "load_seconds": round(load_s, 2),
             "connect_ms_per_proxy": round(connect_s * 1000 / args.proxies, 2),
@@ -220,6 +226,7 @@ def main() -> None:
         scenarios: dict[str, Callable[[], object]] = {
             "dr-change": lambda: mesh.change_destination_rule(changed),
             "endpoint-add": lambda: mesh.add_endpoint(changed),
+            "service-entry-add": mesh.add_service_entry,
         }
         for name, make_change in scenarios.items():
             make_change()

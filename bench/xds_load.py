@@ -65,7 +65,7 @@ from bench.processes import BENCH_ROOT, log_warnings, pilot_env, start_floor, st
 from bench.recording import Recorder, Recording
 from bench.scenarios import Run, Trigger, churn, connect_storm, push
 
-SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "sidecar-dr-change")
+SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", "sidecar-dr-change")
 FLOOR_PUSHES = ("dr-change", "endpoint-add")
 CHANGED_SERVICE = 0  # svc-0 (ns-0) has a DestinationRule
 Figures = dict[str, object]
@@ -80,7 +80,8 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
     figures: Figures = {}
     try:
         recorder = Recorder(recording) if recording is not None else None
-        async with Fleet(sidecars(spec, args.proxies), args.protocol, server.xds_address, recorder) as fleet:
+        identities = sidecars(spec, args.proxies, args.agents)
+        async with Fleet(identities, args.protocol, server.xds_address, recorder) as fleet:
             run = Run(fleet, server, args.timeout, recorder)
             figures["storm"] = storm = await connect_storm(run)
             if storm["timed_out"]:
@@ -108,6 +109,13 @@ def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Call
     async def add_endpoint() -> float:
         return mesh.add_endpoint(CHANGED_SERVICE)
 
+    async def add_service_entry() -> float:
+        return mesh.add_service_entry()
+
+    # agents (NDS beside the Envoy types) and Envoy-only proxies, reported apart
+    kinds = {"agents": [e for e in envoys if e.identity.agent], "envoys": [e for e in envoys if not e.identity.agent]}
+    by_kind = {name: members for name, members in kinds.items() if members}
+
     if spec.sidecars:
         groups = {"namespace": mine, "other_namespaces": others}
         return {"sidecar-dr-change": lambda: push(run, "sidecar-dr-change", change_rule, mine, groups)}
@@ -115,6 +123,7 @@ def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Call
         "dr-change": lambda: push(run, "dr-change", change_rule, envoys),
         "endpoint-add": lambda: push(run, "endpoint-add", add_endpoint, envoys),
         "churn": lambda: churn(run),
+        "service-entry-add": lambda: push(run, "service-entry-add", add_service_entry, envoys, by_kind),
     }
 
 
@@ -206,6 +215,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "services": args.services,
             "namespaces": args.namespaces,
             "proxies": args.proxies,
+            "agents": args.agents,
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
             "server_env": pilot_env(),
@@ -239,9 +249,14 @@ def _line(figures: Mapping[str, object], floor: Mapping[str, object]) -> str:
         text = f"{figures['completed']}/{figures['proxies']} complete, {done}"
         text += f" (p50 {figures['p50_s']}, p99 {figures['p99_s']}), {figures['streams_failed']} streams failed"
     else:
-        group = got or _mapping(figures.get("namespace", {}))
+        group = got or _mapping(figures.get("namespace", figures.get("envoys", figures.get("agents", {}))))
         text = f"{group.get('proxies_received')} received, p50 {group.get('p50_s')} p99 {group.get('p99_s')}"
         text += f" max {group.get('max_s')} s, {group.get('bytes_per_proxy_received')} B/proxy"
+        if "agents" in figures and "envoys" in figures:
+            agents = _mapping(figures["agents"])
+            nds = _mapping(_mapping(agents["per_type"]).get("nds", {})).get("bytes", 0)
+            text += f"; agents: {agents['proxies_received']} received, p99 {agents['p99_s']} s,"
+            text += f" {agents['bytes_per_proxy_received']} B/proxy ({nds} B NDS in all)"
         if "other_namespaces" in figures:
             text += f"; other namespaces: {_mapping(figures['other_namespaces'])['bytes_total']} B"
     text += f"; server CPU {figures['server_cpu_s']} s"
@@ -266,6 +281,9 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=SERVICES)
     parser.add_argument("--namespaces", type=int, default=NAMESPACES)
     parser.add_argument("--proxies", type=int, default=2000)
+    parser.add_argument(
+        "--agents", type=int, default=0, help="how many of the proxies connect as node agents (NDS too; not the floor)"
+    )
     parser.add_argument("--scenarios", type=_scenarios, default=SCENARIOS, help=",".join(SCENARIOS))
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
     parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")

@@ -271,9 +271,6 @@ class _ClassSets:
     assignments: dict[str, Resource] = field(default_factory=dict)
     listeners: list[Resource] | None = None
     routes: dict[str, Resource] = field(default_factory=dict)
-    # the name table, by whether the proxy uses auto-allocated addresses (the one NDS input a
-    # class does not fix)
-    name_tables: dict[bool, Resource] = field(default_factory=dict)
 
 
 class XdsGenerator:
@@ -287,6 +284,7 @@ class XdsGenerator:
         # each proxy's class in the memo's snapshot: a push asks for it once per type and more
         self._proxy_classes: dict[Ident[Proxy], tuple[SidecarScope, _Traits, _ClassSets]] = {}
         self._listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = {}
+        self._name_tables: dict[Hashable, Resource] = {}  # this snapshot's, see _name_table
         self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
         self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
         # the class sets of the snapshot just replaced, by class lineage (scope name and traits),
@@ -374,7 +372,7 @@ class XdsGenerator:
         if self._memo_push is not push:
             self._memo_push, self._memo, self._lineage = push, {}, {}
             self._differences, self._hosts = {}, {}
-            self._listener_addresses, self._proxy_classes = {}, {}
+            self._listener_addresses, self._proxy_classes, self._name_tables = {}, {}, {}
         found = self._proxy_classes.get(Ident(proxy))
         if found is None:
             found = self._proxy_classes[Ident(proxy)] = self._find_class(proxy, push)
@@ -659,18 +657,26 @@ class XdsGenerator:
     # --- NDS ----------------------------------------------------------------------------------
 
     def _name_table(self, proxy: Proxy, push: PushContext) -> list[Resource]:
-        """The proxy's name table (one unnamed resource; none for a router), shared by its class:
-        the table reads the scope's services and endpoints, the proxy's cluster, network and IP
-        families (class traits) and whether it uses auto-allocated addresses."""
+        """The proxy's name table (one unnamed resource; none for a router), built once per
+        snapshot for all proxies that read the same of it: the services their scopes see (by
+        identity: namespaces that import the same services share it, not only a class), the
+        endpoints of those (fixed in a snapshot), the proxy's cluster, network and IP families
+        and whether it uses auto-allocated addresses."""
         if proxy.type is not ProxyType.SIDECAR:
             return []
-        scope, _, sets = self._class(proxy, push)
-        allocated = uses_allocated_addresses(proxy, push.features)
-        found = sets.name_tables.get(allocated)
+        scope = self._class(proxy, push)[0]
+        key = (
+            tuple(map(id, scope.services)),  # the snapshot holds them, so their ids are stable
+            proxy.cluster_id,
+            proxy.network,
+            _family_ips(proxy.ip_addresses),
+            uses_allocated_addresses(proxy, push.features),
+        )
+        found = self._name_tables.get(key)
         if found is None:
             table = build_name_table(proxy, push, scope.services)
             assert table is not None
-            found = sets.name_tables[allocated] = encode("", table)
+            found = self._name_tables[key] = encode("", table)
         if self.cache.verify:
             own = build_name_table(proxy, push, scope.services)
             if own is None or found.body.value != encode("", own).body.value:
