@@ -6,7 +6,9 @@ FROM python:3.11.7-slim-bookworm
 WORKDIR /opt/pilotfish
 COPY pyproject.toml README.md ./
 COPY app ./app
+# the pinned opentelemetry-proto reinstalled last: xds-protos overwrites its modules (Makefile)
 RUN pip install --no-cache-dir . \
+    && pip install --no-cache-dir --no-deps --force-reinstall "$(grep -o 'opentelemetry-proto==[0-9.]*' pyproject.toml)" \
     && useradd --uid 1337 --no-create-home --shell /usr/sbin/nologin pilotfish
 
 # istiod's uid; the chart also runs it read-only and without capabilities

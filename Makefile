@@ -10,8 +10,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# xds-protos ships an old copy of the opentelemetry/proto modules over opentelemetry-proto's (the
+# OTLP exporter then fails to import): the pinned opentelemetry-proto is put back on top
+OTEL_PROTO = $(shell grep -o 'opentelemetry-proto==[0-9.]*' pyproject.toml)
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps --force-reinstall '$(OTEL_PROTO)'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -44,6 +44,7 @@ from app.model.push_context import PushContext
 from app.runtime import Runtime
 from app.settings import Settings, split_address
 from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
+from app.telemetry.tracing import Tracing, tracing_from_env
 
 VERSION = "0.1.0"
 
@@ -217,12 +218,12 @@ def config_dump(args: argparse.Namespace) -> dict[str, Any]:
     return _DUMPS[args.type](proxy, push)
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, tracing: Tracing | None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await Runtime(settings).run(stop)
+    await Runtime(settings, tracing).run(stop)
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -246,7 +247,7 @@ def serve(args: argparse.Namespace) -> None:
     )
     if (settings.webhook_cert is None) != (settings.webhook_key is None):
         raise PilotfishError("serve: --webhook-cert and --webhook-key go together")
-    uvloop.run(_serve(settings))
+    uvloop.run(_serve(settings, tracing_from_env(os.environ, settings.trace_timeout)))
 
 
 def validate(paths: Sequence[Path]) -> int:

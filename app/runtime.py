@@ -20,6 +20,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -37,6 +38,7 @@ from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
+from app.telemetry.tracing import PushTracer, Tracing
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
@@ -49,8 +51,11 @@ logger = logging.getLogger("pilotfish")
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
+        """``tracing``: the push tracer and the call that flushes it at exit (``tracing_from_env``)."""
         self.settings = settings
+        self.tracer: PushTracer | None = tracing[0] if tracing is not None else None
+        self._stop_tracing: Callable[[], None] | None = tracing[1] if tracing is not None else None
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
@@ -79,10 +84,11 @@ class Runtime:
         self._last_push_sent: dict[tuple[tuple[str, str], ...], float] = {}
         self.xds = XdsServer(
             self.generator,
-            on_disconnect=self.queue.remove,
+            on_disconnect=self._disconnected,
             on_connect=lambda _: self.heap.connected(),
             send_timeout=settings.xds_send_timeout,
             metrics=self.metrics,
+            observer=self.tracer,
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
@@ -214,6 +220,8 @@ class Runtime:
                 await asyncio.shield(self.webhook.stop())
             for source in self.sources:
                 await asyncio.shield(source.close())
+            if self._stop_tracing is not None:
+                await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
     async def _watch_config(self, source: Source) -> None:
         async for events in source.watch():
@@ -231,13 +239,23 @@ class Runtime:
     async def _fire(self, request: PushRequest) -> None:
         build = next_snapshot(self.push_context(), self.env, request)
         started = time.monotonic()
+        trace = self.tracer.push_fired(request, started) if self.tracer is not None else None
         # a full rebuild runs in a thread so streams keep being served while a large mesh's
         # indexes are recomputed; the endpoint fast path is cheap enough for the loop
         self._push = await asyncio.to_thread(build) if request.full else build()
         built = time.monotonic()
         self.generator.invalidate(request)
-        for stream in self.streams():
+        streams = self.streams()
+        if trace is not None:
+            assert self.tracer is not None
+            if request.full:
+                self.tracer.context_built(trace, started, built)
+            request = replace(request, traces=(trace,))
+        for stream in streams:
             self.queue.enqueue(stream, request)
+        if trace is not None:
+            assert self.tracer is not None
+            self.tracer.push_queued(trace, len(streams))
         services = sum(len(by_namespace) for by_namespace in self._push.service_index.by_hostname.values())
         # the Debouncer stamps request.start with the monotonic time of the first event
         self.metrics.pushed(request.reasons, request.full, built - request.start, built - started, services)
@@ -256,10 +274,19 @@ class Runtime:
         self.heap.settled()  # the new snapshot and what the change left behind
 
     async def _push_to(self, stream: Stream, request: PushRequest) -> None:
+        dequeued = time.monotonic()
         pushes = stream.connection.pushes
-        await stream.push(request)
+        sent = await stream.push(request)
         if stream.connection.pushes > pushes:  # not skipped by the dependency filter
             self.metrics.convergence.observe(time.monotonic() - request.start)
+        if request.traces and self.tracer is not None:
+            self.tracer.proxy_pushed(stream.connection.id, stream.connection.proxy.id, request, dequeued, sent)
+
+    def _disconnected(self, stream: Stream) -> None:
+        dropped = self.queue.remove(stream)
+        if dropped is not None and dropped.traces and self.tracer is not None:
+            # queued for a stream that is gone: done with it, nothing sent
+            self.tracer.proxy_pushed(stream.connection.id, stream.connection.proxy.id, dropped, time.monotonic(), ())
 
     async def _sweep_heap(self, interval: float) -> None:
         """Now and then, while no push is in flight, collect the cycles frozen objects hold."""

@@ -47,6 +47,8 @@ class Settings:
     cache_assert: bool = False  # PILOTFISH_CACHE_ASSERT: rebuild on every cache hit, fail on a difference
     gc_freeze: bool = True  # PILOTFISH_GC_FREEZE: freeze the settled heap (app/heap.py)
     gc_sweep_interval: float = 600.0  # PILOTFISH_GC_SWEEP_INTERVAL: full collection of frozen objects (0: never)
+    # PILOTFISH_TRACE_TIMEOUT: how long a traced push may take to converge before its trace ends
+    trace_timeout: float = 30.0
     # istiod feature flags that change generated config (PILOT_ENABLE_IP_AUTOALLOCATE, ...)
     features: Features = field(default_factory=Features)
 
@@ -62,6 +64,7 @@ class Settings:
             ("cache_assert", "PILOTFISH_CACHE_ASSERT", _boolean),
             ("gc_freeze", "PILOTFISH_GC_FREEZE", _boolean),
             ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", _seconds),
+            ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", _seconds),
         ):
             if key in env:
                 values[name] = parse(key, env[key])

@@ -9,6 +9,7 @@ from /proc/PID/status.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -78,9 +79,11 @@ class ServerProcess:
             raise RuntimeError(f"server exited with {self.popen.returncode}; see {self.log}")
 
 
-def start_pilotfish(server_root: Path, config_dir: Path, log: Path) -> ServerProcess:
+def start_pilotfish(
+    server_root: Path, config_dir: Path, log: Path, extra_env: dict[str, str] | None = None
+) -> ServerProcess:
     xds, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = {**os.environ, **pilot_env(), "PYTHONPATH": str(server_root)}
+    env = {**os.environ, **pilot_env(), **(extra_env or {}), "PYTHONPATH": str(server_root)}
     command = [sys.executable, "-m", "app.cli", "serve", "--config-dir", str(config_dir)]
     command += ["--xds-address", xds, "--http-address", http]
     with log.open("wb") as out:
@@ -120,3 +123,38 @@ def log_warnings(log: Path, limit: int = 5) -> dict[str, object]:
     format), and the first few distinct ones."""
     lines = [line for line in log.read_text(errors="replace").splitlines() if _WARNING.match(line)]
     return {"count": len(lines), "first": list(dict.fromkeys(lines))[:limit]}
+
+
+@dataclass
+class OtlpSink:
+    popen: subprocess.Popen[bytes]
+    address: str
+
+
+def start_otlp_sink() -> OtlpSink:
+    """``bench.otlp_sink`` in its own process, listening once this returns."""
+    address = f"127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "bench.otlp_sink", "--address", address]
+    popen = subprocess.Popen(command, cwd=BENCH_ROOT, stdout=subprocess.PIPE)
+    assert popen.stdout is not None
+    if popen.stdout.readline().strip() != b"serving":
+        popen.kill()
+        raise RuntimeError("the OTLP sink did not start")
+    return OtlpSink(popen, address)
+
+
+def otlp_env(sink: OtlpSink) -> dict[str, str]:
+    """What makes pilotfish export its push traces to ``sink`` (only standard OTEL_* variables)."""
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{sink.address}",
+    }
+
+
+def stop_otlp_sink(sink: OtlpSink) -> dict[str, int]:
+    """SIGTERM, and the counts it printed: exports, spans, push spans, bytes."""
+    sink.popen.send_signal(signal.SIGTERM)
+    out, _ = sink.popen.communicate(timeout=STOP_TIMEOUT)
+    counts: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
+    return counts

@@ -61,7 +61,16 @@ from bench.figures import ratios
 from bench.fleet import Fleet
 from bench.floor_server import CONTROL_METHOD
 from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
-from bench.processes import BENCH_ROOT, log_warnings, pilot_env, start_floor, start_pilotfish
+from bench.processes import (
+    BENCH_ROOT,
+    log_warnings,
+    otlp_env,
+    pilot_env,
+    start_floor,
+    start_otlp_sink,
+    start_pilotfish,
+    stop_otlp_sink,
+)
 from bench.recording import Recorder, Recording
 from bench.scenarios import Run, Trigger, churn, connect_storm, push
 
@@ -76,7 +85,9 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
     mesh = Mesh(spec, work / "config")
     mesh.write()
     log = work / "pilotfish.log"
-    server = await asyncio.to_thread(start_pilotfish, args.server_root, mesh.root, log)
+    sink = start_otlp_sink() if args.tracing else None
+    tracing_env = {} if sink is None else otlp_env(sink)
+    server = await asyncio.to_thread(start_pilotfish, args.server_root, mesh.root, log, tracing_env)
     figures: Figures = {}
     try:
         recorder = Recorder(recording) if recording is not None else None
@@ -93,6 +104,8 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
         figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
     finally:
         server.stop()
+        if sink is not None:
+            figures["otlp_received"] = stop_otlp_sink(sink)
     figures["server_log"] = log_warnings(log)
     return figures
 
@@ -216,6 +229,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "namespaces": args.namespaces,
             "proxies": args.proxies,
             "agents": args.agents,
+            "tracing": args.tracing,
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
             "server_env": pilot_env(),
@@ -285,6 +299,9 @@ def main() -> None:
         "--agents", type=int, default=0, help="how many of the proxies connect as node agents (NDS too; not the floor)"
     )
     parser.add_argument("--scenarios", type=_scenarios, default=SCENARIOS, help=",".join(SCENARIOS))
+    parser.add_argument(
+        "--tracing", action="store_true", help="pilotfish exports push traces over OTLP/gRPC to a local receiver"
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
     parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")
     parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>.json")

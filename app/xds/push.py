@@ -285,10 +285,11 @@ class PushQueue(Generic[C]):
             self._queue[conn] = None
             self._wake_one()
 
-    def remove(self, conn: C) -> None:
-        """The connection closed: drop its pending request. A push in flight still ends with mark_done."""
-        self._pending.pop(conn, None)
+    def remove(self, conn: C) -> PushRequest | None:
+        """The connection closed: drop its pending request (returned). A push in flight still
+        ends with mark_done."""
         self._queue.pop(conn, None)
+        return self._pending.pop(conn, None)
 
     def pending(self) -> int:
         """Connections queued for a push (istiod PushQueue.Pending)."""

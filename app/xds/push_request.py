@@ -7,7 +7,7 @@ A pure value: the transport, the generators and the push filter read it; the pus
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -50,6 +50,8 @@ class PushRequest:
     reasons: Mapping[str, int] = field(default_factory=lambda: _NO_REASONS, hash=False)
     start: float = 0.0
     forced: bool = False  # push everything watched, changed or not
+    # the observer's handles of the debounced pushes this request carries (app/xds/observe.py)
+    traces: tuple[Hashable, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def all_kinds(self) -> bool:
@@ -80,6 +82,7 @@ class PushRequest:
             reasons=MappingProxyType(reasons),
             start=_oldest(self.start, other.start),
             forced=self.forced or other.forced,
+            traces=self.traces + tuple(t for t in other.traces if t not in self.traces),
         )
 
 

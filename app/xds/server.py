@@ -36,6 +36,7 @@ from app.telemetry.pilot import PilotMetrics
 from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
+from app.xds.observe import PushObserver
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse, SotwResponse, payload
@@ -65,6 +66,7 @@ SERVICES: dict[str, tuple[str, str, frozenset[str] | None]] = {
 class _Push:
     request: PushRequest
     done: asyncio.Future[None]
+    sent: list[AnyResponse] = field(default_factory=list)  # what the push wrote
 
 
 _EOF = object()
@@ -112,13 +114,15 @@ class Stream:
     inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     closed: bool = False
 
-    async def push(self, request: PushRequest) -> None:
-        """Hand a push to the stream coroutine and wait until its responses are written."""
+    async def push(self, request: PushRequest) -> list[AnyResponse]:
+        """Hand a push to the stream coroutine and wait until its responses are written; returns
+        them (none: nothing changed for this proxy, or the stream closed)."""
         if self.closed:
-            return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.inbox.put_nowait(_Push(request, done))
-        await done
+            return []
+        item = _Push(request, asyncio.get_running_loop().create_future())
+        self.inbox.put_nowait(item)
+        await item.done
+        return item.sent
 
 
 class XdsServer:
@@ -131,8 +135,10 @@ class XdsServer:
         send_timeout: float = 0.0,
         max_large_writes: int = MAX_LARGE_WRITES,
         metrics: PilotMetrics | None = None,
+        observer: PushObserver | None = None,
     ) -> None:
-        """``send_timeout`` seconds a response may wait for the transport (0: forever)."""
+        """``send_timeout`` seconds a response may wait for the transport (0: forever);
+        ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams."""
         self._source = source
         self._on_disconnect = on_disconnect
         self._on_connect = on_connect
@@ -141,6 +147,7 @@ class XdsServer:
         self._ids = itertools.count(1)
         self._name_sets = NameSets()  # shared by every stream's watches
         self._metrics = metrics or PilotMetrics()
+        self._observer = observer
         self.streams: dict[str, Stream] = {}
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -231,6 +238,8 @@ class XdsServer:
                                 stream = self._connect(item, session, inbox)
                             for resp in stream.connection.on_request(item):
                                 await self._write(context, resp)
+                            if self._observer is not None:
+                                self._answered(stream, item)
                         inbox.task_done()
                 finally:
                     reader.cancel()
@@ -271,6 +280,8 @@ class XdsServer:
         self.streams.pop(stream.connection.id, None)
         self._metrics.connected(stream.connection.proxy.istio_version, -1)
         self._on_disconnect(stream)
+        if self._observer is not None:
+            self._observer.disconnected(stream.connection.id)
         # release workers waiting on pushes this stream will never write
         while not stream.inbox.empty():
             item = stream.inbox.get_nowait()
@@ -285,6 +296,7 @@ class XdsServer:
             if stream is not None:
                 for resp in stream.connection.on_push(item.request):
                     await self._write(context, resp)
+                    item.sent.append(resp)
         finally:
             if not item.done.done():
                 item.done.set_result(None)
@@ -301,6 +313,15 @@ class XdsServer:
                 self._metrics.write_timeouts.add()
                 raise SendTimeout from None
         self._metrics.sent(resp.type_url)
+
+    def _answered(self, stream: Stream, req: Any) -> None:
+        """Tell the observer the client answered a response (a NACK carries an error detail)."""
+        assert self._observer is not None
+        if not req.response_nonce:
+            return
+        nack = req.HasField("error_detail") and req.error_detail.code != 0
+        error = req.error_detail.message if nack else None
+        self._observer.answered(stream.connection.id, req.type_url, req.response_nonce, error)
 
     def _nacked(self, outcome: Outcome, proxy: Proxy) -> None:
         self._metrics.rejected(outcome.type_url, proxy.id, outcome.error_code)

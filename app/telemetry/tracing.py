@@ -1,0 +1,236 @@
+"""OpenTelemetry traces of pushes, from the first config event to the last proxy's ACK.
+
+One trace per debounced push: the root span ``pilotfish.push`` starts at the push's first event
+and ends when every proxy it was sent to has answered everything sent to it (or at the timeout,
+``pilotfish.push.converged`` false). Its children: ``pilotfish.debounce`` (first event to fire),
+``pilotfish.pushcontext.build`` (when the push rebuilt the snapshot) and one
+``pilotfish.proxy.push`` per proxy that was sent something, from the push worker taking it to
+the proxy's last ACK (a NACK ends it with an error status and Envoy's message). A proxy push
+that carries several debounced pushes (the push queue merged them) is a child of the newest and
+links to the others.
+
+Configured only by the standard environment variables (OTEL_TRACES_EXPORTER otlp / console /
+none, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER[_ARG],
+OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*). With the exporter ``none`` (the default) there is no
+tracer and the pipeline makes no call here. Spans go out through a BatchSpanProcessor (a
+background thread), and an unsampled push is not followed at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Link, Span, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from app.errors import SettingsError
+from app.xds.push_request import PushRequest
+from app.xds.resources import SHORT_NAMES
+from app.xds.response import DeltaResponse, SotwResponse
+
+DEFAULT_TIMEOUT = 30.0  # PILOTFISH_TRACE_TIMEOUT: how long a push may take to converge
+MAX_KEYS = 50  # changed config keys listed on a push span (the count is always there)
+_PROTOCOLS = ("grpc", "http/protobuf")
+
+
+def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
+    if name != "otlp":
+        raise SettingsError(f"OTEL_TRACES_EXPORTER={name!r}: want otlp, console or none")
+    # the Python SDK's default transport for otlp is gRPC (port 4317)
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter()
+    if protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        return HttpExporter()
+    raise SettingsError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: want one of {', '.join(_PROTOCOLS)}")
+
+
+def tracing_from_env(env: Mapping[str, str] = os.environ, timeout: float = DEFAULT_TIMEOUT) -> Tracing | None:
+    """The push tracer the environment asks for and the call that flushes and stops its export;
+    None for OTEL_TRACES_EXPORTER none (the default). Raises SettingsError for an exporter or
+    protocol it does not know. The exporters, sampler and resource read their own standard
+    variables from the process environment."""
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "none").split(",") if n.strip()]
+    names = [n for n in names if n != "none"]
+    if not names:
+        return None
+    processors: list[SpanProcessor] = [BatchSpanProcessor(_exporter(name, env)) for name in names]
+    attributes = {}
+    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        attributes[SERVICE_NAME] = "pilotfish"
+    provider = TracerProvider(resource=Resource.create(attributes))  # sampler: OTEL_TRACES_SAMPLER
+    for processor in processors:
+        provider.add_span_processor(processor)
+    return PushTracer(provider.get_tracer("pilotfish"), timeout), provider.shutdown
+
+
+# the tracer and the call that flushes and stops its export
+Tracing = tuple["PushTracer", Callable[[], None]]
+
+
+@dataclass(eq=False)  # a handle: hashed by identity
+class _Push:
+    root: Span
+    fired: float
+    expected: int | None = None  # streams it was queued for, once known
+    done: int = 0  # streams that reported
+    proxies: int = 0  # streams it was sent to
+    awaiting: set[_ProxyPush] = field(default_factory=set)
+    timer: asyncio.TimerHandle | None = None
+    ended: bool = False
+
+
+@dataclass(eq=False)
+class _ProxyPush:
+    span: Span
+    stream_id: str
+    pushes: tuple[_Push, ...]
+    pending: dict[str, str]  # type URL -> the nonce whose answer is awaited
+    nack: str = ""
+
+
+class PushTracer:
+    """The PushObserver (app/xds/observe.py) that turns a push into spans. Event loop only."""
+
+    def __init__(self, tracer: trace.Tracer, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._tracer = tracer
+        self._timeout = timeout
+        self._epoch_offset = time.time_ns() - time.monotonic_ns()  # monotonic -> epoch ns
+        self._by_stream: dict[str, list[_ProxyPush]] = {}
+
+    def _ns(self, monotonic: float) -> int:
+        return int(monotonic * 1e9) + self._epoch_offset
+
+    def push_fired(self, request: PushRequest, fired: float) -> Hashable | None:
+        keys = sorted(f"{k.kind}/{k.namespace}/{k.name}" for k in request.configs_updated)
+        attributes: dict[str, AttributeValue] = {
+            "pilotfish.push.full": request.full,
+            "pilotfish.push.reasons": sorted(request.reasons),
+            "pilotfish.push.events": sum(request.reasons.values()),
+            "pilotfish.push.configs_updated": keys[:MAX_KEYS],
+            "pilotfish.push.configs_updated_count": len(keys),
+            "pilotfish.push.endpoint_services": len(request.endpoint_services),
+        }
+        start = request.start or fired
+        root = self._tracer.start_span("pilotfish.push", start_time=self._ns(start), attributes=attributes)
+        if not root.is_recording():  # not sampled: nothing of it is followed
+            return None
+        self._child(root, "pilotfish.debounce", start, fired)
+        push = _Push(root, fired)
+        push.timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, push)
+        return push
+
+    def context_built(self, handle: Hashable, started: float, ended: float) -> None:
+        if isinstance(handle, _Push):
+            self._child(handle.root, "pilotfish.pushcontext.build", started, ended)
+
+    def push_queued(self, handle: Hashable, streams: int) -> None:
+        if isinstance(handle, _Push):
+            handle.expected = streams
+            self._maybe_finish(handle)
+
+    def proxy_pushed(
+        self,
+        stream_id: str,
+        proxy_id: str,
+        request: PushRequest,
+        dequeued: float,
+        responses: Sequence[DeltaResponse | SotwResponse],
+    ) -> None:
+        pushes = tuple(h for h in request.traces if isinstance(h, _Push))
+        live = tuple(p for p in pushes if not p.ended)
+        if responses and live:
+            parent = live[-1]
+            types = [SHORT_NAMES.get(r.type_url, r.type_url) for r in responses]
+            attributes: dict[str, AttributeValue] = {
+                "xds.proxy.id": proxy_id,
+                "pilotfish.stream.id": stream_id,
+                "xds.types": types,
+                "xds.resources": sum(len(r.resources) for r in responses),
+                "xds.bytes": sum(len(x.entry) for r in responses for x in r.resources),
+                "pilotfish.queue_wait_s": round(max(0.0, dequeued - parent.fired), 6),
+            }
+            span = self._tracer.start_span(
+                "pilotfish.proxy.push",
+                context=trace.set_span_in_context(parent.root),
+                links=[Link(p.root.get_span_context()) for p in live[:-1]],
+                start_time=self._ns(dequeued),
+                attributes=attributes,
+            )
+            proxy = _ProxyPush(span, stream_id, live, {r.type_url: r.nonce for r in responses})
+            self._by_stream.setdefault(stream_id, []).append(proxy)
+            for push in live:
+                push.awaiting.add(proxy)
+                push.proxies += 1
+        for push in pushes:
+            push.done += 1
+            self._maybe_finish(push)
+
+    def answered(self, stream_id: str, type_url: str, nonce: str, error: str | None) -> None:
+        for proxy in list(self._by_stream.get(stream_id, ())):
+            if proxy.pending.get(type_url) != nonce:
+                continue
+            del proxy.pending[type_url]
+            if error is not None and not proxy.nack:
+                proxy.nack = f"{SHORT_NAMES.get(type_url, type_url)} NACK: {error}"
+            if not proxy.pending:
+                self._end_proxy(proxy, proxy.nack or None)
+
+    def disconnected(self, stream_id: str) -> None:
+        for proxy in list(self._by_stream.get(stream_id, ())):
+            self._end_proxy(proxy, "the stream closed before the proxy answered")
+
+    # --- ends ---------------------------------------------------------------------------------
+
+    def _child(self, parent: Span, name: str, start: float, end: float) -> None:
+        span = self._tracer.start_span(name, context=trace.set_span_in_context(parent), start_time=self._ns(start))
+        span.end(end_time=self._ns(end))
+
+    def _end_proxy(self, proxy: _ProxyPush, error: str | None, acked: bool = True) -> None:
+        proxy.span.set_attribute("pilotfish.proxy.acked", acked and error is None)
+        if error is not None:
+            proxy.span.set_status(Status(StatusCode.ERROR, error))
+        proxy.span.end()
+        spans = self._by_stream.get(proxy.stream_id)
+        if spans is not None:
+            spans.remove(proxy)
+            if not spans:
+                del self._by_stream[proxy.stream_id]
+        for push in proxy.pushes:
+            push.awaiting.discard(proxy)
+            self._maybe_finish(push)
+
+    def _maybe_finish(self, push: _Push) -> None:
+        if not push.ended and push.expected is not None and push.done >= push.expected and not push.awaiting:
+            self._finish(push, converged=True)
+
+    def _finish(self, push: _Push, converged: bool) -> None:
+        push.ended = True
+        if push.timer is not None:
+            push.timer.cancel()
+        push.root.set_attribute("pilotfish.push.converged", converged)
+        push.root.set_attribute("pilotfish.push.proxies", push.proxies)
+        push.root.end()
+
+    def _expire(self, push: _Push) -> None:
+        """The timeout: the push ends unconverged, with the proxy pushes still waiting under it."""
+        if push.ended:
+            return
+        waiting = [proxy for proxy in push.awaiting if proxy.pushes[-1] is push]
+        self._finish(push, converged=False)
+        for proxy in waiting:
+            self._end_proxy(proxy, None, acked=False)

@@ -1,0 +1,53 @@
+"""What the push pipeline tells an observer (the tracer; DESIGN §3: the pipeline reports through
+an injected observer, so nothing but app/telemetry imports OpenTelemetry).
+
+A debounced push is announced once (``push_fired``), which hands back an opaque handle the
+request then carries (``PushRequest.traces``; merged requests carry all of theirs); every stream
+it was queued for reports once that it is done with it (``proxy_pushed``, with the responses
+written, none when it was skipped or gone); and the client's answers to responses arrive as
+``answered``. Without an observer none of this runs: the push path pays nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+from app.xds.push_request import PushRequest
+from app.xds.response import DeltaResponse, SotwResponse
+
+
+class PushObserver(Protocol):
+    def push_fired(self, request: PushRequest, fired: float) -> Hashable | None:
+        """A debounced push fires at ``fired`` (monotonic seconds; ``request.start`` is its
+        first event). Returns the handle its request carries, None when it is not observed
+        (not sampled)."""
+        ...
+
+    def context_built(self, handle: Hashable, started: float, ended: float) -> None:
+        """The push rebuilt the PushContext between these monotonic times."""
+        ...
+
+    def push_queued(self, handle: Hashable, streams: int) -> None:
+        """The push was queued for this many streams; each will report ``proxy_pushed``."""
+        ...
+
+    def proxy_pushed(
+        self,
+        stream_id: str,
+        proxy_id: str,
+        request: PushRequest,
+        dequeued: float,
+        responses: Sequence[DeltaResponse | SotwResponse],
+    ) -> None:
+        """A stream is done with a (possibly merged) request: ``responses`` were written (none:
+        skipped, or the stream closed); ``dequeued`` is when a push worker took it."""
+        ...
+
+    def answered(self, stream_id: str, type_url: str, nonce: str, error: str | None) -> None:
+        """The client ACKed (``error`` None) or NACKed a response."""
+        ...
+
+    def disconnected(self, stream_id: str) -> None:
+        """The stream ended: nothing it was sent will be answered."""
+        ...
