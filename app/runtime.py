@@ -19,12 +19,13 @@ import asyncio
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from app.config.model import ConfigEvent
+from app.config.model import ISTIO_KINDS, ConfigEvent
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
@@ -119,6 +120,9 @@ class Runtime:
         return list(self.xds.streams.values())
 
     def metrics_text(self) -> str:
+        cache = self.generator.cache
+        self.metrics.cache_state(cache.hits, cache.misses, cache.evictions)
+        self.metrics.rejections(Counter(error.kind for error in self.rejections()))
         return self.metrics.render()
 
     def config_status(self) -> dict[str, Any]:
@@ -230,6 +234,10 @@ class Runtime:
                 self.debouncer.submit(request)
 
     def _apply(self, source: Source, events: list[ConfigEvent]) -> Change:
+        if source is self._kube:
+            for event in events:
+                if event.obj.kind in ISTIO_KINDS:
+                    self.metrics.config_event(event.obj.kind, event.type.value)
         change = self.env.apply(events)
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
         if self._kube is not None and isinstance(source, MeshFileSource) and events:
@@ -258,7 +266,9 @@ class Runtime:
             self.tracer.push_queued(trace, len(streams))
         services = sum(len(by_namespace) for by_namespace in self._push.service_index.by_hostname.values())
         # the Debouncer stamps request.start with the monotonic time of the first event
-        self.metrics.pushed(request.reasons, request.full, built - request.start, built - started, services)
+        virtual_services = len(self._push.inputs.virtual_services)
+        debounced, init = built - request.start, built - started
+        self.metrics.pushed(request.reasons, request.full, debounced, init, services, virtual_services)
         self._last_push = {
             "version": self._push.version,
             "full": request.full,
@@ -275,8 +285,13 @@ class Runtime:
 
     async def _push_to(self, stream: Stream, request: PushRequest) -> None:
         dequeued = time.monotonic()
+        self.metrics.queue_time.observe(dequeued - request.start)  # istiod measures from the push's start
         pushes = stream.connection.pushes
-        sent = await stream.push(request)
+        try:
+            sent = await stream.push(request)
+        except Exception:
+            self.metrics.internal_errors.add()
+            raise
         if stream.connection.pushes > pushes:  # not skipped by the dependency filter
             self.metrics.convergence.observe(time.monotonic() - request.start)
         if request.traces and self.tracer is not None:

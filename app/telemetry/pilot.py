@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+
 from app.telemetry.prometheus import Histogram, Metric, render
 from app.xds.resources import SHORT_NAMES
 
@@ -58,6 +60,46 @@ class PilotMetrics:
             "Delay in seconds between config change and a proxy receiving all required configuration.",
             _PROXY_BUCKETS,
         )
+        self.queue_time = Histogram(
+            "pilot_proxy_queue_time",
+            "Time in seconds, a proxy is in the push queue before being dequeued.",
+            _PROXY_BUCKETS,
+        )
+        self.push_time = Histogram(
+            "pilot_xds_push_time", "Total time in seconds Pilot takes to push lds, rds, cds and eds.", _PUSH_BUCKETS
+        )
+        self.send_time = Histogram(
+            "pilot_xds_send_time",
+            "Total time in seconds Pilot takes to send generated configuration.",
+            (0.01, 0.1, 1, 3, 5, 10, 20, 30),
+        )
+        # labelled by the full type URL, as istiod's is
+        self.config_size = Histogram(
+            "pilot_xds_config_size_bytes",
+            "Distribution of configuration sizes pushed to clients",
+            (1, 10000, 1000000, 4000000, 10000000, 40000000),
+        )
+        self.virtual_services = Metric("pilot_virt_services", "Total virtual services known to pilot.", "gauge")
+        self.internal_errors = Metric(
+            "pilot_total_xds_internal_errors", "Total number of internal XDS errors in pilot.", "counter"
+        )
+        self.expired_nonces = Metric(
+            "pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce.", "counter"
+        )
+        self.k8s_cfg_events = Metric("pilot_k8s_cfg_events", "Events from k8s config.", "counter")
+        # pilotfish's own
+        self.cache_hits = Metric("pilotfish_xds_cache_hits", "Shared resource cache lookups answered.", "counter")
+        self.cache_misses = Metric("pilotfish_xds_cache_misses", "Shared resource cache lookups built.", "counter")
+        self.cache_evictions = Metric(
+            "pilotfish_xds_cache_evictions", "Shared resource cache entries dropped by a change.", "counter"
+        )
+        self.config_rejections = Metric(
+            "pilotfish_config_rejections", "Config objects rejected and not in force, by kind.", "gauge"
+        )
+        # process_* (CPU, memory, file descriptors, start time), python_gc_*, python_info
+        self._process = CollectorRegistry()
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=self._process)
         self._clients: Counter[str] = Counter()
 
     # --- what the pipeline reports -----------------------------------------------------------
@@ -66,8 +108,22 @@ class PilotMetrics:
         self._clients[istio_version] += delta
         self.xds.set(self._clients[istio_version], version=istio_version)
 
-    def sent(self, type_url: str) -> None:
+    def sent(self, type_url: str, seconds: float, size: int) -> None:
+        """A response was written: its type, the write's time and the resources' size."""
         self.pushes.add(type=SHORT_NAMES.get(type_url, type_url))
+        self.send_time.observe(seconds)
+        self.config_size.observe(size, type=type_url)
+
+    def pushed_type(self, type_url: str, seconds: float) -> None:
+        """A push built and wrote a response of this type in ``seconds``."""
+        self.push_time.observe(seconds, type=SHORT_NAMES.get(type_url, type_url))
+
+    def expired_nonce(self, type_url: str) -> None:
+        self.expired_nonces.add(type=SHORT_NAMES.get(type_url, type_url))
+
+    def config_event(self, kind: str, event: str) -> None:
+        """An Istio config object came from Kubernetes (istiod's crdclient events)."""
+        self.k8s_cfg_events.add(type=kind, event=event)
 
     def rejected(self, type_url: str, node: str, code: int) -> None:
         """A NACK: by type, and per node with its gRPC code's name, as istiod labels it."""
@@ -76,7 +132,9 @@ class PilotMetrics:
         if short in self.rejects:
             self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, f"Code({code})"))
 
-    def pushed(self, reasons: Mapping[str, int], full: bool, debounced: float, init: float, services: int) -> None:
+    def pushed(
+        self, reasons: Mapping[str, int], full: bool, debounced: float, init: float, services: int, vs: int
+    ) -> None:
         """A debounced push went into the push queue."""
         for reason, count in reasons.items():
             self.push_triggers.add(count, type=reason)
@@ -85,11 +143,25 @@ class PilotMetrics:
         if full:
             self.pushcontext_init.observe(init)
         self.services.set(services)
+        self.virtual_services.set(vs)
+
+    def cache_state(self, hits: int, misses: int, evictions: int) -> None:
+        self.cache_hits.set(hits)
+        self.cache_misses.set(misses)
+        self.cache_evictions.set(evictions)
+
+    def rejections(self, by_kind: Mapping[str, int]) -> None:
+        self.config_rejections.values.clear()
+        for kind, count in by_kind.items():
+            self.config_rejections.set(count, kind=kind)
 
     def render(self) -> str:
+        """istiod's metrics, then the standard process and Python metrics (prometheus_client's
+        collectors, as every Python exporter exposes them)."""
         return render(
             [
                 self.services,
+                self.virtual_services,
                 self.xds,
                 self.pushes,
                 self.push_triggers,
@@ -100,5 +172,16 @@ class PilotMetrics:
                 self.debounce_time,
                 self.pushcontext_init,
                 self.convergence,
+                self.queue_time,
+                self.push_time,
+                self.send_time,
+                self.config_size,
+                self.internal_errors,
+                self.expired_nonces,
+                self.k8s_cfg_events,
+                self.cache_hits,
+                self.cache_misses,
+                self.cache_evictions,
+                self.config_rejections,
             ]
-        )
+        ) + generate_latest(self._process).decode()

@@ -11,6 +11,7 @@ The gRPC servicer (server.py) only feeds it and writes what it returns.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -84,15 +85,18 @@ class Connection(Generic[Req, Resp]):
         proxy: Proxy,
         session: Session[Req, Resp],
         source: ResourceSource,
-        on_nack: Callable[[Outcome, Proxy], None] | None = None,
+        on_outcome: Callable[[Outcome, Proxy], None] | None = None,
     ) -> None:
+        """``on_outcome`` hears how each request was taken (an ACK, a NACK, a stale nonce, ...)."""
         self.id = conn_id
-        self._on_nack = on_nack
+        self._on_outcome = on_outcome
         self.proxy = proxy
         self.session = session
         self.source = source
         self.pushes = 0
         self.skipped = 0  # pushes the dependency filter answered with nothing
+        # seconds the last push took to build each type's response (istiod pilot_xds_push_time)
+        self.build_seconds: dict[str, float] = {}
         self.scope: SidecarScope | None = None
 
     @property
@@ -101,6 +105,8 @@ class Connection(Generic[Req, Resp]):
 
     def on_request(self, req: Req) -> list[Resp]:
         outcome = self.session.on_request(req)
+        if self._on_outcome is not None:
+            self._on_outcome(outcome, self.proxy)
         if outcome.kind is RequestKind.NACK:
             logger.warning(
                 "%s NACK from %s (%s): %s",
@@ -109,8 +115,6 @@ class Connection(Generic[Req, Resp]):
                 self.id,
                 outcome.error,
             )
-            if self._on_nack is not None:
-                self._on_nack(outcome, self.proxy)
         if not outcome.respond:
             return []
         watch = self.session.watches[outcome.type_url]
@@ -139,7 +143,9 @@ class Connection(Generic[Req, Resp]):
         affected = types_to_push(self.proxy, req, watched | set(ADS_ORDER))
         elsewhere = set(affected) - watched
         sent: dict[str, frozenset[str]] = {}
+        self.build_seconds = {}
         for type_url in (t for t in affected if t in watched):
+            began = time.perf_counter()
             watch = self.session.watches[type_url]
             leader = _LEADER.get(type_url)
             # a re-sent cluster (listener) needs its endpoints (routes) to finish warming: the
@@ -170,6 +176,7 @@ class Connection(Generic[Req, Resp]):
                 changed = partial.resources if partial is not None and not self.delta else resp.resources
                 sent[type_url] = frozenset(r.name for r in changed)
                 out.append(resp)
+                self.build_seconds[type_url] = time.perf_counter() - began
         return out
 
     def watched(self) -> Iterable[WatchedResource]:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
-from app.xds.watch import NameSets, Outcome, ProtocolError, counter_nonces
+from app.xds.watch import NameSets, Outcome, ProtocolError, RequestKind, counter_nonces
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +265,7 @@ class XdsServer:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
         conn_id = f"{proxy.id}-{next(self._ids)}"
-        stream = Stream(Connection(conn_id, proxy, session, self._source, self._nacked), inbox)
+        stream = Stream(Connection(conn_id, proxy, session, self._source, self._outcome), inbox)
         self.streams[conn_id] = stream
         self._metrics.connected(proxy.istio_version, 1)
         if self._on_connect is not None:
@@ -294,17 +295,21 @@ class XdsServer:
     ) -> None:
         try:
             if stream is not None:
-                for resp in stream.connection.on_push(item.request):
-                    await self._write(context, resp)
+                connection = stream.connection
+                for resp in connection.on_push(item.request):
+                    written = await self._write(context, resp)
                     item.sent.append(resp)
+                    self._metrics.pushed_type(resp.type_url, connection.build_seconds.get(resp.type_url, 0.0) + written)
         finally:
             if not item.done.done():
                 item.done.set_result(None)
 
-    async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> None:
-        """Write one response; a large one waits for a slot first (the wait is not sending)."""
+    async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> float:
+        """Write one response; a large one waits for a slot first (the wait is not sending).
+        Returns the seconds the write took."""
         slot = self._large_writes if len(resp.resources) >= LARGE_RESPONSE else contextlib.nullcontext()
         async with slot:
+            began = time.perf_counter()
             try:
                 # asyncio.timeout, not wait_for: no task per write; None waits forever
                 async with asyncio.timeout(self._send_timeout or None):
@@ -312,7 +317,9 @@ class XdsServer:
             except TimeoutError:
                 self._metrics.write_timeouts.add()
                 raise SendTimeout from None
-        self._metrics.sent(resp.type_url)
+            took = time.perf_counter() - began
+        self._metrics.sent(resp.type_url, took, sum(len(r.body.value) for r in resp.resources))
+        return took
 
     def _answered(self, stream: Stream, req: Any) -> None:
         """Tell the observer the client answered a response (a NACK carries an error detail)."""
@@ -323,8 +330,11 @@ class XdsServer:
         error = req.error_detail.message if nack else None
         self._observer.answered(stream.connection.id, req.type_url, req.response_nonce, error)
 
-    def _nacked(self, outcome: Outcome, proxy: Proxy) -> None:
-        self._metrics.rejected(outcome.type_url, proxy.id, outcome.error_code)
+    def _outcome(self, outcome: Outcome, proxy: Proxy) -> None:
+        if outcome.kind is RequestKind.NACK:
+            self._metrics.rejected(outcome.type_url, proxy.id, outcome.error_code)
+        elif outcome.kind is RequestKind.STALE:
+            self._metrics.expired_nonce(outcome.type_url)
 
 
 async def read_requests(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:

@@ -431,12 +431,25 @@ async def test_proxy_status_shows_each_types_sync_state_and_the_last_nack(
     s.call.cancel()
 
 
-# istiod's metric names (pilot/pkg/xds/monitoring.go, pkg/xds/monitoring.go) that pilotfish exposes
+# istiod's metric names that pilotfish exposes: pilot/pkg/xds/monitoring.go, pkg/xds/monitoring.go,
+# pilot/pkg/model/push_context.go (pilot_virt_services), pilot/pkg/config/kube/crdclient/metrics.go
 ISTIOD_METRICS = {
     "pilot_services", "pilot_xds", "pilot_xds_pushes", "pilot_push_triggers", "pilot_inbound_updates",
     "pilot_total_xds_rejects", "pilot_xds_cds_reject", "pilot_xds_eds_reject", "pilot_xds_lds_reject",
     "pilot_xds_rds_reject", "pilot_xds_write_timeout", "pilot_debounce_time", "pilot_pushcontext_init_seconds",
-    "pilot_proxy_convergence_time",
+    "pilot_proxy_convergence_time", "pilot_proxy_queue_time", "pilot_xds_push_time", "pilot_xds_send_time",
+    "pilot_xds_config_size_bytes", "pilot_virt_services", "pilot_total_xds_internal_errors",
+    "pilot_xds_expired_nonce", "pilot_k8s_cfg_events",
+}  # fmt: skip
+PILOTFISH_METRICS = {
+    "pilotfish_xds_cache_hits", "pilotfish_xds_cache_misses", "pilotfish_xds_cache_evictions",
+    "pilotfish_config_rejections",
+}  # fmt: skip
+# the standard process and Python metrics every Python exporter has (prometheus_client's collectors)
+STANDARD_METRICS = {
+    "process_virtual_memory_bytes", "process_resident_memory_bytes", "process_start_time_seconds",
+    "process_cpu_seconds", "process_open_fds", "process_max_fds", "python_info", "python_gc_objects_collected",
+    "python_gc_objects_uncollectable", "python_gc_collections",
 }  # fmt: skip
 
 
@@ -445,9 +458,11 @@ async def scrape(runtime: Runtime) -> dict[tuple[str, tuple[tuple[str, str], ...
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = await resp.text()
-    assert not re.search(r"^\w+_total[{ ]", text, re.MULTILINE)  # istiod's counters carry no _total suffix
+    assert not re.search(r"^pilot\w+_total[{ ]", text, re.MULTILINE)  # istiod's counters carry no _total suffix
     families = list(text_string_to_metric_families(text))
-    assert {f.name for f in families} <= ISTIOD_METRICS
+    names = {f.name for f in families}
+    assert names <= ISTIOD_METRICS | PILOTFISH_METRICS | STANDARD_METRICS, names - ISTIOD_METRICS
+    assert names >= STANDARD_METRICS
     # the parser names counter samples NAME_total; key them by the family's name as exposed
     return {
         (f.name if s.name == f"{f.name}_total" else s.name, tuple(sorted(s.labels.items()))): s.value
@@ -473,7 +488,15 @@ async def test_metrics_move_with_what_happened(runtime: Runtime, channel: grpc.a
     assert after[("pilot_inbound_updates", (("type", "config"),))] == 1
     assert after[("pilot_debounce_time_count", ())] == 1 and after[("pilot_pushcontext_init_seconds_count", ())] == 1
     assert after[("pilot_proxy_convergence_time_count", ())] == 1
+    assert after[("pilot_proxy_queue_time_count", ())] == 1
+    # the push wrote one CDS response (the stream watches no EDS): its build + write time, its send
+    assert after[("pilot_xds_push_time_count", (("type", "cds"),))] == 1
+    assert after[("pilot_xds_send_time_count", ())] == before[("pilot_xds_send_time_count", ())] + 1
+    size = ("pilot_xds_config_size_bytes_count", (("type", CLUSTER),))
+    assert after[size] == before[size] + 1
     assert after[("pilot_services", ())] >= 4  # bookinfo's
+    assert after[("pilot_virt_services", ())] >= 1
+    assert after[("pilotfish_xds_cache_misses", ())] > before[("pilotfish_xds_cache_misses", ())]
     s.call.cancel()
     await asyncio.sleep(0.2)
     assert (await scrape(runtime))[("pilot_xds", (("version", ""),))] == 0
