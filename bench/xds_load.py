@@ -249,10 +249,12 @@ def summary(result: Figures) -> str:
     sidecar_run = _mapping(runs.get("pilotfish_sidecars", {}))
     for run_name, run, against in (("pilotfish", pilot, floor), ("sidecars", sidecar_run, {})):
         for name, value in run.items():
-            if isinstance(value, Mapping) and name not in ("server_total", "server_log"):
+            if isinstance(value, Mapping) and name not in ("server_total", "server_log", "otlp_received"):
                 lines.append(f"  {run_name:9} {name:17} {_line(value, _mapping(against.get(name, {})))}")
         if "skipped" in run:
             lines.append(f"  {run_name:9} {run['skipped']}")
+        if "otlp_received" in run:
+            lines.append(f"  {run_name:9} OTLP sink received {run['otlp_received']}")
     return "\n".join(lines)
 
 

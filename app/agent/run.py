@@ -107,6 +107,10 @@ class Agent:
         ok, why = await self.is_ready()
         return web.Response(status=200 if ok else 503, text="ready\n" if ok else f"not ready: {why}\n")
 
+    async def _metrics(self, _: web.Request) -> web.Response:
+        """The agent's metrics (pilot-agent serves them with Envoy's on :15020/stats/prometheus)."""
+        return web.Response(text=self.xds.metrics.render(), content_type="text/plain", charset="utf-8")
+
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until Envoy exits (its status) or ``stop`` is set (SIGTERM to Envoy, then its status)."""
         s = self.settings
@@ -118,6 +122,7 @@ class Agent:
         await xds.start(path=str(s.xds_socket))
         app = web.Application()
         app.router.add_get("/healthz/ready", self._healthz)
+        app.router.add_get("/stats/prometheus", self._metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         host, port = split_address(s.status_address)

@@ -32,6 +32,7 @@ from grpclib.server import Stream as ServerStream
 from app.agent.interest import DeltaInterest, SotwInterest
 from app.api.nds_pb2 import NameTable
 from app.supervise import Backoff
+from app.telemetry.agent import CANCELLED, ERROR, AgentMetrics
 from app.xds.resources import NAME_TABLE
 
 logger = logging.getLogger("pilotfish.agent")
@@ -76,10 +77,12 @@ class XdsProxy:
         *,
         on_name_table: Callable[[NameTable], None] | None = None,
         backoff: Callable[[], Backoff] = Backoff,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self._host, self._port = upstream
         self._on_name_table = on_name_table
         self._backoff = backoff
+        self.metrics = metrics or AgentMetrics()
         self.upstream_connected = asyncio.Event()  # some Envoy stream has a live upstream
         self.upstream_connects = 0  # upstream streams opened (first connect and reconnects)
 
@@ -102,6 +105,12 @@ class XdsProxy:
             upstream = asyncio.create_task(link.upstream(channel))
             try:
                 await link.downstream()
+            except asyncio.CancelledError:
+                self.metrics.envoy_terminations.add(type=CANCELLED)
+                raise
+            except Exception:
+                self.metrics.envoy_terminations.add(type=ERROR)
+                raise
             finally:
                 upstream.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -124,6 +133,7 @@ class _Link:
     async def downstream(self) -> None:
         """Envoy's requests: remembered, and passed upstream while there is a stream."""
         while (req := await self.envoy.recv_message()) is not None:
+            self.proxy.metrics.requests.add()
             if self.node is None and req.HasField("node"):
                 self.node = req.node
             async with self.send_lock:
@@ -147,20 +157,33 @@ class _Link:
         """Open, replay, relay; on a break, back off and do it again."""
         await self.first.wait()
         backoff = self.proxy._backoff()
+        metrics = self.proxy.metrics
         while True:
+            opened = False
             try:
                 method, request, response = self.mode.method, self.mode.request, self.mode.response
                 async with channel.request(method, Cardinality.STREAM_STREAM, request, response) as stream:
                     await self._open(stream)
+                    opened = True
+                    metrics.upstream_connected.add(1)
                     backoff.reset()
                     await self._relay(stream)
                 logger.warning("xDS upstream stream closed by the control plane; reconnecting")
+                metrics.upstream_terminations.add(type=ERROR)
             except asyncio.CancelledError:
+                if opened:
+                    metrics.upstream_terminations.add(type=CANCELLED)
                 raise
             except Exception as e:  # refused, reset, a gRPC status: all mean reconnect
                 logger.warning("xDS upstream %s:%d: %s; reconnecting", self.proxy._host, self.proxy._port, e)
+                if opened:
+                    metrics.upstream_terminations.add(type=ERROR)
+                else:
+                    metrics.connection_failures.add()
             finally:
                 self.current = None
+                if opened:
+                    metrics.upstream_connected.add(-1)
             await asyncio.sleep(backoff.delay())
 
     async def _open(self, stream: ClientStream[Any, Any]) -> None:
@@ -176,6 +199,7 @@ class _Link:
 
     async def _relay(self, stream: ClientStream[Any, Any]) -> None:
         while (resp := await stream.recv_message()) is not None:
+            self.proxy.metrics.responses.add()
             if resp.type_url == NAME_TABLE:
                 table = self.mode.name_table(resp)
                 if table is not None and self.proxy._on_name_table is not None:

@@ -204,6 +204,11 @@ def test_agent_carries_xds_answers_dns_and_survives_a_control_plane_restart(
                 assert agent.xds_stream() == (1, connections, streams), "Envoy's stream to the agent was re-opened"
                 wait_until(lambda: wiki not in agent.active_clusters(), "wiki's cluster to go")
                 assert backends_seen(egress_port, 3, host=FQDN) == {"v1": 3}
+                # the agent reports its upstream as pilot-agent does: one stream ended, one open
+                status, metrics = http_get(f"http://127.0.0.1:{agent.status_port}/stats/prometheus")
+                assert status == 200
+                assert 'istio_agent_istiod_connection_terminations{type="error"} 1' in metrics
+                assert "pilotfish_agent_upstream_connected 1" in metrics
     finally:
         resolver.close()
 

@@ -6,6 +6,7 @@ UPDATE_GOLDEN=1); hadolint on the Dockerfile."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pilotfish"
 GOLDEN = ROOT / "tests" / "golden" / "helm" / "default.yaml"
+DASHBOARD = CHART / "dashboards" / "pilotfish.json"
 KUBERNETES_VERSION = "1.31.0"
 
 
@@ -47,6 +49,10 @@ def render(*values: str) -> list[dict[str, Any]]:
 
 def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in docs}
+
+
+def config_maps(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "ConfigMap"}
 
 
 def assert_valid(docs: list[dict[str, Any]]) -> None:
@@ -93,8 +99,12 @@ def test_default_render_is_valid_and_matches_the_golden_file() -> None:
     assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN RSA PRIVATE KEY-----")
     service = {"name": "pilotfish", "namespace": "istio-system", "path": "/validate", "port": 443}
     assert hook["clientConfig"]["service"] == service
-    mesh = yaml.safe_load(kinds["ConfigMap"]["data"]["mesh"])
-    assert kinds["ConfigMap"]["metadata"]["name"] == "istio" and mesh["rootNamespace"] == "istio-system"
+    maps = config_maps(docs)
+    assert set(maps) == {"istio", "pilotfish-dashboard"}
+    assert yaml.safe_load(maps["istio"]["data"]["mesh"])["rootNamespace"] == "istio-system"
+    dashboard = maps["pilotfish-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["pilotfish.json"]) == json.loads(DASHBOARD.read_text())
     text = _masked(helm("template", "pilotfish", str(CHART), "--namespace", "istio-system"))
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +119,7 @@ def test_non_default_values() -> None:
         "--set", "webhook.enabled=false",
         "--set", "global.defaultPodDisruptionBudget.enabled=false",
         "--set", "configMap=true",
+        "--set", "dashboards.enabled=false",
         "--set-string", "pilot.env.PILOT_DEBOUNCE_AFTER=200ms",
         "--set", "global.hub=registry.example/mesh",
         "--set-json", 'meshConfig={"rootNamespace":"istio-system","discoverySelectors":[{"matchLabels":{"m":"on"}}]}',
@@ -124,7 +135,9 @@ def test_non_default_values() -> None:
     assert {"name": "PILOT_DEBOUNCE_AFTER", "value": "200ms"} in container["env"]
     assert not any(arg.startswith("--webhook") for arg in container["args"])
     assert "volumes" not in deployment["spec"]["template"]["spec"]
-    assert yaml.safe_load(kinds["ConfigMap"]["data"]["mesh"])["discoverySelectors"] == [{"matchLabels": {"m": "on"}}]
+    maps = config_maps(docs)
+    assert set(maps) == {"istio"}  # dashboards.enabled=false
+    assert yaml.safe_load(maps["istio"]["data"]["mesh"])["discoverySelectors"] == [{"matchLabels": {"m": "on"}}]
     assert "https-webhook" not in {p["name"] for p in kinds["Service"]["spec"]["ports"]}
 
 
@@ -137,3 +150,20 @@ def _masked(text: str) -> str:
     """The render with the generated certificate material replaced (it is new on every render)."""
     text = re.sub(r"(tls\.crt|tls\.key|caBundle): \S+", r"\1: <generated>", text)
     return re.sub(r"(checksum/webhook-certs): \S+", r"\1: <generated>", text)
+
+
+def test_dashboard_queries_only_metrics_pilotfish_exposes() -> None:
+    """Every PromQL expression of the dashboard names metrics (and labels) that /metrics has:
+    istiod's names as pilotfish exposes them (tests/unit/test_xds_server.py) and its own."""
+    from tests.unit.test_xds_server import ISTIOD_METRICS, PILOTFISH_METRICS
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert exprs
+    for expr in exprs:
+        names = set(re.findall(r"\b((?:pilot|pilotfish)_[a-z_]+?)(?:_bucket)?\b", expr))
+        assert names, expr
+        assert names <= ISTIOD_METRICS | PILOTFISH_METRICS, (expr, names)
+    titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
+    for topic in ("convergence", "queue", "pushes by type", "rejected", "connected proxies"):
+        assert topic in titles, topic

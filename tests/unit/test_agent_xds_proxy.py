@@ -132,6 +132,13 @@ async def test_delta_stream_survives_a_control_plane_restart_and_gets_what_chang
                 break
             await asyncio.sleep(0.05)
         assert list(tables[-1].table["wiki.corp.example"].ips) == ["192.0.2.44"]
+        # pilot-agent's metrics of the upstream: one stream ended by the restart, one open now
+        metrics = proxy.metrics
+        assert metrics.upstream_terminations.values == {(("type", "error"),): 1}
+        assert metrics.upstream_connected.values == {(): 1}
+        assert metrics.requests.values[()] >= 2 and metrics.responses.values[()] >= 3
+        text = metrics.render()
+        assert "istio_agent_istiod_connection_terminations{type=\"error\"} 1" in text
         await s.cancel()
     server.close()
     await server.wait_closed()
