@@ -358,11 +358,10 @@ def _validate_service_entry(se: net.ServiceEntry, namespace: str) -> None:
 # --- Sidecar / Gateway ------------------------------------------------------------------
 
 
-def _check_scoped_host(path: str, text: str, *, require_namespace: bool) -> None:
+def _check_gateway_host(path: str, text: str) -> None:
+    """A Gateway server host: ``[namespace/]dnsName``."""
     ns, sep, host = text.partition("/")
     if not sep:
-        if require_namespace:
-            raise _fail(path, f"{text!r} must be of the form namespace/host")
         host, ns = text, "*"
     if not ns:
         raise _fail(path, f"{text!r}: namespace must not be empty")
@@ -382,8 +381,8 @@ def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
         here = f"egress[{i}]"
         if not eg.hosts:
             raise _fail(f"{here}.hosts", "at least one host is required")
-        for j, h in enumerate(eg.hosts):
-            _check_scoped_host(f"{here}.hosts[{j}]", h, require_namespace=True)
+        # an ill-formed host is skipped (and logged) where the SidecarScope reads it, as istiod's
+        # sidecar.go does: the rest of the Sidecar stays in force
         if eg.HasField("port"):
             _check_port_number(f"{here}.port.number", eg.port.number)
             if eg.port.protocol:
@@ -424,7 +423,7 @@ def _validate_gateway(gw: net.Gateway, namespace: str) -> None:
         if not s.hosts:
             raise _fail(f"{here}.hosts", "at least one host is required")
         for j, h in enumerate(s.hosts):
-            _check_scoped_host(f"{here}.hosts[{j}]", h, require_namespace=False)
+            _check_gateway_host(f"{here}.hosts[{j}]", h)
         proto = s.port.protocol.upper()
         if proto == "HTTPS" and not s.HasField("tls"):
             raise _fail(f"{here}.tls", "is required for an HTTPS server")

@@ -11,6 +11,7 @@ for other source namespaces.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from app.model.virtual_service import (
 )
 
 ANY_NAMESPACE = "*"
+logger = logging.getLogger(__name__)
 ALLOW_ANY = "ALLOW_ANY"
 REGISTRY_ONLY = "REGISTRY_ONLY"
 
@@ -102,16 +104,47 @@ def _rule_keys(rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]) -> 
     return {obj.key for found in rules.values() for cdr in found for obj in cdr.objects}
 
 
-def parse_egress_hosts(hosts: Sequence[str], config_namespace: str) -> dict[str, tuple[str, ...]]:
-    out: dict[str, list[str]] = {}
-    for text in hosts:
-        ns, _, host = text.partition("/")
-        if ns == "~":
+@dataclass(frozen=True, slots=True)
+class EgressHosts:
+    """An egress listener's ``hosts``, by namespace (or ``*``): what it imports, and what a
+    ``~``-prefixed entry excludes from that namespace."""
+
+    imported: Mapping[str, tuple[str, ...]]
+    excluded: Mapping[str, tuple[str, ...]]
+
+    def excludes(self, namespace: str, hostname: str) -> bool:
+        """istiod hostClassification.Excluded: the host is a subset of an excluded one, in its
+        own namespace's entries or the ``*`` ones."""
+        return any(
+            hostname == ex or subset_of(hostname, ex)
+            for ns in (namespace, ANY_NAMESPACE)
+            for ex in self.excluded.get(ns, ())
+        )
+
+
+def parse_egress_hosts(hosts: Sequence[str], config_namespace: str, where: str = "") -> EgressHosts:
+    """Egress hosts as istiod reads them (sidecar.go, IstioEgressListenerWrapper): ``ns/dnsName``
+    with exactly one ``/``, an entry that is not is skipped and logged (the rest of the Sidecar
+    stays in force); ``.`` is the Sidecar's namespace; a ``~`` before the namespace excludes the
+    host instead (``~/host``: from every namespace)."""
+    imported: dict[str, list[str]] = {}
+    excluded: dict[str, list[str]] = {}
+    for i, text in enumerate(hosts):
+        if text.count("/") != 1:
+            logger.warning(
+                "Sidecar %s: egress host %s (%r) skipped: it must be of the form namespace/dnsName", where, i, text
+            )
             continue
+        ns, _, host = text.partition("/")
+        target = imported
+        if ns.startswith("~"):
+            ns, target = ns[1:] or ANY_NAMESPACE, excluded
         if ns == ".":
             ns = config_namespace
-        out.setdefault(ns, []).append(host)
-    return {k: tuple(v) for k, v in out.items()}
+        target.setdefault(ns, []).append(host)
+    return EgressHosts(
+        {k: tuple(v) for k, v in imported.items()}, {k: tuple(v) for k, v in excluded.items()}
+    )
 
 
 def _only_port(svc: Service, port: int) -> Service | None:
@@ -127,10 +160,13 @@ def _matching_service(hosts: tuple[str, ...], svc: Service, listener_port: int) 
 
 
 def _select_services(
-    candidates: Sequence[Service], hosts: Mapping[str, tuple[str, ...]], config_namespace: str, listener_port: int
+    candidates: Sequence[Service], egress: EgressHosts, config_namespace: str, listener_port: int
 ) -> list[Service]:
+    hosts = egress.imported
     imported: list[Service] = []
     for svc in candidates:
+        if egress.excludes(svc.namespace, svc.hostname):
+            continue
         found = None
         if svc.namespace in hosts:
             found = _matching_service(hosts[svc.namespace], svc, listener_port)
@@ -156,20 +192,25 @@ def _preferred(svc: Service, current: Service, config_namespace: str) -> bool:
     return svc.registry is Registry.KUBERNETES and current.registry is not Registry.KUBERNETES
 
 
-def _vs_matches_hosts(vs: ResolvedVirtualService, hosts: tuple[str, ...]) -> bool:
+def _vs_matches_hosts(vs: ResolvedVirtualService, hosts: tuple[str, ...], egress: EgressHosts) -> bool:
     # either side may be a wildcard: a VirtualService for *.ns.svc.cluster.local is selected by
-    # an egress host naming one service in it, and the other way round (istiod VSMatches)
-    return any(matches(vh, h) for vh in vs.spec.hosts for h in hosts)
+    # an egress host naming one service in it, and the other way round (istiod VSMatches); a
+    # host of it that is excluded does not select it, another may (SelectVirtualServices)
+    namespace = vs.obj.meta.namespace
+    return any(
+        matches(vh, h) and not egress.excludes(namespace, vh) for vh in vs.spec.hosts for h in hosts
+    )
 
 
 def _select_virtual_services(
-    candidates: Sequence[ResolvedVirtualService], hosts: Mapping[str, tuple[str, ...]]
+    candidates: Sequence[ResolvedVirtualService], egress: EgressHosts
 ) -> list[ResolvedVirtualService]:
+    hosts = egress.imported
     out: list[ResolvedVirtualService] = []
     for vs in candidates:
         ns_hosts = hosts.get(vs.obj.meta.namespace, ())
         any_hosts = hosts.get(ANY_NAMESPACE, ())
-        if _vs_matches_hosts(vs, ns_hosts) or _vs_matches_hosts(vs, any_hosts):
+        if _vs_matches_hosts(vs, ns_hosts, egress) or _vs_matches_hosts(vs, any_hosts, egress):
             out.append(vs)
     return out
 
@@ -204,17 +245,18 @@ def build_sidecar_scope(
             by_host[svc.hostname] = found.with_ports_of(svc)
 
     scope_vs: list[ResolvedVirtualService] = []
-    for raw in raw_listeners:
-        hosts = parse_egress_hosts(list(raw.hosts), namespace)
+    where = sidecar.namespaced_name if sidecar is not None else "(default)"
+    for index, raw in enumerate(raw_listeners):
+        egress = parse_egress_hosts(list(raw.hosts), namespace, f"{where} egress[{index}].hosts")
         port = raw.port.number if raw.HasField("port") else 0
-        selected = _select_services(visible, hosts, namespace, port)
-        vss = _select_virtual_services(mesh_vs, hosts)
+        selected = _select_services(visible, egress, namespace, port)
+        vss = _select_virtual_services(mesh_vs, egress)
         listeners.append(
             EgressListener(
                 port=raw.port if raw.HasField("port") else None,
                 bind=raw.bind,
                 capture_mode=net.CaptureMode.Name(raw.capture_mode),
-                hosts=hosts,
+                hosts=egress.imported,
                 services=tuple(selected),
                 virtual_services=tuple(vss),
                 virtual_services_by_host=VirtualServicesByHost.build(vss),

@@ -167,6 +167,14 @@ def test_oldest_matching_selector_sidecar_wins() -> None:
         ([f"other/{REVIEWS}"], []),  # a namespace-qualified host only imports from that namespace
         ([f"bookinfo/{RATINGS}", "./*"], [CLIENT, RATINGS]),  # in visibility order, not egress order
         (["*/*"], ALL),
+        # sidecar.go: "~" before the namespace excludes; "~/host" from every namespace
+        (["*/*", "~bookinfo/*"], [CLIENT, DETAILS, ECHO, ISTIOD, API]),
+        (["bookinfo/*", f"~bookinfo/{RATINGS}"], [REVIEWS]),
+        (["*/*", "~/*.bookinfo.svc.cluster.local", "~/api.example.com"], [CLIENT, DETAILS, ECHO, ISTIOD]),
+        (["bookinfo/*", f"~other/{REVIEWS}"], [REVIEWS, RATINGS]),  # excluded elsewhere only
+        # an entry without exactly one "/" is skipped (and logged), the others still import
+        (["reviews.bookinfo.svc.cluster.local", "./*"], [CLIENT]),
+        (["a/b/c", "bookinfo/*"], [REVIEWS, RATINGS]),
     ],
 )
 def test_egress_hosts(egress_hosts: list[str], want: list[str]) -> None:
@@ -513,3 +521,52 @@ def test_scopes_are_reused_across_unrelated_changes_and_rebuilt_after_rule_chang
     rebuilt = third.sidecar_scope(proxy("client"))
     assert rebuilt is not scope
     assert {h: [r.name for r in rs] for h, rs in rebuilt.destination_rules.items()} == {REVIEWS: ["reviews"]}
+
+
+WILDCARD_SE = doc(
+    "ServiceEntry",
+    "ext",
+    "wiki",
+    "hosts: ['*.wiki.example']\nports: [{number: 443, name: tls, protocol: TLS}]\nresolution: NONE",
+)
+
+
+@pytest.mark.parametrize(
+    ("egress_host", "imported"),
+    [
+        ("*/*.example", True),  # hostClassification.Matches: the service host is a SubsetOf the import
+        ("ext/*.wiki.example", True),
+        ("*/a.wiki.example", False),  # an exact import of one host does not pull in the wildcard service
+        ("*/wiki.example", False),  # nor does the bare parent domain
+    ],
+)
+def test_wildcard_service_hosts_are_imported_by_subset_of(egress_host: str, imported: bool) -> None:
+    spec = f"egress: [{{hosts: ['{egress_host}']}}]"
+    scope = push_context(WILDCARD_SE, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
+    assert hosts(scope.services) == (["*.wiki.example"] if imported else [])
+
+
+def test_an_ill_formed_egress_host_is_logged_with_the_sidecar_and_the_rest_loads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    spec = "egress: [{hosts: [reviews.bookinfo.svc.cluster.local, './*']}]"
+    result = load_documents(sidecar("client", "sc", spec), "sc.yaml")
+    assert result.rejected == []  # not the whole Sidecar
+    scope = push_context(*WORLD, sidecar("client", "sc", spec)).sidecar_scope(proxy("client"))
+    assert hosts(scope.services) == [CLIENT]
+    assert "client/sc egress[0].hosts" in caplog.text and "namespace/dnsName" in caplog.text
+
+
+def test_an_excluded_host_does_not_select_a_virtual_service_but_another_host_may() -> None:
+    vs = doc(
+        "VirtualService",
+        "bookinfo",
+        "both",
+        f"hosts: [{REVIEWS}, {RATINGS}]\nhttp: [{{route: [{{destination: {{host: {REVIEWS}}}}}]}}]",
+    )
+    only_reviews = sidecar("client", "sc", f"egress: [{{hosts: ['bookinfo/*', '~bookinfo/{RATINGS}']}}]")
+    scope = push_context(*WORLD, vs, only_reviews).sidecar_scope(proxy("client"))
+    assert [v.obj.meta.name for v in scope.virtual_services] == ["both"]
+    neither = sidecar("client", "sc", f"egress: [{{hosts: ['bookinfo/{REVIEWS}', '~bookinfo/{REVIEWS}']}}]")
+    scope = push_context(*WORLD, vs, neither).sidecar_scope(proxy("client"))
+    assert scope.virtual_services == ()

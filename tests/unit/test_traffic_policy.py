@@ -206,3 +206,53 @@ def test_port_level_entry_drops_top_level_proxy_protocol() -> None:
     assert parts(merge_traffic_policy(None, TUNNEL_RULE.traffic_policy, 80)) == {
         "loadBalancer": {"simple": "LEAST_REQUEST"}
     }
+
+
+# --- retry budget, tunnel, proxy protocol: what a port-level entry cannot carry ---------------
+
+BUDGET = load_rule(
+    """
+    host: reviews
+    trafficPolicy:
+      retryBudget: {percent: 25, minRetryConcurrency: 3}
+      connectionPool: {tcp: {maxConnections: 10}}
+      portLevelSettings:
+      - port: {number: 80}
+        loadBalancer: {simple: LEAST_REQUEST}
+    subsets:
+    - name: v1
+      trafficPolicy:
+        retryBudget: {percent: 5}
+        portLevelSettings:
+        - port: {number: 9080}
+          connectionPool: {tcp: {maxConnections: 2}}
+    """
+)
+BUDGET_SUBSET = BUDGET.subsets[0].traffic_policy
+
+
+def test_destination_retry_budget_survives_a_subsets_port_level_match() -> None:
+    # util.MergeSubsetTrafficPolicy: the subset's port-level entry replaces the four blocks of a
+    # copy of the destination's policy; Tunnel / ProxyProtocol / RetryBudget stay the destination's
+    # (the subset's own top-level retryBudget is not read: its policy is the port entry alone)
+    assert parts(merge_traffic_policy(BUDGET.traffic_policy, BUDGET_SUBSET, 9080)) == {
+        "connectionPool": {"tcp": {"maxConnections": 2}},
+        "retryBudget": {"percent": 25.0, "minRetryConcurrency": 3},
+    }
+
+
+def test_destination_retry_budget_is_dropped_by_its_own_port_level_match() -> None:
+    # GetPortLevelTrafficPolicy(dr, port) is the port entry alone (shadowCopyPortTrafficPolicy)
+    assert parts(merge_traffic_policy(None, BUDGET.traffic_policy, 80)) == {"loadBalancer": {"simple": "LEAST_REQUEST"}}
+    # ... and a subset cluster on that port starts from it, then lays its own retry budget over
+    assert parts(merge_traffic_policy(BUDGET.traffic_policy, BUDGET_SUBSET, 80)) == {
+        "loadBalancer": {"simple": "LEAST_REQUEST"},
+        "retryBudget": {"percent": 5.0},
+    }
+
+
+def test_subset_retry_budget_is_laid_over_the_destinations_without_a_port_match() -> None:
+    assert parts(merge_traffic_policy(BUDGET.traffic_policy, BUDGET_SUBSET, 8080)) == {
+        "connectionPool": {"tcp": {"maxConnections": 10}},
+        "retryBudget": {"percent": 5.0},
+    }
