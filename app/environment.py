@@ -18,7 +18,14 @@ from app.registry.registry import EMPTY_DELTA, RegistryDelta, ServiceRegistry
 
 # kinds the ConfigStore keeps for the PushContext (the registry keeps the rest)
 _STORE_KINDS = frozenset(
-    {Kind.DESTINATION_RULE, Kind.VIRTUAL_SERVICE, Kind.SIDECAR, Kind.GATEWAY, Kind.MESH_CONFIG}
+    {
+        Kind.DESTINATION_RULE,
+        Kind.VIRTUAL_SERVICE,
+        Kind.SIDECAR,
+        Kind.GATEWAY,
+        Kind.PEER_AUTHENTICATION,
+        Kind.MESH_CONFIG,
+    }
 )
 
 _CDS_ENDPOINTS = frozenset({Resolution.DNS_LB, Resolution.DNS_ROUND_ROBIN_LB})
@@ -109,6 +116,7 @@ class Environment:
             destination_rules=self.store.list(Kind.DESTINATION_RULE),
             sidecars=self.store.list(Kind.SIDECAR),
             gateways=self.store.list(Kind.GATEWAY),
+            peer_authentications=self.store.list(Kind.PEER_AUTHENTICATION),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
             features=self.features,

@@ -14,6 +14,7 @@ import re2
 from google.protobuf.message import Message
 
 from app.api import networking_pb2 as net
+from app.api import security_pb2 as sec
 from app.config.host import is_ip_address, matches, validate_fqdn, validate_wildcard_host
 from app.config.model import Kind
 from app.config.schema import parse_message
@@ -26,6 +27,7 @@ _MESSAGES: dict[Kind, type[Message]] = {
     Kind.WORKLOAD_ENTRY: net.WorkloadEntry,
     Kind.SIDECAR: net.Sidecar,
     Kind.GATEWAY: net.Gateway,
+    Kind.PEER_AUTHENTICATION: sec.PeerAuthentication,
 }
 _PROTOCOLS = frozenset(
     {"HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP"}
@@ -432,11 +434,24 @@ def _validate_gateway(gw: net.Gateway, namespace: str) -> None:
             raise _fail(f"{here}.tls", "SIMPLE and MUTUAL need credentialName or serverCertificate and privateKey")
 
 
+def _validate_peer_authentication(pa: sec.PeerAuthentication, namespace: str) -> None:
+    """istiod validation.ValidatePeerAuthentication: port-level modes need a workload selector
+    (a mesh or namespace policy has no workload ports), and port numbers are ports."""
+    if pa.HasField("selector") and not pa.selector.match_labels:
+        raise _fail("selector.matchLabels", "must not be empty (leave the selector out for a namespace-wide policy)")
+    if len(pa.port_level_mtls) and not pa.HasField("selector"):
+        raise _fail("portLevelMtls", "mesh/namespace peer authentication cannot have port level mTLS")
+    for port in pa.port_level_mtls:
+        if not 1 <= port <= 65535:
+            raise _fail(f"portLevelMtls.{port}", "port must be in the range 1..65535")
+
+
 _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.DESTINATION_RULE: _validate_destination_rule,
     Kind.VIRTUAL_SERVICE: _validate_virtual_service,
     Kind.SERVICE_ENTRY: _validate_service_entry,
     Kind.WORKLOAD_ENTRY: _validate_workload_entry_object,
     Kind.SIDECAR: _validate_sidecar,
+    Kind.PEER_AUTHENTICATION: _validate_peer_authentication,
     Kind.GATEWAY: _validate_gateway,
 }

@@ -25,10 +25,12 @@ from app.config.mesh import parse_mesh_config
 from app.config.model import INTERNAL_KINDS, ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
 from app.errors import ConfigError, FieldError
 
-# apiVersion accepted per kind; Istio serves v1, v1beta1 and v1alpha3 with one schema
+# apiVersion accepted per kind; Istio serves networking v1, v1beta1 and v1alpha3 with one schema,
+# security v1 and v1beta1
 _ISTIO_VERSIONS = frozenset({"networking.istio.io/v1", "networking.istio.io/v1beta1", "networking.istio.io/v1alpha3"})
 _API_VERSIONS: Mapping[Kind, frozenset[str]] = {
     **{k: _ISTIO_VERSIONS for k in ISTIO_KINDS},
+    Kind.PEER_AUTHENTICATION: frozenset({"security.istio.io/v1", "security.istio.io/v1beta1"}),
     Kind.SERVICE: frozenset({"v1"}),
     Kind.POD: frozenset({"v1"}),
     Kind.NAMESPACE: frozenset({"v1"}),

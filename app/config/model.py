@@ -25,6 +25,7 @@ class Kind(enum.StrEnum):
     WORKLOAD_ENTRY = "WorkloadEntry"
     SIDECAR = "Sidecar"
     GATEWAY = "Gateway"
+    PEER_AUTHENTICATION = "PeerAuthentication"
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
@@ -48,6 +49,7 @@ ISTIO_KINDS = frozenset(
         Kind.WORKLOAD_ENTRY,
         Kind.SIDECAR,
         Kind.GATEWAY,
+        Kind.PEER_AUTHENTICATION,
     }
 )
 

@@ -22,6 +22,7 @@ from app.config.host import matches, resolve_short_name
 from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigKey, ConfigObject, Kind
+from app.model.authn import PeerAuthentications
 from app.model.destination_rule import DestinationRuleIndex
 from app.model.features import Features
 from app.model.proxy import Proxy
@@ -48,6 +49,7 @@ class PushInputs:
     sidecars: tuple[ConfigObject, ...]
     gateways: tuple[ConfigObject, ...]
     endpoints: EndpointView
+    peer_authentications: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
 
@@ -76,6 +78,10 @@ def _build_dr_index(inputs: PushInputs, previous: DestinationRuleIndex | None = 
     )
 
 
+def _build_authn(inputs: PushInputs) -> PeerAuthentications:
+    return PeerAuthentications.build(inputs.peer_authentications, inputs.mesh.root_namespace)
+
+
 def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
     by_ns: dict[str, list[ConfigObject]] = {}
     for obj in sidecars:
@@ -98,6 +104,7 @@ class PushContext:
     sidecars_by_namespace: Mapping[str, tuple[ConfigObject, ...]]
     gateways: tuple[ConfigObject, ...]
     endpoint_view: EndpointView
+    peer_authentications: PeerAuthentications
     inputs: PushInputs = field(compare=False, repr=False)
     _scopes: dict[ScopeKey, SidecarScope] = field(default_factory=dict, compare=False, repr=False)
 
@@ -139,6 +146,9 @@ class PushContext:
             sidecars_by_namespace=sidecars,
             gateways=inputs.gateways if Kind.GATEWAY in kinds else previous.gateways,
             endpoint_view=inputs.endpoints,
+            peer_authentications=(
+                _build_authn(inputs) if Kind.PEER_AUTHENTICATION in kinds else previous.peer_authentications
+            ),
             inputs=inputs,
         )
         scopes = previous._scopes if prior_scopes is None else prior_scopes
@@ -156,6 +166,7 @@ class PushContext:
             sidecars_by_namespace=_sidecars_by_namespace(inputs.sidecars),
             gateways=inputs.gateways,
             endpoint_view=inputs.endpoints,
+            peer_authentications=_build_authn(inputs),
             inputs=inputs,
         )
 

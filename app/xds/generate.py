@@ -321,7 +321,9 @@ class XdsGenerator:
         naming no keys, or a mesh config change, drops everything (every entry reads it)."""
         keys = list(request.configs_updated)
         self._parents, self._parent_request = {}, None
-        if request.all_kinds or any(key.kind in (Kind.MESH_CONFIG, Kind.CONFIG_MAP) for key in keys):
+        if request.all_kinds or any(key.kind in _EVERYTHING_KINDS for key in keys):
+            # every entry reads these (a PeerAuthentication: the mode auto mTLS follows, keyed by
+            # value, so the entries it made stale would otherwise only linger)
             self.cache.clear()
             return
         deps: list[Dep] = list(keys)
@@ -434,7 +436,8 @@ class XdsGenerator:
             for service in scope.services:
                 rule = scope.destination_rule(proxy, service)
                 eps = push.endpoints(service.hostname, service.namespace)
-                own = service_clusters(proxy, push.mesh, service, rule, eps)
+                mode = push.peer_authentications.namespace_mode(service.namespace)
+                own = service_clusters(proxy, push.mesh, service, rule, eps, mode)
                 self._check(f"clusters of {service.hostname}", [clusters[c.name] for c in own], own)
                 if tuple(eds_cluster_names(own)) != sets.eds_by_host.get(service.hostname, ()):
                     raise CacheAssertionError(f"EDS names of {service.hostname} differ from the shared ones")
@@ -517,6 +520,7 @@ class XdsGenerator:
         dns = service.resolution.name.startswith("DNS")
         narrowed = traits.located if dns else traits.outbound
         mesh = push.mesh
+        mode = push.peer_authentications.namespace_mode(service.namespace)
         key = (
             "clusters",
             _proxy_key(narrowed),
@@ -524,12 +528,13 @@ class XdsGenerator:
             _rule_key(rule),
             Ident(mesh),
             Ident(endpoints),
+            mode,
         )
         deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), _endpoints_dep(service)]
         deps.extend(_rule_deps(scope, service.hostname))
 
         def build() -> _ServiceClusters:
-            built = service_clusters(narrowed, mesh, service, rule, endpoints)
+            built = service_clusters(narrowed, mesh, service, rule, endpoints, mode)
             return _ServiceClusters(tuple(encode(c.name, c) for c in built), tuple(eds_cluster_names(built)))
 
         return self.cache.get(key, build, deps)
@@ -693,9 +698,14 @@ def _merge_sorted(shared: Mapping[str, Resource], own: Sequence[Resource]) -> li
     return sorted((*shared.values(), *own), key=_by_name)
 
 
+# kinds whose change may alter any cached entry: the cache is cleared and nothing is patched
+_EVERYTHING_KINDS = frozenset({Kind.MESH_CONFIG, Kind.CONFIG_MAP, Kind.PEER_AUTHENTICATION})
+
 # kinds that never change which service or DestinationRule a hostname resolves to in a scope
 # (a DNS name change comes with its endpoints, named in ``endpoint_services``)
-_ROUTING_KINDS = frozenset({Kind.VIRTUAL_SERVICE, Kind.GATEWAY, Kind.DNS_NAME})
+# (a PeerAuthentication changes clusters' TLS, not assignments; their re-sent clusters bring
+# their assignments along anyway)
+_ROUTING_KINDS = frozenset({Kind.VIRTUAL_SERVICE, Kind.GATEWAY, Kind.DNS_NAME, Kind.PEER_AUTHENTICATION})
 
 
 def _changed_hosts(request: PushRequest, scopes: Iterable[SidecarScope | None]) -> set[str] | None:

@@ -50,6 +50,10 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         # skipped by CDS and EDS; istiod's one CDS exception is a change in a gateway's
         # AUTO_PASSTHROUGH servers (cds.go checkGateway), which pilotfish does not build
         Kind.GATEWAY: frozenset({LISTENER, ROUTE}),
+        # cds.go / lds.go skip lists have no PeerAuthentication: clients' auto mTLS follows the
+        # destination namespace's mode, a workload's inbound chains its own (rds.go and nds.go
+        # skip it); endpoints follow the re-sent clusters
+        Kind.PEER_AUTHENTICATION: frozenset({CLUSTER, LISTENER}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL,
         Kind.CONFIG_MAP: _ALL,

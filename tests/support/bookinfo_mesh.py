@@ -23,8 +23,15 @@ class Mesh:
 
     def apply(self, text: str) -> PushRequest:
         """Add or replace the objects in ``text``; returns the push request the change makes."""
+        return self._change(text, EventType.UPDATE)
+
+    def delete(self, text: str) -> PushRequest:
+        """Delete the objects in ``text``; returns the push request the change makes."""
+        return self._change(text, EventType.DELETE)
+
+    def _change(self, text: str, event: EventType) -> PushRequest:
         objects = load_documents(text, "change.yaml").objects
-        events = [ConfigEvent(EventType.UPDATE, obj) for obj in objects]
+        events = [ConfigEvent(event, obj) for obj in objects]
         request = push_request(self.env.apply(events), len(events))
         assert request is not None, "the change made no push"
         self.push = next_snapshot(self.push, self.env, request)()

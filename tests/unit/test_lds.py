@@ -428,10 +428,11 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
     assert route.decorator.operation == f"{WEB}:80/*"
     # TCP port 9000: tcp_proxy to its inbound cluster, plus a plain-TLS chain
     tcp = [c for c in chains if c.name == "0.0.0.0_9000"]
-    assert [c.filter_chain_match.transport_protocol for c in tcp] == ["tls", "raw_buffer", "tls"]
+    # istiod inboundPermissiveTCPFilterChainMatchWithMxcOptions: mTLS, plain TLS, plaintext
+    assert [c.filter_chain_match.transport_protocol for c in tcp] == ["tls", "tls", "raw_buffer"]
     assert all(tcp_proxy(c).cluster == "inbound|9000||" for c in tcp)
     assert list(tls_context(tcp[0]).common_tls_context.alpn_protocols) == ["istio-peer-exchange", "h2", "http/1.1"]
-    assert not tcp[2].HasField("transport_socket")
+    assert not tcp[1].HasField("transport_socket")
 
 
 # --- gateways -----------------------------------------------------------------------------------

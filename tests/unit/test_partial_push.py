@@ -5,6 +5,7 @@ updates narrow the xDS types they affect; class sets patched across snapshots eq
 
 from __future__ import annotations
 
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
@@ -19,6 +20,7 @@ from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE
 from tests.support.bookinfo_mesh import Mesh as SupportMesh
+from tests.support.mesh import mesh_config_map
 
 Req = discovery_pb2.DeltaDiscoveryRequest
 DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
@@ -249,3 +251,36 @@ def test_sotw_sends_every_cluster_but_only_the_changed_assignments() -> None:
     [eds] = out
     assert eds.type_url == ENDPOINT
     assert {r.name for r in eds.resources} <= {n for n in names}
+
+
+BOOKINFO_DISABLE = """apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: plaintext, namespace: bookinfo}
+spec: {mtls: {mode: DISABLE}}
+"""
+
+
+def test_a_peer_authentication_change_resends_the_clusters_whose_auto_mtls_it_turns_off() -> None:
+    # eds.go canSendPartialFullPushes: a PeerAuthentication rebuilds clusters, their endpoints follow
+    mesh = Mesh()
+    mesh.apply(mesh_config_map("rootNamespace: istio-system\nenableAutoMtls: true"))
+    conn, _ = mesh.connect()
+    before = {c.name: c for c in _clusters(conn)}
+    assert before[f"outbound|9080||{REVIEWS_HOST}"].transport_socket_matches
+    out = conn.on_push(mesh.apply(BOOKINFO_DISABLE))
+    [cds] = [r for r in out if r.type_url == CLUSTER]
+    resent = {r.name: cluster_pb2.Cluster.FromString(r.body.value) for r in cds.resources}
+    reviews = resent[f"outbound|9080||{REVIEWS_HOST}"]
+    assert not reviews.transport_socket_matches and not reviews.HasField("transport_socket")
+    assert all("bookinfo" in name for name in resent if name.startswith("outbound|"))
+    # and back: deleting the policy turns it on again (assertion mode checks every cached hit)
+    out = conn.on_push(mesh.delete(BOOKINFO_DISABLE))
+    [cds] = [r for r in out if r.type_url == CLUSTER]
+    again = {r.name: cluster_pb2.Cluster.FromString(r.body.value) for r in cds.resources}
+    assert again[f"outbound|9080||{REVIEWS_HOST}"].transport_socket_matches
+
+
+def _clusters(conn: DeltaConnection) -> list[cluster_pb2.Cluster]:
+    watch = conn.session.watches[CLUSTER]
+    found = conn.source.generate(CLUSTER, conn.proxy, watch) or []
+    return [cluster_pb2.Cluster.FromString(r.body.value) for r in found]

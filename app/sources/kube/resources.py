@@ -10,6 +10,8 @@ ISTIO_NETWORKING = "networking.istio.io"
 # the versions istiod serves its networking kinds in, newest first: an informer lists the newest
 # one the API server has (the CRDs convert between them)
 ISTIO_VERSIONS = ("v1", "v1beta1", "v1alpha3")
+ISTIO_SECURITY = "security.istio.io"
+SECURITY_VERSIONS = ("v1", "v1beta1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +46,17 @@ KUBE_RESOURCES = (
 MESH_CONFIGMAP = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
 # watched to start an Istio kind's informer once its CRD is installed (istiod's CRD watcher)
 CRDS = KubeResource("CustomResourceDefinition", "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", False)
-ISTIO_RESOURCES = tuple(
-    KubeResource(kind, ISTIO_NETWORKING, ISTIO_VERSIONS, plural)
-    for kind, plural in (
-        (Kind.DESTINATION_RULE, "destinationrules"),
-        (Kind.VIRTUAL_SERVICE, "virtualservices"),
-        (Kind.SERVICE_ENTRY, "serviceentries"),
-        (Kind.WORKLOAD_ENTRY, "workloadentries"),
-        (Kind.SIDECAR, "sidecars"),
-        (Kind.GATEWAY, "gateways"),
-    )
+ISTIO_RESOURCES = (
+    *(
+        KubeResource(kind, ISTIO_NETWORKING, ISTIO_VERSIONS, plural)
+        for kind, plural in (
+            (Kind.DESTINATION_RULE, "destinationrules"),
+            (Kind.VIRTUAL_SERVICE, "virtualservices"),
+            (Kind.SERVICE_ENTRY, "serviceentries"),
+            (Kind.WORKLOAD_ENTRY, "workloadentries"),
+            (Kind.SIDECAR, "sidecars"),
+            (Kind.GATEWAY, "gateways"),
+        )
+    ),
+    KubeResource(Kind.PEER_AUTHENTICATION, ISTIO_SECURITY, SECURITY_VERSIONS, "peerauthentications"),
 )

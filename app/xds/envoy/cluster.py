@@ -25,6 +25,7 @@ from google.protobuf import duration_pb2, struct_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
+from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
@@ -171,8 +172,10 @@ def build_outbound_clusters(
     endpoints: Sequence[Endpoint],
     rule: AppliedDestinationRule | None,
     service_accounts: Sequence[str] = (),
+    namespace_mode: MtlsMode = MtlsMode.UNKNOWN,
 ) -> list[cluster_pb2.Cluster]:
-    """The default cluster of one service port, then one cluster per DestinationRule subset.
+    """The default cluster of one service port, then one cluster per DestinationRule subset;
+    ``namespace_mode`` is the PeerAuthentication mode of the service's namespace (auto mTLS).
 
     ``endpoints`` are the service's endpoints (any port); only DNS clusters embed them. A DNS
     cluster without endpoints is not built at all (nor its subsets), as in istiod.
@@ -198,7 +201,7 @@ def build_outbound_clusters(
         service=service,
         service_accounts=tuple(service_accounts),
         istio_mtls_sni=outbound_sni(port.port, service.hostname),
-        mtls_mode=infer_service_mtls_mode(rule_tp, service),
+        mtls_mode=infer_service_mtls_mode(rule_tp, service, port, endpoints, namespace_mode),
         dr_with_selector=dr is not None and dr.HasField("workload_selector"),
     )
     apply_traffic_policy(draft, policy, ctx)
@@ -213,7 +216,9 @@ def build_outbound_clusters(
     if rule is None or dr is None:
         return out
     for subset in dr.subsets:
-        built = _build_subset_cluster(proxy, mesh, service, port, endpoints, rule, default, subset, policy, ctx)
+        built = _build_subset_cluster(
+            proxy, mesh, service, port, endpoints, rule, default, subset, policy, ctx, namespace_mode
+        )
         if built is not None:
             out.append(built)
     return out
@@ -230,6 +235,7 @@ def _build_subset_cluster(
     subset: net.Subset,
     default_policy: net.TrafficPolicy | None,
     default_ctx: PolicyContext,
+    namespace_mode: MtlsMode,
 ) -> cluster_pb2.Cluster | None:
     dr = rule.rule
     subset_tp = subset.traffic_policy if subset.HasField("traffic_policy") else None
@@ -255,7 +261,7 @@ def _build_subset_cluster(
         default_ctx,
         istio_mtls_sni=outbound_sni(port.port, service.hostname, subset.name),
         # istiod infers the subset's mTLS mode from the subset's own policy only
-        mtls_mode=infer_service_mtls_mode(subset_tp, service),
+        mtls_mode=infer_service_mtls_mode(subset_tp, service, port, endpoints, namespace_mode),
     )
     apply_traffic_policy(draft, policy, ctx)
     _maybe_apply_eds_config(draft.cluster)

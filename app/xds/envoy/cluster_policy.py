@@ -21,10 +21,11 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
+from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Service, ServicePort
 from app.xds.envoy import cluster_tls
-from app.xds.envoy.cluster_tls import MtlsMode, raw_buffer_socket
+from app.xds.envoy.cluster_tls import raw_buffer_socket
 from app.xds.envoy.endpoint import MAX_UINT32, apply_locality_load_balancer, locality_lb_setting
 
 Cluster = cluster_pb2.Cluster

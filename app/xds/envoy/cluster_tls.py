@@ -9,8 +9,7 @@ the ``tlsMode-istio`` / ``tlsMode-disabled`` transport socket matches of auto mT
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -20,7 +19,8 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tl
 from envoy.type.matcher.v3 import string_pb2
 
 from app.api import networking_pb2 as net
-from app.model.service import Registry, Resolution, Service
+from app.model.authn import MtlsMode
+from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 
 if TYPE_CHECKING:
     from app.xds.envoy.cluster_policy import ClusterDraft, PolicyContext
@@ -42,22 +42,18 @@ _INVALID = "invalid://"
 _KEEP_PREFIXES = ("kubernetes://", "kubernetes-gateway://", _CONFIGMAP)
 
 
-class MtlsMode(enum.Enum):
-    """istiod's model.MutualTLSMode, as far as pilotfish can infer it (no PeerAuthentication yet)."""
-
-    UNKNOWN = "UNKNOWN"
-    DISABLE = "DISABLE"
-    PERMISSIVE = "PERMISSIVE"
-    STRICT = "STRICT"
-
-
 class TlsConfigError(ValueError):
     """TLS settings istiod refuses to build (the cluster is then left without TLS)."""
 
 
-def infer_service_mtls_mode(rule_policy: net.TrafficPolicy | None, service: Service) -> MtlsMode:
-    """istiod BestEffortInferServiceMTLSMode, without PeerAuthentication: PERMISSIVE unless
-    the service is mesh-external (unknown) or passthrough (headless, or a PASSTHROUGH LB)."""
+def infer_service_mtls_mode(
+    rule_policy: net.TrafficPolicy | None, service: Service, port: ServicePort, endpoints: Sequence[Endpoint],
+    namespace_mode: MtlsMode,
+) -> MtlsMode:
+    """istiod BestEffortInferServiceMTLSMode: unknown for a mesh-external service; a passthrough
+    service (headless, or a PASSTHROUGH load balancer) is DISABLE unless every endpoint of the
+    port runs a sidecar; then the destination namespace's (else the mesh's) PeerAuthentication
+    mode, PERMISSIVE when none sets one."""
     if service.mesh_external:
         return MtlsMode.UNKNOWN
     passthrough_lb = (
@@ -66,7 +62,11 @@ def infer_service_mtls_mode(rule_policy: net.TrafficPolicy | None, service: Serv
         and rule_policy.load_balancer.simple == net.LoadBalancerSettings.PASSTHROUGH
     )
     if service.resolution is Resolution.PASSTHROUGH or passthrough_lb:
-        return MtlsMode.DISABLE
+        on_port = [ep for ep in endpoints if ep.service_port_name == port.name]
+        if not on_port or any(ep.tls_mode != TLS_MODE_ISTIO for ep in on_port):
+            return MtlsMode.DISABLE
+    if namespace_mode is not MtlsMode.UNKNOWN:
+        return namespace_mode
     return MtlsMode.PERMISSIVE
 
 

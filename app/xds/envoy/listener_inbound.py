@@ -3,10 +3,10 @@ filterchain_options.go, httproute.go buildSidecarInboundHTTPRouteConfig).
 
 Owns: one set of filter chains per workload (target) port of the proxy's own service targets —
 HTTP ports terminate in an HCM with an inline route to ``inbound|PORT||``, TCP ports in a
-tcp_proxy — in istiod's default PERMISSIVE mTLS shape (an Istio-mTLS chain and a plaintext chain
-per port, split by the TLS and HTTP inspectors), the blackhole chain for the capture port itself,
+tcp_proxy — in the shape the workload's PeerAuthentication mode for the port asks for (PERMISSIVE,
+the default: an Istio-mTLS chain and a plaintext chain split by the TLS and HTTP inspectors;
+STRICT: mTLS only; DISABLE: plaintext only), the blackhole chain for the capture port itself,
 and the passthrough chains to ``InboundPassthroughCluster`` for ports no service declares.
-pilotfish has no PeerAuthentication yet, so every port is PERMISSIVE, as istiod defaults.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
+from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.service import Protocol, ServicePort
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
 from app.xds.envoy.listener import capture_ports
@@ -67,6 +68,7 @@ class _Match:
     tls: bool
 
 
+# istiod filterchain_options.go, by the port's protocol and the workload's mTLS mode.
 # PERMISSIVE: Istio mTLS (told apart by its ALPNs) next to plaintext
 _PERMISSIVE_HTTP = (
     _Match(ALL_ISTIO_MTLS_ALPNS, TLS_TRANSPORT, True, True),
@@ -74,8 +76,8 @@ _PERMISSIVE_HTTP = (
 )
 _PERMISSIVE_TCP = (
     _Match(ALL_ISTIO_MTLS_ALPNS, TLS_TRANSPORT, False, True),
-    _Match((), RAW_BUFFER_TRANSPORT, False, False),
     _Match((), TLS_TRANSPORT, False, False),  # the app's own TLS, proxied as is
+    _Match((), RAW_BUFFER_TRANSPORT, False, False),
 )
 _PERMISSIVE_AUTO = (
     _Match(MTLS_HTTP_ALPNS, TLS_TRANSPORT, True, True),
@@ -84,6 +86,25 @@ _PERMISSIVE_AUTO = (
     _Match((), RAW_BUFFER_TRANSPORT, False, False),
     _Match((), TLS_TRANSPORT, False, False),
 )
+# STRICT: mTLS only
+_STRICT_HTTP = (_Match((), TLS_TRANSPORT, True, True),)
+_STRICT_TCP = (_Match((), TLS_TRANSPORT, False, True),)
+_STRICT_AUTO = (
+    _Match(MTLS_HTTP_ALPNS, TLS_TRANSPORT, True, True),
+    _Match((), TLS_TRANSPORT, False, True),
+)
+# DISABLE: plaintext only
+_PLAIN_HTTP = (_Match((), RAW_BUFFER_TRANSPORT, True, False),)
+_PLAIN_TCP = (_Match((), RAW_BUFFER_TRANSPORT, False, False),)
+_PLAIN_AUTO = (
+    _Match(PLAINTEXT_HTTP_ALPNS, RAW_BUFFER_TRANSPORT, True, False),
+    _Match((), RAW_BUFFER_TRANSPORT, False, False),
+)
+_OPTIONS = {
+    MtlsMode.STRICT: (_STRICT_HTTP, _STRICT_AUTO, _STRICT_TCP),
+    MtlsMode.PERMISSIVE: (_PERMISSIVE_HTTP, _PERMISSIVE_AUTO, _PERMISSIVE_TCP),
+    MtlsMode.DISABLE: (_PLAIN_HTTP, _PLAIN_AUTO, _PLAIN_TCP),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +116,7 @@ class _ChainConfig:
     target_port: int
     hostname: str
     bind: str
+    mode: MtlsMode  # the mTLS the workload accepts on the port (PeerAuthentication)
     passthrough: bool = False
 
     def name(self, http: bool) -> str:
@@ -106,16 +128,21 @@ class _ChainConfig:
         return delimited_stat_prefix(self.cluster if self.passthrough else "inbound_" + self.name(True))
 
 
-def _options(protocol: Protocol) -> tuple[_Match, ...]:
+def _options(protocol: Protocol, mode: MtlsMode) -> tuple[_Match, ...]:
+    """istiod getFilterChainMatchOptions."""
+    http, auto, tcp = _OPTIONS.get(mode, _OPTIONS[MtlsMode.PERMISSIVE])
     if protocol.is_http:
-        return _PERMISSIVE_HTTP
+        return http
     if protocol is Protocol.UNSUPPORTED:
-        return _PERMISSIVE_AUTO
-    return _PERMISSIVE_TCP
+        return auto
+    return tcp
 
 
-def _chain_configs(ctx: OutboundContext, targets: Sequence[ServiceTarget]) -> list[_ChainConfig]:
+def _chain_configs(
+    ctx: OutboundContext, targets: Sequence[ServiceTarget], authn: PeerAuthentications
+) -> list[_ChainConfig]:
     """One per target port; the first service on a port wins (istiod: the oldest), as in CDS."""
+    proxy = ctx.proxy
     by_port: dict[int, _ChainConfig] = {}
     for service, service_port, endpoint in targets:
         if endpoint.port in by_port:
@@ -126,11 +153,15 @@ def _chain_configs(ctx: OutboundContext, targets: Sequence[ServiceTarget]) -> li
             target_port=endpoint.port,
             hostname=service.hostname,
             bind=ctx.wildcard,
+            mode=authn.workload_mode(proxy.namespace, proxy.labels, endpoint.port),
         )
     return [by_port[p] for p in sorted(by_port)]
 
 
-def build_virtual_inbound_listener(ctx: OutboundContext, targets: Sequence[ServiceTarget]) -> listener_pb2.Listener:
+def build_virtual_inbound_listener(
+    ctx: OutboundContext, targets: Sequence[ServiceTarget], authn: PeerAuthentications
+) -> listener_pb2.Listener:
+    """``authn``: the PeerAuthentications that decide each port's mTLS mode."""
     _, port = capture_ports(ctx.mesh)
     passthrough = _ChainConfig(
         cluster=INBOUND_PASSTHROUGH_CLUSTER,
@@ -138,10 +169,12 @@ def build_virtual_inbound_listener(ctx: OutboundContext, targets: Sequence[Servi
         target_port=0,
         hostname="",
         bind=ctx.wildcard,
+        # ports no service declares: the workload's mode without port-level settings
+        mode=authn.workload_mode(ctx.proxy.namespace, ctx.proxy.labels, 0),
         passthrough=True,
     )
     chains = [_blackhole_chain(port), *_chains(ctx, passthrough)]
-    for cc in _chain_configs(ctx, targets):
+    for cc in _chain_configs(ctx, targets, authn):
         chains.extend(_chains(ctx, cc))
     out = listener_pb2.Listener(
         name=VIRTUAL_INBOUND, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
@@ -170,7 +203,7 @@ def _blackhole_chain(port: int) -> lc.FilterChain:
 
 
 def _chains(ctx: OutboundContext, cc: _ChainConfig) -> list[lc.FilterChain]:
-    options = _options(cc.service_port.protocol)
+    options = _options(cc.service_port.protocol, cc.mode)
     # built once per port: the mTLS and plaintext chains of a port share them
     http = _http_options(ctx, cc) if any(m.http for m in options) else None
     tcp = () if all(m.http for m in options) else tuple(_tcp_filters(cc))

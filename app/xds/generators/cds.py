@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from envoy.config.cluster.v3 import cluster_pb2
 
 from app.api import mesh_pb2
+from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Resolution, Service
 from app.model.service import Protocol as PortProtocol
@@ -38,7 +39,8 @@ def generate_clusters(proxy: Proxy, push: PushContextView) -> list[cluster_pb2.C
     for service in scope.services:
         rule = scope.destination_rule(proxy, service)
         endpoints = push.endpoints(service.hostname, service.namespace)
-        clusters.extend(service_clusters(proxy, push.mesh, service, rule, endpoints))
+        mode = push.peer_authentications.namespace_mode(service.namespace)
+        clusters.extend(service_clusters(proxy, push.mesh, service, rule, endpoints, mode))
     clusters.extend(proxy_clusters(proxy, push, scope))
     return unique_by_name(clusters)
 
@@ -57,17 +59,19 @@ def service_clusters(
     service: Service,
     rule: AppliedDestinationRule | None,
     endpoints: Sequence[Endpoint],
+    namespace_mode: MtlsMode = MtlsMode.UNKNOWN,
 ) -> list[cluster_pb2.Cluster]:
     """The outbound clusters of one service in a proxy's scope: per non-UDP port, the default
     cluster and its subsets; none for an ALIAS service. ``endpoints`` are read for the SANs (and
-    by DNS clusters, which embed them)."""
+    by DNS clusters, which embed them); ``namespace_mode`` is the PeerAuthentication mode of the
+    service's namespace (what auto mTLS follows)."""
     if service.resolution is Resolution.ALIAS:
         return []
     identities = service_identities(service, endpoints, mesh.trust_domain_aliases)
     out: list[cluster_pb2.Cluster] = []
     for port in service.ports:
         if port.protocol is not PortProtocol.UDP:
-            out.extend(build_outbound_clusters(proxy, mesh, service, port, endpoints, rule, identities))
+            out.extend(build_outbound_clusters(proxy, mesh, service, port, endpoints, rule, identities, namespace_mode))
     return out
 
 

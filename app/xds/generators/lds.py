@@ -62,7 +62,7 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
         return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index)
     if proxy.interception_mode == "NONE":
         return []
-    return [build_virtual_inbound_listener(ctx, targets)]
+    return [build_virtual_inbound_listener(ctx, targets, push.peer_authentications)]
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Protocol
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.config.model import ConfigObject
+from app.model.authn import PeerAuthentications
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
@@ -80,6 +81,8 @@ class PushContextView(Protocol):
     def virtual_service_index(self) -> GatewayVirtualServices: ...
     @property
     def service_index(self) -> ServiceIndexView: ...
+    @property
+    def peer_authentications(self) -> PeerAuthentications: ...
 
     def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
 
