@@ -24,6 +24,7 @@ _STORE_KINDS = frozenset(
         Kind.SIDECAR,
         Kind.GATEWAY,
         Kind.PEER_AUTHENTICATION,
+        Kind.AUTHORIZATION_POLICY,
         Kind.MESH_CONFIG,
     }
 )
@@ -117,6 +118,7 @@ class Environment:
             sidecars=self.store.list(Kind.SIDECAR),
             gateways=self.store.list(Kind.GATEWAY),
             peer_authentications=self.store.list(Kind.PEER_AUTHENTICATION),
+            authorization_policies=self.store.list(Kind.AUTHORIZATION_POLICY),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
             features=self.features,

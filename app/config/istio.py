@@ -28,6 +28,7 @@ _MESSAGES: dict[Kind, type[Message]] = {
     Kind.SIDECAR: net.Sidecar,
     Kind.GATEWAY: net.Gateway,
     Kind.PEER_AUTHENTICATION: sec.PeerAuthentication,
+    Kind.AUTHORIZATION_POLICY: sec.AuthorizationPolicy,
 }
 _PROTOCOLS = frozenset(
     {"HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP"}
@@ -446,6 +447,103 @@ def _validate_peer_authentication(pa: sec.PeerAuthentication, namespace: str) ->
             raise _fail(f"portLevelMtls.{port}", "port must be in the range 1..65535")
 
 
+# istiod security/authz model.go: the attributes a `when` condition may name (a bracketed key
+# like request.headers[X] by its prefix)
+AUTHZ_KEYS = frozenset(
+    {
+        "source.ip",
+        "remote.ip",
+        "source.namespace",
+        "source.serviceAccount",
+        "source.trustDomain",
+        "source.principal",
+        "request.auth.principal",
+        "request.auth.audiences",
+        "request.auth.presenter",
+        "destination.ip",
+        "destination.port",
+        "connection.sni",
+    }
+)
+AUTHZ_KEY_PREFIXES = ("request.headers[", "request.auth.claims[", "experimental.envoy.filters.")
+_AUTHZ_IP_KEYS = frozenset({"source.ip", "remote.ip", "destination.ip"})
+
+
+def _check_cidrs(path: str, values: Iterable[str]) -> None:
+    for i, value in enumerate(values):
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise _fail(f"{path}[{i}]", f"{value!r} is not an IP address or CIDR") from None
+
+
+def _check_ports(path: str, values: Iterable[str]) -> None:
+    for i, value in enumerate(values):
+        if not value.isdigit() or not 0 <= int(value) <= 65535:
+            raise _fail(f"{path}[{i}]", f"{value!r} is not a port number")
+
+
+def _check_wildcards(path: str, values: Iterable[str]) -> None:
+    """istiod check: a `*` only as the whole value, its prefix or its suffix."""
+    for i, value in enumerate(values):
+        inner = value.strip("*") if value != "*" else ""
+        if "*" in inner:
+            raise _fail(f"{path}[{i}]", f"{value!r}: a wildcard is allowed only at the start or the end")
+
+
+def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) -> None:
+    """istiod validation.ValidateAuthorizationPolicy, for what the RBAC builder reads."""
+    Action = sec.AuthorizationPolicy.Action
+    if ap.HasField("selector") and not ap.selector.match_labels:
+        raise _fail("selector.matchLabels", "must not be empty (leave the selector out for every workload)")
+    if ap.action == Action.CUSTOM and not ap.provider.name:
+        raise _fail("provider.name", "is required for action CUSTOM")
+    if ap.action != Action.CUSTOM and ap.HasField("provider"):
+        raise _fail("provider", "is only allowed with action CUSTOM")
+    for r, rule in enumerate(ap.rules):
+        here = f"rules[{r}]"
+        for f, source in enumerate(getattr(rule, "from")):
+            where = f"{here}.from[{f}].source"
+            if not source.HasField("source") or not source.source.ListFields():
+                raise _fail(where, "must set at least one field")
+            s = source.source
+            for name in ("ip_blocks", "not_ip_blocks", "remote_ip_blocks", "not_remote_ip_blocks"):
+                _check_cidrs(f"{where}.{_camel(name)}", getattr(s, name))
+            for name in ("principals", "not_principals", "namespaces", "not_namespaces", "request_principals"):
+                _check_wildcards(f"{where}.{_camel(name)}", getattr(s, name))
+        for t, to in enumerate(rule.to):
+            where = f"{here}.to[{t}].operation"
+            if not to.HasField("operation") or not to.operation.ListFields():
+                raise _fail(where, "must set at least one field")
+            op = to.operation
+            _check_ports(f"{where}.ports", op.ports)
+            _check_ports(f"{where}.notPorts", op.not_ports)
+            for name in ("hosts", "not_hosts", "paths", "not_paths", "methods", "not_methods"):
+                _check_wildcards(f"{where}.{_camel(name)}", getattr(op, name))
+        for w, cond in enumerate(rule.when):
+            where = f"{here}.when[{w}]"
+            key = cond.key
+            if not key:
+                raise _fail(f"{where}.key", "is required")
+            if key not in AUTHZ_KEYS and not key.startswith(AUTHZ_KEY_PREFIXES):
+                raise _fail(f"{where}.key", f"unknown attribute {key!r}")
+            if key.startswith(AUTHZ_KEY_PREFIXES[:2]) and not (key.endswith("]") and len(key) > key.index("[") + 2):
+                raise _fail(f"{where}.key", f"{key!r}: the name goes in brackets, e.g. request.headers[User-Agent]")
+            if not len(cond.values) and not len(cond.not_values):
+                raise _fail(where, "values or notValues is required")
+            if key in _AUTHZ_IP_KEYS:
+                _check_cidrs(f"{where}.values", cond.values)
+                _check_cidrs(f"{where}.notValues", cond.not_values)
+            if key == "destination.port":
+                _check_ports(f"{where}.values", cond.values)
+                _check_ports(f"{where}.notValues", cond.not_values)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.DESTINATION_RULE: _validate_destination_rule,
     Kind.VIRTUAL_SERVICE: _validate_virtual_service,
@@ -453,5 +551,6 @@ _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.WORKLOAD_ENTRY: _validate_workload_entry_object,
     Kind.SIDECAR: _validate_sidecar,
     Kind.PEER_AUTHENTICATION: _validate_peer_authentication,
+    Kind.AUTHORIZATION_POLICY: _validate_authorization_policy,
     Kind.GATEWAY: _validate_gateway,
 }

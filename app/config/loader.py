@@ -28,9 +28,11 @@ from app.errors import ConfigError, FieldError
 # apiVersion accepted per kind; Istio serves networking v1, v1beta1 and v1alpha3 with one schema,
 # security v1 and v1beta1
 _ISTIO_VERSIONS = frozenset({"networking.istio.io/v1", "networking.istio.io/v1beta1", "networking.istio.io/v1alpha3"})
+_SECURITY_VERSIONS = frozenset({"security.istio.io/v1", "security.istio.io/v1beta1"})
 _API_VERSIONS: Mapping[Kind, frozenset[str]] = {
     **{k: _ISTIO_VERSIONS for k in ISTIO_KINDS},
-    Kind.PEER_AUTHENTICATION: frozenset({"security.istio.io/v1", "security.istio.io/v1beta1"}),
+    Kind.PEER_AUTHENTICATION: _SECURITY_VERSIONS,
+    Kind.AUTHORIZATION_POLICY: _SECURITY_VERSIONS,
     Kind.SERVICE: frozenset({"v1"}),
     Kind.POD: frozenset({"v1"}),
     Kind.NAMESPACE: frozenset({"v1"}),

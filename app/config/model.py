@@ -26,6 +26,7 @@ class Kind(enum.StrEnum):
     SIDECAR = "Sidecar"
     GATEWAY = "Gateway"
     PEER_AUTHENTICATION = "PeerAuthentication"
+    AUTHORIZATION_POLICY = "AuthorizationPolicy"
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
@@ -50,6 +51,7 @@ ISTIO_KINDS = frozenset(
         Kind.SIDECAR,
         Kind.GATEWAY,
         Kind.PEER_AUTHENTICATION,
+        Kind.AUTHORIZATION_POLICY,
     }
 )
 

@@ -23,6 +23,7 @@ from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.authn import PeerAuthentications
+from app.model.authz import AuthorizationPolicies
 from app.model.destination_rule import DestinationRuleIndex
 from app.model.features import Features
 from app.model.proxy import Proxy
@@ -50,6 +51,7 @@ class PushInputs:
     gateways: tuple[ConfigObject, ...]
     endpoints: EndpointView
     peer_authentications: tuple[ConfigObject, ...] = ()
+    authorization_policies: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
 
@@ -82,6 +84,10 @@ def _build_authn(inputs: PushInputs) -> PeerAuthentications:
     return PeerAuthentications.build(inputs.peer_authentications, inputs.mesh.root_namespace)
 
 
+def _build_authz(inputs: PushInputs) -> AuthorizationPolicies:
+    return AuthorizationPolicies.build(inputs.authorization_policies, inputs.mesh.root_namespace)
+
+
 def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
     by_ns: dict[str, list[ConfigObject]] = {}
     for obj in sidecars:
@@ -105,6 +111,7 @@ class PushContext:
     gateways: tuple[ConfigObject, ...]
     endpoint_view: EndpointView
     peer_authentications: PeerAuthentications
+    authorization_policies: AuthorizationPolicies
     inputs: PushInputs = field(compare=False, repr=False)
     _scopes: dict[ScopeKey, SidecarScope] = field(default_factory=dict, compare=False, repr=False)
 
@@ -149,6 +156,9 @@ class PushContext:
             peer_authentications=(
                 _build_authn(inputs) if Kind.PEER_AUTHENTICATION in kinds else previous.peer_authentications
             ),
+            authorization_policies=(
+                _build_authz(inputs) if Kind.AUTHORIZATION_POLICY in kinds else previous.authorization_policies
+            ),
             inputs=inputs,
         )
         scopes = previous._scopes if prior_scopes is None else prior_scopes
@@ -167,6 +177,7 @@ class PushContext:
             gateways=inputs.gateways,
             endpoint_view=inputs.endpoints,
             peer_authentications=_build_authn(inputs),
+            authorization_policies=_build_authz(inputs),
             inputs=inputs,
         )
 

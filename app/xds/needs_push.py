@@ -54,6 +54,9 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         # destination namespace's mode, a workload's inbound chains its own (rds.go and nds.go
         # skip it); endpoints follow the re-sent clusters
         Kind.PEER_AUTHENTICATION: frozenset({CLUSTER, LISTENER}),
+        # in cds.go's, eds.go's, rds.go's and nds.go's skip lists: only the workload's (and a
+        # gateway's) listeners carry RBAC filters
+        Kind.AUTHORIZATION_POLICY: frozenset({LISTENER}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL,
         Kind.CONFIG_MAP: _ALL,

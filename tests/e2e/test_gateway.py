@@ -130,3 +130,54 @@ def test_gateway_routes_to_subsets_and_follows_config_changes(
     assert backends_seen(port, 5, headers={"x-version": "v1"}) == {"v1": 5}
     assert backends.hits["v2"] == hits
     assert envoy.xds_stream() == stream, "the xDS stream was re-established"
+
+
+DENY_ADMIN = """
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin*"]}}]
+"""
+ALLOW_GET_ONLY = """
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: get-only, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: ALLOW
+  rules:
+  - to: [{operation: {methods: [GET]}}]
+    when: [{key: "request.headers[x-team]", values: [blue, green]}]
+"""
+
+
+def test_gateway_authorization_policies_deny_a_path_and_allow_only_what_a_rule_says(
+    config_dir: ConfigDir, start_backends: StartBackends, start_pilotfish: StartPilotfish, start_envoy: StartEnvoy
+) -> None:
+    registration = ServiceEntryRegistration()
+    backends = start_backends(registration.addresses)
+    port = free_port("0.0.0.0")
+    config_dir.render("gateway/gateway.yaml", gateway_port=port)
+    registration.write(config_dir, backends.port)
+    host, namespace = registration.host, registration.namespace
+    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
+    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    envoy = start_envoy(start_pilotfish(config_dir), GATEWAY)
+    wait_until(routed_to(port, "v1"), "the gateway to route to v1")
+
+    # DENY: the RBAC filter answers 403 for the path, everything else still passes
+    config_dir.write("deny-admin.yaml", DENY_ADMIN)
+    wait_until(lambda: send(port, "/admin/users").status == 403, "/admin to be denied")
+    assert send(port, "/admin").status == 403
+    assert send(port, "/items").backend == "v1"
+
+    # ALLOW: only requests some rule matches pass; the DENY still wins for its path
+    config_dir.write("get-only.yaml", ALLOW_GET_ONLY)
+    wait_until(lambda: send(port, "/items").status == 403, "requests without x-team to be refused")
+    assert send(port, "/items", headers={"x-team": "blue"}).backend == "v1"
+    assert send(port, "/admin", headers={"x-team": "blue"}).status == 403
+    assert envoy.rejected_updates().get("listener_manager.lds.update_rejected") == 0

@@ -51,6 +51,8 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     Kind.GATEWAY: ([], [LISTENER, ROUTE]),  # UnAffectedConfigKinds[SidecarProxy] = {Gateway}
     # in rds.go's and nds.go's skip lists, not in cds.go's or lds.go's; EDS and RDS follow
     Kind.PEER_AUTHENTICATION: (ENVOY, ENVOY),
+    # skipped by every generator but LDS (RDS follows listeners)
+    Kind.AUTHORIZATION_POLICY: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
     # istiod pushes a mesh config change Forced: every type
     Kind.MESH_CONFIG: (ALL, ENVOY),
     Kind.CONFIG_MAP: (ALL, ENVOY),

@@ -59,4 +59,5 @@ ISTIO_RESOURCES = (
         )
     ),
     KubeResource(Kind.PEER_AUTHENTICATION, ISTIO_SECURITY, SECURITY_VERSIONS, "peerauthentications"),
+    KubeResource(Kind.AUTHORIZATION_POLICY, ISTIO_SECURITY, SECURITY_VERSIONS, "authorizationpolicies"),
 )

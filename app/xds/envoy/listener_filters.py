@@ -181,6 +181,8 @@ class HttpOptions:
     # settings of the listener class (server name, XFCC, codec options), merged into the HCM
     base: hcm_pb2.HttpConnectionManager = field(default_factory=hcm_pb2.HttpConnectionManager)
     stat_prefix: str = ""  # empty: derived from the listener's direction and name
+    # the workload's authorization (RBAC) filters, first in the chain as istiod puts them
+    authz: tuple[hcm_pb2.HttpFilter, ...] = ()
 
 
 def build_http_connection_manager(
@@ -202,6 +204,7 @@ def build_http_connection_manager(
         out.rds.route_config_name = opts.rds
     elif opts.route_config is not None:
         out.route_config.CopyFrom(opts.route_config)
+    out.http_filters.extend(opts.authz)
     out.http_filters.extend(_http_filters(opts.protocol))
     uuid = uuid_pb2.UuidRequestIdConfig()
     uuid.use_request_id_for_trace_sampling.value = True

@@ -12,7 +12,7 @@ AUTO_PASSTHROUGH and HTTP/3 are not built.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol as TypingProtocol
 
 from envoy.config.core.v3 import base_pb2
@@ -23,9 +23,11 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from app.api import networking_pb2 as net
 from app.config.host import intersection, names_for_namespace
 from app.config.model import ConfigObject
+from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.merged_gateway import GatewayServer, MergedServers, ServerPort, merge_gateways
 from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
+from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import ServiceTarget
 from app.xds.envoy.listener_filters import (
     SERVER_NAME,
@@ -155,17 +157,28 @@ def build_gateway_listeners(
     gateways: Sequence[ConfigObject],
     targets: Sequence[ServiceTarget],
     virtual_services: GatewayVirtualServices,
+    authz: WorkloadPolicies = NO_POLICIES,
 ) -> list[listener_pb2.Listener]:
-    """Listeners for the Gateways that select this router, one per (bind, port)."""
+    """Listeners for the Gateways that select this router, one per (bind, port); every chain
+    carries the gateway workload's authorization filters (``authz``)."""
     merged = merge_gateways(ctx.proxy, gateways, targets)
     builder = _GatewayBuilder(ctx, virtual_services)
+    rbac_http, rbac_network = tuple(rbac_http_filters(authz)), tuple(rbac_network_filters(authz))
     by_name: dict[str, tuple[str, int, list[ChainOpts]]] = {}
     for key in merged.server_ports:
         bind = key.bind or ctx.wildcard
         name = f"{bind}_{key.number}"
-        chains = builder.chains(key, merged.merged_servers[key])
+        chains = [_with_authz(c, rbac_http, rbac_network) for c in builder.chains(key, merged.merged_servers[key])]
         by_name.setdefault(name, (bind, key.number, []))[2].extend(chains)
     return [_listener(name, bind, port, chains, ctx) for name, (bind, port, chains) in by_name.items() if chains]
+
+
+def _with_authz(
+    chain: ChainOpts, http: tuple[hcm_pb2.HttpFilter, ...], network: tuple[lc.Filter, ...]
+) -> ChainOpts:
+    if chain.http is not None:
+        return replace(chain, http=replace(chain.http, authz=http)) if http else chain
+    return replace(chain, network_filters=(*network, *chain.network_filters)) if network else chain
 
 
 def _listener(

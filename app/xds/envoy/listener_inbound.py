@@ -23,7 +23,9 @@ from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.model.authn import MtlsMode, PeerAuthentications
+from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.service import Protocol, ServicePort
+from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
 from app.xds.envoy.listener import capture_ports
 from app.xds.envoy.listener_filters import (
@@ -159,9 +161,14 @@ def _chain_configs(
 
 
 def build_virtual_inbound_listener(
-    ctx: OutboundContext, targets: Sequence[ServiceTarget], authn: PeerAuthentications
+    ctx: OutboundContext,
+    targets: Sequence[ServiceTarget],
+    authn: PeerAuthentications,
+    authz: WorkloadPolicies = NO_POLICIES,
 ) -> listener_pb2.Listener:
-    """``authn``: the PeerAuthentications that decide each port's mTLS mode."""
+    """``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``: the
+    AuthorizationPolicies of the workload, as RBAC filters on every chain but the blackhole."""
+    rbac = _Rbac(tuple(rbac_http_filters(authz)), tuple(rbac_network_filters(authz)))
     _, port = capture_ports(ctx.mesh)
     passthrough = _ChainConfig(
         cluster=INBOUND_PASSTHROUGH_CLUSTER,
@@ -173,9 +180,9 @@ def build_virtual_inbound_listener(
         mode=authn.workload_mode(ctx.proxy.namespace, ctx.proxy.labels, 0),
         passthrough=True,
     )
-    chains = [_blackhole_chain(port), *_chains(ctx, passthrough)]
+    chains = [_blackhole_chain(port), *_chains(ctx, passthrough, rbac)]
     for cc in _chain_configs(ctx, targets, authn):
-        chains.extend(_chains(ctx, cc))
+        chains.extend(_chains(ctx, cc, rbac))
     out = listener_pb2.Listener(
         name=VIRTUAL_INBOUND, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
     )
@@ -202,11 +209,19 @@ def _blackhole_chain(port: int) -> lc.FilterChain:
     return chain
 
 
-def _chains(ctx: OutboundContext, cc: _ChainConfig) -> list[lc.FilterChain]:
+@dataclass(frozen=True, slots=True)
+class _Rbac:
+    """The workload's authorization filters, built once for all its chains."""
+
+    http: tuple[hcm_pb2.HttpFilter, ...]
+    network: tuple[lc.Filter, ...]
+
+
+def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.FilterChain]:
     options = _options(cc.service_port.protocol, cc.mode)
     # built once per port: the mTLS and plaintext chains of a port share them
-    http = _http_options(ctx, cc) if any(m.http for m in options) else None
-    tcp = () if all(m.http for m in options) else tuple(_tcp_filters(cc))
+    http = _http_options(ctx, cc, rbac.http) if any(m.http for m in options) else None
+    tcp = () if all(m.http for m in options) else (*rbac.network, *_tcp_filters(cc))
     stat_prefix = cc.stat_prefix()
     out = []
     for m in options:
@@ -230,7 +245,7 @@ def _tcp_filters(cc: _ChainConfig) -> list[lc.Filter]:
     return tcp_filter_stack(cc.service_port.protocol, tcp_proxy_filter(cc.cluster, cc.cluster), cc.cluster)
 
 
-def _http_options(ctx: OutboundContext, cc: _ChainConfig) -> HttpOptions:
+def _http_options(ctx: OutboundContext, cc: _ChainConfig, authz: tuple[hcm_pb2.HttpFilter, ...]) -> HttpOptions:
     base = hcm_pb2.HttpConnectionManager(
         forward_client_cert_details=hcm_pb2.HttpConnectionManager.APPEND_FORWARD,
         server_name=SERVER_NAME,
@@ -247,6 +262,7 @@ def _http_options(ctx: OutboundContext, cc: _ChainConfig) -> HttpOptions:
         protocol=cc.service_port.protocol,
         base=base,
         stat_prefix=cc.stat_prefix(),
+        authz=authz,
     )
 
 

@@ -58,11 +58,12 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
     (its service targets), a router's gateway listeners (the Gateways its labels select)."""
     ctx = _context(proxy, push, scope)
     targets = proxy_service_targets(proxy, push)
+    authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
     if proxy.type is ProxyType.ROUTER:
-        return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index)
+        return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz)
     if proxy.interception_mode == "NONE":
         return []
-    return [build_virtual_inbound_listener(ctx, targets, push.peer_authentications)]
+    return [build_virtual_inbound_listener(ctx, targets, push.peer_authentications, authz)]
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:

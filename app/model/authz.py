@@ -1,0 +1,70 @@
+"""AuthorizationPolicy: which policies apply to a workload, by action, as istiod's
+model.AuthorizationPolicies.ListAuthorizationPolicies selects them (pilot/pkg/model/authorization.go):
+a namespace's selector-less policies apply to its workloads and a selector policy to those of its
+workloads whose labels it matches; a root-namespace policy does the same for the workloads of
+every namespace. Policies bound with ``targetRef(s)`` (Gateway API, waypoints) select no sidecar or
+Istio gateway. CUSTOM policies need an extension provider, which pilotfish does not configure;
+they are listed apart so the builder can refuse traffic they would have judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from app.api import security_pb2 as sec
+from app.config.labels import selector_matches
+from app.config.model import ConfigObject
+
+Action = sec.AuthorizationPolicy.Action
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPolicies:
+    """The policies for one workload, by action, in the order istiod lists them."""
+
+    allow: tuple[ConfigObject, ...] = ()
+    deny: tuple[ConfigObject, ...] = ()
+    audit: tuple[ConfigObject, ...] = ()
+    custom: tuple[ConfigObject, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.allow or self.deny or self.audit or self.custom)
+
+
+NO_POLICIES = WorkloadPolicies()
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationPolicies:
+    root_namespace: str
+    by_namespace: Mapping[str, tuple[ConfigObject, ...]]  # creation order
+
+    @classmethod
+    def build(cls, objects: Iterable[ConfigObject], root_namespace: str) -> AuthorizationPolicies:
+        by_namespace: dict[str, list[ConfigObject]] = {}
+        for obj in sorted(objects, key=ConfigObject.creation_order):
+            spec: sec.AuthorizationPolicy = obj.spec
+            if spec.HasField("target_ref") or len(spec.target_refs):
+                continue
+            by_namespace.setdefault(obj.meta.namespace, []).append(obj)
+        return cls(root_namespace, {ns: tuple(found) for ns, found in by_namespace.items()})
+
+    def for_workload(self, namespace: str, labels: Mapping[str, str]) -> WorkloadPolicies:
+        found: dict[int, list[ConfigObject]] = {}
+        namespaces = [self.root_namespace] if namespace == self.root_namespace else [self.root_namespace, namespace]
+        for ns in namespaces:
+            for obj in self.by_namespace.get(ns, ()):
+                spec: sec.AuthorizationPolicy = obj.spec
+                if spec.HasField("selector") and not selector_matches(spec.selector.match_labels, labels):
+                    continue
+                found.setdefault(spec.action, []).append(obj)
+        if not found:
+            return NO_POLICIES
+        return WorkloadPolicies(
+            allow=tuple(found.get(Action.ALLOW, ())),
+            deny=tuple(found.get(Action.DENY, ())),
+            audit=tuple(found.get(Action.AUDIT, ())),
+            custom=tuple(found.get(Action.CUSTOM, ())),
+        )
