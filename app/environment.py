@@ -25,6 +25,7 @@ _STORE_KINDS = frozenset(
         Kind.GATEWAY,
         Kind.PEER_AUTHENTICATION,
         Kind.AUTHORIZATION_POLICY,
+        Kind.REQUEST_AUTHENTICATION,
         Kind.MESH_CONFIG,
     }
 )
@@ -119,6 +120,7 @@ class Environment:
             gateways=self.store.list(Kind.GATEWAY),
             peer_authentications=self.store.list(Kind.PEER_AUTHENTICATION),
             authorization_policies=self.store.list(Kind.AUTHORIZATION_POLICY),
+            request_authentications=self.store.list(Kind.REQUEST_AUTHENTICATION),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
             features=self.features,

@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61pp/api/security.proto\x12\x16istio.security.v1beta1\"\x97\x01\n\x10WorkloadSelector\x12O\n\x0cmatch_labels\x18\x01 \x03(\x0b\x32\x39.istio.security.v1beta1.WorkloadSelector.MatchLabelsEntry\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xeb\x03\n\x12PeerAuthentication\x12:\n\x08selector\x18\x01 \x01(\x0b\x32(.istio.security.v1beta1.WorkloadSelector\x12\x42\n\x04mtls\x18\x02 \x01(\x0b\x32\x34.istio.security.v1beta1.PeerAuthentication.MutualTLS\x12V\n\x0fport_level_mtls\x18\x03 \x03(\x0b\x32=.istio.security.v1beta1.PeerAuthentication.PortLevelMtlsEntry\x1a\x90\x01\n\tMutualTLS\x12G\n\x04mode\x18\x02 \x01(\x0e\x32\x39.istio.security.v1beta1.PeerAuthentication.MutualTLS.Mode\":\n\x04Mode\x12\t\n\x05UNSET\x10\x00\x12\x0b\n\x07\x44ISABLE\x10\x01\x12\x0e\n\nPERMISSIVE\x10\x02\x12\n\n\x06STRICT\x10\x03\x1aj\n\x12PortLevelMtlsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\x43\n\x05value\x18\x02 \x01(\x0b\x32\x34.istio.security.v1beta1.PeerAuthentication.MutualTLS:\x02\x38\x01\"\xf3\x03\n\x13\x41uthorizationPolicy\x12:\n\x08selector\x18\x01 \x01(\x0b\x32(.istio.security.v1beta1.WorkloadSelector\x12+\n\x05rules\x18\x02 \x03(\x0b\x32\x1c.istio.security.v1beta1.Rule\x12\x42\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x32.istio.security.v1beta1.AuthorizationPolicy.Action\x12O\n\x08provider\x18\x04 \x01(\x0b\x32=.istio.security.v1beta1.AuthorizationPolicy.ExtensionProvider\x12\x41\n\ntarget_ref\x18\x05 \x01(\x0b\x32-.istio.security.v1beta1.PolicyTargetReference\x12\x42\n\x0btarget_refs\x18\x06 \x03(\x0b\x32-.istio.security.v1beta1.PolicyTargetReference\x1a!\n\x11\x45xtensionProvider\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x06\x41\x63tion\x12\t\n\x05\x41LLOW\x10\x00\x12\x08\n\x04\x44\x45NY\x10\x01\x12\t\n\x05\x41UDIT\x10\x02\x12\n\n\x06\x43USTOM\x10\x03\"U\n\x15PolicyTargetReference\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\"\x89\x02\n\x04Rule\x12/\n\x04\x66rom\x18\x01 \x03(\x0b\x32!.istio.security.v1beta1.Rule.From\x12+\n\x02to\x18\x02 \x03(\x0b\x32\x1f.istio.security.v1beta1.Rule.To\x12/\n\x04when\x18\x03 \x03(\x0b\x32!.istio.security.v1beta1.Condition\x1a\x36\n\x04\x46rom\x12.\n\x06source\x18\x01 \x01(\x0b\x32\x1e.istio.security.v1beta1.Source\x1a:\n\x02To\x12\x34\n\toperation\x18\x01 \x01(\x0b\x32!.istio.security.v1beta1.Operation\"\xb6\x02\n\x06Source\x12\x12\n\nprincipals\x18\x01 \x03(\t\x12\x1a\n\x12request_principals\x18\x02 \x03(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x11\n\tip_blocks\x18\x04 \x03(\t\x12\x16\n\x0enot_principals\x18\x05 \x03(\t\x12\x1e\n\x16not_request_principals\x18\x06 \x03(\t\x12\x16\n\x0enot_namespaces\x18\x07 \x03(\t\x12\x15\n\rnot_ip_blocks\x18\x08 \x03(\t\x12\x18\n\x10remote_ip_blocks\x18\t \x03(\t\x12\x1c\n\x14not_remote_ip_blocks\x18\n \x03(\t\x12\x18\n\x10service_accounts\x18\x0b \x03(\t\x12\x1c\n\x14not_service_accounts\x18\x0c \x03(\t\"\x97\x01\n\tOperation\x12\r\n\x05hosts\x18\x01 \x03(\t\x12\r\n\x05ports\x18\x02 \x03(\t\x12\x0f\n\x07methods\x18\x03 \x03(\t\x12\r\n\x05paths\x18\x04 \x03(\t\x12\x11\n\tnot_hosts\x18\x05 \x03(\t\x12\x11\n\tnot_ports\x18\x06 \x03(\t\x12\x13\n\x0bnot_methods\x18\x07 \x03(\t\x12\x11\n\tnot_paths\x18\x08 \x03(\t\"<\n\tCondition\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\t\x12\x12\n\nnot_values\x18\x03 \x03(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61pp/api/security.proto\x12\x16istio.security.v1beta1\x1a\x1egoogle/protobuf/duration.proto\"\x97\x01\n\x10WorkloadSelector\x12O\n\x0cmatch_labels\x18\x01 \x03(\x0b\x32\x39.istio.security.v1beta1.WorkloadSelector.MatchLabelsEntry\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xeb\x03\n\x12PeerAuthentication\x12:\n\x08selector\x18\x01 \x01(\x0b\x32(.istio.security.v1beta1.WorkloadSelector\x12\x42\n\x04mtls\x18\x02 \x01(\x0b\x32\x34.istio.security.v1beta1.PeerAuthentication.MutualTLS\x12V\n\x0fport_level_mtls\x18\x03 \x03(\x0b\x32=.istio.security.v1beta1.PeerAuthentication.PortLevelMtlsEntry\x1a\x90\x01\n\tMutualTLS\x12G\n\x04mode\x18\x02 \x01(\x0e\x32\x39.istio.security.v1beta1.PeerAuthentication.MutualTLS.Mode\":\n\x04Mode\x12\t\n\x05UNSET\x10\x00\x12\x0b\n\x07\x44ISABLE\x10\x01\x12\x0e\n\nPERMISSIVE\x10\x02\x12\n\n\x06STRICT\x10\x03\x1aj\n\x12PortLevelMtlsEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\x43\n\x05value\x18\x02 \x01(\x0b\x32\x34.istio.security.v1beta1.PeerAuthentication.MutualTLS:\x02\x38\x01\"\xf3\x03\n\x13\x41uthorizationPolicy\x12:\n\x08selector\x18\x01 \x01(\x0b\x32(.istio.security.v1beta1.WorkloadSelector\x12+\n\x05rules\x18\x02 \x03(\x0b\x32\x1c.istio.security.v1beta1.Rule\x12\x42\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x32.istio.security.v1beta1.AuthorizationPolicy.Action\x12O\n\x08provider\x18\x04 \x01(\x0b\x32=.istio.security.v1beta1.AuthorizationPolicy.ExtensionProvider\x12\x41\n\ntarget_ref\x18\x05 \x01(\x0b\x32-.istio.security.v1beta1.PolicyTargetReference\x12\x42\n\x0btarget_refs\x18\x06 \x03(\x0b\x32-.istio.security.v1beta1.PolicyTargetReference\x1a!\n\x11\x45xtensionProvider\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x06\x41\x63tion\x12\t\n\x05\x41LLOW\x10\x00\x12\x08\n\x04\x44\x45NY\x10\x01\x12\t\n\x05\x41UDIT\x10\x02\x12\n\n\x06\x43USTOM\x10\x03\"U\n\x15PolicyTargetReference\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\"\x89\x02\n\x04Rule\x12/\n\x04\x66rom\x18\x01 \x03(\x0b\x32!.istio.security.v1beta1.Rule.From\x12+\n\x02to\x18\x02 \x03(\x0b\x32\x1f.istio.security.v1beta1.Rule.To\x12/\n\x04when\x18\x03 \x03(\x0b\x32!.istio.security.v1beta1.Condition\x1a\x36\n\x04\x46rom\x12.\n\x06source\x18\x01 \x01(\x0b\x32\x1e.istio.security.v1beta1.Source\x1a:\n\x02To\x12\x34\n\toperation\x18\x01 \x01(\x0b\x32!.istio.security.v1beta1.Operation\"\xb6\x02\n\x06Source\x12\x12\n\nprincipals\x18\x01 \x03(\t\x12\x1a\n\x12request_principals\x18\x02 \x03(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x11\n\tip_blocks\x18\x04 \x03(\t\x12\x16\n\x0enot_principals\x18\x05 \x03(\t\x12\x1e\n\x16not_request_principals\x18\x06 \x03(\t\x12\x16\n\x0enot_namespaces\x18\x07 \x03(\t\x12\x15\n\rnot_ip_blocks\x18\x08 \x03(\t\x12\x18\n\x10remote_ip_blocks\x18\t \x03(\t\x12\x1c\n\x14not_remote_ip_blocks\x18\n \x03(\t\x12\x18\n\x10service_accounts\x18\x0b \x03(\t\x12\x1c\n\x14not_service_accounts\x18\x0c \x03(\t\"\x97\x01\n\tOperation\x12\r\n\x05hosts\x18\x01 \x03(\t\x12\r\n\x05ports\x18\x02 \x03(\t\x12\x0f\n\x07methods\x18\x03 \x03(\t\x12\r\n\x05paths\x18\x04 \x03(\t\x12\x11\n\tnot_hosts\x18\x05 \x03(\t\x12\x11\n\tnot_ports\x18\x06 \x03(\t\x12\x13\n\x0bnot_methods\x18\x07 \x03(\t\x12\x11\n\tnot_paths\x18\x08 \x03(\t\"<\n\tCondition\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\t\x12\x12\n\nnot_values\x18\x03 \x03(\t\"\x8e\x02\n\x15RequestAuthentication\x12:\n\x08selector\x18\x01 \x01(\x0b\x32(.istio.security.v1beta1.WorkloadSelector\x12\x32\n\tjwt_rules\x18\x02 \x03(\x0b\x32\x1f.istio.security.v1beta1.JWTRule\x12\x41\n\ntarget_ref\x18\x03 \x01(\x0b\x32-.istio.security.v1beta1.PolicyTargetReference\x12\x42\n\x0btarget_refs\x18\x04 \x03(\x0b\x32-.istio.security.v1beta1.PolicyTargetReference\"\xe6\x02\n\x07JWTRule\x12\x0e\n\x06issuer\x18\x01 \x01(\t\x12\x11\n\taudiences\x18\x02 \x03(\t\x12\x10\n\x08jwks_uri\x18\x03 \x01(\t\x12\x0c\n\x04jwks\x18\n \x01(\t\x12\x37\n\x0c\x66rom_headers\x18\x06 \x03(\x0b\x32!.istio.security.v1beta1.JWTHeader\x12\x13\n\x0b\x66rom_params\x18\x07 \x03(\t\x12\x14\n\x0c\x66rom_cookies\x18\x0c \x03(\t\x12 \n\x18output_payload_to_header\x18\x08 \x01(\t\x12\x1e\n\x16\x66orward_original_token\x18\t \x01(\x08\x12\x46\n\x17output_claim_to_headers\x18\x0b \x03(\x0b\x32%.istio.security.v1beta1.ClaimToHeader\x12*\n\x07timeout\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\")\n\tJWTHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\t\".\n\rClaimToHeader\x12\x0e\n\x06header\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,36 +36,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKLOADSELECTOR_MATCHLABELSENTRY']._serialized_options = b'8\001'
   _globals['_PEERAUTHENTICATION_PORTLEVELMTLSENTRY']._loaded_options = None
   _globals['_PEERAUTHENTICATION_PORTLEVELMTLSENTRY']._serialized_options = b'8\001'
-  _globals['_WORKLOADSELECTOR']._serialized_start=51
-  _globals['_WORKLOADSELECTOR']._serialized_end=202
-  _globals['_WORKLOADSELECTOR_MATCHLABELSENTRY']._serialized_start=152
-  _globals['_WORKLOADSELECTOR_MATCHLABELSENTRY']._serialized_end=202
-  _globals['_PEERAUTHENTICATION']._serialized_start=205
-  _globals['_PEERAUTHENTICATION']._serialized_end=696
-  _globals['_PEERAUTHENTICATION_MUTUALTLS']._serialized_start=444
-  _globals['_PEERAUTHENTICATION_MUTUALTLS']._serialized_end=588
-  _globals['_PEERAUTHENTICATION_MUTUALTLS_MODE']._serialized_start=530
-  _globals['_PEERAUTHENTICATION_MUTUALTLS_MODE']._serialized_end=588
-  _globals['_PEERAUTHENTICATION_PORTLEVELMTLSENTRY']._serialized_start=590
-  _globals['_PEERAUTHENTICATION_PORTLEVELMTLSENTRY']._serialized_end=696
-  _globals['_AUTHORIZATIONPOLICY']._serialized_start=699
-  _globals['_AUTHORIZATIONPOLICY']._serialized_end=1198
-  _globals['_AUTHORIZATIONPOLICY_EXTENSIONPROVIDER']._serialized_start=1111
-  _globals['_AUTHORIZATIONPOLICY_EXTENSIONPROVIDER']._serialized_end=1144
-  _globals['_AUTHORIZATIONPOLICY_ACTION']._serialized_start=1146
-  _globals['_AUTHORIZATIONPOLICY_ACTION']._serialized_end=1198
-  _globals['_POLICYTARGETREFERENCE']._serialized_start=1200
-  _globals['_POLICYTARGETREFERENCE']._serialized_end=1285
-  _globals['_RULE']._serialized_start=1288
-  _globals['_RULE']._serialized_end=1553
-  _globals['_RULE_FROM']._serialized_start=1439
-  _globals['_RULE_FROM']._serialized_end=1493
-  _globals['_RULE_TO']._serialized_start=1495
-  _globals['_RULE_TO']._serialized_end=1553
-  _globals['_SOURCE']._serialized_start=1556
-  _globals['_SOURCE']._serialized_end=1866
-  _globals['_OPERATION']._serialized_start=1869
-  _globals['_OPERATION']._serialized_end=2020
-  _globals['_CONDITION']._serialized_start=2022
-  _globals['_CONDITION']._serialized_end=2082
+  _globals['_WORKLOADSELECTOR']._serialized_start=83
+  _globals['_WORKLOADSELECTOR']._serialized_end=234
+  _globals['_WORKLOADSELECTOR_MATCHLABELSENTRY']._serialized_start=184
+  _globals['_WORKLOADSELECTOR_MATCHLABELSENTRY']._serialized_end=234
+  _globals['_PEERAUTHENTICATION']._serialized_start=237
+  _globals['_PEERAUTHENTICATION']._serialized_end=728
+  _globals['_PEERAUTHENTICATION_MUTUALTLS']._serialized_start=476
+  _globals['_PEERAUTHENTICATION_MUTUALTLS']._serialized_end=620
+  _globals['_PEERAUTHENTICATION_MUTUALTLS_MODE']._serialized_start=562
+  _globals['_PEERAUTHENTICATION_MUTUALTLS_MODE']._serialized_end=620
+  _globals['_PEERAUTHENTICATION_PORTLEVELMTLSENTRY']._serialized_start=622
+  _globals['_PEERAUTHENTICATION_PORTLEVELMTLSENTRY']._serialized_end=728
+  _globals['_AUTHORIZATIONPOLICY']._serialized_start=731
+  _globals['_AUTHORIZATIONPOLICY']._serialized_end=1230
+  _globals['_AUTHORIZATIONPOLICY_EXTENSIONPROVIDER']._serialized_start=1143
+  _globals['_AUTHORIZATIONPOLICY_EXTENSIONPROVIDER']._serialized_end=1176
+  _globals['_AUTHORIZATIONPOLICY_ACTION']._serialized_start=1178
+  _globals['_AUTHORIZATIONPOLICY_ACTION']._serialized_end=1230
+  _globals['_POLICYTARGETREFERENCE']._serialized_start=1232
+  _globals['_POLICYTARGETREFERENCE']._serialized_end=1317
+  _globals['_RULE']._serialized_start=1320
+  _globals['_RULE']._serialized_end=1585
+  _globals['_RULE_FROM']._serialized_start=1471
+  _globals['_RULE_FROM']._serialized_end=1525
+  _globals['_RULE_TO']._serialized_start=1527
+  _globals['_RULE_TO']._serialized_end=1585
+  _globals['_SOURCE']._serialized_start=1588
+  _globals['_SOURCE']._serialized_end=1898
+  _globals['_OPERATION']._serialized_start=1901
+  _globals['_OPERATION']._serialized_end=2052
+  _globals['_CONDITION']._serialized_start=2054
+  _globals['_CONDITION']._serialized_end=2114
+  _globals['_REQUESTAUTHENTICATION']._serialized_start=2117
+  _globals['_REQUESTAUTHENTICATION']._serialized_end=2387
+  _globals['_JWTRULE']._serialized_start=2390
+  _globals['_JWTRULE']._serialized_end=2748
+  _globals['_JWTHEADER']._serialized_start=2750
+  _globals['_JWTHEADER']._serialized_end=2791
+  _globals['_CLAIMTOHEADER']._serialized_start=2793
+  _globals['_CLAIMTOHEADER']._serialized_end=2839
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ required fields, conflicting settings. Each raises FieldError naming the field p
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ _MESSAGES: dict[Kind, type[Message]] = {
     Kind.GATEWAY: net.Gateway,
     Kind.PEER_AUTHENTICATION: sec.PeerAuthentication,
     Kind.AUTHORIZATION_POLICY: sec.AuthorizationPolicy,
+    Kind.REQUEST_AUTHENTICATION: sec.RequestAuthentication,
 }
 _PROTOCOLS = frozenset(
     {"HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP"}
@@ -539,6 +541,33 @@ def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) 
                 _check_ports(f"{where}.notValues", cond.not_values)
 
 
+def _validate_request_authentication(ra: sec.RequestAuthentication, namespace: str) -> None:
+    """istiod validation.ValidateRequestAuthentication: an issuer per rule, issuers unique, a
+    jwksUri that is an http(s) URL, JWKS text that parses, header names."""
+    if ra.HasField("selector") and not ra.selector.match_labels:
+        raise _fail("selector.matchLabels", "must not be empty (leave the selector out for every workload)")
+    issuers: set[str] = set()
+    for i, rule in enumerate(ra.jwt_rules):
+        here = f"jwtRules[{i}]"
+        if not rule.issuer:
+            raise _fail(f"{here}.issuer", "is required")
+        if rule.issuer in issuers:
+            raise _fail(f"{here}.issuer", f"{rule.issuer!r} is used by another rule")
+        issuers.add(rule.issuer)
+        if rule.jwks_uri and not rule.jwks_uri.startswith(("http://", "https://")):
+            raise _fail(f"{here}.jwksUri", f"{rule.jwks_uri!r} is not an http or https URL")
+        if rule.jwks:
+            try:
+                keys = json.loads(rule.jwks)
+            except ValueError:
+                raise _fail(f"{here}.jwks", "is not JSON") from None
+            if not isinstance(keys, dict) or not isinstance(keys.get("keys"), list):
+                raise _fail(f"{here}.jwks", "must be a JWKS: an object with a 'keys' list")
+        for j, header in enumerate(rule.from_headers):
+            if not header.name:
+                raise _fail(f"{here}.fromHeaders[{j}].name", "is required")
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.capitalize() for part in rest)
@@ -552,5 +581,6 @@ _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.SIDECAR: _validate_sidecar,
     Kind.PEER_AUTHENTICATION: _validate_peer_authentication,
     Kind.AUTHORIZATION_POLICY: _validate_authorization_policy,
+    Kind.REQUEST_AUTHENTICATION: _validate_request_authentication,
     Kind.GATEWAY: _validate_gateway,
 }

@@ -33,6 +33,7 @@ _API_VERSIONS: Mapping[Kind, frozenset[str]] = {
     **{k: _ISTIO_VERSIONS for k in ISTIO_KINDS},
     Kind.PEER_AUTHENTICATION: _SECURITY_VERSIONS,
     Kind.AUTHORIZATION_POLICY: _SECURITY_VERSIONS,
+    Kind.REQUEST_AUTHENTICATION: _SECURITY_VERSIONS,
     Kind.SERVICE: frozenset({"v1"}),
     Kind.POD: frozenset({"v1"}),
     Kind.NAMESPACE: frozenset({"v1"}),

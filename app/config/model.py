@@ -27,6 +27,7 @@ class Kind(enum.StrEnum):
     GATEWAY = "Gateway"
     PEER_AUTHENTICATION = "PeerAuthentication"
     AUTHORIZATION_POLICY = "AuthorizationPolicy"
+    REQUEST_AUTHENTICATION = "RequestAuthentication"
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
@@ -52,6 +53,7 @@ ISTIO_KINDS = frozenset(
         Kind.GATEWAY,
         Kind.PEER_AUTHENTICATION,
         Kind.AUTHORIZATION_POLICY,
+        Kind.REQUEST_AUTHENTICATION,
     }
 )
 

@@ -1,4 +1,4 @@
-"""AuthorizationPolicy: which policies apply to a workload, by action, as istiod's
+"""AuthorizationPolicy and RequestAuthentication: which policies apply to a workload (by action), as istiod's
 model.AuthorizationPolicies.ListAuthorizationPolicies selects them (pilot/pkg/model/authorization.go):
 a namespace's selector-less policies apply to its workloads and a selector policy to those of its
 workloads whose labels it matches; a root-namespace policy does the same for the workloads of
@@ -68,3 +68,32 @@ class AuthorizationPolicies:
             audit=tuple(found.get(Action.AUDIT, ())),
             custom=tuple(found.get(Action.CUSTOM, ())),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAuthentications:
+    """RequestAuthentications by namespace, selected for a workload as AuthorizationPolicies are
+    (istiod AuthenticationPolicies.GetJwtPoliciesForWorkload), oldest first."""
+
+    root_namespace: str
+    by_namespace: Mapping[str, tuple[ConfigObject, ...]]
+
+    @classmethod
+    def build(cls, objects: Iterable[ConfigObject], root_namespace: str) -> RequestAuthentications:
+        by_namespace: dict[str, list[ConfigObject]] = {}
+        for obj in sorted(objects, key=ConfigObject.creation_order):
+            spec: sec.RequestAuthentication = obj.spec
+            if spec.HasField("target_ref") or len(spec.target_refs):
+                continue
+            by_namespace.setdefault(obj.meta.namespace, []).append(obj)
+        return cls(root_namespace, {ns: tuple(found) for ns, found in by_namespace.items()})
+
+    def for_workload(self, namespace: str, labels: Mapping[str, str]) -> tuple[ConfigObject, ...]:
+        namespaces = [self.root_namespace] if namespace == self.root_namespace else [self.root_namespace, namespace]
+        out = []
+        for ns in namespaces:
+            for obj in self.by_namespace.get(ns, ()):
+                spec: sec.RequestAuthentication = obj.spec
+                if not spec.HasField("selector") or selector_matches(spec.selector.match_labels, labels):
+                    out.append(obj)
+        return tuple(sorted(out, key=ConfigObject.creation_order))

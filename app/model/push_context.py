@@ -23,7 +23,7 @@ from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.authn import PeerAuthentications
-from app.model.authz import AuthorizationPolicies
+from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.destination_rule import DestinationRuleIndex
 from app.model.features import Features
 from app.model.proxy import Proxy
@@ -52,6 +52,7 @@ class PushInputs:
     endpoints: EndpointView
     peer_authentications: tuple[ConfigObject, ...] = ()
     authorization_policies: tuple[ConfigObject, ...] = ()
+    request_authentications: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
 
@@ -88,6 +89,10 @@ def _build_authz(inputs: PushInputs) -> AuthorizationPolicies:
     return AuthorizationPolicies.build(inputs.authorization_policies, inputs.mesh.root_namespace)
 
 
+def _build_jwt(inputs: PushInputs) -> RequestAuthentications:
+    return RequestAuthentications.build(inputs.request_authentications, inputs.mesh.root_namespace)
+
+
 def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
     by_ns: dict[str, list[ConfigObject]] = {}
     for obj in sidecars:
@@ -112,6 +117,7 @@ class PushContext:
     endpoint_view: EndpointView
     peer_authentications: PeerAuthentications
     authorization_policies: AuthorizationPolicies
+    request_authentications: RequestAuthentications
     inputs: PushInputs = field(compare=False, repr=False)
     _scopes: dict[ScopeKey, SidecarScope] = field(default_factory=dict, compare=False, repr=False)
 
@@ -159,6 +165,9 @@ class PushContext:
             authorization_policies=(
                 _build_authz(inputs) if Kind.AUTHORIZATION_POLICY in kinds else previous.authorization_policies
             ),
+            request_authentications=(
+                _build_jwt(inputs) if Kind.REQUEST_AUTHENTICATION in kinds else previous.request_authentications
+            ),
             inputs=inputs,
         )
         scopes = previous._scopes if prior_scopes is None else prior_scopes
@@ -178,6 +187,7 @@ class PushContext:
             endpoint_view=inputs.endpoints,
             peer_authentications=_build_authn(inputs),
             authorization_policies=_build_authz(inputs),
+            request_authentications=_build_jwt(inputs),
             inputs=inputs,
         )
 

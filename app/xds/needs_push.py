@@ -57,6 +57,8 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         # in cds.go's, eds.go's, rds.go's and nds.go's skip lists: only the workload's (and a
         # gateway's) listeners carry RBAC filters
         Kind.AUTHORIZATION_POLICY: frozenset({LISTENER}),
+        # the same skip lists hold RequestAuthentication: the jwt_authn filter is the listeners'
+        Kind.REQUEST_AUTHENTICATION: frozenset({LISTENER}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL,
         Kind.CONFIG_MAP: _ALL,

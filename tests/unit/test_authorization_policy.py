@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as http_rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.filters.network.rbac.v3 import rbac_pb2 as network_rbac_pb2
 from google.protobuf import json_format
 
 from app.config.loader import load_documents
-from app.model.authz import AuthorizationPolicies, WorkloadPolicies
+from app.model.authz import AuthorizationPolicies, RequestAuthentications, WorkloadPolicies
 from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
+from app.xds.envoy.jwt import jwt_authn_filters
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.lds import generate_listeners
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
@@ -212,3 +214,71 @@ def test_inbound_chains_carry_the_rbac_filters_and_envoy_accepts_them(tmp_path: 
     assert [f.name for f in tcp_chain.filters][:2] == ["envoy.filters.network.rbac", "envoy.filters.network.rbac"]
     node_id = "sidecar~10.1.0.5~web-0.shop~shop.svc.cluster.local"
     validate_bootstrap(agent_bootstrap(node_id, generate_clusters(proxy, push), listeners), tmp_path)
+
+
+# --- RequestAuthentication (policy_applier.go convertToEnvoyJwtConfig) --------------------------
+
+
+def ra(name: str, ns: str, spec: str, created: str = "2024-01-01T00:00:00Z") -> str:
+    meta = f'{{name: {name}, namespace: {ns}, creationTimestamp: "{created}"}}'
+    return f"\n---\napiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {meta}\nspec: {spec}\n"
+
+
+def jwt_config(*docs: str) -> dict[str, Any]:
+    result = load_documents("".join(docs), "ra.yaml")
+    assert result.rejected == [], result.rejected
+    found = RequestAuthentications.build(result.objects, ROOT).for_workload("shop", {"app": "web"})
+    [f] = jwt_authn_filters(found)
+    config = config_pb2.JwtAuthentication()
+    f.typed_config.Unpack(config)
+    out: dict[str, Any] = json_format.MessageToDict(config)
+    return out
+
+
+def test_one_provider_per_rule_and_a_missing_token_allowed() -> None:
+    config = jwt_config(
+        ra("b", "shop", "{jwtRules: [{issuer: b.example, jwksUri: 'https://keys.b.example/jwks.json'}]}",
+           "2024-02-01T00:00:00Z"),
+        ra("a", ROOT, "{jwtRules: [{issuer: a.example, jwks: '{\"keys\": []}', audiences: [web],"
+           " fromHeaders: [{name: x-jwt, prefix: 'Token '}], forwardOriginalToken: true,"
+           " outputPayloadToHeader: x-payload}]}"),
+    )  # fmt: skip
+    a, b = config["providers"]["origins-0"], config["providers"]["origins-1"]
+    assert a["issuer"] == "a.example" and a["audiences"] == ["web"] and a["forward"] is True
+    assert a["fromHeaders"] == [{"name": "x-jwt", "valuePrefix": "Token "}]
+    assert a["localJwks"] == {"inlineString": '{"keys": []}'} and a["forwardPayloadHeader"] == "x-payload"
+    assert a["payloadInMetadata"] == "payload"
+    assert b["remoteJwks"]["httpUri"]["cluster"] == "outbound|443||keys.b.example"
+    # two providers: every token valid or missing, or any one valid
+    [rule] = config["rules"]
+    assert rule["match"] == {"prefix": "/"}
+    requires = rule["requires"]["requiresAny"]["requirements"]
+    assert requires[1:] == [{"providerName": "origins-0"}, {"providerName": "origins-1"}]
+    inner = requires[0]["requiresAll"]["requirements"]
+    assert inner[0] == {"requiresAny": {"requirements": [{"providerName": "origins-0"}, {"allowMissing": {}}]}}
+
+
+def test_request_principals_match_the_verified_payload() -> None:
+    policy = one_policy("{from: [{source: {requestPrincipals: [iss.example/user-1]}}]}")
+    [principal] = policy["principals"]
+    [either] = principal["andIds"]["ids"]
+    [both] = either["orIds"]["ids"]
+    iss, sub = both["andIds"]["ids"]
+    assert iss["metadata"]["filter"] == "envoy.filters.http.jwt_authn"
+    assert iss["metadata"]["path"] == [{"key": "payload"}, {"key": "iss"}]
+    assert iss["metadata"]["value"]["orMatch"]["valueMatchers"][0] == {"stringMatch": {"exact": "iss.example"}}
+    assert sub["metadata"]["path"] == [{"key": "payload"}, {"key": "sub"}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ("{jwtRules: [{jwks: '{}'}]}", "jwtRules[0].issuer"),
+        ("{jwtRules: [{issuer: a}, {issuer: a}]}", "jwtRules[1].issuer"),
+        ("{jwtRules: [{issuer: a, jwksUri: 'ftp://x'}]}", "jwtRules[0].jwksUri"),
+        ("{jwtRules: [{issuer: a, jwks: 'not json'}]}", "jwtRules[0].jwks"),
+    ],
+)
+def test_invalid_request_authentications_are_rejected_naming_the_field(spec: str, field: str) -> None:
+    [rejection] = load_documents(ra("bad", "shop", spec), "ra.yaml").rejected
+    assert field in str(rejection.error)

@@ -53,6 +53,7 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     Kind.PEER_AUTHENTICATION: (ENVOY, ENVOY),
     # skipped by every generator but LDS (RDS follows listeners)
     Kind.AUTHORIZATION_POLICY: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
+    Kind.REQUEST_AUTHENTICATION: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
     # istiod pushes a mesh config change Forced: every type
     Kind.MESH_CONFIG: (ALL, ENVOY),
     Kind.CONFIG_MAP: (ALL, ENVOY),

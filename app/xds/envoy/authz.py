@@ -11,9 +11,9 @@ principal-side conditions); a field's values are ORed, its not-values a NOT of t
 without rules matches nothing. A policy annotated ``istio.io/dry-run: "true"`` goes to the shadow
 rules instead.
 
-What a rule cannot say on a chain (an HTTP field on a TCP chain; JWT attributes, which need the
-RequestAuthentication pilotfish does not build yet) is handled as istiod handles HTTP fields on
-TCP: an ALLOW rule that needs it is dropped (it allows less), a DENY or AUDIT rule keeps its other
+JWT attributes (requestPrincipals, request.auth.*) match the payload jwt_authn verified. What a
+rule cannot say on a chain (an HTTP field on a TCP chain) is handled as istiod handles it: an
+ALLOW rule that needs it is dropped (it allows less), a DENY or AUDIT rule keeps its other
 conditions (it denies more).
 """
 
@@ -30,11 +30,12 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as http_rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.filters.network.rbac.v3 import rbac_pb2 as network_rbac_pb2
-from envoy.type.matcher.v3 import path_pb2, regex_pb2, string_pb2
+from envoy.type.matcher.v3 import metadata_pb2, path_pb2, regex_pb2, string_pb2, value_pb2
 
 from app.api import security_pb2 as sec
 from app.config.model import ConfigObject
 from app.model.authz import WorkloadPolicies
+from app.xds.envoy.jwt import JWT_FILTER, JWT_PAYLOAD
 from app.xds.envoy.listener_filters import pack
 
 HTTP_RBAC = "envoy.filters.http.rbac"
@@ -150,7 +151,58 @@ def _path(value: str) -> Msg:
 
 
 def _unsupported(value: str, tcp: bool) -> NoReturn:
-    raise _CannotSay("not translated (needs RequestAuthentication)")
+    raise _CannotSay("not translated")
+
+
+def _jwt_claim(path: Sequence[str], matcher: Any) -> Msg:
+    """A claim of the verified JWT, as jwt_authn put its payload in the dynamic metadata
+    (app/xds/envoy/jwt.py); a list claim (aud, groups) matches when one element does. istiod
+    reads the istio_authn filter's copy, which upstream Envoy does not have."""
+    value = value_pb2.ValueMatcher(
+        or_match=value_pb2.OrMatcher(
+            value_matchers=[
+                value_pb2.ValueMatcher(string_match=matcher),
+                value_pb2.ValueMatcher(list_match=value_pb2.ListMatcher(one_of=value_pb2.ValueMatcher(string_match=matcher))),
+            ]
+        )
+    )
+    segments = [metadata_pb2.MetadataMatcher.PathSegment(key=key) for key in (JWT_PAYLOAD, *path)]
+    return Principal(metadata=metadata_pb2.MetadataMatcher(filter=JWT_FILTER, path=segments, value=value))
+
+
+def _request_principal(value: str) -> Msg:
+    """istiod requestPrincipalGenerator: ``ISS/SUB`` (split at the last ``/``), each side with
+    ``*`` as anything, a prefix or a suffix; a value without ``/`` is the issuer."""
+    any_value = _regex(".+")
+    iss, sep, sub = value.rpartition("/")
+    if not sep:
+        iss, sub = value, ""
+    if value == "*":
+        match_iss, match_sub = any_value, any_value
+    elif value.startswith("*"):
+        if sep:
+            match_iss = any_value if iss == "*" else string_pb2.StringMatcher(suffix=iss[1:])
+            match_sub = string_pb2.StringMatcher(exact=sub)
+        else:
+            match_iss, match_sub = any_value, string_pb2.StringMatcher(suffix=value[1:])
+    elif value.endswith("*"):
+        if sep:
+            match_iss = string_pb2.StringMatcher(exact=iss)
+            match_sub = any_value if sub == "*" else string_pb2.StringMatcher(prefix=sub[:-1])
+        else:
+            match_iss, match_sub = string_pb2.StringMatcher(prefix=value[:-1]), any_value
+    else:
+        match_iss, match_sub = string_pb2.StringMatcher(exact=iss), string_pb2.StringMatcher(exact=sub)
+    both = [_jwt_claim(["iss"], match_iss), _jwt_claim(["sub"], match_sub)]
+    return Principal(and_ids=Principal.Set(ids=both))
+
+
+def _claim_names(key: str) -> list[str]:
+    """``request.auth.claims[a][b]`` -> [a, b]."""
+    inner = key[len("request.auth.claims") :]
+    if not inner.startswith("[") or not inner.endswith("]"):
+        raise _CannotSay(f"{key!r}: want request.auth.claims[NAME]")
+    return inner[1:-1].split("][")
 
 
 PermissionOf = Callable[[str, bool], Msg]
@@ -180,7 +232,14 @@ def _condition(key: str, policy_namespace: str) -> PermissionOf | PrincipalOf:
     if key.startswith("request.headers[") and key.endswith("]"):
         name = key[len("request.headers[") : -1]
         return _http_only(lambda v: Principal(header=_header(name, v)))
-    return _unsupported  # request.auth.* and claims (JWT), experimental.envoy.filters.*
+    if key == "request.auth.principal":
+        return _http_only(_request_principal)
+    if key in ("request.auth.audiences", "request.auth.presenter"):
+        claim = "aud" if key.endswith("audiences") else "azp"
+        return _http_only(lambda v: _jwt_claim([claim], _string(v)))
+    if key.startswith("request.auth.claims"):
+        return _http_only(lambda v: _jwt_claim(_claim_names(key), _string(v)))
+    return _unsupported  # experimental.envoy.filters.*
 
 
 _PERMISSION_KEYS = frozenset({"destination.ip", "destination.port", "connection.sni"})
@@ -256,7 +315,7 @@ def _rule_policy(rule: sec.Rule, policy_namespace: str, tcp: bool, strict: bool)
         s = source.source
         who = [
             (principal, s.principals, s.not_principals),
-            (_unsupported, s.request_principals, s.not_request_principals),
+            (_http_only(_request_principal), s.request_principals, s.not_request_principals),
             (_any_chain(_service_account(policy_namespace)), s.service_accounts, s.not_service_accounts),
             (_any_chain(_namespace), s.namespaces, s.not_namespaces),
             (remote, s.remote_ip_blocks, s.not_remote_ip_blocks),

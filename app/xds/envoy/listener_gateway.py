@@ -29,6 +29,7 @@ from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
 from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import ServiceTarget
+from app.xds.envoy.jwt import jwt_authn_filters
 from app.xds.envoy.listener_filters import (
     SERVER_NAME,
     ChainOpts,
@@ -158,12 +159,15 @@ def build_gateway_listeners(
     targets: Sequence[ServiceTarget],
     virtual_services: GatewayVirtualServices,
     authz: WorkloadPolicies = NO_POLICIES,
+    jwt: Sequence[ConfigObject] = (),
 ) -> list[listener_pb2.Listener]:
     """Listeners for the Gateways that select this router, one per (bind, port); every chain
-    carries the gateway workload's authorization filters (``authz``)."""
+    carries the gateway workload's authorization filters (``authz``), its HTTP chains first the
+    jwt_authn filter of its RequestAuthentications (``jwt``)."""
     merged = merge_gateways(ctx.proxy, gateways, targets)
     builder = _GatewayBuilder(ctx, virtual_services)
-    rbac_http, rbac_network = tuple(rbac_http_filters(authz)), tuple(rbac_network_filters(authz))
+    rbac_http = (*jwt_authn_filters(jwt), *rbac_http_filters(authz))
+    rbac_network = tuple(rbac_network_filters(authz))
     by_name: dict[str, tuple[str, int, list[ChainOpts]]] = {}
     for key in merged.server_ports:
         bind = key.bind or ctx.wildcard

@@ -22,11 +22,13 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
+from app.config.model import ConfigObject
 from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.service import Protocol, ServicePort
 from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
+from app.xds.envoy.jwt import jwt_authn_filters
 from app.xds.envoy.listener import capture_ports
 from app.xds.envoy.listener_filters import (
     ALL_ISTIO_MTLS_ALPNS,
@@ -165,10 +167,12 @@ def build_virtual_inbound_listener(
     targets: Sequence[ServiceTarget],
     authn: PeerAuthentications,
     authz: WorkloadPolicies = NO_POLICIES,
+    jwt: Sequence[ConfigObject] = (),
 ) -> listener_pb2.Listener:
     """``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``: the
-    AuthorizationPolicies of the workload, as RBAC filters on every chain but the blackhole."""
-    rbac = _Rbac(tuple(rbac_http_filters(authz)), tuple(rbac_network_filters(authz)))
+    AuthorizationPolicies of the workload, as RBAC filters on every chain but the blackhole,
+    after ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains."""
+    rbac = _Rbac((*jwt_authn_filters(jwt), *rbac_http_filters(authz)), tuple(rbac_network_filters(authz)))
     _, port = capture_ports(ctx.mesh)
     passthrough = _ChainConfig(
         cluster=INBOUND_PASSTHROUGH_CLUSTER,

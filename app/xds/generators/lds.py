@@ -59,11 +59,12 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
     ctx = _context(proxy, push, scope)
     targets = proxy_service_targets(proxy, push)
     authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
+    jwt = push.request_authentications.for_workload(proxy.namespace, proxy.labels)
     if proxy.type is ProxyType.ROUTER:
-        return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz)
+        return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz, jwt)
     if proxy.interception_mode == "NONE":
         return []
-    return [build_virtual_inbound_listener(ctx, targets, push.peer_authentications, authz)]
+    return [build_virtual_inbound_listener(ctx, targets, push.peer_authentications, authz, jwt)]
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:

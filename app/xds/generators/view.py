@@ -13,7 +13,7 @@ from app.api import mesh_pb2
 from app.api import networking_pb2 as net
 from app.config.model import ConfigObject
 from app.model.authn import PeerAuthentications
-from app.model.authz import AuthorizationPolicies
+from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
@@ -86,6 +86,8 @@ class PushContextView(Protocol):
     def peer_authentications(self) -> PeerAuthentications: ...
     @property
     def authorization_policies(self) -> AuthorizationPolicies: ...
+    @property
+    def request_authentications(self) -> RequestAuthentications: ...
 
     def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
 
