@@ -294,6 +294,9 @@ class _Impact:
                 if old is not new:  # the same object: only its endpoints' identities changed
                     services.append((k.name, old, new))
         vs_keys = {k for k in changed if k.kind is Kind.VIRTUAL_SERVICE}
+        # a delegate's change is its roots' (they hold its routes merged)
+        named = {(k.namespace, k.name) for k in vs_keys}
+        vs_keys |= previous.virtual_service_index.roots_of(named) | push.virtual_service_index.roots_of(named)
         old_vs = _by_key(previous.virtual_service_index.all(), vs_keys)
         new_vs = _by_key(push.virtual_service_index.all(), vs_keys)
         pairs = tuple((old_vs.get(k), new_vs.get(k)) for k in vs_keys if old_vs.get(k) is not new_vs.get(k))

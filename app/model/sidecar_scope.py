@@ -281,6 +281,7 @@ def build_sidecar_scope(
         policy = net.OutboundTrafficPolicy.Mode.Name(spec.outbound_traffic_policy.mode)
     deps = {ConfigKey(Kind.SERVICE, svc.namespace, svc.hostname) for svc in by_host.values()}
     deps.update(vs.obj.key for vs in scope_vs)
+    deps.update(ConfigKey(Kind.VIRTUAL_SERVICE, ns, name) for vs in scope_vs for ns, name in vs.delegates)
     deps.update(_rule_keys(drs))
     if sidecar is not None:
         deps.add(sidecar.key)

@@ -11,7 +11,8 @@ from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
 from app.api import networking_pb2 as net
 from app.config.host import is_wildcard, matches, resolve_short_name
-from app.config.model import ConfigObject
+from app.config.model import ConfigKey, ConfigObject
+from app.model.delegation import is_root, merge_delegates
 
 MESH_GATEWAY = "mesh"
 PRIVATE = "."
@@ -36,6 +37,9 @@ def resolve_gateway_name(name: str, namespace: str) -> str:
 class ResolvedVirtualService:
     obj: ConfigObject
     spec: net.VirtualService  # copy with hosts, gateways and destination hosts resolved
+    # a root's delegates merged into ``spec``: every one it names, and the objects found
+    delegates: tuple[tuple[str, str], ...] = ()
+    merged: tuple[ConfigObject, ...] = ()
 
     @property
     def namespaced_name(self) -> str:
@@ -140,14 +144,25 @@ class VirtualServiceIndex:
         exported: dict[tuple[str, str], list[ResolvedVirtualService]] = {}
         public: dict[str, list[ResolvedVirtualService]] = {}
         delegates: dict[tuple[str, str], ResolvedVirtualService] = {}
+        roots: list[ResolvedVirtualService] = []
         for obj in sorted(objects, key=lambda o: (o.meta.creation_timestamp, o.meta.name, o.meta.namespace)):
             vs = resolved.get(id(obj))  # ids of the previous index's objects, alive with it
             if vs is None or vs.obj is not obj:
                 vs = resolve_virtual_service(obj, domain_suffix)
-            ns = obj.meta.namespace
             if not vs.spec.hosts:
-                delegates[(ns, obj.meta.name)] = vs
-                continue
+                delegates[(obj.meta.namespace, obj.meta.name)] = vs
+            else:
+                roots.append(vs)
+
+        def visible(ns: str, name: str, to: str) -> bool:
+            export_to = frozenset(delegates[(ns, name)].spec.export_to) or default_export_to
+            return PUBLIC in export_to or to in {ns if e == PRIVATE else e for e in export_to}
+
+        for vs in roots:
+            obj = vs.obj
+            ns = obj.meta.namespace
+            if vs.delegates or is_root(obj.spec):
+                vs = _merged(vs, delegates, visible, domain_suffix)
             export_to = frozenset(vs.spec.export_to) or default_export_to
             for gw in vs.gateways:
                 if PUBLIC in export_to:
@@ -165,6 +180,11 @@ class VirtualServiceIndex:
             delegates,
         )
 
+    def roots_of(self, keys: Iterable[tuple[str, str]]) -> set[ConfigKey]:
+        """The VirtualServices that delegate to any of ``keys`` (namespace, name)."""
+        wanted = set(keys)
+        return {vs.obj.key for vs in self.all() if wanted.intersection(vs.delegates)}
+
     def all(self) -> Iterable[ResolvedVirtualService]:
         """Every VirtualService in the index (one bound to several gateways more than once)."""
         for bucket in (self.private, self.exported, self.public):
@@ -179,6 +199,28 @@ class VirtualServiceIndex:
             *self.exported.get((namespace, gateway), ()),
             *self.public.get(gateway, ()),
         ]
+
+
+def _merged(
+    vs: ResolvedVirtualService,
+    delegates: Mapping[tuple[str, str], ResolvedVirtualService],
+    visible: Callable[[str, str, str], bool],
+    domain_suffix: str,
+) -> ResolvedVirtualService:
+    """A root with its delegates merged; the one already merged while they are the same objects."""
+    if vs.delegates:
+        same = tuple(found.obj for key in vs.delegates if (found := delegates.get(key)) is not None)
+        if len(same) == len(vs.merged) and all(a is b for a, b in zip(same, vs.merged, strict=True)):
+            return vs
+        vs = resolve_virtual_service(vs.obj, domain_suffix)
+
+    def find(ns: str, name: str) -> net.VirtualService | None:
+        found = delegates.get((ns, name))
+        return None if found is None else found.spec
+
+    spec, named = merge_delegates(vs.spec, vs.obj.meta.namespace, find, visible)
+    objects = tuple(found.obj for key in named if (found := delegates.get(key)) is not None)
+    return ResolvedVirtualService(vs.obj, spec, named, objects)
 
 
 @dataclass(frozen=True, slots=True)
