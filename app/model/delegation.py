@@ -77,10 +77,8 @@ def _has_conflict(root: net.HTTPMatchRequest, leaf: net.HTTPMatchRequest) -> boo
         return True
     if any(key in root.source_labels and root.source_labels[key] != v for key, v in leaf.source_labels.items()):
         return True
-    if len(root.gateways) and len(leaf.gateways):
-        if len(root.gateways) < len(leaf.gateways) or not set(leaf.gateways) <= set(root.gateways):
-            return True
-    return False
+    # gateways: the root's must be a superset of the leaf's
+    return bool(len(root.gateways) and len(leaf.gateways) and not set(leaf.gateways) <= set(root.gateways))
 
 
 def _joined(root: str, leaf: str) -> str:
