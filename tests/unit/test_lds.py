@@ -191,6 +191,28 @@ spec:
     assert tcp_proxy(listeners["0.0.0.0_80"].default_filter_chain).cluster == "BlackHoleCluster"
 
 
+@pytest.mark.parametrize(
+    ("mode", "expected"), [("ALLOW_ANY", "outbound|443|s1|egress.example"), ("REGISTRY_ONLY", "BlackHoleCluster")]
+)
+def test_sidecar_egress_proxy_takes_the_catch_all_chains(mode: str, expected: str) -> None:
+    # istiod buildOutboundCatchAllNetworkFiltersOnly: egressProxy replaces PassthroughCluster on
+    # virtualOutbound's catch-all and on every outbound listener's fallback chain, ALLOW_ANY only
+    sidecar_doc = f"""
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: default, namespace: default}}
+spec:
+  outboundTrafficPolicy:
+    mode: {mode}
+    egressProxy: {{host: egress.example, subset: s1, port: {{number: 443}}}}
+"""
+    listeners = by_name(generate_listeners(sidecar(), environment(WORKLOADS, sidecar_doc)))
+    catch_all = listeners["virtualOutbound"].filter_chains[1]
+    assert (tcp_proxy(catch_all).cluster, tcp_proxy(catch_all).stat_prefix) == (expected, expected)
+    assert tcp_proxy(listeners["0.0.0.0_80"].default_filter_chain).cluster == expected
+
+
 def test_no_virtual_listeners_without_capture_and_every_outbound_listener_binds() -> None:
     listeners = by_name(generate_listeners(sidecar("NONE"), environment(WORKLOADS)))
     assert "virtualOutbound" not in listeners and "virtualInbound" not in listeners

@@ -100,6 +100,15 @@ def destination_cluster(dest: net.Destination, service: Service | None, listener
     return outbound_cluster_name(port, host, dest.subset)
 
 
+def egress_proxy_cluster(sidecar: net.Sidecar | None) -> str:
+    """Where ALLOW_ANY sends traffic to unknown destinations: the cluster of the Sidecar's
+    ``outboundTrafficPolicy.egressProxy`` (istiod resolves it with GetDestinationCluster and
+    no service), else PassthroughCluster."""
+    if sidecar is None or not sidecar.outbound_traffic_policy.HasField("egress_proxy"):
+        return PASSTHROUGH_CLUSTER
+    return destination_cluster(sidecar.outbound_traffic_policy.egress_proxy, None, 0)
+
+
 def outbound_sni(port: int, hostname: str, subset: str = "") -> str:
     """istiod BuildDNSSrvSubsetKey: the SNI auto mTLS sends, and SNI-DNAT gateways route on."""
     return f"outbound_.{port}_.{subset}_.{hostname}"
@@ -517,6 +526,7 @@ __all__ = [
     "build_outbound_clusters",
     "build_passthrough_cluster",
     "discovery_type",
+    "egress_proxy_cluster",
     "inbound_cluster_name",
     "istio_metadata",
     "outbound_cluster_name",

@@ -118,6 +118,7 @@ class _Builder:
     ctx: OutboundContext
     endpoints: Callable[[Service], Sequence[Endpoint]]
     outbound_policy: str
+    egress: str
     entries: dict[tuple[str, int], _Entry] = field(default_factory=dict)
 
     def can_bind(self, bind: str, port: int, protocol: PortProtocol) -> bool:
@@ -275,7 +276,8 @@ class _Builder:
         elif default is not None:
             out.default_filter_chain.CopyFrom(default)
         else:
-            fallback = lc.FilterChain(name=PASSTHROUGH_FILTER_CHAIN, filters=catch_all_filters(self.outbound_policy))
+            filters = catch_all_filters(self.outbound_policy, self.egress)
+            fallback = lc.FilterChain(name=PASSTHROUGH_FILTER_CHAIN, filters=filters)
             fallback.filter_chain_match.SetInParent()
             out.default_filter_chain.CopyFrom(fallback)
         return out
@@ -296,10 +298,11 @@ def _well_known_compatible(incoming: PortProtocol, existing: PortProtocol) -> bo
     return not ((incoming in special or existing in special) and incoming != existing)
 
 
-def catch_all_filters(outbound_policy: str) -> list[lc.Filter]:
-    """Where traffic to an unknown destination goes: PassthroughCluster (ALLOW_ANY) or
-    BlackHoleCluster (REGISTRY_ONLY)."""
-    cluster = PASSTHROUGH_CLUSTER if outbound_policy == ALLOW_ANY else BLACKHOLE_CLUSTER
+def catch_all_filters(outbound_policy: str, egress: str = PASSTHROUGH_CLUSTER) -> list[lc.Filter]:
+    """Where traffic to an unknown destination goes (istiod buildOutboundCatchAllNetworkFiltersOnly):
+    ``egress`` (PassthroughCluster or the Sidecar's egressProxy) for ALLOW_ANY, BlackHoleCluster
+    for REGISTRY_ONLY."""
+    cluster = egress if outbound_policy == ALLOW_ANY else BLACKHOLE_CLUSTER
     return [tcp_proxy_filter(cluster, cluster)]
 
 
@@ -308,15 +311,19 @@ def build_sidecar_outbound_listeners(
     egress_listeners: Sequence[EgressListenerView],
     outbound_policy: str,
     endpoints: Callable[[Service], Sequence[Endpoint]],
+    egress: str = PASSTHROUGH_CLUSTER,
 ) -> list[listener_pb2.Listener]:
-    """The listeners for every egress listener of the proxy's SidecarScope, in its order."""
-    builder = _Builder(ctx, endpoints, outbound_policy)
+    """The listeners for every egress listener of the proxy's SidecarScope, in its order;
+    ``egress`` is where their catch-all chains send ALLOW_ANY traffic."""
+    builder = _Builder(ctx, endpoints, outbound_policy, egress)
     for egress in egress_listeners:
         builder.add_egress_listener(egress)
     return builder.listeners()
 
 
-def build_virtual_outbound_listener(ctx: OutboundContext, outbound_policy: str) -> listener_pb2.Listener:
+def build_virtual_outbound_listener(
+    ctx: OutboundContext, outbound_policy: str, egress: str = PASSTHROUGH_CLUSTER
+) -> listener_pb2.Listener:
     """``virtualOutbound``: iptables sends all outbound traffic here; use_original_dst hands each
     connection to the listener for its original destination, else the catch-all chain."""
     port, _ = capture_ports(ctx.mesh)
@@ -329,5 +336,5 @@ def build_virtual_outbound_listener(ctx: OutboundContext, outbound_policy: str) 
     blackhole = out.filter_chains.add(name=VIRTUAL_OUTBOUND_BLACKHOLE)
     blackhole.filter_chain_match.destination_port.value = port
     blackhole.filters.append(tcp_proxy_filter(BLACKHOLE_CLUSTER, BLACKHOLE_CLUSTER))
-    out.filter_chains.add(name=VIRTUAL_OUTBOUND_CATCH_ALL, filters=catch_all_filters(outbound_policy))
+    out.filter_chains.add(name=VIRTUAL_OUTBOUND_CATCH_ALL, filters=catch_all_filters(outbound_policy, egress))
     return out

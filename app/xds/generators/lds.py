@@ -16,6 +16,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.model.proxy import Proxy, ProxyType
+from app.xds.envoy.cluster import egress_proxy_cluster
 from app.xds.envoy.listener import build_sidecar_outbound_listeners, build_virtual_outbound_listener
 from app.xds.envoy.listener_filters import HCM
 from app.xds.envoy.listener_gateway import build_gateway_listeners
@@ -44,12 +45,13 @@ def scope_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView
         return []
     ctx = _context(proxy, push, scope)
     policy = scope.outbound_traffic_policy
+    egress = egress_proxy_cluster(scope.sidecar)
     listeners = build_sidecar_outbound_listeners(
-        ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace)
+        ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace), egress
     )
     if proxy.interception_mode != "NONE":
         # nothing is redirected to a proxy that does not capture traffic
-        listeners.append(build_virtual_outbound_listener(ctx, policy))
+        listeners.append(build_virtual_outbound_listener(ctx, policy, egress))
     return listeners
 
 

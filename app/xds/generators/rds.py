@@ -33,7 +33,7 @@ from app.model.service import Protocol as PortProtocol
 from app.model.service import Resolution, Service
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
-from app.xds.envoy.cluster import PASSTHROUGH_CLUSTER, outbound_cluster_name
+from app.xds.envoy.cluster import egress_proxy_cluster
 from app.xds.envoy.listener import EgressListenerView
 from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
 from app.xds.envoy.virtual_host import (
@@ -132,7 +132,8 @@ def _sidecar_route_config(
     vhosts.sort(key=lambda vh: vh.name)
     if not sniffed:
         allow_any = scope.outbound_traffic_policy == ALLOW_ANY
-        vhosts.append(build_catch_all_virtual_host(allow_any, _egress_cluster(scope), include_attempt_count))
+        egress = egress_proxy_cluster(scope.sidecar)
+        vhosts.append(build_catch_all_virtual_host(allow_any, egress, include_attempt_count))
     return _route_config(name, vhosts)
 
 
@@ -143,15 +144,6 @@ def _egress_listener_for_rds(scope: SidecarScopeView, port: int) -> EgressListen
         if listener.port is None or listener.port.number == port:
             return listener
     return None
-
-
-def _egress_cluster(scope: SidecarScopeView) -> str:
-    """Where ALLOW_ANY sends unknown traffic: a Sidecar's egressProxy, else PassthroughCluster."""
-    spec = scope.sidecar
-    if spec is None or not spec.outbound_traffic_policy.HasField("egress_proxy"):
-        return PASSTHROUGH_CLUSTER
-    dest = spec.outbound_traffic_policy.egress_proxy
-    return outbound_cluster_name(dest.port.number, dest.host, dest.subset)
 
 
 def _sidecar_virtual_hosts(
