@@ -403,10 +403,58 @@ def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
             _check_address(f"{here}.bind", eg.bind, cidr=False)
     if portless > 1:
         raise _fail("egress", "only one egress listener may omit its port")
+    ingress_ports: set[int] = set()
     for i, ing in enumerate(sc.ingress):
-        if not ing.HasField("port"):
-            raise _fail(f"ingress[{i}].port", "is required")
-        _check_port_number(f"ingress[{i}].port.number", ing.port.number)
+        _check_sidecar_ingress(f"ingress[{i}]", ing, ingress_ports)
+
+
+_DEFAULT_ENDPOINT_HOSTS = ("127.0.0.1", "0.0.0.0", "::1", "::", "")
+
+
+def _check_sidecar_ingress(here: str, ing: net.IstioIngressListener, ports: set[int]) -> None:
+    """istiod ValidateSidecar, for one ingress listener."""
+    if not ing.HasField("port"):
+        raise _fail(f"{here}.port", "is required")
+    port = ing.port
+    _check_port_number(f"{here}.port.number", port.number)
+    if port.protocol:
+        _check_protocol(f"{here}.port.protocol", port.protocol)
+    if port.target_port:
+        raise _fail(f"{here}.port.targetPort", "has no impact on Sidecars")
+    if port.number in ports:
+        raise _fail(f"{here}.port.number", f"duplicate ingress port {port.number}")
+    ports.add(port.number)
+    if ing.bind:
+        _check_address(f"{here}.bind", ing.bind, cidr=False)
+    endpoint = ing.default_endpoint
+    if endpoint and not endpoint.startswith("unix://"):
+        host, sep, port_text = endpoint.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not sep or host not in _DEFAULT_ENDPOINT_HOSTS:
+            raise _fail(
+                f"{here}.defaultEndpoint",
+                f"{endpoint!r}: must be 127.0.0.1:PORT, 0.0.0.0:PORT, [::1]:PORT, [::]:PORT or unix://PATH",
+            )
+        if not port_text.isdigit():
+            raise _fail(f"{here}.defaultEndpoint", f"port {port_text!r} is not a number")
+        _check_port_number(f"{here}.defaultEndpoint", int(port_text))
+    if ing.HasField("tls"):
+        tls = ing.tls
+        unsupported = (
+            ("subjectAltNames", bool(tls.subject_alt_names)),
+            ("httpsRedirect", tls.https_redirect),
+            ("credentialName", bool(tls.credential_name)),
+            ("credentialNames", bool(tls.credential_names)),
+            ("tlsCertificates", bool(tls.tls_certificates)),
+        )
+        for name, present in unsupported:
+            if present:
+                raise _fail(f"{here}.tls.{name}", "is not supported on a Sidecar ingress listener")
+        if tls.mode in (net.ServerTLSSettings.ISTIO_MUTUAL, net.ServerTLSSettings.AUTO_PASSTHROUGH):
+            mode = net.ServerTLSSettings.TLSmode.Name(tls.mode)
+            raise _fail(f"{here}.tls.mode", f"cannot be {mode} on a Sidecar ingress listener")
+        if port.protocol.upper() not in ("HTTPS", "TLS"):
+            raise _fail(f"{here}.tls", "TLS settings need an HTTPS or TLS port")
 
 
 def _validate_gateway(gw: net.Gateway, namespace: str) -> None:

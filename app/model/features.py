@@ -34,6 +34,11 @@ class Features:
     # ENABLE_MULTICLUSTER_HEADLESS: a headless service's name resolves to same-network endpoints
     # of every cluster, not only the proxy's own
     multicluster_headless: bool = True
+    # ENABLE_TLS_ON_SIDECAR_INGRESS: a Sidecar ingress entry's own tls terminates on its port
+    tls_on_sidecar_ingress: bool = False
+    # PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE: a Sidecar with ingress entries keeps
+    # the service ports they do not name
+    sidecar_service_inbound_listener_merge: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Features:
@@ -42,6 +47,8 @@ class Features:
         for name, key in (
             ("enable_ip_autoallocate", "PILOT_ENABLE_IP_AUTOALLOCATE"),
             ("multicluster_headless", "ENABLE_MULTICLUSTER_HEADLESS"),
+            ("tls_on_sidecar_ingress", "ENABLE_TLS_ON_SIDECAR_INGRESS"),
+            ("sidecar_service_inbound_listener_merge", "PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE"),
         ):
             if key in env:
                 values[name] = parse_bool(key, env[key])

@@ -96,6 +96,16 @@ class SidecarScope:
         """The outbound rule for ``service`` as this proxy sees it (workloadSelector rules first)."""
         return select_for_proxy(self.destination_rules.get(service.hostname, ()), self.namespace, proxy.labels)
 
+    def inbound_destination_rule(self, service: Service) -> ConsolidatedDestinationRule | None:
+        """The rule the proxy's inbound cluster for ``service`` takes its connection pool from:
+        the last one without a workloadSelector (istiod SidecarScope.DestinationRule with
+        TrafficDirectionInbound honours no selector: a Sidecar is the per-workload setting)."""
+        catch_all = None
+        for cdr in self.destination_rules.get(service.hostname, ()):
+            if cdr.selector is None:
+                catch_all = cdr
+        return catch_all
+
 
 _TRACKED_KINDS = frozenset({Kind.SERVICE, Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR})
 

@@ -197,15 +197,18 @@ def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
 
 
 def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> Hashable:
-    """What ``proxy_clusters`` reads: the proxy, the mesh config, the proxy's service targets
-    and the DestinationRule each target service applies, all by identity."""
+    """What ``proxy_clusters`` reads: the proxy, the mesh config, the feature flags, the
+    proxy's Sidecar (its ingress entries and inbound pools), its service targets and the
+    DestinationRule each target service applies inbound, all by identity."""
     targets = proxy_service_targets(proxy, push)
     services = {Ident(service): service for service, _, _ in targets}
     return (
         Ident(proxy),
         Ident(push.mesh),
+        Ident(push.features),
+        Ident(scope.sidecar),
         tuple((Ident(service), Ident(port), Ident(endpoint)) for service, port, endpoint in targets),
-        tuple(_rule_key(scope.destination_rule(proxy, service)) for service in services.values()),
+        tuple(_rule_key(scope.inbound_destination_rule(service)) for service in services.values()),
     )
 
 

@@ -12,12 +12,13 @@ from pathlib import Path
 from app.config.loader import load_documents, load_mesh_file
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
+from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.sources.files import FileSource
 
 
-def push_context(*texts: str, mesh: str | None = None) -> PushContext:
+def push_context(*texts: str, mesh: str | None = None, features: Features | None = None) -> PushContext:
     """Each text is one multi-document YAML file of Kubernetes and Istio objects, ``mesh`` a
     ``mesh.yaml`` (MeshConfig); any rejected object fails the test."""
     events: list[ConfigEvent] = []
@@ -29,7 +30,7 @@ def push_context(*texts: str, mesh: str | None = None) -> PushContext:
         result = load_documents(text, f"doc{i}.yaml")
         assert not result.rejected, result.rejected
         events += [ConfigEvent(EventType.ADD, obj) for obj in result.objects]
-    env = Environment()
+    env = Environment(features=features)
     env.apply(events)
     return env.build_push_context(None)
 

@@ -614,3 +614,33 @@ spec: {host: x, subsets: [{name: v1, labels: {version: v1}}]}
 """
     [obj] = load_documents(text, "ok.yaml").objects
     assert obj.meta.annotations == {"app": "x"}
+
+
+@pytest.mark.parametrize(
+    ("ingress", "field"),
+    [
+        ("[{port: {number: 8080, protocol: HTTP, targetPort: 9090}}]", "ingress[0].port.targetPort"),
+        ("[{port: {number: 8080}}, {port: {number: 8080}}]", "ingress[1].port.number"),
+        ("[{port: {number: 8080, protocol: BOGUS}}]", "ingress[0].port.protocol"),
+        ("[{port: {number: 8080}, bind: not-an-ip}]", "ingress[0].bind"),
+        ("[{port: {number: 8080}, defaultEndpoint: '10.0.0.1:80'}]", "ingress[0].defaultEndpoint"),
+        ("[{port: {number: 8080}, defaultEndpoint: '127.0.0.1:http'}]", "ingress[0].defaultEndpoint"),
+        ("[{port: {number: 8080}, defaultEndpoint: '127.0.0.1:70000'}]", "ingress[0].defaultEndpoint"),
+        ("[{port: {number: 8443, protocol: HTTPS}, tls: {mode: ISTIO_MUTUAL}}]", "ingress[0].tls.mode"),
+        ("[{port: {number: 8443, protocol: HTTPS}, tls: {mode: SIMPLE, credentialName: c}}]",
+         "ingress[0].tls.credentialName"),
+        ("[{port: {number: 8080, protocol: HTTP}, tls: {mode: SIMPLE}}]", "ingress[0].tls"),
+    ],
+)
+def test_sidecar_ingress_validation_as_istiod_validate_sidecar(ingress: str, field: str) -> None:
+    assert rejected_field(doc("Sidecar", f"ingress: {ingress}")) == field
+
+
+def test_sidecar_ingress_default_endpoints_istiod_accepts_load() -> None:
+    ingress = """ingress:
+- {port: {number: 8080}, defaultEndpoint: '127.0.0.1:80'}
+- {port: {number: 8081}, defaultEndpoint: '0.0.0.0:80'}
+- {port: {number: 8082}, defaultEndpoint: '[::1]:80'}
+- {port: {number: 8083}, defaultEndpoint: 'unix:///var/run/app.sock', bind: 10.0.0.1}
+"""
+    assert len(load(doc("Sidecar", ingress)).objects) == 1

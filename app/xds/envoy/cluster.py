@@ -29,6 +29,7 @@ from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
+from app.model.sidecar_ingress import UNIX_PREFIX
 from app.model.traffic_policy import merge_traffic_policy
 from app.xds.envoy.cluster_policy import (
     HTTP_PROTOCOL_OPTIONS_KEY,
@@ -423,28 +424,40 @@ def build_inbound_cluster(
     mesh: mesh_pb2.MeshConfig,
     targets: Sequence[ServiceTarget],
     rule: AppliedDestinationRule | None = None,
+    *,
+    port: int = 0,
+    endpoint_address: str | None = None,
+    connection_pool: net.ConnectionPoolSettings | None = None,
 ) -> cluster_pb2.Cluster:
-    """``inbound|PORT||`` for one workload port (PORT is the endpoint/target port). The first
-    target is primary; every target on the same service port is listed in the metadata.
+    """``inbound|PORT||`` for one workload port (PORT is ``port``, by default the first target's
+    endpoint port). The first target is primary; every target on the same service port is
+    listed in the metadata.
 
-    With meshConfig.inboundTrafficPolicy PASSTHROUGH (the default) this is ORIGINAL_DST bound to
-    127.0.0.6 so iptables lets it through; LOCALHOST makes it STATIC to 127.0.0.1:PORT. Only the
-    rule's connection pool applies inbound (istiod: circuit breakers on the server side too).
+    ``endpoint_address`` is where the cluster sends (to the first target's endpoint port): ""
+    makes it ORIGINAL_DST, a ``unix://`` path a pipe; by default it follows
+    meshConfig.inboundTrafficPolicy: PASSTHROUGH (the default) is ORIGINAL_DST bound to
+    127.0.0.6 so iptables lets it through, LOCALHOST is 127.0.0.1. Only the connection pool
+    applies inbound (istiod: circuit breakers on the server side too): the rule's, on the
+    service port, replaced whole by a Sidecar's ``connection_pool`` when it has one.
     """
     if not targets:
         raise ValueError("an inbound cluster needs at least one service target")
     service, service_port, endpoint = targets[0]
-    cluster_port = endpoint.port
-    passthrough = mesh.inbound_traffic_policy.mode == mesh_pb2.MeshConfig.InboundTrafficPolicy.PASSTHROUGH
-    bind = "" if passthrough else _local_host(proxy.ip_addresses)
+    if endpoint_address is None:
+        passthrough = mesh.inbound_traffic_policy.mode == mesh_pb2.MeshConfig.InboundTrafficPolicy.PASSTHROUGH
+        endpoint_address = "" if passthrough else _local_host(proxy.ip_addresses)
     lb_endpoints = []
-    if bind:
+    if endpoint_address:
         group = endpoint_components_pb2.LocalityLbEndpoints()
-        sock = group.lb_endpoints.add().endpoint.address.socket_address
-        sock.address, sock.port_value = bind, cluster_port
+        address = group.lb_endpoints.add().endpoint.address
+        if endpoint_address.startswith(UNIX_PREFIX):
+            address.pipe.path = endpoint_address.removeprefix(UNIX_PREFIX)
+        else:
+            address.socket_address.address = endpoint_address
+            address.socket_address.port_value = endpoint.port
         lb_endpoints.append(group)
-    kind = int(Cluster.STATIC) if bind else int(Cluster.ORIGINAL_DST)
-    name = inbound_cluster_name(cluster_port)
+    kind = int(Cluster.STATIC) if endpoint_address else int(Cluster.ORIGINAL_DST)
+    name = inbound_cluster_name(port or endpoint.port)
     draft = _base_cluster(name, kind, lb_endpoints, proxy, mesh, service_port, service, inbound_targets=targets)
     if draft is None:  # cannot happen: STATIC always has its one endpoint
         raise AssertionError(name)
@@ -457,6 +470,12 @@ def build_inbound_cluster(
         policy = merge_traffic_policy(None, dr.traffic_policy, service_port.port)
         if c.HasField("metadata"):
             _add_config_metadata(c, rule)
+    if connection_pool is not None:
+        replaced = net.TrafficPolicy()
+        if policy is not None:
+            replaced.CopyFrom(policy)
+        replaced.connection_pool.CopyFrom(connection_pool)
+        policy = replaced
     ctx = PolicyContext(
         mesh=mesh,
         port=service_port,
@@ -466,7 +485,7 @@ def build_inbound_cluster(
         dr_with_selector=dr is not None and dr.HasField("workload_selector"),
     )
     apply_traffic_policy(draft, policy, ctx)
-    if bind not in (LOCALHOST_V4, LOCALHOST_V6):
+    if endpoint_address not in (LOCALHOST_V4, LOCALHOST_V6):
         src = c.upstream_bind_config.source_address
         src.address, src.port_value = _passthrough_bind_ip(proxy.ip_addresses), 0
     return draft.finish()

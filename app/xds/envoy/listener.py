@@ -316,8 +316,8 @@ def build_sidecar_outbound_listeners(
     """The listeners for every egress listener of the proxy's SidecarScope, in its order;
     ``egress`` is where their catch-all chains send ALLOW_ANY traffic."""
     builder = _Builder(ctx, endpoints, outbound_policy, egress)
-    for egress in egress_listeners:
-        builder.add_egress_listener(egress)
+    for listener in egress_listeners:
+        builder.add_egress_listener(listener)
     return builder.listeners()
 
 

@@ -7,6 +7,11 @@ tcp_proxy — in the shape the workload's PeerAuthentication mode for the port a
 the default: an Istio-mTLS chain and a plaintext chain split by the TLS and HTTP inspectors;
 STRICT: mTLS only; DISABLE: plaintext only), the blackhole chain for the capture port itself,
 and the passthrough chains to ``InboundPassthroughCluster`` for ports no service declares.
+
+A Sidecar with ``ingress`` entries replaces the service ports with its entries (istiod
+buildInboundChainConfigs); an entry that binds to its port (captureMode NONE, or DEFAULT on a
+proxy that does not capture) is a listener of its own, ``BIND_PORT``, instead of chains of
+``virtualInbound`` — which a proxy that does not capture never gets.
 """
 
 from __future__ import annotations
@@ -22,14 +27,16 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
+from app.api import networking_pb2 as net
 from app.config.model import ConfigObject
 from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.service import Protocol, ServicePort
+from app.model.sidecar_ingress import SidecarIngress, after_tls_termination, global_unicast_ip
 from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
 from app.xds.envoy.jwt import jwt_authn_filters
-from app.xds.envoy.listener import capture_ports
+from app.xds.envoy.listener import PROMETHEUS_PORT, STATUS_PORT, capture_ports
 from app.xds.envoy.listener_filters import (
     ALL_ISTIO_MTLS_ALPNS,
     MTLS_HTTP_ALPNS,
@@ -53,7 +60,8 @@ from app.xds.envoy.listener_filters import (
     zero_duration,
 )
 from app.xds.envoy.listener_tcp import OutboundContext
-from app.xds.envoy.listener_tls import inbound_mtls_context
+from app.xds.envoy.listener_tls import gateway_tls_context, inbound_mtls_context
+from app.xds.envoy.metadata import config_metadata
 
 VIRTUAL_INBOUND = "virtualInbound"
 VIRTUAL_INBOUND_BLACKHOLE = "virtualInbound-blackhole"
@@ -122,6 +130,9 @@ class _ChainConfig:
     bind: str
     mode: MtlsMode  # the mTLS the workload accepts on the port (PeerAuthentication)
     passthrough: bool = False
+    bind_to_port: bool = False  # a listener of its own, not chains of virtualInbound
+    tls: net.ServerTLSSettings | None = None  # a Sidecar ingress entry's own TLS
+    sidecar: tuple[str, str] | None = None  # (namespace, name) of the Sidecar it comes from
 
     def name(self, http: bool) -> str:
         if self.passthrough:
@@ -132,9 +143,13 @@ class _ChainConfig:
         return delimited_stat_prefix(self.cluster if self.passthrough else "inbound_" + self.name(True))
 
 
-def _options(protocol: Protocol, mode: MtlsMode) -> tuple[_Match, ...]:
-    """istiod getFilterChainMatchOptions."""
-    http, auto, tcp = _OPTIONS.get(mode, _OPTIONS[MtlsMode.PERMISSIVE])
+def _options(cc: _ChainConfig) -> tuple[_Match, ...]:
+    """istiod getFilterChainMatchOptions; a port with its own TLS, which only a DISABLE mode
+    leaves room for, gets one TLS chain (getTLSFilterChainMatchOptions)."""
+    protocol = cc.service_port.protocol
+    if cc.tls is not None and cc.mode is MtlsMode.DISABLE:
+        return (_Match((), TLS_TRANSPORT, protocol.is_http, True),)
+    http, auto, tcp = _OPTIONS.get(cc.mode, _OPTIONS[MtlsMode.PERMISSIVE])
     if protocol.is_http:
         return http
     if protocol is Protocol.UNSUPPORTED:
@@ -142,37 +157,109 @@ def _options(protocol: Protocol, mode: MtlsMode) -> tuple[_Match, ...]:
     return tcp
 
 
-def _chain_configs(
-    ctx: OutboundContext, targets: Sequence[ServiceTarget], authn: PeerAuthentications
-) -> list[_ChainConfig]:
-    """One per target port; the first service on a port wins (istiod: the oldest), as in CDS."""
+def _reserved(ctx: OutboundContext, bind: str, port: int, protocol: Protocol, virtual: bool) -> bool:
+    """istiod conflictWithReservedListener: a wildcard (or unset, for HTTP) bind may not take
+    Envoy's static ports, nor, when ``virtual``, the capture ports."""
+    if bind and bind != ctx.wildcard:
+        return False
+    if not bind and not protocol.is_http:
+        return False
+    return port in (STATUS_PORT, PROMETHEUS_PORT) or (virtual and port in capture_ports(ctx.mesh))
+
+
+def _service_chain_configs(
+    ctx: OutboundContext, targets: Sequence[ServiceTarget], authn: PeerAuthentications, skip: frozenset[int]
+) -> dict[int, _ChainConfig]:
+    """One per target port not in ``skip``; the first service on a port wins (istiod: the
+    oldest), as in CDS."""
     proxy = ctx.proxy
     by_port: dict[int, _ChainConfig] = {}
     for service, service_port, endpoint in targets:
-        if endpoint.port in by_port:
+        port = endpoint.port
+        if port in by_port or port in skip or _reserved(ctx, ctx.wildcard, port, service_port.protocol, True):
             continue
-        by_port[endpoint.port] = _ChainConfig(
-            cluster=inbound_cluster_name(endpoint.port),
+        by_port[port] = _ChainConfig(
+            cluster=inbound_cluster_name(port),
             service_port=service_port,
-            target_port=endpoint.port,
+            target_port=port,
             hostname=service.hostname,
             bind=ctx.wildcard,
-            mode=authn.workload_mode(proxy.namespace, proxy.labels, endpoint.port),
+            mode=authn.workload_mode(proxy.namespace, proxy.labels, port),
+            bind_to_port=proxy.interception_mode == "NONE",
         )
+    return by_port
+
+
+def _chain_configs(
+    ctx: OutboundContext,
+    targets: Sequence[ServiceTarget],
+    authn: PeerAuthentications,
+    ingress: SidecarIngress | None,
+) -> list[_ChainConfig]:
+    """istiod buildInboundChainConfigs, ordered by port: the service ports, or a Sidecar's
+    ingress entries (with the service ports they leave free under the merge flag)."""
+    proxy = ctx.proxy
+    if ingress is None:
+        if proxy.interception_mode == "NONE":
+            return []  # the app itself listens on its ports: binding them would break it
+        by_port = _service_chain_configs(ctx, targets, authn, frozenset())
+    else:
+        by_port = {}
+        if ingress.features.sidecar_service_inbound_listener_merge:
+            named = frozenset(i.port.port for i in ingress.ports)
+            by_port = _service_chain_configs(ctx, targets, authn, named)
+        bind = global_unicast_ip(proxy.ip_addresses) or ctx.wildcard
+        for entry in ingress.ports:
+            port = entry.port
+            # istiod checks ingress binds against the static listeners only
+            if port.port in by_port or _reserved(ctx, entry.bind, port.port, port.protocol, False):
+                continue
+            tls = entry.tls if ingress.features.tls_on_sidecar_ingress else None
+            if tls is not None:
+                port = ServicePort(port.name, port.port, after_tls_termination(port.protocol))
+            by_port[port.port] = _ChainConfig(
+                cluster=inbound_cluster_name(port.port),
+                service_port=port,
+                target_port=port.port,
+                hostname=f"{ingress.name}.{ingress.namespace}",
+                bind=entry.bind or bind,
+                mode=authn.workload_mode(proxy.namespace, proxy.labels, port.port),
+                bind_to_port=entry.bind_to_port,
+                tls=tls,
+                sidecar=(ingress.namespace, ingress.name),
+            )
     return [by_port[p] for p in sorted(by_port)]
 
 
-def build_virtual_inbound_listener(
+def build_inbound_listeners(
     ctx: OutboundContext,
     targets: Sequence[ServiceTarget],
     authn: PeerAuthentications,
     authz: WorkloadPolicies = NO_POLICIES,
     jwt: Sequence[ConfigObject] = (),
-) -> listener_pb2.Listener:
-    """``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``: the
-    AuthorizationPolicies of the workload, as RBAC filters on every chain but the blackhole,
+    ingress: SidecarIngress | None = None,
+) -> list[listener_pb2.Listener]:
+    """``virtualInbound`` (for a proxy that captures) and the inbound listeners that bind their
+    own port. ``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``:
+    the AuthorizationPolicies of the workload, as RBAC filters on every chain but the blackhole,
     after ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains."""
     rbac = _Rbac((*jwt_authn_filters(jwt), *rbac_http_filters(authz)), tuple(rbac_network_filters(authz)))
+    virtual: list[lc.FilterChain] = []
+    bound: list[listener_pb2.Listener] = []
+    for cc in _chain_configs(ctx, targets, authn, ingress):
+        chains = _chains(ctx, cc, rbac)
+        if cc.bind_to_port:
+            bound.append(_listener(ctx, cc.name(False), cc.bind, cc.target_port, chains, virtual=False))
+        else:
+            virtual.extend(chains)
+    if ctx.proxy.interception_mode == "NONE":
+        return bound
+    return [_virtual_inbound_listener(ctx, authn, rbac, virtual), *bound]
+
+
+def _virtual_inbound_listener(
+    ctx: OutboundContext, authn: PeerAuthentications, rbac: _Rbac, chains: Sequence[lc.FilterChain]
+) -> listener_pb2.Listener:
     _, port = capture_ports(ctx.mesh)
     passthrough = _ChainConfig(
         cluster=INBOUND_PASSTHROUGH_CLUSTER,
@@ -184,19 +271,26 @@ def build_virtual_inbound_listener(
         mode=authn.workload_mode(ctx.proxy.namespace, ctx.proxy.labels, 0),
         passthrough=True,
     )
-    chains = [_blackhole_chain(port), *_chains(ctx, passthrough, rbac)]
-    for cc in _chain_configs(ctx, targets, authn):
-        chains.extend(_chains(ctx, cc, rbac))
+    all_chains = [_blackhole_chain(port), *_chains(ctx, passthrough, rbac), *chains]
+    return _listener(ctx, VIRTUAL_INBOUND, ctx.wildcard, port, all_chains, virtual=True)
+
+
+def _listener(
+    ctx: OutboundContext, name: str, bind: str, port: int, chains: Sequence[lc.FilterChain], *, virtual: bool
+) -> listener_pb2.Listener:
+    """istiod buildInboundListener: ``virtual`` listeners take redirected traffic (original
+    destination, and the original source too under TPROXY); the others bind their port."""
     out = listener_pb2.Listener(
-        name=VIRTUAL_INBOUND, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
+        name=name, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
     )
-    out.address.CopyFrom(socket_address(ctx.wildcard, port))
+    out.address.CopyFrom(socket_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
-    tproxy = ctx.proxy.interception_mode == "TPROXY"
+    tproxy = virtual and ctx.proxy.interception_mode == "TPROXY"
     if tproxy:
         out.transparent.value = True
     out.filter_chains.extend(chains)
-    out.listener_filters.append(original_dst_filter())
+    if virtual:
+        out.listener_filters.append(original_dst_filter())
     if tproxy:
         src = original_src_pb2.OriginalSrc(mark=1337)
         out.listener_filters.append(lc.ListenerFilter(name=ORIGINAL_SRC, typed_config=pack(src)))
@@ -222,15 +316,21 @@ class _Rbac:
 
 
 def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.FilterChain]:
-    options = _options(cc.service_port.protocol, cc.mode)
+    options = _options(cc)
     # built once per port: the mTLS and plaintext chains of a port share them
     http = _http_options(ctx, cc, rbac.http) if any(m.http for m in options) else None
     tcp = () if all(m.http for m in options) else (*rbac.network, *_tcp_filters(cc))
     stat_prefix = cc.stat_prefix()
     out = []
     for m in options:
+        if not m.tls:
+            tls_context = None
+        elif cc.tls is not None and cc.mode is MtlsMode.DISABLE:
+            tls_context = gateway_tls_context(cc.tls, False, ctx.mesh)
+        else:
+            tls_context = inbound_mtls_context(ctx.mesh, tcp=not m.http)
         opts = ChainOpts(
-            tls_context=inbound_mtls_context(ctx.mesh, tcp=not m.http) if m.tls else None,
+            tls_context=tls_context,
             http=http if m.http else None,
             network_filters=() if m.http else tcp,
             name=cc.name(m.http),
@@ -241,6 +341,8 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
         match.application_protocols.extend(m.alpns)
         if cc.target_port:
             match.destination_port.value = cc.target_port
+        if cc.sidecar is not None:
+            chain.metadata.CopyFrom(config_metadata("sidecar", *cc.sidecar))
         out.append(chain)
     return out
 

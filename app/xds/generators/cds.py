@@ -18,8 +18,14 @@ from envoy.config.cluster.v3 import cluster_pb2
 from app.api import mesh_pb2
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
-from app.model.service import Endpoint, Resolution, Service
+from app.model.service import Endpoint, Registry, Resolution, Service
 from app.model.service import Protocol as PortProtocol
+from app.model.sidecar_ingress import (
+    SidecarIngress,
+    default_endpoint_address,
+    inbound_connection_pool,
+    sidecar_ingress,
+)
 from app.xds.envoy.cluster import (
     AppliedDestinationRule,
     ServiceTarget,
@@ -88,24 +94,77 @@ def proxy_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeView)
 
 
 def _inbound_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[cluster_pb2.Cluster]:
-    """One cluster per workload (target) port; the first service on a port is primary."""
-    if proxy.interception_mode == "NONE":
-        return []  # no inbound listeners without capture (and no Sidecar ingress support yet)
+    """istiod buildInboundClusters: one cluster per workload (target) port, the first service
+    on a port primary; or, with a Sidecar's ingress entries, one per entry (and the service
+    ports they leave free under the merge flag)."""
+    ingress = sidecar_ingress(scope.name, scope.sidecar, proxy, push.features)
+    if ingress is None and proxy.interception_mode == "NONE":
+        return []  # no inbound listeners without capture, so no clusters for them
+    targets = proxy_service_targets(proxy, push)
+    out = []
+    if ingress is None or ingress.features.sidecar_service_inbound_listener_merge:
+        named = frozenset(i.port.port for i in ingress.ports) if ingress is not None else frozenset()
+        out.extend(_service_inbound_clusters(proxy, push, scope, targets, named))
+    if ingress is not None:
+        out.extend(_ingress_inbound_clusters(proxy, push, scope, targets, ingress))
+    return out
+
+
+def _service_inbound_clusters(
+    proxy: Proxy,
+    push: PushContextView,
+    scope: SidecarScopeView,
+    targets: Sequence[ServiceTarget],
+    skip: frozenset[int],
+) -> list[cluster_pb2.Cluster]:
     by_port: dict[int, list[ServiceTarget]] = {}
     seen: set[tuple[str, str, int, int]] = set()
-    for target in proxy_service_targets(proxy, push):
+    for target in targets:
         service, service_port, endpoint = target
         key = (service.hostname, service.namespace, service_port.port, endpoint.port)
-        if key in seen:
+        if key in seen or endpoint.port in skip:
             continue
         seen.add(key)
         by_port.setdefault(endpoint.port, []).append(target)
     out = []
-    for targets in by_port.values():
-        service = targets[0][0]
-        rule = scope.destination_rule(proxy, service)
-        # inbound, istiod only takes a rule without workloadSelector (the catch-all one)
-        if rule is not None and rule.rule.HasField("workload_selector"):
-            rule = None
-        out.append(build_inbound_cluster(proxy, push.mesh, targets, rule))
+    for port, port_targets in by_port.items():
+        rule = scope.inbound_destination_rule(port_targets[0][0])
+        pool = inbound_connection_pool(scope.sidecar, port)
+        out.append(build_inbound_cluster(proxy, push.mesh, port_targets, rule, connection_pool=pool))
+    return out
+
+
+def _ingress_inbound_clusters(
+    proxy: Proxy,
+    push: PushContextView,
+    scope: SidecarScopeView,
+    targets: Sequence[ServiceTarget],
+    ingress: SidecarIngress,
+) -> list[cluster_pb2.Cluster]:
+    """istiod buildInboundClustersFromSidecar: each entry's cluster sends to its
+    defaultEndpoint (the original destination without one), on behalf of the service whose
+    target port it is, else of a stand-in named after the Sidecar."""
+    out = []
+    for entry in ingress.ports:
+        port = entry.port
+        resolved = default_endpoint_address(entry.default_endpoint, proxy.ip_addresses)
+        if resolved is None:
+            continue
+        address, endpoint_port = resolved
+        service = next((s for s, _, ep in targets if ep.port == port.port), None) or Service(
+            hostname=f"{ingress.name}.{ingress.namespace}",
+            namespace=ingress.namespace,
+            ports=(),
+            registry=Registry.KUBERNETES,
+            name=ingress.name,
+            mesh_external=True,
+        )
+        target = (service, port, Endpoint(address, endpoint_port, port.name))
+        rule = scope.inbound_destination_rule(service)
+        pool = inbound_connection_pool(scope.sidecar, port.port)
+        out.append(
+            build_inbound_cluster(
+                proxy, push.mesh, [target], rule, port=port.port, endpoint_address=address, connection_pool=pool
+            )
+        )
     return out

@@ -16,11 +16,12 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.model.proxy import Proxy, ProxyType
+from app.model.sidecar_ingress import sidecar_ingress
 from app.xds.envoy.cluster import egress_proxy_cluster
 from app.xds.envoy.listener import build_sidecar_outbound_listeners, build_virtual_outbound_listener
 from app.xds.envoy.listener_filters import HCM
 from app.xds.envoy.listener_gateway import build_gateway_listeners
-from app.xds.envoy.listener_inbound import build_virtual_inbound_listener
+from app.xds.envoy.listener_inbound import build_inbound_listeners
 from app.xds.envoy.listener_tcp import OutboundContext
 from app.xds.generators.view import ProxyDestinationRules, PushContextView, SidecarScopeView, proxy_service_targets
 
@@ -56,17 +57,17 @@ def scope_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView
 
 
 def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:
-    """The listeners that follow from the proxy's own workload: a sidecar's ``virtualInbound``
-    (its service targets), a router's gateway listeners (the Gateways its labels select)."""
+    """The listeners that follow from the proxy's own workload: a sidecar's inbound listeners
+    (its service targets or its Sidecar's ingress entries), a router's gateway listeners (the
+    Gateways its labels select)."""
     ctx = _context(proxy, push, scope)
     targets = proxy_service_targets(proxy, push)
     authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
     jwt = push.request_authentications.for_workload(proxy.namespace, proxy.labels)
     if proxy.type is ProxyType.ROUTER:
         return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz, jwt)
-    if proxy.interception_mode == "NONE":
-        return []
-    return [build_virtual_inbound_listener(ctx, targets, push.peer_authentications, authz, jwt)]
+    ingress = sidecar_ingress(scope.name, scope.sidecar, proxy, push.features)
+    return build_inbound_listeners(ctx, targets, push.peer_authentications, authz, jwt, ingress)
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:

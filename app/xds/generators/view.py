@@ -14,6 +14,7 @@ from app.api import networking_pb2 as net
 from app.config.model import ConfigObject
 from app.model.authn import PeerAuthentications
 from app.model.authz import AuthorizationPolicies, RequestAuthentications
+from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
@@ -24,6 +25,8 @@ from app.xds.envoy.listener_gateway import GatewayVirtualServices
 class SidecarScopeView(Protocol):
     """What the generators read from a SidecarScope."""
 
+    @property
+    def name(self) -> str | None: ...
     @property
     def sidecar(self) -> net.Sidecar | None: ...
     @property
@@ -36,6 +39,8 @@ class SidecarScopeView(Protocol):
     def outbound_traffic_policy(self) -> str: ...
 
     def destination_rule(self, proxy: Proxy, service: Service) -> AppliedDestinationRule | None: ...
+
+    def inbound_destination_rule(self, service: Service) -> AppliedDestinationRule | None: ...
 
 
 class ProxyDestinationRules(Mapping[str, net.DestinationRule]):
@@ -88,6 +93,8 @@ class PushContextView(Protocol):
     def authorization_policies(self) -> AuthorizationPolicies: ...
     @property
     def request_authentications(self) -> RequestAuthentications: ...
+    @property
+    def features(self) -> Features: ...
 
     def sidecar_scope(self, proxy: Proxy) -> SidecarScopeView: ...
 
