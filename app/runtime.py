@@ -25,7 +25,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from app.config.model import ISTIO_KINDS, ConfigEvent
+from app.config.istio import istio_warnings
+from app.config.model import ISTIO_KINDS, ConfigEvent, EventType
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
@@ -135,6 +136,7 @@ class Runtime:
                 "name": obj.meta.name,
                 "source": obj.source,
                 "resourceVersion": obj.meta.resource_version,
+                **({"warnings": warnings} if (warnings := istio_warnings(obj.spec)) else {}),
             }
             for source in self.sources
             for obj in source.objects()
@@ -238,6 +240,10 @@ class Runtime:
             for event in events:
                 if event.obj.kind in ISTIO_KINDS:
                     self.metrics.config_event(event.obj.kind, event.type.value)
+        for event in events:
+            obj = event.obj
+            for warning in istio_warnings(obj.spec) if event.type is not EventType.DELETE else ():
+                logger.warning("%s: %s %s: %s", obj.source, obj.kind, obj.namespaced_name, warning)
         change = self.env.apply(events)
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
         if self._kube is not None and isinstance(source, MeshFileSource) and events:

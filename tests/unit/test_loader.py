@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
+from app.config.istio import istio_warnings
 from app.config.loader import KubeYamlLoader, LoadResult, load_documents
 from app.config.model import ConfigKey, Kind
 from app.config.schema import build_message, merge_message, parse_message
@@ -644,3 +645,21 @@ def test_sidecar_ingress_default_endpoints_istiod_accepts_load() -> None:
 - {port: {number: 8083}, defaultEndpoint: 'unix:///var/run/app.sock', bind: 10.0.0.1}
 """
     assert len(load(doc("Sidecar", ingress)).objects) == 1
+
+
+def test_destination_rule_credential_names_are_warned_about_at_every_level() -> None:
+    spec = """host: a
+trafficPolicy:
+  tls: {mode: SIMPLE, credentialName: top}
+  portLevelSettings: [{port: {number: 443}, tls: {mode: SIMPLE, credentialName: port}}]
+subsets: [{name: v1, labels: {v: "1"}, trafficPolicy: {tls: {mode: MUTUAL, credentialName: sub}}}]
+"""
+    [obj] = load(doc("DestinationRule", spec)).objects
+    fields = [w.split(" ", 1)[0] for w in istio_warnings(obj.spec)]
+    assert fields == [
+        "trafficPolicy.tls.credentialName",
+        "trafficPolicy.portLevelSettings[0].tls.credentialName",
+        "subsets[0].trafficPolicy.tls.credentialName",
+    ]
+    plain = load(doc("DestinationRule", "host: a\ntrafficPolicy: {tls: {mode: SIMPLE}}")).objects[0]
+    assert istio_warnings(plain.spec) == []
