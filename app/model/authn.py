@@ -86,6 +86,15 @@ class PeerAuthentications:
                 return found
         return self.mesh_mode()
 
+    def port_level_ports(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
+        """The ports the workload's policy sets a port-level mode for (istiod's PerPort keys,
+        an UNSET one included: it takes the workload's mode), sorted."""
+        for obj in self.workloads.get(namespace, ()):
+            spec: sec.PeerAuthentication = obj.spec
+            if selector_matches(spec.selector.match_labels, labels):
+                return tuple(sorted(spec.port_level_mtls))
+        return ()
+
     def workload_mode(self, namespace: str, labels: Mapping[str, str], port: int) -> MtlsMode:
         """The mode a workload accepts on ``port`` (ComposePeerAuthentication): mesh, then its
         namespace, then the oldest workload policy selecting it, then that policy's port-level

@@ -200,10 +200,42 @@ def test_port_level_mode_applies_to_that_workload_port() -> None:
     assert chains["0.0.0.0_9000"] == [("raw_buffer", False)]
 
 
+def test_port_level_mode_of_an_undeclared_port_gets_passthrough_chains_of_its_own() -> None:
+    # istiod authn Builder.ForPassthrough / needPerPortPassthroughFilterChain: a port-level
+    # port no service declares gets passthrough chains in its own mode; a declared one does not
+    policy = pa(
+        "wl", "shop", "{selector: {matchLabels: {app: web}}, mtls: {mode: STRICT}, "
+        "portLevelMtls: {7070: {mode: DISABLE}, 8080: {mode: DISABLE}}}"
+    )  # fmt: skip
+    push = push_context(SERVICES, WEB_POD, TCP, policy, mesh=MESH)
+    proxy = sidecar_proxy("web-0.shop", "10.1.0.5", {"app": "web"})
+    [listener] = [x for x in generate_listeners(proxy, push) if x.name == "virtualInbound"]
+    passthrough = [
+        (c.name, c.filter_chain_match.destination_port.value, c.filter_chain_match.transport_protocol)
+        for c in listener.filter_chains
+        if c.name in ("virtualInbound", "virtualInbound-catchall-http")
+    ]
+    assert passthrough == [
+        ("virtualInbound-catchall-http", 0, "tls"),  # every other port: the workload's STRICT
+        ("virtualInbound", 0, "tls"),
+        ("virtualInbound-catchall-http", 7070, "raw_buffer"),  # 7070: DISABLE, sniffed
+        ("virtualInbound", 7070, "raw_buffer"),
+    ]
+    # the HTTP inspector runs only where a chain needs it: port 7070
+    inspectors = [f.name for f in listener.listener_filters]
+    assert "envoy.filters.listener.http_inspector" in inspectors
 
-@pytest.mark.parametrize("mode", ["STRICT", "DISABLE"])
-def test_real_envoy_accepts_each_modes_listeners_and_clusters(mode: str, tmp_path: Path) -> None:
-    push = push_context(SERVICES, WEB_POD, TCP, pa("policy", "shop", f"{{mtls: {{mode: {mode}}}}}"), mesh=MESH)
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "{mtls: {mode: STRICT}}",
+        "{mtls: {mode: DISABLE}}",
+        "{selector: {matchLabels: {app: web}}, portLevelMtls: {7070: {mode: STRICT}, 7071: {mode: DISABLE}}}",
+    ],
+)
+def test_real_envoy_accepts_each_modes_listeners_and_clusters(spec: str, tmp_path: Path) -> None:
+    push = push_context(SERVICES, WEB_POD, TCP, pa("policy", "shop", spec), mesh=MESH)
     node_id = "sidecar~10.1.0.5~web-0.shop~shop.svc.cluster.local"
     proxy = sidecar_proxy("web-0.shop", "10.1.0.5", {"app": "web"})
     bootstrap = agent_bootstrap(node_id, generate_clusters(proxy, push), generate_listeners(proxy, push))

@@ -254,25 +254,34 @@ def build_inbound_listeners(
             virtual.extend(chains)
     if ctx.proxy.interception_mode == "NONE":
         return bound
-    return [_virtual_inbound_listener(ctx, authn, rbac, virtual), *bound]
+    declared = {e.port.port for e in ingress.ports} if ingress is not None else {ep.port for _, _, ep in targets}
+    passthrough = [
+        *_chains(ctx, _passthrough_config(ctx, authn, 0), rbac),
+        *(
+            chain
+            for port in authn.port_level_ports(ctx.proxy.namespace, ctx.proxy.labels)
+            if port not in declared
+            for chain in _chains(ctx, _passthrough_config(ctx, authn, port), rbac)
+        ),
+    ]
+    _, capture = capture_ports(ctx.mesh)
+    chains = [_blackhole_chain(capture), *passthrough, *virtual]
+    return [_listener(ctx, VIRTUAL_INBOUND, ctx.wildcard, capture, chains, virtual=True), *bound]
 
 
-def _virtual_inbound_listener(
-    ctx: OutboundContext, authn: PeerAuthentications, rbac: _Rbac, chains: Sequence[lc.FilterChain]
-) -> listener_pb2.Listener:
-    _, port = capture_ports(ctx.mesh)
-    passthrough = _ChainConfig(
+def _passthrough_config(ctx: OutboundContext, authn: PeerAuthentications, port: int) -> _ChainConfig:
+    """istiod buildInboundPassthroughChains (authn ForPassthrough): port 0 for every port no
+    chain claims, with the workload's mode; and one per port-level mode of a port that no
+    service (or Sidecar ingress entry) declares, with that port's mode."""
+    return _ChainConfig(
         cluster=INBOUND_PASSTHROUGH_CLUSTER,
         service_port=ServicePort(VIRTUAL_INBOUND, 0, Protocol.UNSUPPORTED),
-        target_port=0,
+        target_port=port,
         hostname="",
         bind=ctx.wildcard,
-        # ports no service declares: the workload's mode without port-level settings
-        mode=authn.workload_mode(ctx.proxy.namespace, ctx.proxy.labels, 0),
+        mode=authn.workload_mode(ctx.proxy.namespace, ctx.proxy.labels, port),
         passthrough=True,
     )
-    all_chains = [_blackhole_chain(port), *_chains(ctx, passthrough, rbac), *chains]
-    return _listener(ctx, VIRTUAL_INBOUND, ctx.wildcard, port, all_chains, virtual=True)
 
 
 def _listener(
