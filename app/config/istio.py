@@ -557,12 +557,45 @@ def _check_ports(path: str, values: Iterable[str]) -> None:
             raise _fail(f"{path}[{i}]", f"{value!r} is not a port number")
 
 
-def _check_wildcards(path: str, values: Iterable[str]) -> None:
-    """istiod check: a `*` only as the whole value, its prefix or its suffix."""
+def _check_not_empty(path: str, values: Iterable[str]) -> None:
+    """istiod CheckEmptyValues. A `*` anywhere is accepted, as istiod accepts it: only a
+    leading or trailing one is a wildcard, elsewhere it is matched as written."""
     for i, value in enumerate(values):
-        inner = value.strip("*") if value != "*" else ""
-        if "*" in inner:
-            raise _fail(f"{path}[{i}]", f"{value!r}: a wildcard is allowed only at the start or the end")
+        if not value:
+            raise _fail(f"{path}[{i}]", "empty value not allowed")
+
+
+def _check_service_accounts(path: str, values: Sequence[str]) -> None:
+    """istiod CheckServiceAccount: at most 16, ``sa`` or ``namespace/sa``, no wildcard."""
+    if len(values) > 16:
+        raise _fail(path, "may not have more than 16 values")
+    for i, value in enumerate(values):
+        ns, sep, sa = value.partition("/")
+        if not value or "*" in value or "/" in sa or len(value) > 320 or (sep and not (ns and sa)):
+            raise _fail(f"{path}[{i}]", f"{value!r}: want 'serviceAccount' or 'namespace/serviceAccount' (no '*')")
+
+
+_MATCH_ONE, _MATCH_ANY = "{*}", "{**}"
+# RFC 3986 pchar, as istiod's validLiteral
+_PATH_LITERAL = re2.compile(r"^[a-zA-Z0-9\-._~%!$&'()+,;:@=]+$")
+
+
+def _check_path_templates(path: str, values: Iterable[str]) -> None:
+    """istiod CheckValidPathTemplate: ``{*}`` and ``{**}`` whole segments only, ``{**}`` last,
+    no other braces, and pchar-only literals in a path that has a template."""
+    for i, value in enumerate(values):
+        templated = _MATCH_ONE in value or _MATCH_ANY in value
+        seen_any = False
+        for glob in value.strip("/").split("/"):
+            if glob in (_MATCH_ONE, _MATCH_ANY):
+                if seen_any:
+                    raise _fail(f"{path}[{i}]", f"{value!r}: {{**}} must be the last operator")
+                seen_any = glob == _MATCH_ANY
+                continue
+            if "{" in glob or "}" in glob:
+                raise _fail(f"{path}[{i}]", f"{value!r}: '{{' or '}}' beyond a supported path template")
+            if templated and not _PATH_LITERAL.match(glob):
+                raise _fail(f"{path}[{i}]", f"{value!r}: segment {glob!r} is not a valid literal")
 
 
 def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) -> None:
@@ -583,8 +616,21 @@ def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) 
             s = source.source
             for name in ("ip_blocks", "not_ip_blocks", "remote_ip_blocks", "not_remote_ip_blocks"):
                 _check_cidrs(f"{where}.{_camel(name)}", getattr(s, name))
-            for name in ("principals", "not_principals", "namespaces", "not_namespaces", "request_principals"):
-                _check_wildcards(f"{where}.{_camel(name)}", getattr(s, name))
+            for name in (
+                "principals",
+                "not_principals",
+                "namespaces",
+                "not_namespaces",
+                "request_principals",
+                "not_request_principals",
+                "ip_blocks",
+                "not_ip_blocks",
+                "remote_ip_blocks",
+                "not_remote_ip_blocks",
+            ):
+                _check_not_empty(f"{where}.{_camel(name)}", getattr(s, name))
+            for name in ("service_accounts", "not_service_accounts"):
+                _check_service_accounts(f"{where}.{_camel(name)}", getattr(s, name))
         for t, to in enumerate(rule.to):
             where = f"{here}.to[{t}].operation"
             if not to.HasField("operation") or not to.operation.ListFields():
@@ -592,8 +638,10 @@ def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) 
             op = to.operation
             _check_ports(f"{where}.ports", op.ports)
             _check_ports(f"{where}.notPorts", op.not_ports)
-            for name in ("hosts", "not_hosts", "paths", "not_paths", "methods", "not_methods"):
-                _check_wildcards(f"{where}.{_camel(name)}", getattr(op, name))
+            for name in ("hosts", "not_hosts", "paths", "not_paths", "methods", "not_methods", "ports", "not_ports"):
+                _check_not_empty(f"{where}.{_camel(name)}", getattr(op, name))
+            _check_path_templates(f"{where}.paths", op.paths)
+            _check_path_templates(f"{where}.notPaths", op.not_paths)
         for w, cond in enumerate(rule.when):
             where = f"{here}.when[{w}]"
             key = cond.key

@@ -145,7 +145,7 @@ spec:
   selector: {matchLabels: {istio: ingressgateway}}
   action: DENY
   rules:
-  - to: [{operation: {paths: ["/admin*"]}}]
+  - to: [{operation: {paths: ["/admin*", "/api/{*}/secret/{**}"]}}]
 """
 ALLOW_GET_ONLY = """
 apiVersion: security.istio.io/v1
@@ -179,6 +179,9 @@ def test_gateway_authorization_policies_deny_a_path_and_allow_only_what_a_rule_s
     wait_until(lambda: send(port, "/admin/users").status == 403, "/admin to be denied")
     assert send(port, "/admin").status == 403
     assert send(port, "/items").backend == "v1"
+    # a path template (Envoy's uri_template matcher): {*} one segment, {**} the rest
+    assert send(port, "/api/v1/secret/keys/a").status == 403
+    assert send(port, "/api/v1/v2/secret/keys").backend == "v1"
 
     # ALLOW: only requests some rule matches pass; the DENY still wins for its path
     config_dir.write("get-only.yaml", ALLOW_GET_ONLY)

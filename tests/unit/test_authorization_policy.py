@@ -175,7 +175,11 @@ def test_on_tcp_an_allow_rule_needing_http_is_dropped_and_a_deny_rule_loses_only
         ("{rules: [{from: [{source: {ipBlocks: [not-an-ip]}}]}]}", "rules[0].from[0].source.ipBlocks[0]"),
         ("{rules: [{from: [{source: {}}]}]}", "rules[0].from[0].source"),
         ("{rules: [{to: [{operation: {ports: ['99999']}}]}]}", "rules[0].to[0].operation.ports[0]"),
-        ("{rules: [{to: [{operation: {paths: ['/a*b']}}]}]}", "rules[0].to[0].operation.paths[0]"),
+        ("{rules: [{to: [{operation: {paths: ['/a/{**}/{*}']}}]}]}", "rules[0].to[0].operation.paths[0]"),
+        ("{rules: [{to: [{operation: {notPaths: ['/a/{b}']}}]}]}", "rules[0].to[0].operation.notPaths[0]"),
+        ("{rules: [{to: [{operation: {paths: ['/a b/{*}']}}]}]}", "rules[0].to[0].operation.paths[0]"),
+        ("{rules: [{to: [{operation: {methods: ['']}}]}]}", "rules[0].to[0].operation.methods[0]"),
+        ("{rules: [{from: [{source: {serviceAccounts: ['ns/*']}}]}]}", "rules[0].from[0].source.serviceAccounts[0]"),
         ("{action: CUSTOM, rules: [{}]}", "provider.name"),
         ("{action: SOMETIMES}", "action"),
     ],
@@ -184,6 +188,25 @@ def test_invalid_policies_are_rejected_naming_the_field(spec: str, field: str) -
     result = load_documents(ap("bad", "shop", spec), "ap.yaml")
     [rejection] = result.rejected
     assert field in str(rejection.error)
+
+
+def test_a_star_inside_a_value_is_accepted_and_matched_as_written() -> None:
+    # istiod validates these with CheckEmptyValues only; the matcher treats an inner `*` literally
+    policy = one_policy("{to: [{operation: {paths: ['/a*b'], hosts: ['a*.example.com']}}]}")
+    rules = policy["permissions"][0]["andRules"]["rules"]
+    assert rules[1] == {"orRules": {"rules": [{"urlPath": {"path": {"exact": "/a*b"}}}]}}
+
+
+def test_path_templates_become_uri_template_matchers() -> None:
+    # istiod matcher.PathTemplateMatcher (authz/builder/testdata/http/allow-path-out.yaml)
+    policy = one_policy("{to: [{operation: {paths: ['/api/{*}/secret', '/{**}/raw'], notPaths: ['/x/{**}']}}]}")
+    rules = policy["permissions"][0]["andRules"]["rules"]
+    kind = "type.googleapis.com/envoy.extensions.path.match.uri_template.v3.UriTemplateMatchConfig"
+    assert rules[0] == {"orRules": {"rules": [
+        {"uriTemplate": {"name": "uri-template", "typedConfig": {"@type": kind, "pathTemplate": "/api/*/secret"}}},
+        {"uriTemplate": {"name": "uri-template", "typedConfig": {"@type": kind, "pathTemplate": "/**/raw"}}},
+    ]}}  # fmt: skip
+    assert rules[1]["notRule"]["orRules"]["rules"][0]["uriTemplate"]["typedConfig"]["pathTemplate"] == "/x/**"
 
 
 MESH = "rootNamespace: istio-system\nenableAutoMtls: true\n"
@@ -199,7 +222,7 @@ WEB = (
 def test_inbound_chains_carry_the_rbac_filters_and_envoy_accepts_them(tmp_path: Path) -> None:
     push = push_context(
         WEB,
-        ap("d", "shop", "{action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}"),
+        ap("d", "shop", "{action: DENY, rules: [{to: [{operation: {paths: [/admin, '/api/{*}/secret/{**}']}}]}]}"),
         ap("a", "shop", "{rules: [{from: [{source: {namespaces: [shop]}}]}]}"),
         mesh=MESH,
     )

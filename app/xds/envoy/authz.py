@@ -23,13 +23,14 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from envoy.config.core.v3 import address_pb2
+from envoy.config.core.v3 import address_pb2, extension_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.rbac.v3 import rbac_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as http_rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.filters.network.rbac.v3 import rbac_pb2 as network_rbac_pb2
+from envoy.extensions.path.match.uri_template.v3 import uri_template_match_pb2
 from envoy.type.matcher.v3 import metadata_pb2, path_pb2, regex_pb2, string_pb2, value_pb2
 
 from app.api import security_pb2 as sec
@@ -145,8 +146,13 @@ def _trust_domain(value: str) -> Msg:
 
 
 def _path(value: str) -> Msg:
-    if "{" in value:  # a path template (istiod builds a uri_template matcher): not translated here
-        raise _CannotSay("path templates")
+    """A path, or a path template (``{*}`` one segment, ``{**}`` any): Envoy's uri_template
+    matcher, named and written as istiod's matcher.PathTemplateMatcher does."""
+    if "{*}" in value or "{**}" in value:
+        template = value.replace("{**}", "**").replace("{*}", "*")
+        config = uri_template_match_pb2.UriTemplateMatchConfig(path_template=template)
+        matcher = extension_pb2.TypedExtensionConfig(name="uri-template", typed_config=pack(config))
+        return Permission(uri_template=matcher)
     return Permission(url_path=path_pb2.PathMatcher(path=_string(value)))
 
 
