@@ -1,0 +1,238 @@
+"""The workload CA, as istiod's Istio CA (security/pkg/pki/ca, security/pkg/server/ca/server.go).
+
+Its files are istiod's plugged-in ``cacerts`` layout: ``ca-cert.pem`` and ``ca-key.pem`` sign,
+``cert-chain.pem`` is what lies between the signing cert and the root (empty for a self-signed
+root), ``root-cert.pem`` is the root every proxy trusts. A directory holding them is used as
+given; an empty one gets a self-signed root at first start, as istiod's self-signed CA (RSA
+2048, organization = the trust domain, ten years).
+
+Workload certificates are made from a CSR's public key alone: the identity (SAN URI) is the one
+the caller authenticated as, never what the CSR asks for; key usage digital signature + key
+encipherment, server and client auth, valid from two minutes ago (clock skew) for the requested
+lifetime (24 h when none is asked for, at most ``max_ttl``), never past the signing cert.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from app.errors import SettingsError
+
+DEFAULT_CERT_TTL = datetime.timedelta(hours=24)  # istiod DEFAULT_WORKLOAD_CERT_TTL
+MAX_CERT_TTL = datetime.timedelta(days=90)  # istiod MAX_WORKLOAD_CERT_TTL
+ROOT_TTL = datetime.timedelta(days=3650)  # istiod CITADEL_SELF_SIGNED_CA_CERT_TTL
+CLOCK_SKEW = datetime.timedelta(minutes=2)  # istiod ClockSkewGracePeriod
+CA_FILES = ("ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem")
+
+
+class CaError(Exception):
+    """A request the CA refuses: a bad CSR, a lifetime over the maximum."""
+
+
+def spiffe_id(trust_domain: str, namespace: str, service_account: str) -> str:
+    return f"spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _pem(cert: x509.Certificate) -> str:
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def split_pem(text: str) -> list[str]:
+    """Each certificate of a concatenated PEM, one string each (ending in a newline)."""
+    return [_pem(c) for c in x509.load_pem_x509_certificates(text.encode())] if text.strip() else []
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateAuthority:
+    signing_cert: x509.Certificate
+    signing_key: CertificateIssuerPrivateKeyTypes
+    cert_chain_pem: str  # between the signing cert and the root; "" for a self-signed root
+    root_pem: str
+    default_ttl: datetime.timedelta = DEFAULT_CERT_TTL
+    max_ttl: datetime.timedelta = MAX_CERT_TTL
+
+    # --- loading ----------------------------------------------------------------------------
+
+    @classmethod
+    def load_or_create(cls, ca_dir: Path, trust_domain: str) -> CertificateAuthority:
+        """The CA in ``ca_dir``: its files if present, else a new self-signed root written there
+        (the key readable by the owner only). A partial or unreadable set is an error."""
+        present = [name for name in CA_FILES if (ca_dir / name).exists()]
+        if not present:
+            ca = cls.self_signed(trust_domain)
+            ca.write(ca_dir)
+            return ca
+        missing = [name for name in CA_FILES if name not in present]
+        if missing:
+            raise SettingsError(f"CA dir {ca_dir}: {', '.join(missing)} missing (it holds {', '.join(present)})")
+        try:
+            return cls.from_pem(*((ca_dir / name).read_text() for name in CA_FILES))
+        except OSError as e:
+            raise SettingsError(f"CA dir {ca_dir}: cannot read {e.filename}: {e.strerror}") from e
+        except (ValueError, TypeError) as e:
+            raise SettingsError(f"CA dir {ca_dir}: {e}") from e
+
+    @classmethod
+    def from_pem(cls, cert_pem: str, key_pem: str, chain_pem: str, root_pem: str) -> CertificateAuthority:
+        cert = x509.load_pem_x509_certificate(cert_pem.encode())
+        key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+        if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+            raise ValueError("ca-key.pem: want an RSA or ECDSA key")
+        spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        if cert.public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
+            raise ValueError("ca-key.pem does not match ca-cert.pem")
+        roots = split_pem(root_pem)
+        if not roots:
+            raise ValueError("root-cert.pem holds no certificate")
+        return cls(cert, key, "".join(split_pem(chain_pem)), "".join(roots))
+
+    @classmethod
+    def self_signed(cls, trust_domain: str, now: datetime.datetime | None = None) -> CertificateAuthority:
+        now = now or _now()
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, trust_domain)])
+        public = key.public_key()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(public)
+            .serial_number(_serial())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(now + ROOT_TTL)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(_ca_key_usage(), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        return cls(cert, key, "", _pem(cert))
+
+    def write(self, ca_dir: Path) -> None:
+        ca_dir.mkdir(parents=True, exist_ok=True)
+        key_pem = self.signing_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        key_path = ca_dir / "ca-key.pem"
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key_pem)
+        (ca_dir / "ca-cert.pem").write_text(_pem(self.signing_cert))
+        (ca_dir / "cert-chain.pem").write_text(self.cert_chain_pem)
+        (ca_dir / "root-cert.pem").write_text(self.root_pem)
+
+    # --- signing ----------------------------------------------------------------------------
+
+    def sign_csr(
+        self,
+        csr_pem: str,
+        identities: Sequence[str],
+        ttl: datetime.timedelta = datetime.timedelta(0),
+        now: datetime.datetime | None = None,
+    ) -> list[str]:
+        """istiod CreateCertificate: a certificate for the CSR's key naming ``identities``,
+        returned as istiod returns it: the leaf, each cert of the chain, then the root."""
+        try:
+            csr = x509.load_pem_x509_csr(csr_pem.encode())
+        except ValueError as e:
+            raise CaError(f"CSR: {e}") from None
+        if not csr.is_signature_valid:
+            raise CaError("CSR: its signature does not verify")
+        if ttl > self.max_ttl:
+            raise CaError(f"requested TTL {ttl} is greater than the max allowed TTL {self.max_ttl}")
+        public = csr.public_key()
+        if not isinstance(public, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+            raise CaError("CSR: want an RSA or ECDSA key")
+        uris = [x509.UniformResourceIdentifier(i) for i in identities]
+        cert = self._issue(public, uris, ttl if ttl > datetime.timedelta(0) else self.default_ttl, now, client=True)
+        return [_pem(cert), *split_pem(self.cert_chain_pem), self.root_pem]
+
+    def server_certificate(
+        self, key: ec.EllipticCurvePrivateKey, dns_names: Sequence[str], ips: Sequence[str], ttl: datetime.timedelta
+    ) -> list[str]:
+        """The control plane's own serving certificate (istiod's DNS cert for 15012), with its
+        chain up to, not including, the root."""
+        names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+        names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        cert = self._issue(key.public_key(), names, ttl, None, client=False)
+        return [_pem(cert), *split_pem(self.cert_chain_pem)]
+
+    def _issue(
+        self,
+        public: rsa.RSAPublicKey | ec.EllipticCurvePublicKey,
+        names: Sequence[x509.GeneralName],
+        ttl: datetime.timedelta,
+        now: datetime.datetime | None,
+        *,
+        client: bool,
+    ) -> x509.Certificate:
+        now = now or _now()
+        signer = self.signing_cert
+        if now >= signer.not_valid_after_utc:
+            raise CaError(f"the signing certificate expired at {signer.not_valid_after_utc}")
+        not_after = min(now + ttl, signer.not_valid_after_utc)  # never outlives its signer
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])]
+        authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key())  # type: ignore[arg-type]
+        return (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([]))
+            .issuer_name(signer.subject)
+            .public_key(public)
+            .serial_number(_serial())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_leaf_key_usage(), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            # the subject is empty, so the names are the identity: critical (RFC 5280 4.2.1.6)
+            .add_extension(x509.SubjectAlternativeName(names), critical=True)
+            .add_extension(authority, critical=False)
+            .sign(self.signing_key, hashes.SHA256())
+        )
+
+
+def _serial() -> int:
+    return secrets.randbits(127) | 1  # positive, non-zero, under 20 octets
+
+
+def _ca_key_usage() -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=False,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _leaf_key_usage() -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=True,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=False,
+        crl_sign=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
