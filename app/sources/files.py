@@ -6,7 +6,10 @@ file into add / update / delete events under the bad-input rules of DESIGN §5:
 * a file that is not YAML (or cannot be read) is reported and keeps everything it held;
 * a rejected object keeps the last good version its file held;
 * a key defined twice is taken from the first definition in sorted path order (then document
-  order); every later one is rejected with an error naming both places.
+  order); every later one is rejected with an error naming both places;
+* a directory holding more than ``MAX_CONFIG_FILES`` config files is refused whole with one
+  error naming it and the bound: none of its changes are read until it is back under the bound,
+  so the last good config stays in force.
 
 ``FileSet`` is the pure part (per-file state + LoadResult -> events + new state), tested
 without I/O. ``FileSource`` is the thin I/O shell: it lists and reads the directory and
@@ -34,6 +37,9 @@ logger = logging.getLogger(__name__)
 MESH_FILE = "mesh.yaml"
 # Kubernetes caps an object at ~1.5 MiB; a file of many objects stays well under this
 MAX_FILE_BYTES = 16 * 2**20
+# a directory of one object per file stays far below this (10,000 objects parse in about 1 s);
+# past it, listing, stat-ing and reading on every change would stall the watch, so it is refused
+MAX_CONFIG_FILES = 10_000
 _SUFFIXES = (".yaml", ".yml")
 
 # (st_dev, st_ino, st_mtime_ns, st_size) of the file a path resolves to: a Kubernetes
@@ -56,10 +62,21 @@ def _unlistable(error: OSError) -> None:
     raise error  # an unreadable or vanished directory is unknown, not empty
 
 
-def list_config_files(config_dir: Path) -> list[Path]:
+class TooManyFiles(Exception):
+    """The walk found more config files (or directories) than it may read."""
+
+    def __init__(self, what: str, bound: int) -> None:
+        self.what = what
+        self.bound = bound
+        super().__init__(f"more than {bound:,} {what}")
+
+
+def list_config_files(config_dir: Path, *, max_files: int | None = None) -> list[Path]:
     """Every config file below ``config_dir``, hidden directories skipped, in sorted path order.
     Symlinked directories are followed, each directory read once (a symlink loop ends there).
-    Raises OSError when a directory cannot be listed: its files are not known to be gone."""
+    Raises OSError when a directory cannot be listed: its files are not known to be gone, and
+    TooManyFiles as soon as more than ``max_files`` config files or directories are seen (the
+    walk stops there: a hostile tree costs no more than the bound)."""
     found: list[Path] = []
     seen: set[tuple[int, int]] = set()
     for root, dirs, files in os.walk(config_dir, onerror=_unlistable, followlinks=True):
@@ -68,8 +85,12 @@ def list_config_files(config_dir: Path) -> list[Path]:
             dirs[:] = []  # reached again through a symlink: a loop, or a second link to it
             continue
         seen.add((st.st_dev, st.st_ino))
+        if max_files is not None and len(seen) > max_files:
+            raise TooManyFiles("directories", max_files)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(Path(root) / name for name in files if is_config_file(name))
+        if max_files is not None and len(found) > max_files:
+            raise TooManyFiles("config files", max_files)
     return sorted(found, key=lambda p: p.parts)
 
 
@@ -196,7 +217,11 @@ class FileSet:
         return Applied(events, new_errors)
 
 
-_Scan = tuple[dict[str, LoadResult | None], dict[str, _Stat]]
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    results: dict[str, LoadResult | None]  # per path read: its load result (None: gone)
+    stats: dict[str, _Stat]
+    refused: ConfigError | None = None  # the whole directory was refused: nothing was read
 
 
 class FileSource:
@@ -206,14 +231,22 @@ class FileSource:
     """
 
     def __init__(
-        self, config_dir: Path, *, system_namespace: str = "istio-system", debounce_ms: int = 50
+        self,
+        config_dir: Path,
+        *,
+        system_namespace: str = "istio-system",
+        debounce_ms: int = 50,
+        max_files: int = MAX_CONFIG_FILES,
     ) -> None:
+        """``max_files``: the most config files (and directories) the directory may hold."""
         self._dir = Path(config_dir)
         self._system_namespace = system_namespace
         self._debounce_ms = debounce_ms
+        self._max_files = max_files
         self._set = FileSet()
         self._stats: dict[str, _Stat] = {}
         self._rejection_count = 0
+        self._refused: ConfigError | None = None  # the directory is over the bound
 
     @property
     def config_dir(self) -> Path:
@@ -226,7 +259,8 @@ class FileSource:
 
     def rejections(self) -> list[ConfigError]:
         """The current rejections; one goes away when its file is fixed or removed."""
-        return self._set.errors()
+        errors = self._set.errors()
+        return [*errors, self._refused] if self._refused is not None else errors
 
     def objects(self) -> list[ConfigObject]:
         """The objects in force now."""
@@ -277,8 +311,18 @@ class FileSource:
         return self._apply(scan)
 
     def _apply(self, scan: _Scan) -> list[ConfigEvent]:
-        results, self._stats = scan
-        applied = self._set.apply(results)
+        if scan.refused is not None:
+            # the stats stay as they were, so every file changed meanwhile is read once it is back
+            if self._refused is None or str(self._refused) != str(scan.refused):
+                logger.warning("%s", scan.refused)
+                self._rejection_count += 1
+            self._refused = scan.refused
+            return []
+        if self._refused is not None:
+            logger.info("config dir %s is back under %s config files: read again", self._dir, f"{self._max_files:,}")
+            self._refused = None
+        self._stats = scan.stats
+        applied = self._set.apply(scan.results)
         for error in applied.new_errors:
             logger.warning("%s", error)
         self._rejection_count += len(applied.new_errors)
@@ -289,9 +333,15 @@ class FileSource:
         if not self._dir.is_dir():
             raise SettingsError(f"config dir {self._dir} is not a directory")
         try:
-            listed = list_config_files(self._dir)
+            listed = list_config_files(self._dir, max_files=self._max_files)
         except OSError as e:
             raise SettingsError(f"config dir {self._dir}: cannot list {e.filename}: {e.strerror}") from e
+        except TooManyFiles as e:
+            reason = (
+                f"holds {e}, the most a config dir may hold: none of its changes are read "
+                "until it is back under that; the last good config stays in force"
+            )
+            return _Scan({}, dict(known), ConfigError(str(self._dir), "", "", "", reason))
         stats: dict[str, _Stat] = {}
         unreadable: dict[str, LoadResult] = {}
         for file in listed:
@@ -318,7 +368,7 @@ class FileSource:
                     del stats[path]
         if not self._dir.is_dir():  # gone during the scan: what it missed is unknown, not deleted
             raise SettingsError(f"config dir {self._dir} is not a directory")
-        return results, stats
+        return _Scan(results, stats)
 
     def _load_file(self, path: Path) -> LoadResult | None:
         mesh = path.name == MESH_FILE and path.parent == self._dir

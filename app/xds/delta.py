@@ -26,6 +26,9 @@ from app.xds.watch import (
     RequestKind,
     Resource,
     WatchedResource,
+    answers,
+    check_names,
+    check_new_watch,
     check_type,
     is_wildcard_request,
     set_version,
@@ -44,10 +47,13 @@ class DeltaSession:
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> Outcome:
         type_url = req.type_url
         check_type(type_url, self._allowed)
+        check_names(len(req.resource_names_subscribe) + len(req.resource_names_unsubscribe), type_url)
+        check_names(len(req.initial_resource_versions), type_url, "initial_resource_versions")
         subscribe = set(req.resource_names_subscribe)
         unsubscribe = set(req.resource_names_unsubscribe)
         w = self.watches.get(type_url)
         if w is None:
+            check_new_watch(self.watches)
             w = WatchedResource(type_url, is_wildcard_request(type_url, subscribe))
             self.watches[type_url] = w
             # what the client kept from an earlier stream: diffed against, not resent
@@ -55,21 +61,24 @@ class DeltaSession:
             self._apply(w, subscribe, unsubscribe)
             _forget_unwatched(w)
             return Outcome(RequestKind.INITIAL, type_url, True)
+        unsolicited = not answers(w, req.response_nonce)
         added = self._apply(w, subscribe, unsubscribe)
         if req.response_nonce and req.HasField("error_detail") and req.error_detail.code != 0:
             w.nacks += 1
             w.last_error = req.error_detail.message
-            return Outcome(RequestKind.NACK, type_url, bool(added), w.last_error, req.error_detail.code)
+            return Outcome(
+                RequestKind.NACK, type_url, bool(added), w.last_error, req.error_detail.code, unsolicited
+            )
         if req.response_nonce and req.response_nonce == w.nonce_sent:
             w.nonce_acked = req.response_nonce
             w.last_error = ""
         if added:
-            return Outcome(RequestKind.SUBSCRIPTION, type_url, True)
+            return Outcome(RequestKind.SUBSCRIPTION, type_url, True, unsolicited=unsolicited)
         if subscribe or unsubscribe:
-            return Outcome(RequestKind.SUBSCRIPTION, type_url, False)
+            return Outcome(RequestKind.SUBSCRIPTION, type_url, False, unsolicited=unsolicited)
         if req.response_nonce and req.response_nonce != w.nonce_sent:
-            return Outcome(RequestKind.STALE, type_url, False)
-        return Outcome(RequestKind.ACK, type_url, False)
+            return Outcome(RequestKind.STALE, type_url, False, unsolicited=True)
+        return Outcome(RequestKind.ACK, type_url, False, unsolicited=unsolicited)
 
     def _apply(self, w: WatchedResource, subscribe: set[str], unsubscribe: set[str]) -> bool:
         """Apply subscription changes; True when something new is wanted."""
@@ -82,6 +91,7 @@ class DeltaSession:
         subscribe, unsubscribe = subscribe - {WILDCARD}, unsubscribe - {WILDCARD}
         if subscribe or unsubscribe:  # an ACK names none: no pass over the held names
             names = (w.names | subscribe) - unsubscribe
+            check_names(len(names), w.type_url, "the subscriptions")
             if names != w.names:
                 added = added or not subscribe <= w.names
                 w.names = self._name_sets(names)

@@ -4,8 +4,11 @@ Every stream is one coroutine that owns one ``Connection``. A reader task feeds 
 into the stream's inbox; pushes from the PushQueue workers arrive in the same inbox, so
 requests and pushes are handled one at a time, in arrival order, by the stream coroutine.
 The per-type services (CDS, EDS, LDS, RDS; SotW and Delta) are the same handler with the
-session restricted to one type. A bad node or a request no client should send ends that
-stream with INVALID_ARGUMENT; the server and the other streams go on (DESIGN §5).
+session restricted to one type. A bad node or a request no client should send (too many
+resource names or types: app/xds/watch.py) ends that stream with INVALID_ARGUMENT, and a
+stream flooding requests that answer no response (stale or repeated nonces, subscription
+churn) past its ``RequestBudget`` with RESOURCE_EXHAUSTED; the server and the other streams
+go on (DESIGN §5).
 
 A client that stops reading holds back nothing but itself: what a stream buffers is bounded
 both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, so HTTP/2 flow
@@ -42,7 +45,15 @@ from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
-from app.xds.watch import NameSets, Outcome, ProtocolError, RequestKind, counter_nonces
+from app.xds.watch import (
+    NameSets,
+    Outcome,
+    ProtocolError,
+    RequestBudget,
+    RequestFlood,
+    RequestKind,
+    counter_nonces,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +125,7 @@ class Stream:
     connection: AnyConnection
     inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    budget: RequestBudget = field(default_factory=lambda: RequestBudget(time.monotonic))
 
     async def push(self, request: PushRequest) -> list[AnyResponse]:
         """Hand a push to the stream coroutine and wait until its responses are written; returns
@@ -137,10 +149,13 @@ class XdsServer:
         max_large_writes: int = MAX_LARGE_WRITES,
         metrics: PilotMetrics | None = None,
         observer: PushObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever);
-        ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams."""
+        ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams;
+        ``clock`` paces each stream's RequestBudget."""
         self._source = source
+        self._clock = clock
         self._on_disconnect = on_disconnect
         self._on_connect = on_connect
         self._send_timeout = send_timeout
@@ -239,6 +254,7 @@ class XdsServer:
                                 stream = self._connect(item, session, inbox)
                             for resp in stream.connection.on_request(item):
                                 await self._write(context, resp)
+                                stream.budget.responded()
                             if self._observer is not None:
                                 self._answered(stream, item)
                         inbox.task_done()
@@ -248,6 +264,10 @@ class XdsServer:
             error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
+        except* RequestFlood as group:
+            error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]
+            logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, error)
         except* SendTimeout:
             # as istiod's "timeout sending": the stream ends, the client reconnects and resyncs.
             # The status queues behind the response stuck in the transport, so the stream is
@@ -265,7 +285,14 @@ class XdsServer:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
         conn_id = f"{proxy.id}-{next(self._ids)}"
-        stream = Stream(Connection(conn_id, proxy, session, self._source, self._outcome), inbox)
+        budget = RequestBudget(self._clock)
+
+        def on_outcome(outcome: Outcome, proxy: Proxy) -> None:
+            self._outcome(outcome, proxy)
+            if outcome.unsolicited:
+                budget.spend()  # raises RequestFlood before the request costs any generating
+
+        stream = Stream(Connection(conn_id, proxy, session, self._source, on_outcome), inbox, budget=budget)
         self.streams[conn_id] = stream
         self._metrics.connected(proxy.istio_version, 1)
         if self._on_connect is not None:
@@ -298,6 +325,7 @@ class XdsServer:
                 connection = stream.connection
                 for resp in connection.on_push(item.request):
                     written = await self._write(context, resp)
+                    stream.budget.responded()
                     item.sent.append(resp)
                     self._metrics.pushed_type(resp.type_url, connection.build_seconds.get(resp.type_url, 0.0) + written)
         finally:

@@ -30,6 +30,9 @@ from app.xds.watch import (
     RequestKind,
     Resource,
     WatchedResource,
+    answers,
+    check_names,
+    check_new_watch,
     check_type,
     is_wildcard_request,
     set_version,
@@ -48,8 +51,10 @@ class SotwSession:
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> Outcome:
         type_url = req.type_url
         check_type(type_url, self._allowed)
+        check_names(len(req.resource_names), type_url)
         names = set(req.resource_names)
         w = self.watches.get(type_url)
+        unsolicited = not answers(w, req.response_nonce)
         if req.HasField("error_detail") and req.error_detail.code != 0:
             message = req.error_detail.message
             if w is not None:
@@ -57,14 +62,15 @@ class SotwSession:
                 w.last_error = message
                 if req.response_nonce == w.nonce_sent:
                     w.nacked_version = w.version_sent
-            return Outcome(RequestKind.NACK, type_url, False, message, req.error_detail.code)
+            return Outcome(RequestKind.NACK, type_url, False, message, req.error_detail.code, unsolicited)
         if w is None:
             # also a reconnect carrying a nonce from an earlier stream: answer it in full
+            check_new_watch(self.watches)
             wildcard = is_wildcard_request(type_url, names)
             self.watches[type_url] = WatchedResource(type_url, wildcard, self._name_sets(names - {WILDCARD}))
             return Outcome(RequestKind.INITIAL, type_url, True)
         if req.response_nonce != w.nonce_sent:
-            return Outcome(RequestKind.STALE, type_url, False)
+            return Outcome(RequestKind.STALE, type_url, False, unsolicited=True)
         w.nonce_acked = req.response_nonce
         w.version_acked = req.version_info
         w.last_error = w.nacked_version = ""
@@ -78,8 +84,8 @@ class SotwSession:
                 w.names = self._name_sets(wanted)
             w.wildcard = wildcard
             if changed:
-                return Outcome(RequestKind.SUBSCRIPTION, type_url, added)
-        return Outcome(RequestKind.ACK, type_url, False)
+                return Outcome(RequestKind.SUBSCRIPTION, type_url, added, unsolicited=unsolicited)
+        return Outcome(RequestKind.ACK, type_url, False, unsolicited=unsolicited)
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> SotwResponse | None:
         """The response to a request that asked for one: always the full watched set."""
