@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import logging
 import os
@@ -37,12 +38,12 @@ from app.debug.dump import (
 from app.debug.proxy_config import SECTIONS, SHORT
 from app.debug.status import status_table
 from app.environment import Environment
-from app.errors import PilotfishError
+from app.errors import PilotfishError, SettingsError
 from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.runtime import Runtime
-from app.settings import Settings, split_address
+from app.settings import Settings, parse_seconds, split_address
 from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
 from app.telemetry.tracing import Tracing, tracing_from_env
 
@@ -88,7 +89,18 @@ def _parser() -> argparse.ArgumentParser:
         help="read config from this cluster (default: $KUBECONFIG; in a pod without either flag, the pod's own)",
     )
     serve.add_argument("--mesh-config", type=Path, help="MeshConfig YAML file; overrides the istio ConfigMap")
-    serve.add_argument("--xds-address", default=None, help="plaintext xDS gRPC (default 0.0.0.0:15010)")
+    serve.add_argument(
+        "--xds-address", default=None, help="plaintext xDS gRPC (default 0.0.0.0:15010; '' for none)"
+    )
+    serve.add_argument(
+        "--ca-dir", type=Path, help="run the workload CA and the secure port with the CA files here (made if empty)"
+    )
+    serve.add_argument(
+        "--secure-xds-address", default=None, help="TLS xDS and certificate service (default 0.0.0.0:15012)"
+    )
+    serve.add_argument(
+        "--trusted-token-file", type=Path, help="bearer tokens the secure port accepts: TOKEN NAMESPACE SA per line"
+    )
     serve.add_argument("--http-address", default=None, help="monitoring and debug HTTP (default 0.0.0.0:15014)")
     serve.add_argument("--system-namespace", default=None, help="the root namespace (default istio-system)")
     serve.add_argument("--webhook-address", default=None, help="validating webhook HTTPS (default 0.0.0.0:15017)")
@@ -138,6 +150,14 @@ def _agent_parser(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--resolv-conf", type=Path, default=d.resolv_conf, help="upstream resolvers and search domains")
     agent.add_argument("--dns-upstream", help="HOST:PORT,... resolvers to forward to (default: resolv.conf's)")
     agent.add_argument("--bootstrap-only", action="store_true", help="print Envoy's bootstrap and exit")
+    agent.add_argument("--ca-address", default="", help="the CA's HOST:PORT (default: the discovery host, port 15012)")
+    agent.add_argument("--token-file", type=Path, default=d.token_file, help="the pod's token for the CA and xDS")
+    agent.add_argument(
+        "--root-cert", type=Path, default=d.root_cert, help="the mesh root; if present: TLS upstream, SDS certificates"
+    )
+    agent.add_argument("--cert-ttl", default="24h", help="the workload certificate's requested lifetime")
+    agent.add_argument("--key-type", choices=("ec", "rsa"), default=d.key_type, help="ECDSA P-256 or RSA 2048")
+    agent.add_argument("--trust-domain", default=d.trust_domain, help="the mesh trust domain")
     tools = agent.add_subparsers(dest="agent_command")
     rules = tools.add_parser("iptables", help="print the iptables rules that capture DNS to the agent (not applied)")
     rules.add_argument("--resolv-conf", type=Path, default=d.resolv_conf, help="the resolvers to capture")
@@ -163,7 +183,10 @@ def agent(args: argparse.Namespace) -> int:
         upstreams = tuple(a.strip() for a in (args.dns_upstream or "").split(",") if a.strip())
         for address in (args.discovery_address, args.dns_address, args.status_address, *upstreams):
             split_address(address)
-    except ValueError as e:
+        if args.ca_address:
+            split_address(args.ca_address)
+        cert_ttl = datetime.timedelta(seconds=parse_seconds("--cert-ttl", args.cert_ttl))
+    except (ValueError, SettingsError) as e:
         raise PilotfishError(f"agent: {e}") from None
     settings = AgentSettings(
         discovery_address=args.discovery_address,
@@ -177,6 +200,12 @@ def agent(args: argparse.Namespace) -> int:
         resolv_conf=args.resolv_conf,
         dns_upstreams=upstreams,
         envoy_log_level=args.envoy_log_level,
+        ca_address=args.ca_address,
+        token_file=args.token_file,
+        root_cert=args.root_cert,
+        cert_ttl=cert_ttl,
+        key_type=args.key_type,
+        trust_domain=args.trust_domain,
     )
     runner = Agent(settings, config)
     if args.bootstrap_only:
@@ -244,6 +273,9 @@ def serve(args: argparse.Namespace) -> None:
         webhook_address=args.webhook_address,
         webhook_cert=args.webhook_cert,
         webhook_key=args.webhook_key,
+        ca_dir=args.ca_dir,
+        secure_xds_address=args.secure_xds_address,
+        trusted_token_file=args.trusted_token_file,
     )
     if (settings.webhook_cert is None) != (settings.webhook_key is None):
         raise PilotfishError("serve: --webhook-cert and --webhook-key go together")

@@ -32,7 +32,10 @@ from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
 from app.model.push_context import PushContext
-from app.settings import Settings
+from app.security.authn import TrustedTokenFile
+from app.security.ca import CertificateAuthority
+from app.security.server import Authenticator, CertificateService, SecurePort
+from app.settings import Settings, split_address
 from app.sources.files import FileSource
 from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
@@ -84,6 +87,20 @@ class Runtime:
         self.metrics = PilotMetrics()
         self._last_push: dict[str, Any] | None = None  # /debug/push_status
         self._last_push_sent: dict[tuple[tuple[str, str], ...], float] = {}
+        self.ca: CertificateAuthority | None = None
+        self.secure: SecurePort | None = None
+        authenticator: Authenticator | None = None
+        handlers = []
+        if settings.ca_dir is not None:
+            self.ca = CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain())
+            ns = settings.system_namespace
+            self.secure = SecurePort(
+                self.ca, (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"), ("127.0.0.1", "::1")
+            )
+            tokens = TrustedTokenFile(settings.trusted_token_file) if settings.trusted_token_file else None
+            authenticator = Authenticator(self.secure, tokens, self._trust_domain)
+            issuing = CertificateService(self.ca, authenticator, self.metrics.certificate_request)
+            handlers.append(issuing.handler())
         self.xds = XdsServer(
             self.generator,
             on_disconnect=self._disconnected,
@@ -91,6 +108,8 @@ class Runtime:
             send_timeout=settings.xds_send_timeout,
             metrics=self.metrics,
             observer=self.tracer,
+            authenticator=authenticator,
+            extra_handlers=handlers,
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
@@ -119,6 +138,15 @@ class Runtime:
 
     def streams(self) -> Sequence[Stream]:
         return list(self.xds.streams.values())
+
+    def refused_streams(self) -> Sequence[dict[str, str]]:
+        return list(self.xds.refused)
+
+    def ca_root(self) -> str | None:
+        return self.ca.root_pem if self.ca is not None else None
+
+    def _trust_domain(self) -> str:
+        return self.env.store.mesh.trust_domain or "cluster.local"
 
     def metrics_text(self) -> str:
         cache = self.generator.cache
@@ -179,7 +207,9 @@ class Runtime:
                 self._apply(source, await source.start())  # each source logs its rejections
             self._push = self.env.build_push_context(None)
             self.heap.settled()
-            await self.xds.start(self.settings.xds_address)
+            inner = await self.xds.start(self.settings.xds_address, inner=self.secure is not None)
+            if self.secure is not None:
+                await self.secure.start(split_address(self.settings.secure_xds_address), ("127.0.0.1", inner))
             await self.http.start(self.settings.http_address)
             if self.webhook is not None:
                 await self.webhook.start(self.settings.webhook_address)
@@ -220,6 +250,8 @@ class Runtime:
             # also when starting failed (an unreachable API server) or a task raised past its
             # supervisor: clients get GOAWAY and every source is closed
             self.queue.close()
+            if self.secure is not None:
+                await asyncio.shield(self.secure.stop())
             await asyncio.shield(self.xds.stop(self.settings.shutdown_grace))
             await asyncio.shield(self.http.stop())
             if self.webhook is not None:

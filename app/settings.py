@@ -15,8 +15,8 @@ from typing import Any
 from app.errors import SettingsError
 from app.model.features import Features
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,14 @@ class Settings:
     kubeconfig: Path | None = None
     in_cluster: bool = False
     mesh_config_file: Path | None = None  # overrides the mesh ConfigMap (istiod --meshConfig)
-    xds_address: str = "0.0.0.0:15010"  # plaintext xDS, as istiod's 15010
+    xds_address: str = "0.0.0.0:15010"  # plaintext xDS, as istiod's 15010 ("" for none)
+    # the workload CA and the secure port (TLS xDS + certificate service, istiod's 15012):
+    # served when a CA directory is given (istiod's cacerts layout; generated when empty)
+    ca_dir: Path | None = None
+    secure_xds_address: str = "0.0.0.0:15012"
+    # without Kubernetes, the bearer tokens the CA and the secure port accept:
+    # lines "TOKEN NAMESPACE SERVICEACCOUNT"
+    trusted_token_file: Path | None = None
     http_address: str = "0.0.0.0:15014"  # monitoring and debug
     # the validating admission webhook (HTTPS), served when a certificate and key are given
     webhook_address: str = "0.0.0.0:15017"
@@ -56,15 +63,15 @@ class Settings:
     def from_env(cls, config_dir: Path | None, env: Mapping[str, str], **overrides: Any) -> Settings:
         values: dict[str, Any] = {}
         for name, key, parse in (
-            ("debounce_after", "PILOT_DEBOUNCE_AFTER", _seconds),
-            ("debounce_max", "PILOT_DEBOUNCE_MAX", _seconds),
+            ("debounce_after", "PILOT_DEBOUNCE_AFTER", parse_seconds),
+            ("debounce_max", "PILOT_DEBOUNCE_MAX", parse_seconds),
             ("eds_debounce", "PILOT_ENABLE_EDS_DEBOUNCE", _boolean),
             ("push_throttle", "PILOT_PUSH_THROTTLE", _positive_int),
-            ("xds_send_timeout", "PILOT_XDS_SEND_TIMEOUT", _seconds),
+            ("xds_send_timeout", "PILOT_XDS_SEND_TIMEOUT", parse_seconds),
             ("cache_assert", "PILOTFISH_CACHE_ASSERT", _boolean),
             ("gc_freeze", "PILOTFISH_GC_FREEZE", _boolean),
-            ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", _seconds),
-            ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", _seconds),
+            ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", parse_seconds),
+            ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", parse_seconds),
         ):
             if key in env:
                 values[name] = parse(key, env[key])
@@ -83,10 +90,11 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _seconds(key: str, text: str) -> float:
+def parse_seconds(key: str, text: str) -> float:
+    """A duration as ``100ms``, ``1s``, ``2m``, ``24h`` or plain seconds."""
     m = _DURATION.match(text.strip())
     if not m:
-        raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s or 2m")
+        raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s, 2m or 24h")
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 

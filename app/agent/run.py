@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import socket
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +23,17 @@ from aiohttp import web
 from grpclib.server import Server
 
 from app.agent.bootstrap import AgentConfig, bootstrap_json
+from app.agent.certs import (
+    CaClient,
+    CertificateManager,
+    WorkloadCertificate,
+    client_context,
+    load_certificate,
+    private_dir,
+)
 from app.agent.dns import DnsProxy, parse_resolv_conf
 from app.agent.envoy import Envoy, envoy_argv, ready
+from app.agent.sds import SdsServer
 from app.agent.xds_proxy import XdsProxy
 from app.settings import split_address
 
@@ -32,9 +44,17 @@ logger = logging.getLogger("pilotfish.agent")
 class AgentSettings:
     """pilot-agent's defaults; paths relative to the working directory, as pilot-agent's."""
 
-    discovery_address: str = "pilotfish.istio-system.svc:15010"
+    discovery_address: str = "pilotfish.istio-system.svc:15012"
     xds_socket: Path = Path("./etc/istio/proxy/XDS")
     sds_socket: Path = Path("./var/run/secrets/workload-spiffe-uds/socket")
+    # security: with a root certificate the agent talks TLS to the control plane, gets a
+    # workload certificate from its CA and serves it to Envoy over SDS
+    ca_address: str = ""  # "": the discovery host, port 15012
+    token_file: Path = Path("./var/run/secrets/tokens/istio-token")
+    root_cert: Path = Path("./var/run/secrets/istio/root-cert.pem")
+    cert_ttl: datetime.timedelta = datetime.timedelta(hours=24)
+    key_type: str = "ec"  # ec (ECDSA P-256) or rsa (RSA 2048)
+    trust_domain: str = "cluster.local"
     bootstrap_path: Path = Path("./etc/istio/proxy/envoy-rev.json")
     dns_address: str = "127.0.0.1:15053"
     status_address: str = "0.0.0.0:15021"
@@ -68,7 +88,37 @@ class Agent:
         if captures_dns(config):
             self.dns = self._dns_proxy()
         on_table = self.dns.update if self.dns is not None else None
-        self.xds = XdsProxy(split_address(settings.discovery_address), on_name_table=on_table)
+        self.certificates: CertificateManager | None = None
+        self.sds: SdsServer | None = None
+        tls = None
+        metadata: Callable[[], dict[str, str]] = dict
+        if settings.root_cert.exists():
+            tls, metadata = self._security(settings)
+        else:
+            why = "plaintext upstream, no workload certificate"
+            logger.info("agent: no root certificate at %s: %s", settings.root_cert, why)
+        upstream = split_address(settings.discovery_address)
+        self.xds = XdsProxy(upstream, on_name_table=on_table, tls=tls, metadata=metadata)
+
+    def _security(self, s: AgentSettings) -> tuple[ssl.SSLContext, Callable[[], dict[str, str]]]:
+        """The CA client, certificate manager and SDS server; the upstream TLS context, which
+        presents each new workload certificate once it is issued."""
+        root = s.root_cert.read_text()
+        files = private_dir()
+        host, _ = split_address(s.discovery_address)
+        ca_address = split_address(s.ca_address) if s.ca_address else (host, 15012)
+        ca = CaClient(ca_address, root, s.token_file, files)
+        account = str(self.config.metadata.get("SERVICE_ACCOUNT") or "default")
+        identity = f"spiffe://{s.trust_domain}/ns/{self.config.namespace}/sa/{account}"
+        self.certificates = CertificateManager(ca, identity, key_type=s.key_type, ttl=s.cert_ttl)
+        self.sds = SdsServer(self.certificates)
+        tls = client_context(root, None, files)
+
+        def present(cert: WorkloadCertificate) -> None:
+            load_certificate(tls, cert, files)
+
+        self.certificates.subscribe(present)
+        return tls, ca.metadata
 
     def bootstrap(self) -> str:
         s = self.settings
@@ -120,6 +170,14 @@ class Agent:
         s.xds_socket.unlink(missing_ok=True)  # a socket left by an agent that was killed
         xds = Server([self.xds])
         await xds.start(path=str(s.xds_socket))
+        sds: Server | None = None
+        renewing: asyncio.Task[None] | None = None
+        if self.sds is not None and self.certificates is not None:
+            s.sds_socket.parent.mkdir(parents=True, exist_ok=True)
+            s.sds_socket.unlink(missing_ok=True)
+            sds = Server([self.sds])
+            await sds.start(path=str(s.sds_socket))
+            renewing = asyncio.create_task(self.certificates.run())
         app = web.Application()
         app.router.add_get("/healthz/ready", self._healthz)
         app.router.add_get("/stats/prometheus", self._metrics)
@@ -148,6 +206,13 @@ class Agent:
                 await envoy.stop()  # the agent failed, or was cancelled: never leave Envoy behind
             xds.close()
             await xds.wait_closed()
+            if renewing is not None:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
+            if sds is not None:
+                sds.close()
+                await sds.wait_closed()
             if self.dns is not None:
                 await self.dns.close()
             await runner.cleanup()

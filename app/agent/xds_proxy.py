@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -78,8 +79,15 @@ class XdsProxy:
         on_name_table: Callable[[NameTable], None] | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         metrics: AgentMetrics | None = None,
+        tls: ssl.SSLContext | None = None,
+        metadata: Callable[[], dict[str, str]] = dict,
     ) -> None:
+        """``tls``: the context for a secure upstream (the mesh root; the workload certificate
+        is reloaded into it as it rotates); ``metadata`` what every upstream stream sends (the
+        pod's token)."""
         self._host, self._port = upstream
+        self._tls = tls
+        self._metadata = metadata
         self._on_name_table = on_name_table
         self._backoff = backoff
         self.metrics = metrics or AgentMetrics()
@@ -101,7 +109,7 @@ class XdsProxy:
 
     async def _serve(self, envoy: ServerStream[Any, Any], mode: _Mode[Any, Any]) -> None:
         link = _Link(envoy, mode, self)
-        async with Channel(self._host, self._port) as channel:
+        async with Channel(self._host, self._port, ssl=self._tls) as channel:
             upstream = asyncio.create_task(link.upstream(channel))
             try:
                 await link.downstream()
@@ -162,7 +170,10 @@ class _Link:
             opened = False
             try:
                 method, request, response = self.mode.method, self.mode.request, self.mode.response
-                async with channel.request(method, Cardinality.STREAM_STREAM, request, response) as stream:
+                metadata = self.proxy._metadata()
+                async with channel.request(
+                    method, Cardinality.STREAM_STREAM, request, response, metadata=metadata
+                ) as stream:
                     await self._open(stream)
                     opened = True
                     metrics.upstream_connected.add(1)

@@ -53,6 +53,10 @@ class DebugState(Protocol):
 
     def pending_push(self, stream: Stream) -> bool: ...
 
+    def refused_streams(self) -> Sequence[dict[str, str]]: ...
+
+    def ca_root(self) -> str | None: ...
+
 
 def sync_status(stream: Stream) -> dict[str, Any]:
     conn = stream.connection
@@ -61,6 +65,7 @@ def sync_status(stream: Stream) -> dict[str, Any]:
         "proxy": conn.proxy.id,
         "proxyType": str(conn.proxy.type),
         "namespace": conn.proxy.namespace,
+        "identity": stream.identity,  # "" on the plaintext port
         "protocol": "delta" if conn.delta else "sotw",
         "pushes": conn.pushes,
         "pushesSkipped": conn.skipped,
@@ -96,6 +101,7 @@ class DebugServer:
         app.router.add_get("/debug/configz", self._configz)
         app.router.add_get("/debug/push_status", self._push_status)
         app.router.add_get("/debug/connections", self._connections)
+        app.router.add_get("/debug/istio-ca-root-cert", self._ca_root)
         self.app = app
 
     async def start(self, address: str) -> None:
@@ -120,7 +126,21 @@ class DebugServer:
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _syncz(self, _request: web.Request) -> web.Response:
-        return web.json_response([sync_status(s) for s in self._state.streams()])
+        """Every connected proxy's sync state, then the latest streams the secure port refused."""
+        return web.json_response([*(sync_status(s) for s in self._state.streams()), *self._state.refused_streams()])
+
+    async def _ca_root(self, _request: web.Request) -> web.Response:
+        """The ``istio-ca-root-cert`` ConfigMap istiod writes into every namespace, as it would be."""
+        root = self._state.ca_root()
+        if root is None:
+            raise web.HTTPNotFound(text="no CA: pilotfish serve runs one with --ca-dir\n")
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "istio-ca-root-cert", "labels": {"istio.io/config": "true"}},
+            "data": {"root-cert.pem": root},
+        }
+        return web.json_response(configmap)
 
     def _stream(self, request: web.Request) -> Stream:
         wanted = request.query.get("proxyID", "")

@@ -29,6 +29,8 @@ def status_table(streams: Sequence[Mapping[str, Any]]) -> str:
     for stream in sorted(streams, key=lambda s: (str(s.get("proxy")), str(s.get("connectionID")))):
         watches = stream.get("watches") or {}
         nacks = [f"{t.upper()}: {w['lastError']}" for t, w in sorted(watches.items()) if w.get("lastError")]
+        if stream.get("refused"):
+            nacks = [f"REFUSED {stream['refused']}"]
         rows.append(
             (
                 _name(str(stream.get("proxy", ""))),

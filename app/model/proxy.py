@@ -42,6 +42,9 @@ class Proxy:
     # hand out auto-allocated ServiceEntry addresses
     dns_capture: bool = False
     dns_auto_allocate: bool = False
+    # SERVICE_ACCOUNT: what the secure port checks the caller's identity against (with the
+    # namespace); no generator reads it
+    service_account: str = ""
 
     @property
     def is_gateway(self) -> bool:
@@ -105,6 +108,7 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
         locality=locality,
         dns_capture=_bool(md.get("DNS_CAPTURE")),
         dns_auto_allocate=_bool(md.get("DNS_AUTO_ALLOCATE")),
+        service_account=_str(md.get("SERVICE_ACCOUNT")),
     )
 
 

@@ -143,7 +143,8 @@ class Authenticator:
     """istiod security.Authenticate for one call: the client certificate its connection showed
     the secure port, else the bearer token in its metadata."""
 
-    def __init__(self, port: SecurePort, tokens: TokenAuthenticator | None, trust_domain: str) -> None:
+    def __init__(self, port: SecurePort, tokens: TokenAuthenticator | None, trust_domain: Callable[[], str]) -> None:
+        """``trust_domain``: the mesh's current one, for identities proved by a token."""
         self._port = port
         self._tokens = tokens
         self._trust_domain = trust_domain
@@ -167,7 +168,7 @@ class Authenticator:
         who = await self._tokens.authenticate(token)
         if who is None:
             return None
-        return Caller((spiffe_id(self._trust_domain, *who),), "token")
+        return Caller((spiffe_id(self._trust_domain(), *who),), "token")
 
 
 class CertificateService:

@@ -87,7 +87,23 @@ class PilotMetrics:
             "pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce.", "counter"
         )
         self.k8s_cfg_events = Metric("pilot_k8s_cfg_events", "Events from k8s config.", "counter")
+        # istiod's CA (security/pkg/server/ca/monitoring.go)
+        self.csr_count = Metric("citadel_server_csr_count", "The number of CSRs received by Citadel server.", "counter")
+        self.ca_authn_failures = Metric(
+            "citadel_server_authentication_failure_count", "The number of authentication failures.", "counter"
+        )
+        self.csr_sign_errors = Metric(
+            "citadel_server_csr_sign_err_count", "The number of errors occurred when signing the CSR.", "counter"
+        )
+        self.certs_issued = Metric(
+            "citadel_server_success_cert_issuance_count",
+            "The number of certificates issuances that have succeeded.",
+            "counter",
+        )
         # pilotfish's own
+        self.xds_auth_failures = Metric(
+            "pilotfish_xds_auth_failures", "Secure-port xDS streams refused, by gRPC status.", "counter"
+        )
         self.cache_hits = Metric("pilotfish_xds_cache_hits", "Shared resource cache lookups answered.", "counter")
         self.cache_misses = Metric("pilotfish_xds_cache_misses", "Shared resource cache lookups built.", "counter")
         self.cache_evictions = Metric(
@@ -117,6 +133,17 @@ class PilotMetrics:
     def pushed_type(self, type_url: str, seconds: float) -> None:
         """A push built and wrote a response of this type in ``seconds``."""
         self.push_time.observe(seconds, type=SHORT_NAMES.get(type_url, type_url))
+
+    def auth_failure(self, code: str) -> None:
+        """A secure-port stream was refused (UNAUTHENTICATED, PERMISSION_DENIED)."""
+        self.xds_auth_failures.add(code=code)
+
+    def certificate_request(self, outcome: str) -> None:
+        """The CA answered a CSR: ``success``, ``authn_error`` or ``sign_error``."""
+        self.csr_count.add()
+        {"success": self.certs_issued, "authn_error": self.ca_authn_failures, "sign_error": self.csr_sign_errors}[
+            outcome
+        ].add()
 
     def expired_nonce(self, type_url: str) -> None:
         self.expired_nonces.add(type=SHORT_NAMES.get(type_url, type_url))
@@ -179,6 +206,11 @@ class PilotMetrics:
                 self.internal_errors,
                 self.expired_nonces,
                 self.k8s_cfg_events,
+                self.csr_count,
+                self.ca_authn_failures,
+                self.csr_sign_errors,
+                self.certs_issued,
+                self.xds_auth_failures,
                 self.cache_hits,
                 self.cache_misses,
                 self.cache_evictions,

@@ -23,11 +23,12 @@ first responses and bounds the memory they hold; requests, ACKs and small pushes
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from app.model.proxy import InvalidNodeError, Proxy
+from app.security.authn import Caller, authorize_proxy
+from app.security.server import Authenticator
 from app.telemetry.pilot import PilotMetrics
 from app.xds.connection import Connection, Session, proxy_from_node
 from app.xds.delta import DeltaSession
@@ -56,6 +59,16 @@ from app.xds.watch import (
 )
 
 logger = logging.getLogger(__name__)
+
+MAX_REFUSALS = 100
+
+
+class Unauthorized(Exception):
+    """A secure-port stream whose identity may not have the config its node asks for."""
+
+    def __init__(self, message: str, proxy_id: str) -> None:
+        super().__init__(message)
+        self.proxy_id = proxy_id
 
 AnyConnection = Connection[Any, Any]
 AnyResponse = DeltaResponse | SotwResponse
@@ -125,6 +138,7 @@ class Stream:
     connection: AnyConnection
     inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    identity: str = ""  # the secure port's authenticated identities; "" on the plaintext port
     budget: RequestBudget = field(default_factory=lambda: RequestBudget(time.monotonic))
 
     async def push(self, request: PushRequest) -> list[AnyResponse]:
@@ -150,11 +164,19 @@ class XdsServer:
         metrics: PilotMetrics | None = None,
         observer: PushObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        authenticator: Authenticator | None = None,
+        extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever);
         ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams;
-        ``clock`` paces each stream's RequestBudget."""
+        ``clock`` paces each stream's RequestBudget; ``authenticator`` tells who is behind a
+        stream that came through the secure port (the others are not authenticated, as on
+        istiod's :15010); ``extra_handlers`` are served too (the certificate service)."""
         self._source = source
+        self._authenticator = authenticator
+        self._extra_handlers = tuple(extra_handlers)
+        # the latest refusals on the secure port, newest last (/debug/syncz)
+        self.refused: collections.deque[dict[str, str]] = collections.deque(maxlen=MAX_REFUSALS)
         self._clock = clock
         self._on_disconnect = on_disconnect
         self._on_connect = on_connect
@@ -190,7 +212,9 @@ class XdsServer:
             )
         return out
 
-    async def start(self, address: str) -> None:
+    async def start(self, address: str, *, inner: bool = False) -> int:
+        """Serve plaintext on ``address`` ("" for none) and, with ``inner``, on a loopback port
+        for the secure port's relay; returns that port (0 without)."""
         # keepalive as istiod's: clients may ping every 30s; big messages for large meshes
         options = [
             ("grpc.keepalive_time_ms", 30_000),
@@ -206,12 +230,16 @@ class XdsServer:
             ("grpc.server_max_unrequested_time_in_server", 300),
         ]
         self._server = grpc.aio.server(options=options)
-        self._server.add_generic_rpc_handlers(self.handlers())
-        self.port = self._server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"xDS: cannot listen on {address}")
+        self._server.add_generic_rpc_handlers([*self.handlers(), *self._extra_handlers])
+        if address:
+            self.port = self._server.add_insecure_port(address)
+            if self.port == 0:
+                raise OSError(f"xDS: cannot listen on {address}")
+        inner_port = self._server.add_insecure_port("127.0.0.1:0") if inner else 0
         await self._server.start()
-        logger.info("xDS serving on %s", address)
+        if address:
+            logger.info("xDS serving on %s", address)
+        return inner_port
 
     async def stop(self, grace: float) -> None:
         """Stop accepting (GOAWAY), then end every stream once the push or request it is
@@ -240,6 +268,11 @@ class XdsServer:
     ) -> None:
         inbox: asyncio.Queue[object] = asyncio.Queue()
         stream: Stream | None = None
+        caller: Caller | None = None
+        if self._authenticator is not None and (peer := self._authenticator.peer(context)) is not None:
+            caller = await self._authenticator.authenticate(context)
+            if caller is None:
+                await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication failure", peer.address)
         try:
             async with asyncio.TaskGroup() as tg:
                 reader = tg.create_task(read_requests(requests, inbox))
@@ -251,7 +284,7 @@ class XdsServer:
                             raise ProtocolError(f"undecodable request: {item.reason}")
                         else:
                             if stream is None:
-                                stream = self._connect(item, session, inbox)
+                                stream = self._connect(item, session, inbox, caller)
                             for resp in stream.connection.on_request(item):
                                 await self._write(context, resp)
                                 stream.budget.responded()
@@ -264,6 +297,10 @@ class XdsServer:
             error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
+        except* Unauthorized as group:
+            refusal = group.exceptions[0]
+            assert isinstance(refusal, Unauthorized)
+            await self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, str(refusal), refusal.proxy_id)
         except* RequestFlood as group:
             error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
@@ -280,10 +317,26 @@ class XdsServer:
             if stream is not None:
                 self._disconnect(stream)
 
-    def _connect(self, first: Any, session: Session[Any, Any], inbox: asyncio.Queue[object]) -> Stream:
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, message: str, who: str
+    ) -> None:
+        """End a secure-port stream that may not have config: counted, listed, logged."""
+        logger.warning("xDS stream from %s refused: %s", who, message)
+        self._metrics.auth_failure(code.name)
+        self.refused.append({"proxy": who, "refused": f"{code.name}: {message}"})
+        await context.abort(code, message[:MAX_STATUS_MESSAGE])
+
+    def _connect(
+        self, first: Any, session: Session[Any, Any], inbox: asyncio.Queue[object], caller: Caller | None
+    ) -> Stream:
         if not first.HasField("node") or not first.node.id:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
+        if caller is not None:
+            # istiod authorize: the identity must be the proxy's namespace (and account)
+            error = authorize_proxy(caller, proxy.namespace, proxy.service_account)
+            if error is not None:
+                raise Unauthorized(f"authorization failed: {error}", proxy.id)
         conn_id = f"{proxy.id}-{next(self._ids)}"
         budget = RequestBudget(self._clock)
 
@@ -293,6 +346,8 @@ class XdsServer:
                 budget.spend()  # raises RequestFlood before the request costs any generating
 
         stream = Stream(Connection(conn_id, proxy, session, self._source, on_outcome), inbox, budget=budget)
+        if caller is not None:
+            stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
         self._metrics.connected(proxy.istio_version, 1)
         if self._on_connect is not None:

@@ -152,7 +152,7 @@ async def secure(tmp_path: Path) -> AsyncIterator[Secure]:
     tokens.write_text("good-token shop web\n")
     front = SecurePort(ca, ("pilotfish.istio-system.svc",), ("127.0.0.1",))
     issued: list[str] = []
-    service = CertificateService(ca, Authenticator(front, TrustedTokenFile(tokens), TD), issued.append)
+    service = CertificateService(ca, Authenticator(front, TrustedTokenFile(tokens), lambda: TD), issued.append)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers([service.handler()])
     inner = server.add_insecure_port("127.0.0.1:0")

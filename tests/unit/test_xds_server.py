@@ -440,10 +440,13 @@ ISTIOD_METRICS = {
     "pilot_proxy_convergence_time", "pilot_proxy_queue_time", "pilot_xds_push_time", "pilot_xds_send_time",
     "pilot_xds_config_size_bytes", "pilot_virt_services", "pilot_total_xds_internal_errors",
     "pilot_xds_expired_nonce", "pilot_k8s_cfg_events",
+    # istiod's CA (security/pkg/server/ca/monitoring.go)
+    "citadel_server_csr_count", "citadel_server_authentication_failure_count", "citadel_server_csr_sign_err_count",
+    "citadel_server_success_cert_issuance_count",
 }  # fmt: skip
 PILOTFISH_METRICS = {
     "pilotfish_xds_cache_hits", "pilotfish_xds_cache_misses", "pilotfish_xds_cache_evictions",
-    "pilotfish_config_rejections",
+    "pilotfish_config_rejections", "pilotfish_xds_auth_failures",
 }  # fmt: skip
 # the standard process and Python metrics every Python exporter has (prometheus_client's collectors)
 STANDARD_METRICS = {

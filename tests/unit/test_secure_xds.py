@@ -1,0 +1,148 @@
+"""The secure port of a running pilotfish (istiod :15012): ADS over TLS with the mesh root, a
+client certificate or a bearer token as the credential, and only a proxy's own identity gets its
+config (istiod pilot/pkg/xds/auth.go checkConnectionIdentity); the CA on the same port."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import struct_pb2
+
+from app.agent.certs import build_csr
+from app.api import ca_pb2
+from app.runtime import Runtime
+from app.xds.resources import CLUSTER
+from tests.support.bookinfo import NODE
+from tests.support.secure import secure_runtime
+
+ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+CSR = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    async with secure_runtime(tmp_path) as rt:
+        yield rt
+
+
+def secure_channel(rt: Runtime, cert: tuple[str, bytes] | None = None) -> grpc.aio.Channel:
+    assert rt.ca is not None and rt.secure is not None
+    creds = grpc.ssl_channel_credentials(
+        rt.ca.root_pem.encode(),
+        private_key=cert[1] if cert else None,
+        certificate_chain=cert[0].encode() if cert else None,
+    )
+    options = [("grpc.ssl_target_name_override", "pilotfish.istio-system.svc")]
+    return grpc.aio.secure_channel(f"127.0.0.1:{rt.secure.port}", creds, options=options)
+
+
+def request(node_id: str = NODE, account: str = "") -> discovery_pb2.DiscoveryRequest:
+    req = discovery_pb2.DiscoveryRequest(type_url=CLUSTER)
+    req.node.id = node_id
+    labels = struct_pb2.Struct()
+    labels.update({"app": "productpage", "version": "v1"})
+    req.node.metadata.fields["LABELS"].struct_value.CopyFrom(labels)
+    if account:
+        req.node.metadata.fields["SERVICE_ACCOUNT"].string_value = account
+    return req
+
+
+async def first_response(ch: grpc.aio.Channel, token: str | None, req: Any) -> Any:
+    call = ch.stream_stream(
+        ADS,
+        request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
+        response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+    )(metadata=(("authorization", f"Bearer {token}"),) if token else None)
+    await call.write(req)
+    try:
+        return await asyncio.wait_for(call.read(), 10)
+    finally:
+        call.cancel()
+
+
+async def get_json(rt: Runtime, path: str) -> Any:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{rt.http.port}{path}") as resp:
+        return await resp.json()
+
+
+async def test_a_token_for_the_proxys_namespace_gets_its_config_over_tls(runtime: Runtime) -> None:
+    async with secure_channel(runtime) as ch:
+        resp = await first_response(ch, "bookinfo-token", request())
+    assert resp.type_url == CLUSTER and resp.resources
+
+
+async def test_an_identity_of_another_namespace_gets_permission_denied_and_nothing_else(runtime: Runtime) -> None:
+    # istiod checkConnectionIdentity: "authorization failed: no identities (...) matched NS/SA"
+    async with secure_channel(runtime) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await first_response(ch, "other-token", request())
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert e.value.details() == (
+        "authorization failed: no identities ([spiffe://cluster.local/ns/shop/sa/web]) matched bookinfo/"
+    )
+    assert not runtime.xds.streams  # it never connected
+    syncz = await get_json(runtime, "/debug/syncz")
+    assert syncz[-1]["proxy"] == "productpage-v1-0.bookinfo"
+    assert syncz[-1]["refused"].startswith("PERMISSION_DENIED: authorization failed")
+    metrics = runtime.metrics_text()
+    assert 'pilotfish_xds_auth_failures{code="PERMISSION_DENIED"} 1' in metrics
+
+
+async def test_the_service_account_must_match_too_when_the_node_names_one(runtime: Runtime) -> None:
+    async with secure_channel(runtime) as ch:
+        ok = await first_response(ch, "bookinfo-token", request(account="bookinfo-productpage"))
+        assert ok.resources
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await first_response(ch, "bookinfo-token", request(account="bookinfo-reviews"))
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("token", [None, "made-up"])
+async def test_no_credential_on_the_secure_port_is_unauthenticated(runtime: Runtime, token: str | None) -> None:
+    async with secure_channel(runtime) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await first_response(ch, token, request())
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_certificate_from_the_ca_is_the_credential_and_shows_in_syncz(runtime: Runtime) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    async with secure_channel(runtime) as ch:
+        issue = ch.unary_unary(CSR)
+        raw = await issue(
+            ca_pb2.IstioCertificateRequest(csr=build_csr(key, "spiffe://x/ns/y/sa/z")).SerializeToString(),
+            metadata=(("authorization", "Bearer bookinfo-token"),),
+        )
+    chain = list(ca_pb2.IstioCertificateResponse.FromString(raw).cert_chain)
+    encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+    pem = key.private_bytes(encoding, form, serialization.NoEncryption())
+    async with secure_channel(runtime, ("".join(chain[:-1]), pem)) as ch:
+        call = ch.stream_stream(
+            ADS,
+            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
+            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+        )()
+        await call.write(request())
+        assert (await asyncio.wait_for(call.read(), 10)).resources
+        [status] = await get_json(runtime, "/debug/syncz")
+        assert status["identity"] == "spiffe://cluster.local/ns/bookinfo/sa/bookinfo-productpage"
+        call.cancel()
+    metrics = runtime.metrics_text()
+    assert "citadel_server_success_cert_issuance_count 1" in metrics
+
+
+async def test_the_plaintext_port_stays_unauthenticated_and_the_root_is_published(runtime: Runtime) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.xds.port}") as ch:
+        assert (await first_response(ch, None, request())).resources
+    configmap = await get_json(runtime, "/debug/istio-ca-root-cert")
+    assert configmap["metadata"]["name"] == "istio-ca-root-cert"
+    assert runtime.ca is not None and configmap["data"]["root-cert.pem"] == runtime.ca.root_pem
