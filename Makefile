@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 # xDS on :15010 and debug HTTP on :15014 for the bundled example mesh; Ctrl-C stops it.
 run: $(STAMP)
-	$(BIN)/pilotfish serve --config-dir examples/bookinfo
+	$(BIN)/pilotfish serve --config-dir examples/bookinfo --ca-dir .pilotfish/ca --trusted-token-file examples/trusted-tokens
 
 test: $(STAMP) $(BIN)/helm lint typecheck unit
 

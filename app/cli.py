@@ -150,7 +150,7 @@ def _agent_parser(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--resolv-conf", type=Path, default=d.resolv_conf, help="upstream resolvers and search domains")
     agent.add_argument("--dns-upstream", help="HOST:PORT,... resolvers to forward to (default: resolv.conf's)")
     agent.add_argument("--bootstrap-only", action="store_true", help="print Envoy's bootstrap and exit")
-    agent.add_argument("--ca-address", default="", help="the CA's HOST:PORT (default: the discovery host, port 15012)")
+    agent.add_argument("--ca-address", default="", help="the CA's HOST:PORT (default: the discovery address)")
     agent.add_argument("--token-file", type=Path, default=d.token_file, help="the pod's token for the CA and xDS")
     agent.add_argument(
         "--root-cert", type=Path, default=d.root_cert, help="the mesh root; if present: TLS upstream, SDS certificates"

@@ -35,6 +35,7 @@ from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
 from app.security.server import Authenticator, CertificateService, SecurePort
+from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
 from app.sources.files import FileSource
 from app.sources.kube.client import api_client
@@ -89,7 +90,7 @@ class Runtime:
         self._last_push_sent: dict[tuple[tuple[str, str], ...], float] = {}
         self.ca: CertificateAuthority | None = None
         self.secure: SecurePort | None = None
-        authenticator: Authenticator | None = None
+        self._authenticator: Authenticator | None = None
         handlers = []
         if settings.ca_dir is not None:
             self.ca = CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain())
@@ -98,8 +99,8 @@ class Runtime:
                 self.ca, (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"), ("127.0.0.1", "::1")
             )
             tokens = TrustedTokenFile(settings.trusted_token_file) if settings.trusted_token_file else None
-            authenticator = Authenticator(self.secure, tokens, self._trust_domain)
-            issuing = CertificateService(self.ca, authenticator, self.metrics.certificate_request)
+            self._authenticator = Authenticator(self.secure, tokens, self._trust_domain)
+            issuing = CertificateService(self.ca, self._authenticator, self.metrics.certificate_request)
             handlers.append(issuing.handler())
         self.xds = XdsServer(
             self.generator,
@@ -108,7 +109,7 @@ class Runtime:
             send_timeout=settings.xds_send_timeout,
             metrics=self.metrics,
             observer=self.tracer,
-            authenticator=authenticator,
+            authenticator=self._authenticator,
             extra_handlers=handlers,
         )
         self.http = DebugServer(self)
@@ -202,6 +203,9 @@ class Runtime:
                 mesh_from_configmap=self.settings.mesh_config_file is None,
             )
             self.sources.append(self._kube)
+            if self._authenticator is not None and self._authenticator.tokens is None:
+                # service-account tokens, as istiod checks them in a cluster
+                self._authenticator.tokens = TokenReviewer(client)
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections

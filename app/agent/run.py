@@ -49,7 +49,7 @@ class AgentSettings:
     sds_socket: Path = Path("./var/run/secrets/workload-spiffe-uds/socket")
     # security: with a root certificate the agent talks TLS to the control plane, gets a
     # workload certificate from its CA and serves it to Envoy over SDS
-    ca_address: str = ""  # "": the discovery host, port 15012
+    ca_address: str = ""  # "": the discovery address
     token_file: Path = Path("./var/run/secrets/tokens/istio-token")
     root_cert: Path = Path("./var/run/secrets/istio/root-cert.pem")
     cert_ttl: datetime.timedelta = datetime.timedelta(hours=24)
@@ -105,8 +105,8 @@ class Agent:
         presents each new workload certificate once it is issued."""
         root = s.root_cert.read_text()
         files = private_dir()
-        host, _ = split_address(s.discovery_address)
-        ca_address = split_address(s.ca_address) if s.ca_address else (host, 15012)
+        # pilot-agent's CA_ADDR defaults to the discovery address (the secure port serves both)
+        ca_address = split_address(s.ca_address or s.discovery_address)
         ca = CaClient(ca_address, root, s.token_file, files)
         account = str(self.config.metadata.get("SERVICE_ACCOUNT") or "default")
         identity = f"spiffe://{s.trust_domain}/ns/{self.config.namespace}/sa/{account}"

@@ -146,7 +146,7 @@ class Authenticator:
     def __init__(self, port: SecurePort, tokens: TokenAuthenticator | None, trust_domain: Callable[[], str]) -> None:
         """``trust_domain``: the mesh's current one, for identities proved by a token."""
         self._port = port
-        self._tokens = tokens
+        self.tokens = tokens  # set later when Kubernetes' TokenReview becomes available
         self._trust_domain = trust_domain
 
     def peer(self, context: grpc.aio.ServicerContext[Any, Any]) -> Peer | None:
@@ -163,9 +163,9 @@ class Authenticator:
         if peer is not None and peer.certificate is not None:
             return peer.certificate
         token = bearer_token(context.invocation_metadata() or ())
-        if token is None or self._tokens is None:
+        if token is None or self.tokens is None:
             return None
-        who = await self._tokens.authenticate(token)
+        who = await self.tokens.authenticate(token)
         if who is None:
             return None
         return Caller((spiffe_id(self._trust_domain(), *who),), "token")

@@ -132,9 +132,10 @@ def run_pilotfish(
     *,
     kubeconfig: Path | None = None,
     ports: tuple[int, int] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[Pilotfish]:
     """``pilotfish serve`` on a config dir, a Kubernetes API server (``kubeconfig``), or both;
-    ``ports`` (xDS, HTTP) to start it where an earlier one served."""
+    ``ports`` (xDS, HTTP) to start it where an earlier one served; ``extra_args`` for serve."""
     xds_port, http_port = ports or (free_port(), free_port())
     argv = [
         sys.executable, "-m", "app.cli", "serve",
@@ -145,6 +146,7 @@ def run_pilotfish(
         argv += ["--config-dir", str(config_dir.path)]
     if kubeconfig is not None:
         argv += ["--kubeconfig", str(kubeconfig)]
+    argv += extra_args
     # only the cluster named here: a KUBECONFIG of the machine running the tests is not one
     env = {**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, "PYTHONUNBUFFERED": "1"}
     server = _spawn(Pilotfish, "pilotfish", argv, workdir / f"pilotfish-{xds_port}.log", env)
@@ -334,3 +336,28 @@ def run_envoy(pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir
         envoy.assert_nothing_rejected()
     finally:
         envoy.stop()
+
+
+class AgentProcess(Envoy):
+    """``pilotfish agent``; its Envoy child writes to the same log and answers on ``admin_port``."""
+
+    status_port: int
+    dns_port: int
+
+    def xds_stream(self) -> tuple[int, int, int]:
+        """As Envoy's: the agent's bootstrap names the cluster's stats ``xds-grpc;`` (istio's template)."""
+        stats = self.stats()
+        cluster = "cluster.xds-grpc;"
+        return (
+            stats["control_plane.connected_state"],
+            stats[f"{cluster}.upstream_cx_total"],
+            stats[f"{cluster}.upstream_rq_total"],
+        )
+
+    def stop(self) -> None:
+        """SIGTERM to the agent: it ends Envoy and exits with Envoy's status, which must be 0."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            code = self.process.wait(STOP_TIMEOUT)
+            assert code == 0, f"agent exited with {code}\n{self.describe()}"
+        LIVE.pop(self.process.pid, None)

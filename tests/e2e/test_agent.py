@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import pytest
 from tests.e2e.backends import Backends
 from tests.e2e.conftest import new_config_dir
 from tests.e2e.harness import ConfigDir, KubernetesRegistration, backends_seen, free_port, routed_to, wait_until
-from tests.e2e.processes import LIVE, STOP_TIMEOUT, Envoy, _spawn, http_get, run_pilotfish
+from tests.e2e.processes import AgentProcess, _spawn, http_get, run_pilotfish
 from tests.support.envoy import envoy_binary
 
 ADDRESSES = {"v1": "127.0.0.41"}
@@ -77,31 +76,6 @@ class FakeResolver:
 
     def close(self) -> None:
         self.sock.close()
-
-
-class AgentProcess(Envoy):
-    """``pilotfish agent``; its Envoy child writes to the same log and answers on ``admin_port``."""
-
-    status_port: int
-    dns_port: int
-
-    def xds_stream(self) -> tuple[int, int, int]:
-        """As Envoy's: the agent's bootstrap names the cluster's stats ``xds-grpc;`` (istio's template)."""
-        stats = self.stats()
-        cluster = "cluster.xds-grpc;"
-        return (
-            stats["control_plane.connected_state"],
-            stats[f"{cluster}.upstream_cx_total"],
-            stats[f"{cluster}.upstream_rq_total"],
-        )
-
-    def stop(self) -> None:
-        """SIGTERM to the agent: it ends Envoy and exits with Envoy's status, which must be 0."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            code = self.process.wait(STOP_TIMEOUT)
-            assert code == 0, f"agent exited with {code}\n{self.describe()}"
-        LIVE.pop(self.process.pid, None)
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,9 +24,17 @@ SERVE = "$(BIN)/pilotfish serve --config-dir examples/bookinfo"
 def readme_agent_command() -> str:
     """The README's agent command: the shell lines from ``POD_NAME=`` to the last continuation."""
     text = (REPO / "README.md").read_text()
-    found = re.search(r"^(POD_NAME=.*?\\\n.*?pilotfish agent[^\n]*)$", text, re.MULTILINE | re.DOTALL)
-    assert found, "the README gives no `POD_NAME=... pilotfish agent` command"
+    found = re.search(r"^(POD_NAME=(?:[^\n]*\\\n)+[^\n]*)$", text, re.MULTILINE)
+    assert found and "pilotfish agent" in found.group(1), "the README gives no `POD_NAME=... pilotfish agent` command"
     return found.group(1)
+
+
+def make_run_args(ca_dir: Path) -> tuple[str, ...]:
+    """What ``make run`` adds after the config dir, its paths made absolute (the CA in ``ca_dir``)."""
+    line = next(line for line in (REPO / "Makefile").read_text().splitlines() if SERVE in line)
+    args = shlex.split(line.split(SERVE, 1)[1])
+    absolute = {".pilotfish/ca": str(ca_dir)}
+    return tuple(absolute.get(a) or (str(REPO / a) if a.startswith("examples/") else a) for a in args)
 
 
 def test_readme_agent_command_on_the_example_mesh(tmp_path: Path) -> None:
@@ -33,10 +42,12 @@ def test_readme_agent_command_on_the_example_mesh(tmp_path: Path) -> None:
     assert SERVE in makefile, "make run no longer serves examples/bookinfo as this test does"
     config = ConfigDir(REPO / "examples" / "bookinfo")
     command = readme_agent_command().replace(".venv/bin/pilotfish", f"{sys.executable} -m app.cli")
+    # the README runs from the repository: its relative paths, made absolute for the pod's directory
+    command = command.replace(" .pilotfish/ca/", f" {tmp_path}/ca/").replace(" examples/", f" {REPO}/examples/")
     # the agent finds Envoy as it does for the README's command: beside its Python (make installs it)
     envoy_binary()  # with CI=true, no Envoy is a failure
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with run_pilotfish(config, tmp_path, ports=(15010, 15014)):
+    with run_pilotfish(config, tmp_path, ports=(15010, 15014), extra_args=make_run_args(tmp_path / "ca")):
         workdir = tmp_path / "pod"
         workdir.mkdir()
         with (workdir / "agent.log").open("wb") as log:

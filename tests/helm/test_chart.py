@@ -91,8 +91,10 @@ def test_default_render_is_valid_and_matches_the_golden_file() -> None:
     }
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 15014}
     assert "replicas" not in kinds["Deployment"]["spec"]  # the autoscaler owns it
-    # read-only RBAC
-    assert {verb for rule in kinds["ClusterRole"]["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
+    # read-only RBAC, but for TokenReviews of agents' service-account tokens
+    rules = kinds["ClusterRole"]["rules"]
+    writes = [rule for rule in rules if set(rule["verbs"]) - {"get", "list", "watch"}]
+    assert writes == [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]
     # the webhook trusts the CA that signed the served certificate
     secret, hook = kinds["Secret"], kinds["ValidatingWebhookConfiguration"]["webhooks"][0]
     assert base64.b64decode(hook["clientConfig"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE-----")
@@ -120,6 +122,8 @@ def test_non_default_values() -> None:
         "--set", "global.defaultPodDisruptionBudget.enabled=false",
         "--set", "configMap=true",
         "--set", "dashboards.enabled=false",
+        "--set", "pilot.ca.enabled=true",
+        "--set", "pilot.ca.secretName=cacerts",
         "--set-string", "pilot.env.PILOT_DEBOUNCE_AFTER=200ms",
         "--set", "global.hub=registry.example/mesh",
         "--set-json", 'meshConfig={"rootNamespace":"istio-system","discoverySelectors":[{"matchLabels":{"m":"on"}}]}',
@@ -134,7 +138,12 @@ def test_non_default_values() -> None:
     assert container["image"] == "registry.example/mesh/pilotfish:0.1.0"
     assert {"name": "PILOT_DEBOUNCE_AFTER", "value": "200ms"} in container["env"]
     assert not any(arg.startswith("--webhook") for arg in container["args"])
-    assert "volumes" not in deployment["spec"]["template"]["spec"]
+    # three replicas share one plugged-in CA (istiod's cacerts Secret), mounted read-only
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert volumes == [{"name": "cacerts", "secret": {"secretName": "cacerts"}}]
+    assert container["volumeMounts"] == [{"name": "cacerts", "mountPath": "/etc/cacerts", "readOnly": True}]
+    assert "--ca-dir=/etc/cacerts" in container["args"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["grpc-xds-tls"] == 15012
     maps = config_maps(docs)
     assert set(maps) == {"istio"}  # dashboards.enabled=false
     assert yaml.safe_load(maps["istio"]["data"]["mesh"])["discoverySelectors"] == [{"matchLabels": {"m": "on"}}]

@@ -84,6 +84,9 @@ class KubeApi:
     events: list[_Event] = field(default_factory=list)
     compacted: int = 0  # events at or below this version are gone
     requests: list[str] = field(default_factory=list)  # "GET path?query" of every request
+    # TokenReview: service-account token -> "system:serviceaccount:NS:SA"
+    service_account_tokens: dict[str, str] = field(default_factory=dict)
+    token_reviews: int = 0
     _failures: list[int] = field(default_factory=list)
     _watchers: set[asyncio.Queue[_Event | None]] = field(default_factory=set)
     _streams: set[web.StreamResponse] = field(default_factory=set)
@@ -175,11 +178,27 @@ class KubeApi:
         app.router.add_get("/api/{version}/namespaces/{namespace}/{plural}", self._collection)
         app.router.add_get("/apis/{group}/{version}/{plural}", self._collection)
         app.router.add_get("/apis/{group}/{version}/namespaces/{namespace}/{plural}", self._collection)
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
         return app
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        """TokenReview as the API server answers it: authenticated with the token's service
+        account user and the audiences asked for, else not authenticated."""
+        self.token_reviews += 1
+        review = await request.json()
+        spec = review.get("spec", {})
+        user = self.service_account_tokens.get(spec.get("token", ""))
+        status: dict[str, Any] = {"authenticated": user is not None}
+        if user is not None:
+            status["user"] = {"username": user, "groups": ["system:serviceaccounts"]}
+            status["audiences"] = spec.get("audiences") or []
+        else:
+            status["error"] = "invalid bearer token"
+        return web.json_response({**review, "status": status}, status=201)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        self.requests.append(f"GET {request.path_qs}")
+        self.requests.append(f"{request.method} {request.path_qs}")
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return _status(401, "Unauthorized")
         if self.delay:

@@ -1,0 +1,79 @@
+"""Service-account tokens checked by the Kubernetes API server, as istiod's KubeJWTAuthenticator
+does (security/pkg/server/ca/authenticate/kubeauth): a TokenReview for the ``istio-ca``
+audience; ``system:serviceaccount:NS:SA`` is the identity.
+
+Answers are cached by the token's hash for a short TTL (aiocache, DESIGN §2: TTL caching of slow
+async look-ups) and concurrent reviews of one token share one request, so a reconnect storm of
+a thousand agents is a handful of TokenReviews, not a thousand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+
+from aiocache import SimpleMemoryCache
+from kubernetes_asyncio.client import ApiClient, AuthenticationV1Api, V1TokenReview, V1TokenReviewSpec
+from kubernetes_asyncio.client.exceptions import ApiException
+
+logger = logging.getLogger("pilotfish.security")
+
+AUDIENCE = "istio-ca"  # istiod TOKEN_AUDIENCES
+ACCEPTED_TTL = 60.0  # seconds a reviewed token stands
+REFUSED_TTL = 5.0  # a refused one is asked about again soon (it may just have been created)
+_PREFIX = "system:serviceaccount:"
+
+
+def service_account(username: str) -> tuple[str, str] | None:
+    """``system:serviceaccount:NS:SA`` -> (NS, SA)."""
+    if not username.startswith(_PREFIX):
+        return None
+    namespace, sep, account = username[len(_PREFIX) :].partition(":")
+    return (namespace, account) if sep and namespace and account and ":" not in account else None
+
+
+class TokenReviewer:
+    def __init__(self, client: ApiClient, audiences: tuple[str, ...] = (AUDIENCE,)) -> None:
+        self._api = AuthenticationV1Api(client)
+        self._audiences = audiences
+        self._cache = SimpleMemoryCache()
+        self._inflight: dict[str, asyncio.Future[tuple[str, str] | None]] = {}
+        self.reviews = 0  # TokenReviews sent
+
+    async def authenticate(self, token: str) -> tuple[str, str] | None:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        cached = await self._cache.get(key)
+        if cached is not None:  # a refusal is cached as ()
+            return (cached[0], cached[1]) if cached else None
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[tuple[str, str] | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._review(token)
+        except Exception as e:  # the API server unreachable or refusing us: not the token's fault
+            logger.warning("TokenReview failed: %s", e)
+            result = None
+            future.set_result(result)
+            return result
+        finally:
+            self._inflight.pop(key, None)
+        await self._cache.set(key, result or (), ttl=ACCEPTED_TTL if result else REFUSED_TTL)
+        future.set_result(result)
+        return result
+
+    async def _review(self, token: str) -> tuple[str, str] | None:
+        self.reviews += 1
+        body = V1TokenReview(spec=V1TokenReviewSpec(token=token, audiences=list(self._audiences)))
+        try:
+            review = await self._api.create_token_review(body)
+        except ApiException as e:
+            raise RuntimeError(f"{e.status} {e.reason}") from None
+        status = review.status
+        if status is None or not status.authenticated or status.user is None:
+            return None
+        if status.audiences and not set(status.audiences) & set(self._audiences):
+            return None
+        return service_account(status.user.username or "")

@@ -1,0 +1,182 @@
+"""Mutual TLS between two sidecars, as a mesh run by istiod has it: ``pilotfish serve`` with its CA
+and secure port, two ``pilotfish agent`` pods (client and server, each with a real Envoy) that get
+their workload certificates from the CA by token and serve them to Envoy over SDS.
+
+Auto mTLS is on. Without traffic capture (interception NONE) the server's inbound listener comes
+from its Sidecar's ``ingress`` entry (istiod listener_inbound.go), the client's outbound one from
+its Sidecar's egress listener. The server's PERMISSIVE chains take both mTLS (from the client's
+Envoy) and plaintext; the backend sees the client's SPIFFE identity in the XFCC header
+(APPEND_FORWARD with the URI, istiod's inbound default); a STRICT PeerAuthentication ends
+plaintext while the mesh traffic goes on.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.e2e.backends import Backends
+from tests.e2e.conftest import new_config_dir
+from tests.e2e.harness import ConfigDir, free_port, send, wait_until
+from tests.e2e.processes import AgentProcess, _spawn, http_get, run_pilotfish
+from tests.support.envoy import envoy_binary
+from tests.support.mesh import endpoint_slice, kube_pod, kube_service, slice_endpoint
+
+NS = "demo"
+CLIENT_IP, SERVER_IP = "127.0.0.51", "127.0.0.52"
+SERVER_HOST = f"server.{NS}.svc.cluster.local"
+TOKENS = {"client": "client-token", "server": "server-token"}
+
+MESH = """rootNamespace: istio-system
+enableAutoMtls: true
+trustDomain: cluster.local
+connectTimeout: 2s
+outboundTrafficPolicy: {mode: ALLOW_ANY}
+"""
+STRICT = f"""
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {{name: default, namespace: {NS}}}
+spec: {{mtls: {{mode: STRICT}}}}
+"""
+
+
+def sidecars(egress_port: int, server_port: int, backend_port: int) -> str:
+    return f"""
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: client, namespace: {NS}}}
+spec:
+  workloadSelector: {{labels: {{app: client}}}}
+  egress:
+  - port: {{number: {egress_port}, protocol: HTTP, name: http}}
+    bind: 127.0.0.1
+    captureMode: NONE
+    hosts: ["./*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: server, namespace: {NS}}}
+spec:
+  workloadSelector: {{labels: {{app: server}}}}
+  ingress:
+  - port: {{number: {server_port}, protocol: HTTP, name: http}}
+    bind: {SERVER_IP}
+    defaultEndpoint: 127.0.0.1:{backend_port}
+  egress:
+  - hosts: ["istio-system/*"]  # nothing: its outbound listeners would bind the client's port
+"""
+
+
+def workloads(egress_port: int, server_port: int) -> str:
+    ports = f"[{{name: http, port: {server_port}, protocol: TCP}}]"
+    return "".join(
+        [
+            kube_service("server", f"[{{name: http, port: {egress_port}, targetPort: {server_port}}}]",
+                         namespace=NS, cluster_ip="10.96.7.2", selector="app: server"),
+            kube_pod("server-0", SERVER_IP, "app: server", namespace=NS, service_account="server"),
+            kube_pod("client-0", CLIENT_IP, "app: client", namespace=NS, service_account="client"),
+            endpoint_slice("server", ports, slice_endpoint(SERVER_IP, "server-0", namespace=NS), namespace=NS),
+        ]
+    )  # fmt: skip
+
+
+@contextmanager
+def run_secure_agent(name: str, ip: str, secure_port: int, root: str, workdir: Path) -> Iterator[AgentProcess]:
+    admin, status = free_port(), free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "root-cert.pem").write_text(root)
+    (workdir / "token").write_text(TOKENS[name])
+    argv = [
+        sys.executable, "-m", "app.cli", "agent",
+        "--discovery-address", f"127.0.0.1:{secure_port}",
+        "--root-cert", str(workdir / "root-cert.pem"),
+        "--token-file", str(workdir / "token"),
+        "--xds-socket", str(workdir / "XDS"),
+        "--sds-socket", str(workdir / "SDS"),
+        "--bootstrap-path", str(workdir / "envoy-rev.json"),
+        "--status-address", f"127.0.0.1:{status}",
+        "--envoy-admin-address", f"127.0.0.1:{admin}",
+        "--envoy-binary", envoy_binary(),
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "POD_NAME": f"{name}-0",
+        "POD_NAMESPACE": NS,
+        "SERVICE_ACCOUNT": name,
+        "INSTANCE_IP": ip,
+        "ISTIO_META_INTERCEPTION_MODE": "NONE",
+        "ISTIO_METAJSON_LABELS": json.dumps({"app": name}),
+    }
+    agent = _spawn(AgentProcess, f"agent-{name}", argv, workdir / "agent.log", env)
+    agent.admin_port, agent.status_port = admin, status
+    try:
+        yield agent
+    finally:
+        agent.assert_nothing_rejected()
+        agent.stop()
+
+
+def plaintext_works(address: str, port: int) -> bool:
+    """A plain HTTP request straight to the server sidecar's inbound listener is answered."""
+    conn = http.client.HTTPConnection(address, port, timeout=5)
+    try:
+        conn.request("GET", "/plain")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def test_sidecars_talk_mtls_with_certificates_from_the_ca_and_strict_ends_plaintext(tmp_path: Path) -> None:
+    backends = Backends({"server-app": "127.0.0.1"}).start()
+    egress_port, server_port, secure_port = free_port(), free_port(), free_port()
+    config: ConfigDir = new_config_dir(tmp_path / "config")
+    config.write("mesh.yaml", MESH)
+    config.write("sidecars.yaml", sidecars(egress_port, server_port, backends.port))
+    config.write("workloads.yaml", workloads(egress_port, server_port))
+    (tmp_path / "tokens").write_text("".join(f"{token} {NS} {name}\n" for name, token in TOKENS.items()))
+    serve_args = (
+        "--ca-dir", str(tmp_path / "ca"),
+        "--secure-xds-address", f"127.0.0.1:{secure_port}",
+        "--trusted-token-file", str(tmp_path / "tokens"),
+    )  # fmt: skip
+    try:
+        with run_pilotfish(config, tmp_path, extra_args=serve_args) as server:
+            root = (tmp_path / "ca" / "root-cert.pem").read_text()
+            with (
+                run_secure_agent("server", SERVER_IP, secure_port, root, tmp_path / "server") as server_agent,
+                run_secure_agent("client", CLIENT_IP, secure_port, root, tmp_path / "client") as client_agent,
+            ):
+                for agent in (server_agent, client_agent):
+                    ready = f"http://127.0.0.1:{agent.status_port}/healthz/ready"
+                    wait_until(lambda a=ready: http_get(a, timeout=2)[0] == 200, "the agents' /healthz/ready")
+
+                # client Envoy -> (mTLS, certificates from the CA over SDS) -> server Envoy -> backend
+                wait_until(lambda: send(egress_port, host=SERVER_HOST).status == 200, "mesh traffic to the server")
+                reply = send(egress_port, "/mesh", host=SERVER_HOST)
+                assert reply.backend == "server-app", reply.raw
+                headers = {k.lower(): v for k, v in reply.body["headers"].items()}
+                xfcc = headers.get("x-forwarded-client-cert", "")
+                assert f"URI=spiffe://cluster.local/ns/{NS}/sa/client" in xfcc, xfcc
+                assert f"By=spiffe://cluster.local/ns/{NS}/sa/server" in xfcc, xfcc
+
+                # PERMISSIVE: plaintext to the server sidecar is accepted too, without an identity
+                assert plaintext_works(SERVER_IP, server_port)
+
+                # STRICT: plaintext is refused, the mesh traffic goes on
+                config.write("strict.yaml", STRICT)
+                wait_until(lambda: not plaintext_works(SERVER_IP, server_port), "STRICT to refuse plaintext")
+                assert send(egress_port, "/after-strict", host=SERVER_HOST).backend == "server-app"
+                for agent in (server_agent, client_agent):
+                    assert agent.rejected_updates().get("listener_manager.lds.update_rejected") == 0
+            assert server.alive()
+    finally:
+        backends.stop()
