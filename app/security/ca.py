@@ -2,7 +2,8 @@
 
 Its files are istiod's plugged-in ``cacerts`` layout: ``ca-cert.pem`` and ``ca-key.pem`` sign,
 ``cert-chain.pem`` is what lies between the signing cert and the root (empty for a self-signed
-root), ``root-cert.pem`` is the root every proxy trusts. A directory holding them is used as
+root), ``root-cert.pem`` is the root every proxy trusts, and an optional ``ca-crl.pem`` lists
+revoked certificates (the secure port refuses them). A directory holding them is used as
 given; an empty one gets a self-signed root at first start, as istiod's self-signed CA (RSA
 2048, organization = the trust domain, ten years).
 
@@ -14,6 +15,7 @@ lifetime (24 h when none is asked for, at most ``max_ttl``), never past the sign
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import os
@@ -35,6 +37,7 @@ MAX_CERT_TTL = datetime.timedelta(days=90)  # istiod MAX_WORKLOAD_CERT_TTL
 ROOT_TTL = datetime.timedelta(days=3650)  # istiod CITADEL_SELF_SIGNED_CA_CERT_TTL
 CLOCK_SKEW = datetime.timedelta(minutes=2)  # istiod ClockSkewGracePeriod
 CA_FILES = ("ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem")
+CRL_FILE = "ca-crl.pem"  # optional, as in istiod's plugged-in cacerts
 
 
 class CaError(Exception):
@@ -66,6 +69,8 @@ class CertificateAuthority:
     root_pem: str
     default_ttl: datetime.timedelta = DEFAULT_CERT_TTL
     max_ttl: datetime.timedelta = MAX_CERT_TTL
+    # istiod's optional ca-crl.pem: certificates the secure port refuses (read at start)
+    crl_pem: str = ""
 
     # --- loading ----------------------------------------------------------------------------
 
@@ -82,7 +87,13 @@ class CertificateAuthority:
         if missing:
             raise SettingsError(f"CA dir {ca_dir}: {', '.join(missing)} missing (it holds {', '.join(present)})")
         try:
-            return cls.from_pem(*((ca_dir / name).read_text() for name in CA_FILES))
+            ca = cls.from_pem(*((ca_dir / name).read_text() for name in CA_FILES))
+            crl = ca_dir / CRL_FILE
+            if crl.exists():
+                text = crl.read_text()
+                x509.load_pem_x509_crl(text.encode())  # a bad CRL is an error, not ignored
+                ca = dataclasses.replace(ca, crl_pem=text)
+            return ca
         except OSError as e:
             raise SettingsError(f"CA dir {ca_dir}: cannot read {e.filename}: {e.strerror}") from e
         except (ValueError, TypeError) as e:

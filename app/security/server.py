@@ -77,6 +77,11 @@ class SecurePort:
                 )
             )
             context.load_cert_chain(cert_path, key_path)
+            if ca.crl_pem:  # revoked client certificates fail the handshake
+                crl_path = Path(tmp) / "crl.pem"
+                crl_path.write_text(ca.crl_pem)
+                context.load_verify_locations(cafile=crl_path)
+                context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
         return context
 
     async def start(self, address: tuple[str, int], inner: tuple[str, int]) -> None:

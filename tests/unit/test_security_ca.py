@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import stat
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,22 +146,30 @@ class Secure:
     issued: list[str]
 
 
-@pytest.fixture
-async def secure(tmp_path: Path) -> AsyncIterator[Secure]:
-    ca = CertificateAuthority.self_signed(TD)
-    tokens = tmp_path / "tokens"
-    tokens.write_text("good-token shop web\n")
+@asynccontextmanager
+async def serving(ca: CertificateAuthority, tokens: TrustedTokenFile | None) -> AsyncIterator[Secure]:
+    """The certificate service behind the TLS front, as the runtime wires them."""
     front = SecurePort(ca, ("pilotfish.istio-system.svc",), ("127.0.0.1",))
     issued: list[str] = []
-    service = CertificateService(ca, Authenticator(front, TrustedTokenFile(tokens), lambda: TD), issued.append)
+    service = CertificateService(ca, Authenticator(front, tokens, lambda: TD), issued.append)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers([service.handler()])
     inner = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     await front.start(("127.0.0.1", 0), ("127.0.0.1", inner))
-    yield Secure(ca, front.port, inner, issued)
-    await front.stop()
-    await server.stop(0)
+    try:
+        yield Secure(ca, front.port, inner, issued)
+    finally:
+        await front.stop()
+        await server.stop(0)
+
+
+@pytest.fixture
+async def secure(tmp_path: Path) -> AsyncIterator[Secure]:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("good-token shop web\n")
+    async with serving(CertificateAuthority.self_signed(TD), TrustedTokenFile(tokens)) as s:
+        yield s
 
 
 def channel(s: Secure, cert: tuple[str, bytes] | None = None, root: str | None = None) -> grpc.aio.Channel:
@@ -240,3 +249,36 @@ async def test_a_client_must_trust_the_mesh_root(secure: Secure) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await create(ch, "good-token", ec.generate_private_key(ec.SECP256R1()))
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_revoked_client_certificate_is_refused_by_the_ca_crl(tmp_path: Path) -> None:
+    # istiod's plugged-in cacerts may carry ca-crl.pem; the secure port checks client leaves against it
+    ca = CertificateAuthority.self_signed(TD)
+    ca.write(tmp_path / "ca")
+    key = ec.generate_private_key(ec.SECP256R1())
+    revoked = ca.sign_csr(csr(key), ["spiffe://cluster.local/ns/shop/sa/web"])
+    kept = ca.sign_csr(csr(key), ["spiffe://cluster.local/ns/shop/sa/web"])
+    now = datetime.datetime.now(datetime.UTC)
+    entry = (
+        x509.RevokedCertificateBuilder()
+        .serial_number(leaf(revoked).serial_number)
+        .revocation_date(now - datetime.timedelta(minutes=1))
+        .build()
+    )
+    crl = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca.signing_cert.subject)
+        .last_update(now - datetime.timedelta(minutes=1))
+        .next_update(now + datetime.timedelta(days=1))
+        .add_revoked_certificate(entry)
+        .sign(ca.signing_key, hashes.SHA256())
+    )
+    (tmp_path / "ca" / "ca-crl.pem").write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    loaded = CertificateAuthority.load_or_create(tmp_path / "ca", TD)
+    async with serving(loaded, None) as s:
+        async with channel(s, ("".join(revoked[:-1]), key_pem(key))) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await create(ch, None, key)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        async with channel(s, ("".join(kept[:-1]), key_pem(key))) as ch:
+            assert uris(leaf(await create(ch, None, key))) == ["spiffe://cluster.local/ns/shop/sa/web"]
