@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import shutil
 import socket
 import ssl
 from collections.abc import Callable
@@ -90,6 +91,7 @@ class Agent:
         on_table = self.dns.update if self.dns is not None else None
         self.certificates: CertificateManager | None = None
         self.sds: SdsServer | None = None
+        self._key_files: Path | None = None  # where ssl reads the workload key from
         tls = None
         metadata: Callable[[], dict[str, str]] = dict
         if settings.root_cert.exists():
@@ -104,7 +106,7 @@ class Agent:
         """The CA client, certificate manager and SDS server; the upstream TLS context, which
         presents each new workload certificate once it is issued."""
         root = s.root_cert.read_text()
-        files = private_dir()
+        files = self._key_files = private_dir()
         # pilot-agent's CA_ADDR defaults to the discovery address (the secure port serves both)
         ca_address = split_address(s.ca_address or s.discovery_address)
         ca = CaClient(ca_address, root, s.token_file, files)
@@ -213,6 +215,8 @@ class Agent:
             if sds is not None:
                 sds.close()
                 await sds.wait_closed()
+            if self._key_files is not None:
+                shutil.rmtree(self._key_files, ignore_errors=True)
             if self.dns is not None:
                 await self.dns.close()
             await runner.cleanup()
