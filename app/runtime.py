@@ -340,6 +340,7 @@ class Runtime:
             self.tracer.proxy_pushed(stream.connection.id, stream.connection.proxy.id, request, dequeued, sent)
 
     def _disconnected(self, stream: Stream) -> None:
+        self.generator.forget(stream.connection.proxy)
         dropped = self.queue.remove(stream)
         if dropped is not None and dropped.traces and self.tracer is not None:
             # queued for a stream that is gone: done with it, nothing sent

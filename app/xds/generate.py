@@ -373,6 +373,10 @@ class XdsGenerator:
 
     # --- the class memo ---------------------------------------------------------------------
 
+    def forget(self, proxy: Proxy) -> None:
+        """A proxy's stream ended: its class entry goes (a snapshot may outlive many proxies)."""
+        self._proxy_classes.pop(Ident(proxy), None)
+
     def _class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
         if self._memo_push is not push:
             self._memo_push, self._memo, self._lineage = push, {}, {}
