@@ -8,12 +8,15 @@ its path.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from app.config.model import EMPTY_LABELS, Kind
+from app.config.schema import type_name
 from app.errors import FieldError
 
 
@@ -109,7 +112,7 @@ def _map(obj: Any, path: str) -> Mapping[str, Any]:
     if obj is None:
         return EMPTY_LABELS
     if not isinstance(obj, Mapping):
-        raise FieldError(path, f"expected an object, got {type(obj).__name__}")
+        raise FieldError(path, f"expected an object, got {type_name(obj)}")
     return obj
 
 
@@ -117,7 +120,7 @@ def _list(obj: Any, path: str) -> list[Any]:
     if obj is None:
         return []
     if not isinstance(obj, list):
-        raise FieldError(path, f"expected a list, got {type(obj).__name__}")
+        raise FieldError(path, f"expected a list, got {type_name(obj)}")
     return obj
 
 
@@ -125,7 +128,7 @@ def _str(obj: Any, path: str, default: str = "") -> str:
     if obj is None:
         return default
     if not isinstance(obj, str):
-        raise FieldError(path, f"expected a string, got {type(obj).__name__}")
+        raise FieldError(path, f"expected a string, got {type_name(obj)}")
     return obj
 
 
@@ -133,7 +136,7 @@ def _bool(obj: Any, path: str, default: bool) -> bool:
     if obj is None:
         return default
     if not isinstance(obj, bool):
-        raise FieldError(path, f"expected a boolean, got {type(obj).__name__}")
+        raise FieldError(path, f"expected true or false, got {type_name(obj)}")
     return obj
 
 
@@ -151,8 +154,10 @@ def string_map(obj: Any, path: str) -> Mapping[str, str]:
     """A map of string to string (labels, annotations, selectors)."""
     m = _map(obj, path)
     for k, v in m.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise FieldError(f"{path}.{k}", f"expected a string value, got {type(v).__name__}")
+        if not isinstance(k, str):
+            raise FieldError(f"{path}.{k}", f"expected a string as the key, got {type_name(k)}")
+        if not isinstance(v, str):
+            raise FieldError(f"{path}.{k}", f"expected a string value, got {type_name(v)}")
     return MappingProxyType(dict(m)) if m else EMPTY_LABELS
 
 
@@ -161,9 +166,7 @@ def _parse_service(body: Mapping[str, Any]) -> KubeServiceSpec:
     stype = _str(spec.get("type"), "spec.type", "ClusterIP")
     if stype not in ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"):
         raise FieldError("spec.type", f"unknown service type {stype!r}")
-    ips = [_str(ip, f"spec.clusterIPs[{i}]") for i, ip in enumerate(_list(spec.get("clusterIPs"), "spec.clusterIPs"))]
-    if not ips and spec.get("clusterIP") is not None:
-        ips = [_str(spec.get("clusterIP"), "spec.clusterIP")]
+    ips = _cluster_ips(spec)
     ports: list[KubeServicePort] = []
     seen_names: set[str] = set()
     raw_ports = _list(spec.get("ports"), "spec.ports")
@@ -202,6 +205,49 @@ def _parse_service(body: Mapping[str, Any]) -> KubeServiceSpec:
     return KubeServiceSpec(stype, tuple(ips), tuple(ports), selector, external, publish)
 
 
+def _cluster_ips(spec: Mapping[str, Any]) -> list[str]:
+    """spec.clusterIPs, else spec.clusterIP, as the API server validates them: each an IP,
+    or "None" alone (headless); "" (or none) when no IP was allocated."""
+    ips = [_str(ip, f"spec.clusterIPs[{i}]") for i, ip in enumerate(_list(spec.get("clusterIPs"), "spec.clusterIPs"))]
+    single = spec.get("clusterIP")
+    if single is not None:
+        single = _str(single, "spec.clusterIP")
+        if single not in ("", "None"):
+            _check_ip("spec.clusterIP", single)
+        if not ips:
+            ips = [single]
+    for i, ip in enumerate(ips):
+        if ip == "None" and i == 0:
+            if len(ips) > 1:
+                raise FieldError("spec.clusterIPs", "'None' must be the only value")
+        elif ip or len(ips) > 1:
+            _check_ip(f"spec.clusterIPs[{i}]", ip)
+    return ips
+
+
+def _check_ip(path: str, text: str, version: int | None = None) -> None:
+    """An IP address (of ``version``, when given), as the API server's IsValidIP(v4/v6)."""
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        raise FieldError(path, f"{text!r} is not a valid IP address") from None
+    if version is not None and ip.version != version:
+        raise FieldError(path, f"{text!r} is not a valid IPv{version} address")
+
+
+# a DNS subdomain as Kubernetes has it (RFC 1123: lower case), of at least two labels
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_FQDN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})+")
+
+
+def _check_fqdn(path: str, text: str) -> None:
+    """validation.IsFullyQualifiedDomainName: a lower-case DNS subdomain of two or more labels
+    (a trailing dot allowed), at most 253 characters."""
+    name = text.removesuffix(".")
+    if not name or len(name) > 253 or _FQDN.fullmatch(name) is None:
+        raise FieldError(path, f"{text!r} is not a fully qualified domain name (lower case, e.g. db.example.com)")
+
+
 def _parse_pod(body: Mapping[str, Any]) -> PodSpec:
     spec = _map(body.get("spec"), "spec")
     status = _map(body.get("status"), "status")
@@ -222,8 +268,13 @@ def _parse_pod(body: Mapping[str, Any]) -> PodSpec:
         _str(_map(e, f"status.podIPs[{i}]").get("ip"), f"status.podIPs[{i}].ip")
         for i, e in enumerate(_list(status.get("podIPs"), "status.podIPs"))
     ]
-    if not ips and status.get("podIP"):
-        ips = [_str(status.get("podIP"), "status.podIP")]
+    for i, ip in enumerate(ips):
+        _check_ip(f"status.podIPs[{i}].ip", ip)
+    pod_ip = _str(status.get("podIP"), "status.podIP")
+    if pod_ip:
+        _check_ip("status.podIP", pod_ip)
+        if not ips:
+            ips = [pod_ip]
     phase = _str(status.get("phase"), "status.phase", "Running")
     ready = phase == "Running"
     for i, cond in enumerate(_list(status.get("conditions"), "status.conditions")):
@@ -256,6 +307,11 @@ def _parse_endpoint_slice(body: Mapping[str, Any], labels: Mapping[str, str]) ->
         addrs = tuple(_str(a, f"{p}.addresses[{j}]") for j, a in enumerate(_list(m.get("addresses"), f"{p}.addresses")))
         if not addrs:
             raise FieldError(f"{p}.addresses", "at least one address is required")
+        for j, address in enumerate(addrs):  # as the API server validates them, per addressType
+            if address_type == "FQDN":
+                _check_fqdn(f"{p}.addresses[{j}]", address)
+            else:
+                _check_ip(f"{p}.addresses[{j}]", address, 4 if address_type == "IPv4" else 6)
         cond = _map(m.get("conditions"), f"{p}.conditions")
         ready = _bool(cond.get("ready"), f"{p}.conditions.ready", True)
         target = _map(m.get("targetRef"), f"{p}.targetRef")

@@ -8,22 +8,31 @@ can keep what the file held before.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.error import Mark, MarkedYAMLError
+from yaml.events import MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 from yaml.resolver import Resolver
 
 from app.config.host import is_ip_address
 from app.config.istio import parse_istio_spec
+from app.config.istio_checks import quoted
 from app.config.kube import parse_kube_spec, string_map
 from app.config.mesh import parse_mesh_config
 from app.config.model import INTERNAL_KINDS, ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
+from app.config.schema import type_name
 from app.errors import ConfigError, FieldError
+
+logger = logging.getLogger(__name__)
 
 # apiVersion accepted per kind; Istio serves networking v1, v1beta1 and v1alpha3 with one schema,
 # security v1 and v1beta1
@@ -45,6 +54,12 @@ _END = object()  # end of a document stream
 MESH_CONFIGMAP_NAME = "istio"
 MESH_CONFIGMAP_KEY = "mesh"
 MESH_OBJECT_NAME = "mesh"
+MESH_KEY = ConfigKey(Kind.MESH_CONFIG, "", MESH_OBJECT_NAME)
+# object names as the API server has them: a namespace is a DNS label, a name a DNS subdomain
+_DNS_LABEL_TEXT = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_LABEL = re.compile(_DNS_LABEL_TEXT)
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL_TEXT}(?:\.{_DNS_LABEL_TEXT})*")
+_MAX_NAME, _MAX_NAMESPACE = 253, 63
 
 
 # bounds on what a document may make the loader build (Kubernetes objects nest ~10 levels)
@@ -83,6 +98,7 @@ class KubeYamlLoader(yaml.CSafeLoader):
     else (merge keys, explicit tags, timestamps, sets) goes through SafeConstructor unchanged."""
 
     def __init__(self, stream: str) -> None:
+        _check_nesting(stream)
         super().__init__(stream)
         self._implicit_tags: dict[str, str] = {}  # plain scalar -> tag; values repeat a lot
         self._depth = 0  # collections being built, one inside the other
@@ -162,6 +178,36 @@ class KubeYamlLoader(yaml.CSafeLoader):
         return data
 
 
+# libyaml's composer (in C) recurses once per level of nesting: tens of thousands of levels
+# overflow the C stack and kill the process before construction can refuse them. A document is
+# only scanned (events, no recursion) when a cheap bound on its depth passes this
+_SCAN_DEPTH_ABOVE = 1000
+
+
+def _check_nesting(text: str) -> None:
+    """Raise a YAMLError when a document of ``text`` nests deeper than MAX_NESTING, before any
+    composing. Each level of nesting takes a '[', '{', '-' or '?' or, in block style, a line
+    indented further than the last (k such levels take k(k+1)/2 characters of indentation): so
+    a document whose count of those characters plus sqrt(2 * length) stays under
+    _SCAN_DEPTH_ABOVE cannot nest that deep, and is not scanned (nearly every document)."""
+    for chunk in text.split("\n---"):  # documents, or more text than one: the bound still holds
+        bound = sum(chunk.count(c) for c in "[{-?") + math.isqrt(2 * len(chunk))
+        if bound > _SCAN_DEPTH_ABOVE:
+            break
+    else:
+        return
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+        cls = event.__class__
+        if cls is MappingStartEvent or cls is SequenceStartEvent:
+            depth += 1
+            if depth > MAX_NESTING:
+                mark = cast(Mark, event.start_mark)  # libyaml's Mark: line and column alike
+                raise ConstructorError(None, None, f"nested deeper than {MAX_NESTING} levels", mark)
+        elif cls is MappingEndEvent or cls is SequenceEndEvent:
+            depth -= 1
+
+
 def _check_expansion(data: Any, node: Node) -> None:
     """Raise when ``data`` read as a tree (every alias expanded) has too many nodes."""
     seen = 0
@@ -207,9 +253,8 @@ def load_documents(text: str, source: str, *, system_namespace: str = "istio-sys
         try:
             doc = next(docs, _END)
         except yaml.YAMLError as e:
-            return LoadResult(
-                parsed=False, rejected=[Rejection(None, ConfigError(source, "", "", "", f"invalid YAML: {e}"))]
-            )
+            error = ConfigError(source, "", "", "", yaml_error_text(e, text))
+            return LoadResult(parsed=False, rejected=[Rejection(None, error)])
         if doc is _END:
             break
         index += 1
@@ -240,32 +285,100 @@ def load_mesh_file(text: str, source: str) -> LoadResult:
         body = yaml.load(text, Loader=KubeYamlLoader)
     except yaml.YAMLError as e:
         result.parsed = False
-        result.rejected.append(Rejection(None, ConfigError(source, "MeshConfig", "", "", f"invalid YAML: {e}")))
+        result.rejected.append(Rejection(None, ConfigError(source, "MeshConfig", "", "", yaml_error_text(e, text))))
         return result
     _load_mesh(body if body is not None else {}, source, result, "")
+    _one_line_errors(result, 0)
     return result
 
 
+def yaml_error_text(error: yaml.YAMLError, text: str) -> str:
+    """PyYAML's error on one line, saying where (line and column, from 1) and what: its own
+    text spans several, with a mark (and the document's name) on lines of their own."""
+    if isinstance(error, MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        problem = _one_line(error.problem or error.context or "cannot be parsed")
+        context = ""
+        if error.problem and error.context:
+            start = error.context_mark
+            context = _one_line(error.context)
+            if start is not None and mark is not None and (start.line, start.column) != (mark.line, mark.column):
+                context += f" started at {_at(start)}"
+            context = f" ({context})"
+        return f"invalid YAML{' at ' + _at(mark) if mark is not None else ''}: {problem}{context}"
+    if isinstance(error, ReaderError):
+        position = error.position
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        character = error.character
+        shown = f"#x{character:04x}" if isinstance(character, int) else repr(character)
+        reason = _one_line(error.reason)
+        return f"invalid YAML at line {line}, column {column}: unacceptable character {shown}: {reason}"
+    return f"invalid YAML: {_one_line(str(error))}"
+
+
+def _at(mark: Mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def _load_mesh(body: Any, source: str, result: LoadResult, namespace: str) -> None:
-    key = ConfigKey(Kind.MESH_CONFIG, "", MESH_OBJECT_NAME)
     try:
         spec = parse_mesh_config(body)
     except FieldError as e:
-        result.rejected.append(Rejection(key, ConfigError(source, "MeshConfig", MESH_OBJECT_NAME, e.field, e.reason)))
+        error = ConfigError(source, "MeshConfig", MESH_OBJECT_NAME, e.field, e.reason)
+        result.rejected.append(Rejection(MESH_KEY, error))
         return
     meta = ObjectMeta(name=MESH_OBJECT_NAME)
     result.objects.append(ConfigObject(Kind.MESH_CONFIG, meta, spec, source, "meshconfig"))
 
 
 def _load_one(doc: Any, source: str, result: LoadResult, system_namespace: str) -> None:
+    before = len(result.rejected)
+    try:
+        _load_document(doc, source, result, system_namespace)
+    except Exception as e:  # a bug, not bad input: the document is refused, the rest still loads
+        logger.exception("loading a document of %s failed", source)
+        reason = f"internal error reading this document ({type(e).__name__}); please report it"
+        result.rejected.append(Rejection(None, ConfigError(source, "", "", "", reason)))
+    _one_line_errors(result, before)
+
+
+def _one_line_errors(result: LoadResult, start: int) -> None:
+    """Each rejection from ``start`` on one line, whatever the input held."""
+    for i in range(start, len(result.rejected)):
+        rejection = result.rejected[i]
+        e = rejection.error
+        parts = (e.source, e.kind, e.name, e.field, e.reason)
+        clean = tuple(printable(part) for part in parts)
+        if clean != parts:
+            result.rejected[i] = Rejection(rejection.key, ConfigError(*clean))
+
+
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def printable(text: str) -> str:
+    """``text`` with what would break or hide part of a log line (line breaks, control and
+    format characters) written as escapes: a map key or file name may hold anything."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() and ch not in _LINE_BREAKS else repr(ch)[1:-1] for ch in text)
+
+
+def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: str) -> None:
     if not isinstance(doc, Mapping):
-        err = ConfigError(source, "", "", "", f"a document must be an object, got {type(doc).__name__}")
+        err = ConfigError(source, "", "", "", f"a document must be an object, got {type_name(doc)}")
         result.rejected.append(Rejection(None, err))
         return
     kind_text = doc.get("kind")
     api_version = doc.get("apiVersion")
     if not isinstance(kind_text, str) or not isinstance(api_version, str):
-        err = ConfigError(source, str(kind_text or ""), "", "apiVersion/kind", "both are required strings")
+        kind_shown = kind_text if isinstance(kind_text, str) else ""
+        err = ConfigError(source, kind_shown, "", "apiVersion/kind", "both are required strings")
         result.rejected.append(Rejection(None, err))
         return
     try:
@@ -285,6 +398,10 @@ def _load_one(doc: Any, source: str, result: LoadResult, system_namespace: str) 
         err = ConfigError(source, kind, "", "metadata.name", "is required")
         result.rejected.append(Rejection(None, err))
         return
+    if len(name) > _MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(name):  # as the API server has names
+        reason = f"{quoted(name)} is not a valid name (lower-case letters, digits, '-' and '.')"
+        result.rejected.append(Rejection(None, ConfigError(source, kind, "", "metadata.name", reason)))
+        return
     if kind in _CLUSTER_SCOPED:
         namespace = ""
     elif namespace is None:
@@ -293,22 +410,31 @@ def _load_one(doc: Any, source: str, result: LoadResult, system_namespace: str) 
         err = ConfigError(source, kind, name, "metadata.namespace", "must be a string")
         result.rejected.append(Rejection(None, err))
         return
+    if namespace and (len(namespace) > _MAX_NAMESPACE or not _DNS_LABEL.fullmatch(namespace)):
+        reason = f"{quoted(namespace)} is not a valid namespace name (lower-case letters, digits and '-')"
+        result.rejected.append(Rejection(None, ConfigError(source, kind, name, "metadata.namespace", reason)))
+        return
     key = ConfigKey(kind, namespace, name)
     display = f"{namespace}/{name}" if namespace else name
+    mesh_map = kind is Kind.CONFIG_MAP and name == MESH_CONFIGMAP_NAME and namespace == system_namespace
+    if mesh_map:
+        # the ConfigMap is read as the MeshConfig it holds: rejected, it keeps the last good
+        # mesh config in force (istiod keeps the previous one), so it is keyed as that
+        key = MESH_KEY
     try:
         if api_version not in _API_VERSIONS[kind]:
             allowed = ", ".join(sorted(_API_VERSIONS[kind]))
             raise FieldError("apiVersion", f"{api_version!r} is not served for {kind} (want one of {allowed})")
         meta = _parse_meta(meta_raw, name, namespace)
         if kind is Kind.CONFIG_MAP:
-            if name == MESH_CONFIGMAP_NAME and namespace == system_namespace:
+            if mesh_map:
                 data = string_map(doc.get("data"), "data")
                 mesh_text = data.get(MESH_CONFIGMAP_KEY, "")
                 try:
-                    body = yaml.load(mesh_text, Loader=KubeYamlLoader) if mesh_text else {}
+                    body = yaml.load(mesh_text, Loader=KubeYamlLoader) if mesh_text else None
                 except yaml.YAMLError as e:
-                    raise FieldError(f"data.{MESH_CONFIGMAP_KEY}", f"invalid YAML: {e}") from e
-                _load_mesh(body or {}, f"{source} (ConfigMap {display})", result, namespace)
+                    raise FieldError(f"data.{MESH_CONFIGMAP_KEY}", yaml_error_text(e, mesh_text)) from e
+                _load_mesh(body if body is not None else {}, f"{source} (ConfigMap {display})", result, namespace)
             else:
                 result.ignored += 1
             return

@@ -6,12 +6,19 @@ features pilotfish lacks); fields it models are type-checked like any other conf
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from app.api import mesh_pb2
-from app.config.schema import merge_message
+from app.config.istio_checks import (
+    check_connect_timeout,
+    check_locality_lb_setting,
+    check_port_number,
+    is_dns1123_label,
+)
+from app.config.schema import merge_message, type_name
 from app.errors import FieldError
 
 MeshConfig = mesh_pb2.MeshConfig
@@ -36,9 +43,40 @@ def default_mesh_config() -> mesh_pb2.MeshConfig:
 
 def parse_mesh_config(body: Any) -> mesh_pb2.MeshConfig:
     if not isinstance(body, dict):
-        raise FieldError("", f"mesh config must be an object, got {type(body).__name__}")
+        raise FieldError("", f"mesh config must be an object, got {type_name(body)}")
     mesh = default_mesh_config()
     merge_message(body, mesh, strict=False)
     if not mesh.root_namespace:
         raise FieldError("rootNamespace", "must not be empty")
+    validate_mesh_config(mesh, explicit=body.keys())
     return mesh
+
+
+def validate_mesh_config(mesh: mesh_pb2.MeshConfig, explicit: Collection[str] = ()) -> None:
+    """agent.ValidateMeshConfig (which istiod runs on the mesh config merged over its defaults),
+    for the fields pilotfish reads. ``explicit``: the fields the user's YAML sets (a port of 0
+    written out is refused; left out, it is the default)."""
+    if mesh.proxy_listen_port or "proxyListenPort" in explicit:
+        check_port_number("proxyListenPort", mesh.proxy_listen_port)
+    check_connect_timeout("connectTimeout", mesh.connect_timeout)
+    detection = mesh.protocol_detection_timeout  # ValidateProtocolDetectionTimeout: 0s turns it off
+    if (detection.seconds * 1_000_000_000 + detection.nanos) % 1_000_000:
+        raise FieldError("protocolDetectionTimeout", "only durations to ms precision are supported")
+    if mesh.HasField("locality_lb_setting"):
+        check_locality_lb_setting("localityLbSetting", mesh.locality_lb_setting)
+    _check_trust_domain("trustDomain", mesh.trust_domain)
+    for i, alias in enumerate(mesh.trust_domain_aliases):
+        _check_trust_domain(f"trustDomainAliases[{i}]", alias)
+    if mesh.HasField("mesh_mTLS") and len(mesh.mesh_mTLS.ecdh_curves):
+        raise FieldError("meshMTLS.ecdhCurves", "mesh TLS does not support ECDH curves configuration")
+
+
+def _check_trust_domain(path: str, domain: str) -> None:
+    """agent.ValidateTrustDomain: DNS labels, the last of which may be empty (``istio.io.``)."""
+    if not domain:
+        raise FieldError(path, "empty domain name not allowed")
+    labels = domain.split(".")
+    if labels[-1] == "":
+        labels.pop()
+    if not all(is_dns1123_label(label) for label in labels):
+        raise FieldError(path, f"trust domain name {domain!r} invalid")

@@ -16,10 +16,11 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from google.protobuf import duration_pb2, json_format, message_factory
+from google.protobuf import descriptor_pool, duration_pb2, json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
@@ -30,6 +31,11 @@ M = TypeVar("M", bound=Message)
 # well-known types have their own JSON forms; ParseDict checks them
 _WKT_PREFIX = "google.protobuf."
 _DURATION = "google.protobuf.Duration"
+_STRUCT, _VALUE, _LIST_VALUE = "google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"
+_TIMESTAMP, _FIELD_MASK = "google.protobuf.Timestamp", "google.protobuf.FieldMask"
+_ANY, _EMPTY, _NULL_VALUE = "google.protobuf.Any", "google.protobuf.Empty", "google.protobuf.NullValue"
+_MAX_DOUBLE = 2**1023  # a JSON integer past this is no double (float() overflows)
+_MAX_DURATION_SECONDS = 315_576_000_000  # google.protobuf.Duration's range: 10,000 years
 _PROTO_DURATION = re.compile(r"^-?\d+(\.\d{1,9})?s$")
 _GO_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {
@@ -49,15 +55,16 @@ def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = Tru
     """Check ``doc`` against ``descriptor`` and return it ready for ParseDict.
 
     With ``strict``, a key that is not a field (by its camelCase JSON name) is an error naming
-    its path; otherwise it is dropped. Durations written Go-style (``5m``, ``1h30m``, ``250ms``),
+    its path; otherwise it is dropped. Every value is checked to have its field's JSON type
+    (an object for a message or a map, a list for a repeated field, a string, a number...), so
+    a type mismatch anywhere is a FieldError naming its path and what was wanted, never an
+    error from inside protobuf. Durations written Go-style (``5m``, ``1h30m``, ``250ms``),
     which Istio accepts, are rewritten to proto3 JSON seconds (``300s``).
     """
-    if descriptor.full_name == _DURATION:
-        return _duration(doc, path) if isinstance(doc, str) else doc
     if descriptor.full_name.startswith(_WKT_PREFIX):
-        return doc
+        return _well_known(doc, descriptor, path)
     if not isinstance(doc, Mapping):
-        raise FieldError(path, f"expected an object, got {_type_name(doc)}")
+        raise FieldError(path, f"expected an object, got {type_name(doc)}")
     out: dict[str, Any] = {}
     for key, value in doc.items():
         here = f"{path}.{key}" if path else str(key)
@@ -66,9 +73,7 @@ def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = Tru
             if strict:
                 raise FieldError(here, "unknown field")
             continue
-        if value is not None and fd.message_type is not None:
-            value = _normalize_field(value, fd, fd.message_type, here, strict)
-        out[key] = value
+        out[key] = value if value is None else _normalize_field(value, fd, here, strict)
     return out
 
 
@@ -79,27 +84,206 @@ def _json_field(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
     return fd if fd is not None and fd.json_name == key else None
 
 
-def _normalize_field(value: Any, fd: FieldDescriptor, mt: Descriptor, path: str, strict: bool) -> Any:
-    if mt.GetOptions().map_entry:
-        value_type = mt.fields_by_name["value"].message_type
-        if not isinstance(value, Mapping) or value_type is None:
-            return value
-        return {k: v if v is None else normalize(v, value_type, f"{path}.{k}", strict=strict) for k, v in value.items()}
+def _normalize_field(value: Any, fd: FieldDescriptor, path: str, strict: bool) -> Any:
+    mt = fd.message_type
+    if mt is not None and mt.GetOptions().map_entry:
+        if not isinstance(value, Mapping):
+            raise FieldError(path, f"expected a map, got {type_name(value)}")
+        key_fd, value_fd = mt.fields_by_name["key"], mt.fields_by_name["value"]
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            here = f"{path}.{k}"
+            _check_map_key(k, key_fd, here)
+            if v is None and not _takes_null(value_fd):
+                raise FieldError(here, f"expected {_wanted(value_fd)}, got null")
+            out[k] = v if v is None else _normalize_one(v, value_fd, here, strict)
+        return out
     if fd.is_repeated:
         if not isinstance(value, list):
-            raise FieldError(path, f"expected a list, got {_type_name(value)}")
-        return [normalize(item, mt, f"{path}[{i}]", strict=strict) for i, item in enumerate(value)]
-    return normalize(value, mt, path, strict=strict)
+            raise FieldError(path, f"expected a list, got {type_name(value)}")
+        items = []
+        for i, item in enumerate(value):
+            if item is None and not _takes_null(fd):
+                raise FieldError(f"{path}[{i}]", f"expected {_wanted(fd)}, got null")
+            items.append(item if item is None else _normalize_one(item, fd, f"{path}[{i}]", strict))
+        return items
+    return _normalize_one(value, fd, path, strict)
+
+
+def _normalize_one(value: Any, fd: FieldDescriptor, path: str, strict: bool) -> Any:
+    """One value of the field's type (an element of a repeated field, a map's value)."""
+    if fd.message_type is not None:
+        return normalize(value, fd.message_type, path, strict=strict)
+    _check_scalar(value, fd, path)
+    return value
+
+
+def _takes_null(fd: FieldDescriptor) -> bool:
+    """proto3 JSON: ``null`` is a value of google.protobuf.Value (and NullValue) only."""
+    mt = fd.message_type
+    return (mt is not None and mt.full_name == _VALUE) or (
+        fd.enum_type is not None and fd.enum_type.full_name == _NULL_VALUE
+    )
+
+
+_INTEGER_TYPES = frozenset(
+    {
+        FieldDescriptor.TYPE_INT32,
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT32,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT32,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED32,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED32,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+_FLOAT_TYPES = frozenset({FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE})
+_INTEGER_TEXT = re.compile(r"-?\d+")
+_FLOAT_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
+_MAX_ENUM_NAMES = 8  # an error lists the names of a small enum only
+
+
+def _wanted(fd: FieldDescriptor) -> str:
+    """What a value of ``fd``'s type is called in an error (``a string``, ``an object``...)."""
+    mt = fd.message_type
+    if mt is not None:
+        if mt.full_name == _DURATION:
+            return "a duration"
+        if mt.full_name in _WRAPPERS:
+            return _wanted(mt.fields_by_name["value"])
+        return "an object"
+    if fd.enum_type is not None:
+        return "one of " + ", ".join(fd.enum_type.values_by_name)
+    if fd.type in _INTEGER_TYPES:
+        return "an integer"
+    if fd.type in _FLOAT_TYPES:
+        return "a number"
+    if fd.type == FieldDescriptor.TYPE_BOOL:
+        return "true or false"
+    return "a string"
+
+
+def _check_scalar(value: Any, fd: FieldDescriptor, path: str) -> None:
+    """A scalar of ``fd``'s proto3 JSON type; the range (and a number's form) is ParseDict's."""
+    t = fd.type
+    if fd.enum_type is not None:
+        # a name, or a number as proto3 JSON has it too, but one the enum has: the code reading
+        # the field knows those values only (Go keeps an unknown one; Python's Name() raises)
+        ok = isinstance(value, str | int) and not isinstance(value, bool)
+        if ok:
+            names = fd.enum_type.values_by_name
+            if value in (names if isinstance(value, str) else fd.enum_type.values_by_number):
+                return
+            listed = ", ".join(names) if len(names) <= _MAX_ENUM_NAMES else f"a {fd.enum_type.name} name"
+            raise FieldError(path, f"unknown value {_shown(value)} (want {listed})")
+    elif t in _INTEGER_TYPES:
+        if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+            raise FieldError(path, f"expected an integer, got {value!r}")
+        ok = (
+            (isinstance(value, int) and not isinstance(value, bool))
+            or (isinstance(value, float) and math.isfinite(value))
+            or (isinstance(value, str) and _INTEGER_TEXT.fullmatch(value) is not None)
+        )
+    elif t in _FLOAT_TYPES:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > _MAX_DOUBLE:
+                raise FieldError(path, "number out of range")
+            return
+        # proto3 JSON has NaN and Infinity; Kubernetes' JSON cannot carry them and no field
+        # Istio reads means anything by them: refused here, not where Envoy config is built
+        non_finite = isinstance(value, float) and not math.isfinite(value)
+        if non_finite or (isinstance(value, str) and value in _FLOAT_WORDS):
+            raise FieldError(path, f"expected a finite number, got {_shown(value)}")
+        ok = isinstance(value, float) or (isinstance(value, str) and _float_text(value))
+    elif t == FieldDescriptor.TYPE_BOOL:
+        ok = isinstance(value, bool)
+    else:  # string, bytes
+        ok = isinstance(value, str)
+    if not ok:
+        raise FieldError(path, f"expected {_wanted(fd)}, got {_shown(value)}")
+
+
+def _float_text(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _check_map_key(key: Any, key_fd: FieldDescriptor, path: str) -> None:
+    """A map key: a string, or for an integer-keyed map a number (JSON writes it quoted)."""
+    if key_fd.type in _INTEGER_TYPES:
+        ok = (isinstance(key, int) and not isinstance(key, bool)) or (
+            isinstance(key, str) and _INTEGER_TEXT.fullmatch(key) is not None
+        )
+        wanted = "an integer"
+    else:
+        ok, wanted = isinstance(key, str), "a string"
+    if not ok:
+        raise FieldError(path, f"expected {wanted} as the key, got {_shown(key)}")
+
+
+def _well_known(doc: Any, descriptor: Descriptor, path: str) -> Any:
+    """A well-known type's JSON form: checked here, converted by ParseDict."""
+    name = descriptor.full_name
+    if name == _DURATION:
+        if not isinstance(doc, str):
+            raise FieldError(path, f"expected a duration such as 5s or 100ms, got {_shown(doc)}")
+        return _duration(doc, path)
+    if name in _WRAPPERS:
+        _check_scalar(doc, descriptor.fields_by_name["value"], path)
+    elif name == _STRUCT:
+        if not isinstance(doc, Mapping):
+            raise FieldError(path, f"expected an object, got {type_name(doc)}")
+        _check_json(doc, path)
+    elif name == _LIST_VALUE:
+        if not isinstance(doc, list):
+            raise FieldError(path, f"expected a list, got {type_name(doc)}")
+        _check_json(doc, path)
+    elif name == _VALUE:
+        _check_json(doc, path)
+    elif name in (_TIMESTAMP, _FIELD_MASK) and not isinstance(doc, str):
+        raise FieldError(path, f"expected a string, got {_shown(doc)}")
+    elif name in (_ANY, _EMPTY) and not isinstance(doc, Mapping):
+        raise FieldError(path, f"expected an object, got {type_name(doc)}")
+    return doc
+
+
+def _check_json(value: Any, path: str) -> None:
+    """A JSON value (google.protobuf.Value): objects with string keys, lists, strings,
+    finite numbers, booleans and null only."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise FieldError(f"{path}.{k}", f"expected a string as the key, got {_shown(k)}")
+            _check_json(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json(item, f"{path}[{i}]")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _MAX_DOUBLE:
+            raise FieldError(path, "number out of range")
+    elif isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN or Infinity
+        raise FieldError(path, f"expected a finite number, got {_shown(value)}")
+    elif value is not None and not isinstance(value, str | bool | float):
+        raise FieldError(path, f"expected a JSON value, got {type_name(value)}")
 
 
 def _duration(text: str, path: str) -> str:
     if _PROTO_DURATION.match(text):
-        return text
-    parts = _GO_DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise FieldError(path, f"invalid duration {text!r} (use e.g. 5s, 100ms, 1m30s)")
-    seconds = sum((Decimal(n) * _UNIT_SECONDS[u] for n, u in parts), Decimal(0))
-    return f"{seconds.normalize():f}s"
+        seconds, out = Decimal(text[:-1]), text
+    else:
+        parts = _GO_DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise FieldError(path, f"invalid duration {_shown(text)} (use e.g. 5s, 100ms, 1m30s)")
+        seconds = sum((Decimal(n) * _UNIT_SECONDS[u] for n, u in parts), Decimal(0))
+        out = f"{seconds.normalize():f}s"
+    if abs(seconds) > _MAX_DURATION_SECONDS:
+        raise FieldError(path, f"duration {_shown(text)} out of range (at most 10,000 years)")
+    return out
 
 
 def parse_message(doc: Any, message_type: type[M]) -> M:
@@ -141,15 +325,22 @@ def merge_message(doc: Any, msg: Message, *, strict: bool) -> None:
     clean = normalize(doc, descriptor, "", strict=strict)
     try:
         json_format.ParseDict(clean, msg)
-    except json_format.ParseError as e:
+    except _PARSE_ERRORS as e:
+        # normalize checked every type: what is left is a value protobuf refuses (out of
+        # range, two members of a oneof...); anything but a ParseError is not its own text
         error = _field_error(str(e), msg.DESCRIPTOR.name)
-        raise FieldError(_locate(clean, descriptor, "") or error.field, error.reason) from e
+        reason = error.reason if isinstance(e, json_format.ParseError) and error.reason else "invalid value"
+        raise FieldError(_locate(clean, descriptor, "") or error.field, reason) from e
+
+
+# ParseDict wraps most failures in ParseError, not all (an int too large for a double)
+_PARSE_ERRORS = (json_format.ParseError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError)
 
 
 def _fails(doc: Any, descriptor: Descriptor) -> bool:
     try:
         json_format.ParseDict(doc, message_factory.GetMessageClass(descriptor)())
-    except json_format.ParseError:
+    except _PARSE_ERRORS:
         return True
     return False
 
@@ -162,12 +353,16 @@ def _locate(doc: Any, descriptor: Descriptor, path: str) -> str:
     if not isinstance(doc, Mapping) or descriptor.full_name.startswith(_WKT_PREFIX):
         return path
     for key, value in doc.items():
-        here = f"{path}.{key}" if path else key
+        here = f"{path}.{key}" if path else str(key)
+        fd = _json_field(descriptor, key) if isinstance(key, str) else None
+        if fd is None:
+            return here
         if not _fails({key: value}, descriptor):
             continue
-        fd = descriptor.fields_by_camelcase_name[key]
         mt = fd.message_type
-        if mt is not None and mt.GetOptions().map_entry and isinstance(value, Mapping):
+        if mt is not None and mt.GetOptions().map_entry:
+            if not isinstance(value, Mapping):
+                return here
             value_type = mt.fields_by_name["value"].message_type
             for k, v in value.items():
                 if _fails({key: {k: v}}, descriptor):
@@ -198,11 +393,66 @@ def _field_error(text: str, root: str) -> FieldError:
         if at.group(1).startswith(root + "."):
             path = at.group(1)[len(root) + 1 :]
         rest = rest[: at.start()]
-    return FieldError(path, rest.rstrip(" ."))
+    return FieldError(path, _reworded(rest.rstrip(" .")))
 
 
-def _type_name(value: Any) -> str:
-    return "a list" if isinstance(value, list) else type(value).__name__
+_OUT_OF_RANGE = re.compile(r"Value out of range: (\S+)")
+_MANY_ONEOF = re.compile(r'Message type "([\w.]+)" should not have multiple "(\w+)" oneof fields')
+
+
+def _reworded(reason: str) -> str:
+    """protobuf's words for what it refuses, in the user's (JSON field names, no proto names)."""
+    if m := _OUT_OF_RANGE.fullmatch(reason):
+        return f"{m.group(1)} is out of range"
+    if m := _MANY_ONEOF.fullmatch(reason):
+        try:
+            oneof = descriptor_pool.Default().FindMessageTypeByName(m.group(1)).oneofs_by_name[m.group(2)]
+        except KeyError:
+            return reason
+        return "only one of " + ", ".join(fd.json_name for fd in oneof.fields) + " may be set"
+    return reason
+
+
+def type_name(value: Any) -> str:
+    """What a YAML value is, in words: ``a list``, ``an object``, ``an integer``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, date):  # an unquoted YAML timestamp
+        return "a timestamp (quote it to make it a string)"
+    if isinstance(value, bytes):
+        return "binary data"
+    if isinstance(value, set | frozenset):
+        return "a set"
+    return type(value).__name__
+
+
+_SHOWN_MAX = 40
+
+
+def _shown(value: Any) -> str:
+    """A value as an error names it: short scalars as written, anything else by its type."""
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= _SHOWN_MAX else f"{text[: _SHOWN_MAX - 4]}...'"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float) and len(repr(value)) <= _SHOWN_MAX:
+        return repr(value)
+    return type_name(value)
 
 
 # --- the fast path's per-type plan --------------------------------------------------------
@@ -215,21 +465,7 @@ _SCALAR_KINDS = {
     FieldDescriptor.TYPE_STRING: _K_STRING,
     FieldDescriptor.TYPE_BOOL: _K_BOOL,
     FieldDescriptor.TYPE_DOUBLE: _K_DOUBLE,
-    **dict.fromkeys(
-        (
-            FieldDescriptor.TYPE_INT32,
-            FieldDescriptor.TYPE_INT64,
-            FieldDescriptor.TYPE_UINT32,
-            FieldDescriptor.TYPE_UINT64,
-            FieldDescriptor.TYPE_SINT32,
-            FieldDescriptor.TYPE_SINT64,
-            FieldDescriptor.TYPE_FIXED32,
-            FieldDescriptor.TYPE_FIXED64,
-            FieldDescriptor.TYPE_SFIXED32,
-            FieldDescriptor.TYPE_SFIXED64,
-        ),
-        _K_INT,
-    ),
+    **dict.fromkeys(_INTEGER_TYPES, _K_INT),
 }  # float and bytes have JSON forms of their own (range checks, base64): json_format's job
 
 
@@ -338,7 +574,7 @@ def _convert(f: _FieldPlan, value: Any) -> Any:
         if t is str:
             return _duration_message(value)
     elif kind == _K_DOUBLE:
-        if t is int or (t is float and math.isfinite(value)):
+        if (t is int and abs(value) <= _MAX_DOUBLE) or (t is float and math.isfinite(value)):
             return float(value)
     elif kind == _K_WRAPPER:
         assert f.value is not None

@@ -3,7 +3,8 @@
 Owns which files of the directory are config, reading them, and turning each change of a
 file into add / update / delete events under the bad-input rules of DESIGN §5:
 
-* a file that is not YAML (or cannot be read) is reported and keeps everything it held;
+* a file that is not YAML (or cannot be read) is reported and keeps everything it held; one that
+  is not a regular file (a FIFO, socket or device named *.yaml) is reported the same, unopened;
 * a rejected object keeps the last good version its file held;
 * a key defined twice is taken from the first definition in sorted path order (then document
   order); every later one is rejected with an error naming both places;
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -358,10 +360,10 @@ class FileSource:
             stats[str(file)] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         results: dict[str, LoadResult | None] = {path: None for path in known if path not in stats}
         results.update((path, result) for path, result in unreadable.items() if known.get(path) != _UNREADABLE)
-        for path, stat in list(stats.items()):
+        for path, file_stat in list(stats.items()):
             if path in unreadable:
                 continue
-            if changed is None or known.get(path) != stat or os.path.abspath(path) in changed:
+            if changed is None or known.get(path) != file_stat or os.path.abspath(path) in changed:
                 result = self._load_file(Path(path))
                 results[path] = result
                 if result is None:
@@ -380,19 +382,51 @@ def load_config_file(path: Path, *, mesh: bool, system_namespace: str = "istio-s
     ``pilotfish validate``): refused unread when too large, a read error reported against it,
     MeshConfig YAML when ``mesh``; None if it no longer exists."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:  # refused before it is read into memory
-            reason = f"{size} bytes, more than the {MAX_FILE_BYTES // 2**20} MiB a config file may hold"
-            return LoadResult(rejected=[Rejection(None, ConfigError(str(path), "", "", "", reason))], parsed=False)
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular_file(path)
     except FileNotFoundError:
         return None
+    except _Refused as e:
+        return LoadResult(rejected=[Rejection(None, ConfigError(str(path), "", "", "", str(e)))], parsed=False)
     except (OSError, UnicodeDecodeError) as e:
         error = ConfigError(str(path), "", "", "", f"cannot read file: {e}")
         return LoadResult(rejected=[Rejection(None, error)], parsed=False)
     if mesh:
         return load_mesh_file(text, str(path))
     return load_documents(text, str(path), system_namespace=system_namespace)
+
+
+class _Refused(Exception):
+    """A file that is not read: the reason."""
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _read_regular_file(path: Path) -> str:
+    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES; raises _Refused for any
+    other (a FIFO, socket or device named *.yaml is never opened: opening or reading a FIFO
+    waits for a writer, which would stall the whole source), OSError, UnicodeDecodeError."""
+    _check_readable(path.stat())
+    # O_NONBLOCK: a file swapped for a FIFO since the stat still opens at once, and the fstat
+    # refuses it before any read
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        _check_readable(os.fstat(f.fileno()))
+        return f.read()
+
+
+def _check_readable(st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in _NOT_REGULAR if test(st.st_mode)), "not a file")
+        raise _Refused(f"not a regular file ({what}): not read")
+    if st.st_size > MAX_FILE_BYTES:  # refused before it is read into memory
+        raise _Refused(f"{st.st_size} bytes, more than the {MAX_FILE_BYTES // 2**20} MiB a config file may hold")
 
 
 async def _next_batch(changes: AsyncIterator[set[FileChange]]) -> set[FileChange] | None:

@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import json_format
 
-from app.model.proxy import Proxy, build_proxy
+from app.model.proxy import InvalidNodeError, Proxy, build_proxy, shown
 from app.model.sidecar_scope import SidecarScope
 from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
@@ -68,11 +68,23 @@ class Session(Protocol[_Req_contra, _Resp_co]):
 
 
 def proxy_from_node(node: base_pb2.Node) -> Proxy:
-    """The Proxy an xDS node describes; raises InvalidNodeError."""
-    metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
+    """The Proxy an xDS node describes; raises InvalidNodeError, for whatever in the node
+    cannot be read (the server ends the stream with INVALID_ARGUMENT and this short message)."""
+    try:
+        metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
+    except (ValueError, TypeError, json_format.Error) as e:
+        # a Struct may hold what JSON cannot: Infinity, NaN
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InvalidNodeError(f"node {shown(node.id)}: unreadable metadata: {shown(reason, 120)}") from None
     loc = node.locality
     locality = "/".join((loc.region, loc.zone, loc.sub_zone)).rstrip("/") if node.HasField("locality") else ""
-    return build_proxy(node.id, metadata, locality)
+    try:
+        return build_proxy(node.id, metadata, locality)
+    except InvalidNodeError:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError) as e:  # a bug, but the client's stream only
+        logger.warning("node %s: cannot be read", shown(node.id), exc_info=True)
+        raise InvalidNodeError(f"node {shown(node.id)}: cannot be read ({type(e).__name__})") from None
 
 
 class Connection(Generic[Req, Resp]):

@@ -18,11 +18,13 @@ from google.protobuf.message import Message
 
 from app.api import mesh_pb2
 from app.api import networking_pb2 as net
+from app.config import loader
 from app.config.istio import istio_warnings
 from app.config.loader import KubeYamlLoader, LoadResult, load_documents
 from app.config.model import ConfigKey, Kind
 from app.config.schema import build_message, merge_message, parse_message
 from app.errors import FieldError
+from app.sources.files import next_file_state
 from bench.parse_config import make_yaml
 
 
@@ -137,7 +139,7 @@ def test_snake_case_field_names_are_rejected() -> None:
 def test_wrong_types_are_rejected() -> None:
     assert only_rejection(load(doc("DestinationRule", "host: a\nsubsets: v1")))[4:] == (
         "subsets",
-        "expected a list, got str",
+        "expected a list, got a string",
     )
     assert only_rejection(load(doc("DestinationRule", "host: a\ntrafficPolicy: [RANDOM]")))[4:] == (
         "trafficPolicy",
@@ -405,6 +407,71 @@ def test_bad_mesh_config_is_rejected_with_its_field() -> None:
     assert rejection.error.field == "outboundTrafficPolicy.mode"
 
 
+MESH_GOOD = (
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\n"
+    "data:\n  mesh: 'connectTimeout: 7s'\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "reason"),
+    [
+        ("data:\n  mesh: 'connectTimeout: [7s'\n", "data.mesh", "invalid YAML at line 2, column 1: did not find"),
+        ("data: [mesh]\n", "data", "expected an object, got a list"),
+        ("data:\n  mesh: {rootNamespace: x}\n", "data.mesh", "expected a string value, got an object"),
+        ("data:\n  mesh: '[a, b]'\n", "", "mesh config must be an object, got a list"),
+    ],
+)
+def test_a_rejected_mesh_configmap_keeps_the_last_good_mesh_config(data: str, field: str, reason: str) -> None:
+    # istiod keeps the previous mesh config: the rejection is keyed as the MeshConfig the
+    # ConfigMap held, so the file source keeps that in force
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\n" + data
+    result = load_documents(text, "mesh.yaml")
+    (rejection,) = result.rejected
+    assert rejection.key == ConfigKey(Kind.MESH_CONFIG, "", "mesh")
+    assert (rejection.error.field, "\n" in str(rejection.error)) == (field, False)
+    assert rejection.error.reason.startswith(reason), rejection.error
+    good = next_file_state(None, load_documents(MESH_GOOD, "mesh.yaml"))
+    after = next_file_state(good, result)
+    [mesh] = after.objects.values()
+    assert mesh.spec.connect_timeout == duration_pb2.Duration(seconds=7)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field", "reason"),
+    [
+        ("{name: Bad_Name, namespace: ns}", "metadata.name", "'Bad_Name' is not a valid name"),
+        ("{name: ok, namespace: 'two words'}", "metadata.namespace", "'two words' is not a valid namespace name"),
+        ('{name: ok, namespace: "a\\nb"}', "metadata.namespace", "'a\\nb' is not a valid namespace name"),
+    ],
+)
+def test_names_and_namespaces_are_kubernetes_names(metadata: str, field: str, reason: str) -> None:
+    text = f"apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {metadata}\nspec: {{host: a}}\n"
+    (rejection,) = load_documents(text, "f.yaml").rejected
+    assert rejection.key is None  # the identity is not readable: the file's objects are all kept
+    assert (rejection.error.field, rejection.error.reason) == (field, reason + rejection.error.reason[len(reason) :])
+    assert "\n" not in str(rejection.error)
+
+
+def test_a_rejection_is_one_line_whatever_the_input_holds() -> None:
+    spec = 'host: a\nsubsets: [{name: v1, labels: {"x\\ny\\u2028z": 1}}]'
+    (rejection,) = load(doc("DestinationRule", spec)).rejected
+    assert str(rejection.error) == (
+        "cfg.yaml: DestinationRule ns/obj: field subsets[0].labels.x\\ny\\u2028z: expected a string, got 1"
+    )
+
+
+def test_a_bug_while_loading_one_document_is_a_rejection_not_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> None:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(loader, "_load_document", broken)
+    result = load(doc("DestinationRule", "host: a"))
+    (rejection,) = result.rejected
+    assert rejection.key is None
+    assert "internal error reading this document (KeyError)" in str(rejection.error)
+
+
 # --- the fast paths give the same results as the libraries they stand in for ----------------
 
 YAML_CORNERS = """\
@@ -540,10 +607,10 @@ SLOW_CASES = [
     (net.ServiceEntry, {"hosts": ["a.com"], "ports": [{"number": "80", "name": "http"}]}),
     (net.ServiceEntry, {"hosts": ["a.com"], "ports": [{"number": 80.0, "name": "http"}]}),
     (net.DestinationRule, {"host": "a", "trafficPolicy": {"loadBalancer": {"simple": 5}}}),
-    (net.DestinationRule, {"host": "a", "trafficPolicy": {"retryBudget": {"percent": True}}}),
+    (net.DestinationRule, {"host": "a", "trafficPolicy": {"retryBudget": {"percent": "12.5"}}}),
     (
         net.VirtualService,
-        {"hosts": ["a"], "http": [{"route": [{"destination": {"host": "a"}}], "mirrorPercentage": {"value": "NaN"}}]},
+        {"hosts": ["a"], "http": [{"route": [{"destination": {"host": "a"}}], "mirrorPercentage": {"value": "5"}}]},
     ),
 ]
 
@@ -589,7 +656,7 @@ def _rejected_as_invalid_yaml(text: str, reason: str) -> None:
     result = load_documents(text, "bad.yaml")
     assert result.objects == [] and not result.parsed
     [rejection] = result.rejected
-    assert str(rejection.error).startswith("bad.yaml: invalid YAML:") and reason in str(rejection.error)
+    assert str(rejection.error).startswith("bad.yaml: invalid YAML at line ") and reason in str(rejection.error)
 
 
 def test_deeply_nested_flow_yaml_is_refused_not_a_crash() -> None:

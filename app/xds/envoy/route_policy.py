@@ -21,6 +21,7 @@ from envoy.extensions.retry.priority.previous_priorities.v3 import previous_prio
 from envoy.type.v3 import percent_pb2
 
 from app.api import networking_pb2 as net
+from app.config.istio_traffic import GRPC_STATUSES
 from app.xds.envoy.route_match import string_matcher
 
 HVO = base_pb2.HeaderValueOption
@@ -34,31 +35,8 @@ PREVIOUS_PRIORITIES = "envoy.retry_priorities.previous_priorities"
 PREVIOUS_PRIORITIES_UPDATE_FREQUENCY = 2
 # status codes Go's http.StatusText knows; istiod reads such numbers in retryOn as status codes
 _HTTP_STATUS_CODES = frozenset(s.value for s in http.HTTPStatus)
-# gRPC status names, in code order (istiod pkg/util/grpc SupportedGRPCStatus)
-_GRPC_CODES = {
-    name: code
-    for code, name in enumerate(
-        (
-            "OK",
-            "CANCELLED",
-            "UNKNOWN",
-            "INVALID_ARGUMENT",
-            "DEADLINE_EXCEEDED",
-            "NOT_FOUND",
-            "ALREADY_EXISTS",
-            "PERMISSION_DENIED",
-            "RESOURCE_EXHAUSTED",
-            "FAILED_PRECONDITION",
-            "ABORTED",
-            "OUT_OF_RANGE",
-            "UNIMPLEMENTED",
-            "INTERNAL",
-            "UNAVAILABLE",
-            "DATA_LOSS",
-            "UNAUTHENTICATED",
-        )
-    )
-}
+# gRPC status codes by name (istiod pkg/util/grpc SupportedGRPCStatus)
+_GRPC_CODES = {name: code for code, name in enumerate(GRPC_STATUSES)}
 _REDIRECT_CODES = {
     0: route_pb2.RedirectAction.MOVED_PERMANENTLY,
     301: route_pb2.RedirectAction.MOVED_PERMANENTLY,

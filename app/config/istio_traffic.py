@@ -1,0 +1,428 @@
+"""istiod's semantic checks of the traffic kinds: DestinationRule (ValidateDestinationRule,
+validateTrafficPolicy, validateConnectionPool, validateOutlierDetection, validateSubset) and
+VirtualService (ValidateVirtualService, validateHTTPRoute, agent.ValidateHTTPRetry,
+validateHTTPFaultInjection, validateHTTPMirrors, validateCORSPolicy), for what pilotfish reads.
+
+Each raises FieldError naming the field path; parsing (app/config/schema.py) came first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import re2
+from google.protobuf import duration_pb2
+
+from app.api import networking_pb2 as net
+from app.config.host import matches, validate_fqdn
+from app.config.istio_checks import (
+    check_duration,
+    check_export_to,
+    check_host,
+    check_labels,
+    check_locality_lb_setting,
+    check_percent,
+    check_percentage,
+    check_port_number,
+    fail,
+    is_dns1123_label,
+)
+
+# --- DestinationRule -----------------------------------------------------------------
+
+
+def validate_destination_rule(dr: net.DestinationRule, namespace: str) -> None:
+    check_host("host", dr.host)
+    check_export_to(dr.export_to, "exportTo", namespace)
+    if dr.HasField("workload_selector") and any(e not in (".", namespace) for e in dr.export_to):
+        raise fail("exportTo", "a DestinationRule with a workloadSelector can only be exported to its own namespace")
+    names: set[str] = set()
+    if dr.HasField("traffic_policy"):
+        _check_traffic_policy(dr.traffic_policy, "trafficPolicy")
+    for i, subset in enumerate(dr.subsets):
+        here = f"subsets[{i}]"
+        if not subset.name:
+            raise fail(f"{here}.name", "is required")
+        if subset.name in names:
+            raise fail(f"{here}.name", f"duplicate subset name {subset.name!r}")
+        names.add(subset.name)
+        reason = validate_fqdn(subset.name)
+        if reason or "." in subset.name:
+            raise fail(f"{here}.name", f"{subset.name!r} is not a valid subset name (a DNS label)")
+        check_labels(f"{here}.labels", subset.labels)
+        if subset.HasField("traffic_policy"):
+            _check_traffic_policy(subset.traffic_policy, f"{here}.trafficPolicy")
+    if dr.HasField("workload_selector") and not dr.workload_selector.match_labels:
+        raise fail("workloadSelector.matchLabels", "must not be empty")
+
+
+def _check_traffic_policy(tp: net.TrafficPolicy, path: str) -> None:
+    _check_policy_parts(tp, path)
+    for i, pls in enumerate(tp.port_level_settings):
+        here = f"{path}.portLevelSettings[{i}]"
+        if not pls.HasField("port") or pls.port.number == 0:
+            raise fail(f"{here}.port", "is required")
+        check_port_number(f"{here}.port.number", pls.port.number)
+        _check_policy_parts(pls, here)
+
+
+def _check_policy_parts(tp: net.TrafficPolicy | net.TrafficPolicy.PortTrafficPolicy, path: str) -> None:
+    if tp.HasField("outlier_detection"):
+        check_outlier_detection(f"{path}.outlierDetection", tp.outlier_detection)
+    if tp.HasField("connection_pool"):
+        check_connection_pool(f"{path}.connectionPool", tp.connection_pool)
+    if tp.HasField("load_balancer") and tp.load_balancer.HasField("locality_lb_setting"):
+        check_locality_lb_setting(f"{path}.loadBalancer.localityLbSetting", tp.load_balancer.locality_lb_setting)
+    if tp.HasField("tls"):
+        tls = tp.tls
+        if tls.mode == net.ClientTLSSettings.MUTUAL and not tls.credential_name:
+            if not tls.client_certificate:
+                raise fail(f"{path}.tls.clientCertificate", "is required for mode MUTUAL")
+            if not tls.private_key:
+                raise fail(f"{path}.tls.privateKey", "is required for mode MUTUAL")
+
+
+def check_outlier_detection(path: str, od: net.OutlierDetection) -> None:
+    """validateOutlierDetection: its durations as ValidateDuration, local-origin failures only
+    when split from the other errors, both percentages 0-100."""
+    if od.HasField("base_ejection_time"):
+        check_duration(f"{path}.baseEjectionTime", od.base_ejection_time)
+    if not od.split_external_local_origin_errors and od.consecutive_local_origin_failures.value > 0:
+        raise fail(
+            f"{path}.consecutiveLocalOriginFailures",
+            "is set, but splitExternalLocalOriginErrors is false: local origin failures are not counted apart",
+        )
+    if od.HasField("interval"):
+        check_duration(f"{path}.interval", od.interval)
+    check_percent(f"{path}.maxEjectionPercent", od.max_ejection_percent)
+    check_percent(f"{path}.minHealthPercent", od.min_health_percent)
+
+
+def check_connection_pool(path: str, cp: net.ConnectionPoolSettings) -> None:
+    """validateConnectionPool: http or tcp set; every count non-negative; every duration as
+    ValidateDuration (a tcp idleTimeout under 1ms, 0s included, turns the timeout off)."""
+    if not cp.HasField("http") and not cp.HasField("tcp"):
+        raise fail(path, "connection pool must have at least one field (http or tcp)")
+    if cp.HasField("http"):
+        http = cp.http
+        counts = (
+            ("http1MaxPendingRequests", http.http1_max_pending_requests),
+            ("http2MaxRequests", http.http2_max_requests),
+            ("maxRequestsPerConnection", http.max_requests_per_connection),
+            ("maxRetries", http.max_retries),
+            ("maxConcurrentStreams", http.max_concurrent_streams),
+        )
+        _check_counts(f"{path}.http", counts)
+        if http.HasField("idle_timeout"):
+            check_duration(f"{path}.http.idleTimeout", http.idle_timeout)
+        upgrade = net.ConnectionPoolSettings.HTTPSettings.UPGRADE
+        if http.h2_upgrade_policy == upgrade and http.use_client_protocol:
+            raise fail(f"{path}.http.useClientProtocol", "must not be true when h2UpgradePolicy is UPGRADE")
+    if cp.HasField("tcp"):
+        tcp = cp.tcp
+        _check_counts(f"{path}.tcp", (("maxConnections", tcp.max_connections),))
+        durations: list[tuple[str, duration_pb2.Duration]] = []
+        if tcp.HasField("connect_timeout"):
+            durations.append(("connectTimeout", tcp.connect_timeout))
+        if tcp.HasField("max_connection_duration"):
+            durations.append(("maxConnectionDuration", tcp.max_connection_duration))
+        if tcp.HasField("idle_timeout") and abs(tcp.idle_timeout.ToNanoseconds()) >= 1_000_000:
+            durations.append(("idleTimeout", tcp.idle_timeout))
+        if tcp.HasField("tcp_keepalive"):
+            keepalive = tcp.tcp_keepalive
+            if keepalive.HasField("time"):
+                durations.append(("tcpKeepalive.time", keepalive.time))
+            if keepalive.HasField("interval"):
+                durations.append(("tcpKeepalive.interval", keepalive.interval))
+        for name, d in durations:
+            check_duration(f"{path}.tcp.{name}", d)
+
+
+def _check_counts(path: str, counts: Sequence[tuple[str, int]]) -> None:
+    for name, value in counts:
+        if value < 0:
+            raise fail(f"{path}.{name}", f"must be non-negative, got {value}")
+
+
+# --- VirtualService --------------------------------------------------------------------
+
+
+# Envoy compiles safe_regex with RE2 and rejects the whole update for one bad pattern; istiod
+# checks with Go's RE2 and caps the length (pkg/config/validation validateStringRegexp)
+MAX_REGEX_LENGTH = 1024
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is reported as the rejection, not on stderr
+
+
+def _check_regex(path: str, pattern: str) -> None:
+    if len(pattern) > MAX_REGEX_LENGTH:
+        raise fail(path, f"regex is too large, max length allowed is {MAX_REGEX_LENGTH}")
+    try:
+        re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as e:
+        reason = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise fail(path, f"not a valid RE2 regex: {reason}") from None
+
+
+def _check_string_match(path: str, sm: net.StringMatch) -> None:
+    kind = sm.WhichOneof("match_type")
+    if kind == "regex":
+        if not sm.regex:
+            raise fail(f"{path}.regex", "regex string match should not be empty")
+        _check_regex(f"{path}.regex", sm.regex)
+    elif kind == "prefix" and not sm.prefix:
+        raise fail(f"{path}.prefix", "prefix string match should not be empty")
+
+
+def _check_match_request(path: str, match: net.HTTPMatchRequest) -> None:
+    for name in ("uri", "scheme", "method", "authority"):
+        if match.HasField(name):
+            _check_string_match(f"{path}.{name}", getattr(match, name))
+    groups: tuple[tuple[str, Mapping[str, net.StringMatch]], ...] = (
+        ("headers", match.headers),
+        ("queryParams", match.query_params),
+        ("withoutHeaders", match.without_headers),
+    )
+    for field, entries in groups:
+        for key in sorted(entries):
+            _check_string_match(f"{path}.{field}.{key}", entries[key])
+    _check_l4_match(path, match)
+
+
+def _check_l4_match(path: str, match: net.HTTPMatchRequest | net.L4MatchAttributes | net.TLSMatchAttributes) -> None:
+    """What validateHTTPRouteMatchRequest, validateTCPMatch and validateTLSMatch share: a port,
+    when set, is a port; the source labels are labels; a source namespace is a DNS label."""
+    if match.port:
+        check_port_number(f"{path}.port", match.port)
+    check_labels(f"{path}.sourceLabels", match.source_labels)
+    if match.source_namespace and not is_dns1123_label(match.source_namespace):
+        raise fail(f"{path}.sourceNamespace", f"{match.source_namespace!r} is not a namespace name")
+
+
+def check_destination(dest: net.Destination, path: str) -> None:
+    """validateDestination: a host (not ``*``), a subset name that is a DNS label, a port."""
+    if dest.host == "*":
+        raise fail(f"{path}.host", "invalid destination host '*'")
+    check_host(f"{path}.host", dest.host)
+    if dest.subset and not is_dns1123_label(dest.subset):
+        raise fail(f"{path}.subset", f"{dest.subset!r} is not a valid subset name (a DNS label)")
+    if dest.HasField("port") and dest.port.number:
+        check_port_number(f"{path}.port.number", dest.port.number)
+
+
+def validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
+    if not vs.hosts and vs.gateways:
+        raise fail("hosts", "is required (only a delegate VirtualService, bound to no gateway, may omit it)")
+    for i, h in enumerate(vs.hosts):
+        check_host(f"hosts[{i}]", h, ip_ok=True)
+        if h == "*" and (not vs.gateways or "mesh" in vs.gateways):
+            raise fail(f"hosts[{i}]", "'*' is not allowed for a VirtualService bound to the mesh gateway")
+        for j in range(i):
+            if matches(vs.hosts[j], h):
+                raise fail(f"hosts[{i}]", f"{h!r} overlaps hosts[{j}] {vs.hosts[j]!r}")
+    check_export_to(vs.export_to, "exportTo", namespace)
+    for i, g in enumerate(vs.gateways):
+        if not g:
+            raise fail(f"gateways[{i}]", "must not be empty")
+    for i, route in enumerate(vs.http):
+        _check_http_route(f"http[{i}]", route)
+    l4: list[tuple[str, Sequence[net.RouteDestination]]] = [
+        *((f"tcp[{i}]", r.route) for i, r in enumerate(vs.tcp)),
+        *((f"tls[{i}]", r.route) for i, r in enumerate(vs.tls)),
+    ]
+    for where, dests in l4:
+        for j, l4_dest in enumerate(dests):
+            if not l4_dest.HasField("destination"):
+                raise fail(f"{where}.route[{j}].destination", "is required")
+            check_destination(l4_dest.destination, f"{where}.route[{j}].destination")
+        if len(dests) > 1 and sum(d.weight for d in dests) == 0:
+            raise fail(f"{where}.route", "total destination weight = 0")
+    for i, tcp_route in enumerate(vs.tcp):
+        for j, l4_match in enumerate(tcp_route.match):
+            _check_l4_match(f"tcp[{i}].match[{j}]", l4_match)
+    for i, tls_route in enumerate(vs.tls):
+        if not tls_route.match:
+            raise fail(f"tls[{i}].match", "is required")
+        for j, m in enumerate(tls_route.match):
+            if not m.sni_hosts:
+                raise fail(f"tls[{i}].match[{j}].sniHosts", "is required")
+            _check_l4_match(f"tls[{i}].match[{j}]", m)
+
+
+def _check_http_route(here: str, route: net.HTTPRoute) -> None:
+    """validateHTTPRoute, for what pilotfish reads."""
+    has_route = len(route.route) > 0
+    actions = [has_route, route.HasField("redirect"), route.HasField("direct_response"), route.HasField("delegate")]
+    if sum(actions) == 0:
+        raise fail(here, "one of route, redirect, directResponse or delegate is required")
+    if route.HasField("redirect") and has_route:
+        raise fail(here, "route and redirect cannot both be set")
+    if route.HasField("direct_response") and (has_route or route.HasField("redirect")):
+        raise fail(here, "directResponse cannot be combined with route or redirect")
+    for j, dest in enumerate(route.route):
+        if not dest.HasField("destination"):
+            raise fail(f"{here}.route[{j}].destination", "is required")
+        check_destination(dest.destination, f"{here}.route[{j}].destination")
+        if dest.weight < 0:
+            raise fail(f"{here}.route[{j}].weight", "must not be negative")
+    if len(route.route) > 1 and sum(d.weight for d in route.route) == 0:
+        raise fail(f"{here}.route", "total destination weight = 0")
+    for j, match in enumerate(route.match):
+        _check_match_request(f"{here}.match[{j}]", match)
+    if route.HasField("rewrite") and route.rewrite.HasField("uri_regex_rewrite"):
+        _check_regex(f"{here}.rewrite.uriRegexRewrite.match", route.rewrite.uri_regex_rewrite.match)
+    if route.HasField("cors_policy"):
+        _check_cors_policy(f"{here}.corsPolicy", route.cors_policy)
+    if route.HasField("fault"):
+        _check_fault(f"{here}.fault", route.fault)
+    _check_mirrors(here, route)
+    if route.HasField("timeout"):
+        check_duration(f"{here}.timeout", route.timeout)
+    if route.HasField("retries"):
+        check_http_retry(f"{here}.retries", route.retries)
+    if route.HasField("direct_response") and not 200 <= route.direct_response.status <= 599:
+        raise fail(f"{here}.directResponse.status", "must be an HTTP status between 200 and 599")
+
+
+def _check_cors_policy(path: str, cors: net.CorsPolicy) -> None:
+    """validateCORSPolicy: origin regexes; maxAge as ValidateDuration, in whole seconds."""
+    for j, origin in enumerate(cors.allow_origins):
+        _check_string_match(f"{path}.allowOrigins[{j}]", origin)
+    if cors.HasField("max_age"):
+        check_duration(f"{path}.maxAge", cors.max_age)
+        if cors.max_age.nanos > 0:
+            raise fail(f"{path}.maxAge", "max_age duration is accurate only to seconds precision")
+
+
+def _check_mirrors(here: str, route: net.HTTPRoute) -> None:
+    """validateHTTPRoute's mirror checks and validateHTTPMirrors: destinations as
+    validateDestination, percentages between 0 and 100."""
+    if route.HasField("mirror"):
+        check_destination(route.mirror, f"{here}.mirror")
+    if route.HasField("mirror_percent") and route.mirror_percent.value > 100:
+        raise fail(f"{here}.mirrorPercent", f"must have a max value of 100 (it has {route.mirror_percent.value})")
+    if route.HasField("mirror_percentage"):
+        _check_mirror_percentage(f"{here}.mirrorPercentage", route.mirror_percentage.value)
+    for j, mirror in enumerate(route.mirrors):
+        if not mirror.HasField("destination"):
+            raise fail(f"{here}.mirrors[{j}].destination", "is required for mirrors")
+        check_destination(mirror.destination, f"{here}.mirrors[{j}].destination")
+        if mirror.HasField("percentage"):
+            _check_mirror_percentage(f"{here}.mirrors[{j}].percentage", mirror.percentage.value)
+
+
+def _check_mirror_percentage(path: str, value: float) -> None:
+    if value > 100:
+        raise fail(path, f"mirror percentage must have a max value of 100 (it has {value:g})")
+    if value < 0:
+        raise fail(path, f"mirror percentage must have a min value of 0 (it has {value:g})")
+
+
+# gRPC status names istiod's abort takes (pkg/util/grpc SupportedGRPCStatus), in code order
+GRPC_STATUSES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
+
+def _check_fault(path: str, fault: net.HTTPFaultInjection) -> None:
+    """validateHTTPFaultInjection (+ ...Abort, ...Delay): an abort and/or a delay; percentages
+    as validatePercentage; an HTTP status 200-600, a gRPC status by name; a fixed delay as
+    ValidateDuration; HTTP/2 error aborts and exponential delays are not supported."""
+    if not fault.HasField("abort") and not fault.HasField("delay"):
+        raise fail(path, "HTTP fault injection must have an abort and/or a delay")
+    if fault.HasField("abort"):
+        abort = fault.abort
+        if abort.HasField("percentage"):
+            check_percentage(f"{path}.abort.percentage", abort.percentage)
+        kind = abort.WhichOneof("error_type")
+        if kind == "grpc_status" and abort.grpc_status not in GRPC_STATUSES:
+            reason = f"gRPC status {abort.grpc_status!r} is not supported (want a name such as NOT_FOUND)"
+            raise fail(f"{path}.abort.grpcStatus", reason)
+        if kind == "http2_error":
+            raise fail(f"{path}.abort.http2Error", "HTTP/2 abort fault injection not supported yet")
+        if kind == "http_status" and not 200 <= abort.http_status <= 600:
+            raise fail(f"{path}.abort.httpStatus", f"HTTP status {abort.http_status} is not in range 200-599")
+    if fault.HasField("delay"):
+        delay = fault.delay
+        if delay.HasField("percentage"):
+            check_percentage(f"{path}.delay.percentage", delay.percentage)
+        kind = delay.WhichOneof("http_delay_type")
+        if kind == "fixed_delay":
+            check_duration(f"{path}.delay.fixedDelay", delay.fixed_delay)
+        elif kind == "exponential_delay":
+            check_duration(f"{path}.delay.exponentialDelay", delay.exponential_delay)
+            raise fail(f"{path}.delay.exponentialDelay", "exponentialDelay not supported yet")
+
+
+# Envoy's retry conditions (x-envoy-retry-on and x-envoy-retry-grpc-on) istiod accepts in retryOn
+RETRY_ON_POLICIES = frozenset(
+    {
+        "5xx",
+        "gateway-error",
+        "reset",
+        "reset-before-request",
+        "connect-failure",
+        "retriable-4xx",
+        "refused-stream",
+        "retriable-status-codes",
+        "retriable-headers",
+        "envoy-ratelimited",
+        "http3-post-connect-failure",
+        "cancelled",
+        "deadline-exceeded",
+        "internal",
+        "resource-exhausted",
+        "unavailable",
+    }
+)
+# the HTTP status codes Go's net/http StatusText names: istiod takes these in retryOn
+HTTP_STATUS_CODES = frozenset(
+    {*range(100, 104), *range(200, 209), 226, *range(300, 306), 307, 308, *range(400, 419), *range(421, 427)}
+    | {428, 429, 431, 451, *range(500, 509), 510, 511}
+)
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def check_http_retry(path: str, retries: net.HTTPRetry) -> None:
+    """agent.ValidateHTTPRetry: attempts non-negative, nothing else set when they are 0 (retries
+    off), perTryTimeout and backoff as ValidateDuration, each retryOn entry an Envoy retry
+    condition or an HTTP status code (split on ',' as written: no spaces)."""
+    if retries.attempts < 0:
+        raise fail(f"{path}.attempts", "must not be negative")
+    if retries.attempts == 0:
+        for name, present in (
+            ("perTryTimeout", retries.HasField("per_try_timeout")),
+            ("retryOn", bool(retries.retry_on)),
+            ("retryRemoteLocalities", retries.HasField("retry_remote_localities")),
+        ):
+            if present:
+                raise fail(f"{path}.{name}", "http retry policy configured when attempts are set to 0 (disabled)")
+    if retries.HasField("per_try_timeout"):
+        check_duration(f"{path}.perTryTimeout", retries.per_try_timeout)
+    if retries.retry_on:
+        for policy in retries.retry_on.split(","):
+            # Go's strconv.Atoi: ASCII digits, an optional sign
+            code = int(policy) if _GO_INT.fullmatch(policy) else 0
+            if policy not in RETRY_ON_POLICIES and code not in HTTP_STATUS_CODES:
+                raise fail(f"{path}.retryOn", f"{policy!r} is not a valid retryOn policy")
+    if retries.HasField("backoff"):
+        check_duration(f"{path}.backoff", retries.backoff)
