@@ -118,7 +118,7 @@ class Rule(_message.Message):
     def __init__(self, to: _Optional[_Iterable[_Union[Rule.To, _Mapping]]] = ..., when: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., **kwargs) -> None: ...
 
 class Source(_message.Message):
-    __slots__ = ("principals", "request_principals", "namespaces", "ip_blocks", "not_principals", "not_request_principals", "not_namespaces", "not_ip_blocks", "remote_ip_blocks", "not_remote_ip_blocks", "service_accounts", "not_service_accounts")
+    __slots__ = ("principals", "request_principals", "namespaces", "ip_blocks", "not_principals", "not_request_principals", "not_namespaces", "not_ip_blocks", "remote_ip_blocks", "not_remote_ip_blocks", "service_accounts", "not_service_accounts", "trust_domains", "not_trust_domains")
     PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
     NAMESPACES_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,8 @@ class Source(_message.Message):
     NOT_REMOTE_IP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SERVICE_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
     NOT_SERVICE_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    TRUST_DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    NOT_TRUST_DOMAINS_FIELD_NUMBER: _ClassVar[int]
     principals: _containers.RepeatedScalarFieldContainer[str]
     request_principals: _containers.RepeatedScalarFieldContainer[str]
     namespaces: _containers.RepeatedScalarFieldContainer[str]
@@ -143,7 +145,9 @@ class Source(_message.Message):
     not_remote_ip_blocks: _containers.RepeatedScalarFieldContainer[str]
     service_accounts: _containers.RepeatedScalarFieldContainer[str]
     not_service_accounts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, principals: _Optional[_Iterable[str]] = ..., request_principals: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., ip_blocks: _Optional[_Iterable[str]] = ..., not_principals: _Optional[_Iterable[str]] = ..., not_request_principals: _Optional[_Iterable[str]] = ..., not_namespaces: _Optional[_Iterable[str]] = ..., not_ip_blocks: _Optional[_Iterable[str]] = ..., remote_ip_blocks: _Optional[_Iterable[str]] = ..., not_remote_ip_blocks: _Optional[_Iterable[str]] = ..., service_accounts: _Optional[_Iterable[str]] = ..., not_service_accounts: _Optional[_Iterable[str]] = ...) -> None: ...
+    trust_domains: _containers.RepeatedScalarFieldContainer[str]
+    not_trust_domains: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, principals: _Optional[_Iterable[str]] = ..., request_principals: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., ip_blocks: _Optional[_Iterable[str]] = ..., not_principals: _Optional[_Iterable[str]] = ..., not_request_principals: _Optional[_Iterable[str]] = ..., not_namespaces: _Optional[_Iterable[str]] = ..., not_ip_blocks: _Optional[_Iterable[str]] = ..., remote_ip_blocks: _Optional[_Iterable[str]] = ..., not_remote_ip_blocks: _Optional[_Iterable[str]] = ..., service_accounts: _Optional[_Iterable[str]] = ..., not_service_accounts: _Optional[_Iterable[str]] = ..., trust_domains: _Optional[_Iterable[str]] = ..., not_trust_domains: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Operation(_message.Message):
     __slots__ = ("hosts", "ports", "methods", "paths", "not_hosts", "not_ports", "not_methods", "not_paths")

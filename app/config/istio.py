@@ -327,6 +327,14 @@ def _check_not_empty(path: str, values: Iterable[str]) -> None:
             raise fail(f"{path}[{i}]", "empty value not allowed")
 
 
+def _check_trust_domains(path: str, values: Iterable[str]) -> None:
+    """istiod CheckTrustDomainValues: non-empty, at most one `*` and only at an end, no `/`."""
+    for i, value in enumerate(values):
+        inner = value[1:-1] if len(value) > 1 else ""
+        if not value or "/" in value or value.count("*") > 1 or "*" in inner:
+            raise fail(f"{path}[{i}]", f"{value!r}: a trust domain, with `*` only at its start or end")
+
+
 def _check_service_accounts(path: str, values: Sequence[str]) -> None:
     """istiod CheckServiceAccount: at most 16, ``sa`` or ``namespace/sa``, no wildcard."""
     if len(values) > 16:
@@ -393,6 +401,8 @@ def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) 
                 _check_not_empty(f"{where}.{_camel(name)}", getattr(s, name))
             for name in ("service_accounts", "not_service_accounts"):
                 _check_service_accounts(f"{where}.{_camel(name)}", getattr(s, name))
+            for name in ("trust_domains", "not_trust_domains"):
+                _check_trust_domains(f"{where}.{_camel(name)}", getattr(s, name))
         for t, to in enumerate(rule.to):
             where = f"{here}.to[{t}].operation"
             if not to.HasField("operation") or not to.operation.ListFields():

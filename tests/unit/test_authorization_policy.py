@@ -146,6 +146,17 @@ def test_source_fields_and_conditions() -> None:
     assert ids[4] == {"notId": {"orIds": {"ids": [{"directRemoteIp": {"addressPrefix": "10.1.2.3", "prefixLen": 32}}]}}}
 
 
+def test_source_trust_domains_match_the_peer_identity_between_accounts_and_namespaces() -> None:
+    # istiod model.go: principal, requestPrincipal, serviceAccount, trustDomain, namespace, ...
+    policy = one_policy("{from: [{source: {trustDomains: [td.example, '*.corp'], namespaces: [shop]}}]}")
+    ids = policy["principals"][0]["andIds"]["ids"]
+    assert ids[0] == {"orIds": {"ids": [
+        {"authenticated": {"principalName": {"prefix": "spiffe://td.example/"}}},
+        {"authenticated": {"principalName": {"safeRegex": {"regex": "spiffe://[^/]*\\.corp/.*"}}}},
+    ]}}  # fmt: skip
+    assert "/ns/shop/" in ids[1]["orIds"]["ids"][0]["authenticated"]["principalName"]["safeRegex"]["regex"]
+
+
 def tcp_policies(*docs: str) -> list[dict[str, Any]]:
     out = []
     for f in rbac_network_filters(policies(*docs).for_workload("shop", {"app": "web"})):
@@ -180,6 +191,8 @@ def test_on_tcp_an_allow_rule_needing_http_is_dropped_and_a_deny_rule_loses_only
         ("{rules: [{to: [{operation: {paths: ['/a b/{*}']}}]}]}", "rules[0].to[0].operation.paths[0]"),
         ("{rules: [{to: [{operation: {methods: ['']}}]}]}", "rules[0].to[0].operation.methods[0]"),
         ("{rules: [{from: [{source: {serviceAccounts: ['ns/*']}}]}]}", "rules[0].from[0].source.serviceAccounts[0]"),
+        ("{rules: [{from: [{source: {trustDomains: ['a/b']}}]}]}", "rules[0].from[0].source.trustDomains[0]"),
+        ("{rules: [{from: [{source: {notTrustDomains: ['a*b']}}]}]}", "rules[0].from[0].source.notTrustDomains[0]"),
         ("{action: CUSTOM, rules: [{}]}", "provider.name"),
         ("{action: SOMETIMES}", "action"),
     ],

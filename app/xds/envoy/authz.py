@@ -323,6 +323,7 @@ def _rule_policy(rule: sec.Rule, policy_namespace: str, tcp: bool, strict: bool)
             (principal, s.principals, s.not_principals),
             (_http_only(_request_principal), s.request_principals, s.not_request_principals),
             (_any_chain(_service_account(policy_namespace)), s.service_accounts, s.not_service_accounts),
+            (_any_chain(_trust_domain), s.trust_domains, s.not_trust_domains),
             (_any_chain(_namespace), s.namespaces, s.not_namespaces),
             (remote, s.remote_ip_blocks, s.not_remote_ip_blocks),
             (direct, s.ip_blocks, s.not_ip_blocks),
