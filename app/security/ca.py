@@ -128,7 +128,7 @@ class CertificateAuthority:
             .not_valid_before(now - CLOCK_SKEW)
             .not_valid_after(now + ROOT_TTL)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(_ca_key_usage(), critical=True)
+            .add_extension(_key_usage(ca=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -208,7 +208,7 @@ class CertificateAuthority:
             .not_valid_before(now - CLOCK_SKEW)
             .not_valid_after(not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_leaf_key_usage(), critical=True)
+            .add_extension(_key_usage(ca=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             # the subject is empty, so the names are the identity: critical (RFC 5280 4.2.1.6)
             .add_extension(x509.SubjectAlternativeName(names), critical=True)
@@ -221,29 +221,16 @@ def _serial() -> int:
     return secrets.randbits(127) | 1  # positive, non-zero, under 20 octets
 
 
-def _ca_key_usage() -> x509.KeyUsage:
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """A CA signs certificates and CRLs; a leaf signs and enciphers keys (istiod's templates)."""
     return x509.KeyUsage(
-        digital_signature=False,
+        digital_signature=not ca,
         content_commitment=False,
-        key_encipherment=False,
+        key_encipherment=not ca,
         data_encipherment=False,
         key_agreement=False,
-        key_cert_sign=True,
-        crl_sign=True,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
-def _leaf_key_usage() -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=True,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=False,
-        crl_sign=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
         encipher_only=False,
         decipher_only=False,
     )
