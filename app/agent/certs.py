@@ -33,6 +33,7 @@ logger = logging.getLogger("pilotfish.agent")
 CREATE_CERTIFICATE = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 ROTATION_RATIO = 0.5  # pilot-agent SECRET_GRACE_PERIOD_RATIO
 ROTATION_JITTER = 0.01  # pilot-agent SECRET_GRACE_PERIOD_RATIO_JITTER
+EXPIRY_MARGIN = datetime.timedelta(seconds=30)  # a certificate this close to its end is not shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,20 @@ class CaClient:
         return {}
 
     async def sign(self, csr_pem: str, ttl: datetime.timedelta, current: WorkloadCertificate | None) -> list[str]:
+        """The chain for ``csr_pem``, presenting ``current`` while it is valid; if the CA turns
+        it away (revoked, another root) the token alone is tried, so the agent never locks
+        itself out once its certificate is no longer accepted."""
+        now = datetime.datetime.now(datetime.UTC)
+        present = current if current is not None and current.not_after > now + EXPIRY_MARGIN else None
+        try:
+            return await self._sign(csr_pem, ttl, present)
+        except Exception as e:
+            if present is None:
+                raise
+            logger.info("CA refused the current certificate (%s); trying the token alone", e)
+            return await self._sign(csr_pem, ttl, None)
+
+    async def _sign(self, csr_pem: str, ttl: datetime.timedelta, current: WorkloadCertificate | None) -> list[str]:
         context = client_context(self._root, current, self._files)
         channel = Channel(self._host, self._port, ssl=context)
         try:

@@ -27,8 +27,9 @@ from app.config.istio_checks import (
     check_port_number,
     check_protocol,
     fail,
+    is_dns1123_label,
 )
-from app.config.istio_traffic import validate_destination_rule, validate_virtual_service
+from app.config.istio_traffic import check_connection_pool, validate_destination_rule, validate_virtual_service
 from app.config.model import Kind
 from app.config.schema import parse_message
 from app.errors import FieldError
@@ -164,8 +165,15 @@ def _check_gateway_host(path: str, text: str) -> None:
 
 
 def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
-    if sc.HasField("workload_selector") and not sc.workload_selector.labels:
-        raise fail("workloadSelector.labels", "must not be empty")
+    """istiod validation.ValidateSidecar (an empty workloadSelector is accepted: istiod warns
+    that it applies to the whole namespace)."""
+    policies = sc.HasField("outbound_traffic_policy") or sc.HasField("inbound_connection_pool")
+    if not (sc.egress or sc.ingress or policies):
+        raise fail("spec", "sidecar: empty configuration provided")
+    if sc.HasField("inbound_connection_pool"):
+        check_connection_pool("inboundConnectionPool", sc.inbound_connection_pool)
+    if sc.HasField("outbound_traffic_policy") and sc.outbound_traffic_policy.HasField("egress_proxy"):
+        _check_egress_proxy(sc.outbound_traffic_policy)
     portless = 0
     ports: set[int] = set()
     for i, eg in enumerate(sc.egress):
@@ -194,6 +202,20 @@ def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
         _check_sidecar_ingress(f"ingress[{i}]", ing, ingress_ports)
 
 
+def _check_egress_proxy(policy: net.OutboundTrafficPolicy) -> None:
+    """istiod validateSidecarOutboundTrafficPolicy."""
+    here = "outboundTrafficPolicy.egressProxy"
+    if policy.mode != net.OutboundTrafficPolicy.ALLOW_ANY:
+        raise fail(here, "may only be set with mode ALLOW_ANY")
+    proxy = policy.egress_proxy
+    if not proxy.host or "*" in proxy.host:
+        raise fail(f"{here}.host", f"{proxy.host!r}: want a host name without wildcards")
+    check_host(f"{here}.host", proxy.host)
+    if not proxy.HasField("port"):
+        raise fail(f"{here}.port", "is required")
+    check_port_number(f"{here}.port.number", proxy.port.number)
+
+
 _DEFAULT_ENDPOINT_HOSTS = ("127.0.0.1", "0.0.0.0", "::1", "::", "")
 
 
@@ -212,9 +234,19 @@ def _check_sidecar_ingress(here: str, ing: net.IstioIngressListener, ports: set[
     ports.add(port.number)
     if ing.bind:
         check_address(f"{here}.bind", ing.bind, cidr=False)
+    if port.name and not is_dns1123_label(port.name):
+        raise fail(f"{here}.port.name", f"{port.name!r} is not a valid port name (a DNS label)")
+    if ing.HasField("connection_pool"):
+        check_connection_pool(f"{here}.connectionPool", ing.connection_pool)
     endpoint = ing.default_endpoint
-    if endpoint and not endpoint.startswith("unix://"):
+    if endpoint.startswith("unix://"):
+        path = endpoint.removeprefix("unix://")
+        if not path.startswith("/"):
+            raise fail(f"{here}.defaultEndpoint", f"{endpoint!r}: a unix address needs an absolute path")
+    elif endpoint:
         host, sep, port_text = endpoint.rpartition(":")
+        if ":" in host and not (host.startswith("[") and host.endswith("]")):
+            raise fail(f"{here}.defaultEndpoint", f"{endpoint!r}: an IPv6 host goes in brackets, [::1]:PORT")
         host = host.removeprefix("[").removesuffix("]")
         if not sep or host not in _DEFAULT_ENDPOINT_HOSTS:
             raise fail(
@@ -241,6 +273,12 @@ def _check_sidecar_ingress(here: str, ing: net.IstioIngressListener, ports: set[
             raise fail(f"{here}.tls.mode", f"cannot be {mode} on a Sidecar ingress listener")
         if port.protocol.upper() not in ("HTTPS", "TLS"):
             raise fail(f"{here}.tls", "TLS settings need an HTTPS or TLS port")
+        # istiod validateTLSOptions: files for SIMPLE and MUTUAL, a CA for MUTUAL
+        if tls.mode in (net.ServerTLSSettings.SIMPLE, net.ServerTLSSettings.MUTUAL):
+            if not tls.server_certificate or not tls.private_key:
+                raise fail(f"{here}.tls", "SIMPLE and MUTUAL need serverCertificate and privateKey")
+            if tls.mode == net.ServerTLSSettings.MUTUAL and not tls.ca_certificates:
+                raise fail(f"{here}.tls.caCertificates", "is required for MUTUAL")
 
 
 def _validate_gateway(gw: net.Gateway, namespace: str) -> None:
@@ -274,9 +312,8 @@ def _validate_gateway(gw: net.Gateway, namespace: str) -> None:
 def _validate_peer_authentication(pa: sec.PeerAuthentication, namespace: str) -> None:
     """istiod validation.ValidatePeerAuthentication: port-level modes need a workload selector
     (a mesh or namespace policy has no workload ports), and port numbers are ports."""
-    if pa.HasField("selector") and not pa.selector.match_labels:
-        raise fail("selector.matchLabels", "must not be empty (leave the selector out for a namespace-wide policy)")
-    if len(pa.port_level_mtls) and not pa.HasField("selector"):
+    # an empty selector is accepted as namespace-wide (istiod warns)
+    if len(pa.port_level_mtls) and not pa.selector.match_labels:
         raise fail("portLevelMtls", "mesh/namespace peer authentication cannot have port level mTLS")
     for port in pa.port_level_mtls:
         if not 1 <= port <= 65535:

@@ -60,10 +60,12 @@ class PeerAuthentications:
         for obj in sorted(objects, key=_order):
             spec: sec.PeerAuthentication = obj.spec
             ns = obj.meta.namespace
-            if spec.HasField("selector"):
-                workloads.setdefault(ns, []).append(obj)
+            if spec.selector.match_labels:
+                # istiod getConfigsForWorkload: a selector in the root namespace selects nothing
+                if ns != root_namespace:
+                    workloads.setdefault(ns, []).append(obj)
             else:
-                namespace_wide.setdefault(ns, obj)
+                namespace_wide.setdefault(ns, obj)  # no selector, or an empty one: namespace-wide
         return cls(
             root_namespace=root_namespace,
             mesh=namespace_wide.get(root_namespace),

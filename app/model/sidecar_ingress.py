@@ -54,13 +54,16 @@ class SidecarIngress:
 
 
 def sidecar_ingress(
-    scope_name: str | None, sidecar: net.Sidecar | None, proxy: Proxy, features: Features
+    scope_name: str | None, scope_namespace: str, sidecar: net.Sidecar | None, proxy: Proxy, features: Features
 ) -> SidecarIngress | None:
-    """``scope_name`` is the SidecarScope's ``namespace/name``; None without ingress entries."""
+    """``scope_name`` is the SidecarScope's ``namespace/name`` of its Sidecar, ``scope_namespace``
+    the namespace it was computed for: a root-namespace Sidecar serves proxies of every
+    namespace, and istiod names their ingress chains after the proxy's namespace
+    (convertToSidecarScope). None without ingress entries."""
     if scope_name is None or sidecar is None or not sidecar.ingress:
         return None
-    namespace, _, name = scope_name.partition("/")
-    return SidecarIngress(namespace, name, _ingress_ports(sidecar, proxy), features)
+    name = scope_name.partition("/")[2]
+    return SidecarIngress(scope_namespace, name, _ingress_ports(sidecar, proxy), features)
 
 
 def _ingress_ports(sidecar: net.Sidecar, proxy: Proxy) -> tuple[IngressPort, ...]:
@@ -113,7 +116,7 @@ def global_unicast_ip(ips: Sequence[str]) -> str:
             continue
         if addr == ipaddress.IPv4Address("255.255.255.255"):
             continue
-        return ip
+        return str(addr)  # normalized, as Go's addr.String() (fd00:0:0::1 -> fd00::1)
     return ""
 
 

@@ -41,7 +41,24 @@ CRL_FILE = "ca-crl.pem"  # optional, as in istiod's plugged-in cacerts
 
 
 class CaError(Exception):
-    """A request the CA refuses: a bad CSR, a lifetime over the maximum."""
+    """A request the CA refuses: a bad CSR, a lifetime over the maximum (``internal`` False:
+    the caller's fault, InvalidArgument as istiod's CSRError / TTLError), or cannot serve (an
+    expired signing certificate: Internal, istiod's CertGenError)."""
+
+    def __init__(self, message: str, *, internal: bool = False) -> None:
+        super().__init__(message)
+        self.internal = internal
+
+
+def go_duration(delta: datetime.timedelta) -> str:
+    """A duration as Go's time.Duration prints it (``24h0m0s``, ``1m30s``, ``1.5s``)."""
+    total = delta.total_seconds()
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    secs = f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{secs}"
+    return f"{int(minutes)}m{secs}" if minutes else secs
 
 
 def spiffe_id(trust_domain: str, namespace: str, service_account: str) -> str:
@@ -165,7 +182,8 @@ class CertificateAuthority:
         if not csr.is_signature_valid:
             raise CaError("CSR: its signature does not verify")
         if ttl > self.max_ttl:
-            raise CaError(f"requested TTL {ttl} is greater than the max allowed TTL {self.max_ttl}")
+            wanted, most = go_duration(ttl), go_duration(self.max_ttl)
+            raise CaError(f"requested TTL {wanted} is greater than the max allowed TTL {most}")
         public = csr.public_key()
         if not isinstance(public, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
             raise CaError("CSR: want an RSA or ECDSA key")
@@ -195,10 +213,10 @@ class CertificateAuthority:
         now = now or _now()
         signer = self.signing_cert
         if now >= signer.not_valid_after_utc:
-            raise CaError(f"the signing certificate expired at {signer.not_valid_after_utc}")
+            raise CaError(f"signing certificate has expired at {signer.not_valid_after_utc}", internal=True)
         not_after = min(now + ttl, signer.not_valid_after_utc)  # never outlives its signer
         usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])]
-        authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key())  # type: ignore[arg-type]
+        authority = _authority_key_id(signer)
         return (
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
@@ -215,6 +233,16 @@ class CertificateAuthority:
             .add_extension(authority, critical=False)
             .sign(self.signing_key, hashes.SHA256())
         )
+
+
+def _authority_key_id(signer: x509.Certificate) -> x509.AuthorityKeyIdentifier:
+    """The signer's own SubjectKeyIdentifier, as Go's x509 copies it (a plugged-in CA may
+    have computed it another way than a hash of its key); its key's hash when it has none."""
+    try:
+        ski = signer.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key())  # type: ignore[arg-type]
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
 
 
 def _serial() -> int:

@@ -51,46 +51,63 @@ class SecurePort:
 
     def __init__(self, ca: CertificateAuthority, dns_names: tuple[str, ...], ips: tuple[str, ...]) -> None:
         self._ca = ca
-        self._context = self._server_context(ca, dns_names, ips)
-        self.peers: dict[int, Peer] = {}  # local port of the relay hop -> the client behind it
+        self._names = (dns_names, ips)
+        self._context = self._server_context(ca)
+        self.serving_certificate = ""  # the leaf presented now (PEM)
+        self.renew_serving_certificate()
+        # the relay hop's local (address, port), as the gRPC server sees it -> the client behind it
+        self.peers: dict[tuple[str, int], Peer] = {}
         self._server: asyncio.Server | None = None
         self._inner: tuple[str, int] = ("127.0.0.1", 0)
         self._relays: set[asyncio.Task[None]] = set()
+        self._renewing: asyncio.Task[None] | None = None
         self.port = 0
 
     @staticmethod
-    def _server_context(ca: CertificateAuthority, dns_names: tuple[str, ...], ips: tuple[str, ...]) -> ssl.SSLContext:
-        key = ec.generate_private_key(ec.SECP256R1())
-        chain = ca.server_certificate(key, dns_names, ips, SERVER_CERT_TTL)
+    def _server_context(ca: CertificateAuthority) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.verify_mode = ssl.CERT_OPTIONAL  # a certificate when the client has one
         context.load_verify_locations(cadata=ca.root_pem)
         context.set_alpn_protocols(["h2"])
+        if ca.crl_pem:  # revoked client certificates fail the handshake
+            with tempfile.TemporaryDirectory(prefix="pilotfish-tls-") as tmp:
+                crl_path = Path(tmp) / "crl.pem"
+                crl_path.write_text(ca.crl_pem)
+                context.load_verify_locations(cafile=crl_path)
+            context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+        return context
+
+    def renew_serving_certificate(self) -> None:
+        """A new key and certificate for the port (istiod's DNS certificate); handshakes from
+        now on present it, open connections keep theirs."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        chain = self._ca.server_certificate(key, *self._names, SERVER_CERT_TTL)
         # ssl loads a key pair only from files: a private temporary directory, removed at once
         with tempfile.TemporaryDirectory(prefix="pilotfish-tls-") as tmp:
             cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
             cert_path.write_text("".join(chain))
-            key_path.write_bytes(
-                key.private_bytes(
-                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-                )
-            )
-            context.load_cert_chain(cert_path, key_path)
-            if ca.crl_pem:  # revoked client certificates fail the handshake
-                crl_path = Path(tmp) / "crl.pem"
-                crl_path.write_text(ca.crl_pem)
-                context.load_verify_locations(cafile=crl_path)
-                context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
-        return context
+            encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+            key_path.write_bytes(key.private_bytes(encoding, form, serialization.NoEncryption()))
+            self._context.load_cert_chain(cert_path, key_path)
+        self.serving_certificate = chain[0]
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SERVER_CERT_TTL.total_seconds() / 2)
+            self.renew_serving_certificate()
+            logger.info("secure port: serving certificate renewed")
 
     async def start(self, address: tuple[str, int], inner: tuple[str, int]) -> None:
         self._inner = inner
         self._server = await asyncio.start_server(self._accept, address[0], address[1], ssl=self._context)
         self.port = self._server.sockets[0].getsockname()[1]
+        self._renewing = asyncio.create_task(self._renew_forever(), name="serving-cert-renewal")
         logger.info("secure xDS and CA serving on %s:%d (TLS, mesh root)", address[0], self.port)
 
     async def stop(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
         if self._server is not None:
             self._server.close()
         for relay in list(self._relays):
@@ -111,7 +128,9 @@ class SecurePort:
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         client = writer.get_extra_info("peername")
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-        caller = Caller(certificate_identities(der), "certificate") if der else None
+        identities = certificate_identities(der) if der else ()
+        # a verified certificate naming no identity proves nothing: the token decides (istiod)
+        caller = Caller(identities, "certificate") if identities else None
         address = f"{client[0]}:{client[1]}" if client else "?"
         try:
             inner_reader, inner_writer = await asyncio.open_connection(*self._inner)
@@ -119,7 +138,8 @@ class SecurePort:
             logger.warning("secure port: cannot reach the gRPC server: %s", e)
             writer.close()
             return
-        hop = inner_writer.get_extra_info("sockname")[1]
+        host, port = inner_writer.get_extra_info("sockname")[:2]
+        hop = (str(host), int(port))
         self.peers[hop] = Peer(address, caller)
         try:
             async with asyncio.TaskGroup() as tg:
@@ -155,13 +175,14 @@ class Authenticator:
         self._trust_domain = trust_domain
 
     def peer(self, context: grpc.aio.ServicerContext[Any, Any]) -> Peer | None:
-        """The secure-port client behind a call; None for a call that did not come through it."""
-        address = context.peer()  # "ipv4:127.0.0.1:PORT" / "ipv6:[::1]:PORT"
-        try:
-            port = int(address.rsplit(":", 1)[1])
-        except (IndexError, ValueError):
+        """The secure-port client behind a call on the relay's server (by the hop's source
+        address and port, which the hop's open socket holds); None for a local process that
+        connected to that server directly."""
+        kind, _, rest = context.peer().partition(":")  # "ipv4:127.0.0.1:PORT"
+        host, _, port = rest.rpartition(":")
+        if kind not in ("ipv4", "ipv6") or not port.isdigit():
             return None
-        return self._port.peers.get(port)
+        return self._port.peers.get((host.strip("[]"), int(port)))
 
     async def authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> Caller | None:
         peer = self.peer(context)
@@ -209,7 +230,8 @@ class CertificateService:
             chain = self._ca.sign_csr(request.csr, caller.identities, ttl)
         except CaError as e:
             self._on_issue("sign_error")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"CSR signing error ({e})")
+            code = grpc.StatusCode.INTERNAL if e.internal else grpc.StatusCode.INVALID_ARGUMENT
+            await context.abort(code, f"CSR signing error ({e})")
         self._on_issue("success")
         logger.info("issued a certificate for %s (%s)", ", ".join(caller.identities), caller.method)
         return ca_pb2.IstioCertificateResponse(cert_chain=chain)

@@ -38,7 +38,7 @@ class TokenReviewer:
         self._api = AuthenticationV1Api(client)
         self._audiences = audiences
         self._cache = SimpleMemoryCache()
-        self._inflight: dict[str, asyncio.Future[tuple[str, str] | None]] = {}
+        self._inflight: dict[str, asyncio.Future[tuple[str, str] | None]] = {}  # by token hash
         self.reviews = 0  # TokenReviews sent
 
     async def authenticate(self, token: str) -> tuple[str, str] | None:
@@ -46,23 +46,23 @@ class TokenReviewer:
         cached = await self._cache.get(key)
         if cached is not None:  # a refusal is cached as ()
             return (cached[0], cached[1]) if cached else None
-        pending = self._inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[tuple[str, str] | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+        review = self._inflight.get(key)
+        if review is None:
+            # a task of its own: a caller that goes away (a deadline, a disconnect) does not
+            # cancel the review the others wait for
+            review = self._inflight[key] = asyncio.ensure_future(self._review_and_cache(key, token))
+        return await asyncio.shield(review)
+
+    async def _review_and_cache(self, key: str, token: str) -> tuple[str, str] | None:
         try:
             result = await self._review(token)
+            await self._cache.set(key, result or (), ttl=ACCEPTED_TTL if result else REFUSED_TTL)
+            return result
         except Exception as e:  # the API server unreachable or refusing us: not the token's fault
             logger.warning("TokenReview failed: %s", e)
-            result = None
-            future.set_result(result)
-            return result
+            return None
         finally:
             self._inflight.pop(key, None)
-        await self._cache.set(key, result or (), ttl=ACCEPTED_TTL if result else REFUSED_TTL)
-        future.set_result(result)
-        return result
 
     async def _review(self, token: str) -> tuple[str, str] | None:
         self.reviews += 1

@@ -187,10 +187,11 @@ class XdsServer:
         self._metrics = metrics or PilotMetrics()
         self._observer = observer
         self.streams: dict[str, Stream] = {}
-        self._server: grpc.aio.Server | None = None
+        self._servers: list[grpc.aio.Server] = []
         self.port = 0
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
+    def handlers(self, *, secure: bool = False) -> list[grpc.GenericRpcHandler]:
+        """The xDS services; ``secure`` ones serve the secure port's relay (authenticated)."""
         out = []
         for service, (sotw_method, delta_method, types) in SERVICES.items():
             out.append(
@@ -198,12 +199,12 @@ class XdsServer:
                     service,
                     {
                         sotw_method: grpc.stream_stream_rpc_method_handler(
-                            self._handler(SotwSession, types),
+                            self._handler(SotwSession, types, secure),
                             request_deserializer=_parser(discovery_pb2.DiscoveryRequest),
                             response_serializer=payload,
                         ),
                         delta_method: grpc.stream_stream_rpc_method_handler(
-                            self._handler(DeltaSession, types),
+                            self._handler(DeltaSession, types, secure),
                             request_deserializer=_parser(discovery_pb2.DeltaDiscoveryRequest),
                             response_serializer=payload,
                         ),
@@ -213,8 +214,10 @@ class XdsServer:
         return out
 
     async def start(self, address: str, *, inner: bool = False) -> int:
-        """Serve plaintext on ``address`` ("" for none) and, with ``inner``, on a loopback port
-        for the secure port's relay; returns that port (0 without)."""
+        """Serve plaintext on ``address`` ("" for none) and, with ``inner``, the secure port's
+        relay on a loopback port of a server of its own, where every call is authenticated and
+        the extra handlers (the certificate service) are; returns that port (0 without). Two
+        servers, so a call to the plaintext port can never pass for a relayed one."""
         # keepalive as istiod's: clients may ping every 30s; big messages for large meshes
         options = [
             ("grpc.keepalive_time_ms", 30_000),
@@ -229,14 +232,21 @@ class XdsServer:
             ("grpc.server.max_pending_requests_hard_limit", 40_000),
             ("grpc.server_max_unrequested_time_in_server", 300),
         ]
-        self._server = grpc.aio.server(options=options)
-        self._server.add_generic_rpc_handlers([*self.handlers(), *self._extra_handlers])
+        inner_port = 0
         if address:
-            self.port = self._server.add_insecure_port(address)
+            plaintext = grpc.aio.server(options=options)
+            plaintext.add_generic_rpc_handlers(self.handlers())
+            self.port = plaintext.add_insecure_port(address)
             if self.port == 0:
                 raise OSError(f"xDS: cannot listen on {address}")
-        inner_port = self._server.add_insecure_port("127.0.0.1:0") if inner else 0
-        await self._server.start()
+            self._servers.append(plaintext)
+        if inner:
+            relayed = grpc.aio.server(options=options)
+            relayed.add_generic_rpc_handlers([*self.handlers(secure=True), *self._extra_handlers])
+            inner_port = relayed.add_insecure_port("127.0.0.1:0")
+            self._servers.append(relayed)
+        for server in self._servers:
+            await server.start()
         if address:
             logger.info("xDS serving on %s", address)
         return inner_port
@@ -244,19 +254,19 @@ class XdsServer:
     async def stop(self, grace: float) -> None:
         """Stop accepting (GOAWAY), then end every stream once the push or request it is
         handling is written; streams still busy after ``grace`` seconds are cancelled."""
-        server, self._server = self._server, None
-        if server is None:
+        servers, self._servers = self._servers, []
+        if not servers:
             return  # never started, or stopped already
-        stopping = asyncio.ensure_future(server.stop(grace))
+        stopping = asyncio.gather(*(server.stop(grace) for server in servers))
         for stream in list(self.streams.values()):
             stream.inbox.put_nowait(_EOF)
         await stopping
 
     def _handler(
-        self, session_type: type[SotwSession] | type[DeltaSession], types: frozenset[str] | None
+        self, session_type: type[SotwSession] | type[DeltaSession], types: frozenset[str] | None, secure: bool
     ) -> Callable[[AsyncIterator[Any], Any], Any]:
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await self._serve(requests, context, session_type(counter_nonces(), types, self._name_sets))
+            await self._serve(requests, context, session_type(counter_nonces(), types, self._name_sets), secure)
 
         return handle
 
@@ -265,14 +275,17 @@ class XdsServer:
         requests: AsyncIterator[Any],
         context: grpc.aio.ServicerContext[Any, Any],
         session: Session[Any, Any],
+        secure: bool = False,
     ) -> None:
         inbox: asyncio.Queue[object] = asyncio.Queue()
         stream: Stream | None = None
         caller: Caller | None = None
-        if self._authenticator is not None and (peer := self._authenticator.peer(context)) is not None:
+        if secure and self._authenticator is not None:
             caller = await self._authenticator.authenticate(context)
             if caller is None:
-                await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication failure", peer.address)
+                peer = self._authenticator.peer(context)
+                who = peer.address if peer is not None else context.peer()
+                await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication failure", who)
         try:
             async with asyncio.TaskGroup() as tg:
                 reader = tg.create_task(read_requests(requests, inbox))

@@ -93,3 +93,18 @@ async def test_a_pilotfish_reading_kubernetes_issues_certificates_for_service_ac
             stop.set()
             await asyncio.wait_for(task, 15)
             gc.unfreeze()
+
+
+async def test_a_caller_that_gives_up_does_not_cancel_the_review_others_wait_for(tmp_path: Path) -> None:
+    api = KubeApi(service_account_tokens={"jwt-of-web": "system:serviceaccount:shop:web"}, delay=0.3)
+    async with api.serve(tmp_path) as kubeconfig:
+        client = await api_client(kubeconfig)
+        try:
+            reviewer = TokenReviewer(client)
+            impatient = asyncio.create_task(reviewer.authenticate("jwt-of-web"))
+            patient = asyncio.create_task(reviewer.authenticate("jwt-of-web"))
+            await asyncio.sleep(0.1)
+            impatient.cancel()
+            assert await asyncio.wait_for(patient, 10) == ("shop", "web")
+        finally:
+            await client.close()

@@ -440,7 +440,11 @@ OBJECT_CASES = [
        "protocol": "HTTP"}, "bind": "not-an-ip"}, "bind"),
     at("sidecar", "sidecar-bad-traffic-mode", "spec.outboundTrafficPolicy", {"mode": "ALLOW_SOME"},
        "outboundTrafficPolicy"),
-    at("sidecar", "sidecar-empty-selector", "spec.workloadSelector.labels", {}, "workloadSelector.labels"),
+    # istiod ValidateSidecar only warns that an empty workloadSelector applies to the whole namespace
+    at("sidecar", "sidecar-empty-selector", "spec.workloadSelector.labels", {}, expect="accepted"),
+    at("sidecar", "sidecar-egress-proxy-registry-only", "spec.outboundTrafficPolicy",
+       {"mode": "REGISTRY_ONLY", "egressProxy": {"host": "egress.example", "port": {"number": 443}}},
+       "outboundTrafficPolicy.egressProxy"),
     # accepted with the entry skipped: istiod's webhook (ValidateSidecar) refuses the whole Sidecar ("host must
     # be of form namespace/dnsName"), but istiod's SidecarScope (sidecar.go), reading what got past a webhook,
     # skips the entry with a warning and keeps the rest. Files have no webhook, so pilotfish does as the scope
@@ -462,7 +466,8 @@ OBJECT_CASES = [
     at("pa", "pa-port-level-without-selector", "spec", {"mtls": {"mode": "STRICT"},
        "portLevelMtls": {"8080": {"mode": "DISABLE"}}}, "portLevelMtls"),
     at("pa", "pa-port-0", "spec.portLevelMtls", {"0": {"mode": "DISABLE"}}, "portLevelMtls"),
-    at("pa", "pa-empty-match-labels", "spec.selector.matchLabels", {}, "selector.matchLabels"),
+    # istiod treats an empty selector as namespace-wide (and warns)
+    at("pa", "pa-empty-match-labels", "spec.selector.matchLabels", {}, expect="accepted"),
     # Service
     at("svc", "svc-port-70000", "spec.ports[0].port", 70_000, "spec.ports[0].port"),
     at("svc", "svc-port-a-name", "spec.ports[0].port", "http", "spec.ports[0].port"),

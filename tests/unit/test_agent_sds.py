@@ -11,15 +11,25 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3.discovery_pb2 import DiscoveryRequest, DiscoveryResponse
 from grpclib.client import Channel
 from grpclib.const import Cardinality
 from grpclib.server import Server
 
-from app.agent.certs import CaClient, CertificateManager, WorkloadCertificate, private_dir, rotation_delay
+from app.agent.certs import (
+    CaClient,
+    CertificateManager,
+    WorkloadCertificate,
+    build_csr,
+    new_key,
+    private_dir,
+    rotation_delay,
+)
 from app.agent.sds import ROOT, SDS, SECRET_TYPE, WORKLOAD, SdsServer
 from app.runtime import Runtime
+from app.security.ca import CertificateAuthority
 from tests.support.secure import secure_runtime
 
 IDENTITY = "spiffe://cluster.local/ns/bookinfo/sa/bookinfo-productpage"
@@ -123,3 +133,31 @@ async def test_sds_serves_default_and_rootca_and_pushes_a_renewal(runtime: Runti
         renewing.cancel()
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.parametrize("which", ["expired", "foreign"])
+async def test_a_certificate_the_ca_no_longer_accepts_does_not_lock_the_agent_out(
+    runtime: Runtime, tmp_path: Path, which: str
+) -> None:
+    # pilot-agent proves itself with its token; a certificate that expired while the control
+    # plane was down, or one of a replaced root, must not stand in the way
+    assert runtime.ca is not None
+    key = new_key("ec")
+    now = datetime.datetime.now(datetime.UTC)
+    if which == "expired":
+        issuer, when = runtime.ca, now - datetime.timedelta(hours=3)
+    else:
+        issuer, when = CertificateAuthority.self_signed("cluster.local"), now
+    chain = issuer.sign_csr(build_csr(key, IDENTITY), [IDENTITY], datetime.timedelta(hours=1), when)
+    leaf = x509.load_pem_x509_certificate(chain[0].encode())
+    encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+    certs = manager(runtime, tmp_path, "bookinfo-token", datetime.timedelta(hours=1))
+    certs.current = WorkloadCertificate(
+        key.private_bytes(encoding, form, serialization.NoEncryption()),
+        "".join(chain[:-1]),
+        chain[-1],
+        leaf.not_valid_before_utc,
+        leaf.not_valid_after_utc,
+    )
+    renewed = await certs.renew()
+    assert leaf_uris(renewed) == [IDENTITY] and renewed.root_pem == runtime.ca.root_pem

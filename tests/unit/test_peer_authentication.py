@@ -61,6 +61,17 @@ def test_mesh_then_namespace_then_workload_then_port_compose() -> None:
     assert authn.namespace_mode("other") is MtlsMode.STRICT
 
 
+def test_an_empty_selector_is_namespace_wide_and_root_namespace_selectors_select_nothing() -> None:
+    # istiod getConfigsForWorkload: no match labels -> a namespace (or mesh) policy; a selector
+    # in the root namespace is skipped
+    authn = policies(
+        pa("ns", "shop", "{selector: {matchLabels: {}}, mtls: {mode: DISABLE}}"),
+        pa("root-wl", ROOT, "{selector: {matchLabels: {app: gw}}, mtls: {mode: STRICT}}"),
+    )
+    assert authn.namespace_mode("shop") is MtlsMode.DISABLE
+    assert authn.workload_mode(ROOT, {"app": "gw"}, 80) is MtlsMode.PERMISSIVE
+
+
 def test_unset_namespace_mode_inherits_the_mesh_and_the_oldest_policy_wins() -> None:
     authn = policies(
         pa("mesh", ROOT, "{mtls: {mode: STRICT}}"),
@@ -79,7 +90,6 @@ def test_unset_namespace_mode_inherits_the_mesh_and_the_oldest_policy_wins() -> 
     ("spec", "field"),
     [
         ("{portLevelMtls: {8080: {mode: STRICT}}}", "portLevelMtls"),  # needs a selector
-        ("{selector: {matchLabels: {}}, mtls: {mode: STRICT}}", "selector.matchLabels"),
         ("{mtls: {mode: SOMETIMES}}", "mtls.mode"),
     ],
 )

@@ -143,6 +143,10 @@ async def test_a_certificate_from_the_ca_is_the_credential_and_shows_in_syncz(ru
 async def test_the_plaintext_port_stays_unauthenticated_and_the_root_is_published(runtime: Runtime) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.xds.port}") as ch:
         assert (await first_response(ch, None, request())).resources
+        # istiod registers its CA on the secure server only: unknown on 15010
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await ch.unary_unary(CSR)(b"", metadata=(("authorization", "Bearer bookinfo-token"),))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     configmap = await get_json(runtime, "/debug/istio-ca-root-cert")
     assert configmap["metadata"]["name"] == "istio-ca-root-cert"
     assert runtime.ca is not None and configmap["data"]["root-cert.pem"] == runtime.ca.root_pem

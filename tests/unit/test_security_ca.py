@@ -3,7 +3,9 @@ cryptography, gRPC SSL channels, the CA's own certificates as client certificate
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import ssl
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -83,7 +85,7 @@ def test_requested_ttl_is_honoured_up_to_the_maximum() -> None:
     now = datetime.datetime.now(datetime.UTC)
     cert = leaf(ca.sign_csr(csr(key), ["spiffe://cluster.local/ns/a/sa/b"], datetime.timedelta(hours=1), now))
     assert cert.not_valid_after_utc - now < datetime.timedelta(hours=1, seconds=1)
-    with pytest.raises(CaError, match="greater than the max allowed TTL"):
+    with pytest.raises(CaError, match=r"requested TTL 2184h0m0s is greater than the max allowed TTL 2160h0m0s"):
         ca.sign_csr(csr(key), ["spiffe://x/ns/a/sa/b"], datetime.timedelta(days=91))
     with pytest.raises(CaError, match="CSR"):
         ca.sign_csr("not a csr", ["spiffe://x/ns/a/sa/b"])
@@ -144,6 +146,7 @@ class Secure:
     port: int
     inner: int
     issued: list[str]
+    front: SecurePort
 
 
 @asynccontextmanager
@@ -158,7 +161,7 @@ async def serving(ca: CertificateAuthority, tokens: TrustedTokenFile | None) -> 
     await server.start()
     await front.start(("127.0.0.1", 0), ("127.0.0.1", inner))
     try:
-        yield Secure(ca, front.port, inner, issued)
+        yield Secure(ca, front.port, inner, issued, front)
     finally:
         await front.stop()
         await server.stop(0)
@@ -282,3 +285,50 @@ async def test_a_revoked_client_certificate_is_refused_by_the_ca_crl(tmp_path: P
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         async with channel(s, ("".join(kept[:-1]), key_pem(key))) as ch:
             assert uris(leaf(await create(ch, None, key))) == ["spiffe://cluster.local/ns/shop/sa/web"]
+
+
+def test_the_leaf_names_its_signer_by_the_signers_own_key_identifier(tmp_path: Path) -> None:
+    # Go's x509.CreateCertificate copies the parent's SubjectKeyIdentifier into the AKI; a
+    # plugged-in CA whose SKI is not a SHA-1 of its key must still chain
+    root = CertificateAuthority.self_signed(TD)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    odd_ski = x509.SubjectKeyIdentifier(b"\x01" * 20)
+    inter = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name.from_rfc4514_string("CN=intermediate,O=cluster.local"))
+        .issuer_name(root.signing_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(odd_ski, critical=False)
+        .sign(root.signing_key, hashes.SHA256())
+    )
+    ca = CertificateAuthority(inter, key, inter.public_bytes(serialization.Encoding.PEM).decode(), root.root_pem)
+    issued = leaf(ca.sign_csr(csr(ec.generate_private_key(ec.SECP256R1())), ["spiffe://cluster.local/ns/a/sa/b"]))
+    aki = issued.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    assert aki.key_identifier == odd_ski.digest
+
+
+async def test_the_serving_certificate_is_renewed_for_new_handshakes() -> None:
+    ca = CertificateAuthority.self_signed(TD)
+    async with serving(ca, None) as s:
+        context = ssl.create_default_context(cadata=ca.root_pem)
+
+        async def presented() -> bytes:
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", s.port, ssl=context, server_hostname="pilotfish.istio-system.svc"
+            )
+            der: bytes = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            writer.close()
+            return der
+
+        first = await presented()
+        assert s.front.serving_certificate
+        s.front.renew_serving_certificate()
+        second = await presented()
+        served = x509.load_der_x509_certificate(second)
+        assert x509.load_der_x509_certificate(first).serial_number != served.serial_number
+        assert served.not_valid_after_utc - served.not_valid_before_utc > datetime.timedelta(days=89)

@@ -369,3 +369,36 @@ def test_real_envoy_accepts_sidecar_ingress_config(interception: str, tmp_path: 
     p = proxy(interception)
     cds, lds = all_config(push_context(WORKLOADS, sidecar(spec)), p)
     validate_bootstrap(agent_bootstrap(p.id, cds, lds), tmp_path)
+
+
+def test_a_root_namespace_sidecar_names_ingress_chains_after_the_proxys_namespace() -> None:
+    # istiod convertToSidecarScope(ps, rootSidecar, proxy.ConfigNamespace): the scope's
+    # namespace is the proxy's, and so are the chain metadata and the stand-in host
+    root = sidecar(INGRESS_8080, name="default", namespace="istio-system")
+    vi = listeners(push_context(WORKLOADS, root))["virtualInbound"]
+    chain = next(c for c in vi.filter_chains if c.filter_chain_match.destination_port.value == 8080)
+    md = chain.metadata.filter_metadata["istio"].fields["config"].string_value
+    assert md == "/apis/networking.istio.io/v1/namespaces/default/sidecar/default"
+    assert route_decorator(chain) == "default.default:8080/*"
+
+
+def test_grpc_ingress_ports_get_no_inbound_retry_policy() -> None:
+    # istiod BuildDefaultHTTPInboundRoute: "reset-before-request" retries never on gRPC ports
+    spec = """
+  ingress:
+  - port: {number: 8080, protocol: GRPC, name: grpc}
+    defaultEndpoint: 127.0.0.1:18080
+  - port: {number: 9000, protocol: HTTP, name: http}
+    defaultEndpoint: 127.0.0.1:19000
+"""
+    vi = listeners(push_context(WORKLOADS, sidecar(spec)))["virtualInbound"]
+    retries = {}
+    for chain in vi.filter_chains:
+        port = chain.filter_chain_match.destination_port.value
+        for f in chain.filters:
+            if f.name == HCM:
+                manager = hcm_pb2.HttpConnectionManager()
+                f.typed_config.Unpack(manager)
+                action = manager.route_config.virtual_hosts[0].routes[0].route
+                retries[port] = action.retry_policy.retry_on
+    assert retries == {0: "reset-before-request", 8080: "", 9000: "reset-before-request"}  # 0: passthrough

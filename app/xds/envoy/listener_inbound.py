@@ -391,24 +391,15 @@ def _route_config(ctx: OutboundContext, cc: _ChainConfig) -> route_pb2.RouteConf
     action.timeout.CopyFrom(zero_duration())
     action.max_stream_duration.max_stream_duration.CopyFrom(zero_duration())
     action.max_stream_duration.grpc_timeout_header_max.CopyFrom(zero_duration())
-    if _at_least_1_24(ctx.proxy.istio_version):
-        # ENABLE_INBOUND_RETRY_POLICY: retry requests reset before they reached the app
+    if cc.service_port.protocol not in (Protocol.GRPC, Protocol.GRPC_WEB):
+        # istiod BuildDefaultHTTPInboundRoute: retry requests reset before they reached the app,
+        # never on gRPC ports (streams do not survive "reset-before-request")
         action.retry_policy.retry_on = "reset-before-request"
         action.retry_policy.num_retries.value = 2
     out = route_pb2.RouteConfiguration(name=cc.cluster)
     out.virtual_hosts.add(name=f"inbound|http|{cc.service_port.port}", domains=["*"], routes=[route])
     out.validate_clusters.value = False
     return out
-
-
-def _at_least_1_24(version: str) -> bool:
-    """Unknown versions count as current, as istiod treats a proxy without ISTIO_VERSION."""
-    parts = version.split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return True
-    return (major, minor) >= (1, 24)
 
 
 def _inspectors(chains: Sequence[lc.FilterChain]) -> list[lc.ListenerFilter]:

@@ -97,7 +97,7 @@ def _inbound_clusters(proxy: Proxy, push: PushContextView, scope: SidecarScopeVi
     """istiod buildInboundClusters: one cluster per workload (target) port, the first service
     on a port primary; or, with a Sidecar's ingress entries, one per entry (and the service
     ports they leave free under the merge flag)."""
-    ingress = sidecar_ingress(scope.name, scope.sidecar, proxy, push.features)
+    ingress = sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features)
     if ingress is None and proxy.interception_mode == "NONE":
         return []  # no inbound listeners without capture, so no clusters for them
     targets = proxy_service_targets(proxy, push)

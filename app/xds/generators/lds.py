@@ -66,7 +66,7 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
     jwt = push.request_authentications.for_workload(proxy.namespace, proxy.labels)
     if proxy.type is ProxyType.ROUTER:
         return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz, jwt)
-    ingress = sidecar_ingress(scope.name, scope.sidecar, proxy, push.features)
+    ingress = sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features)
     return build_inbound_listeners(ctx, targets, push.peer_authentications, authz, jwt, ingress)
 
 
