@@ -90,15 +90,15 @@ class Agent:
             self.dns = self._dns_proxy()
         on_table = self.dns.update if self.dns is not None else None
         self.certificates: CertificateManager | None = None
-        self.sds: SdsServer | None = None
         self._key_files: Path | None = None  # where ssl reads the workload key from
         tls = None
         metadata: Callable[[], dict[str, str]] = dict
         if settings.root_cert.exists():
             tls, metadata = self._security(settings)
         else:
-            why = "plaintext upstream, no workload certificate"
+            why = "plaintext upstream, no workload certificate (SDS serves mounted files only)"
             logger.info("agent: no root certificate at %s: %s", settings.root_cert, why)
+        self.sds = SdsServer(self.certificates)
         upstream = split_address(settings.discovery_address)
         self.xds = XdsProxy(upstream, on_name_table=on_table, tls=tls, metadata=metadata)
 
@@ -113,7 +113,6 @@ class Agent:
         account = str(self.config.metadata.get("SERVICE_ACCOUNT") or "default")
         identity = f"spiffe://{s.trust_domain}/ns/{self.config.namespace}/sa/{account}"
         self.certificates = CertificateManager(ca, identity, key_type=s.key_type, ttl=s.cert_ttl)
-        self.sds = SdsServer(self.certificates)
         tls = client_context(root, None, files)
 
         def present(cert: WorkloadCertificate) -> None:
@@ -172,14 +171,11 @@ class Agent:
         s.xds_socket.unlink(missing_ok=True)  # a socket left by an agent that was killed
         xds = Server([self.xds])
         await xds.start(path=str(s.xds_socket))
-        sds: Server | None = None
-        renewing: asyncio.Task[None] | None = None
-        if self.sds is not None and self.certificates is not None:
-            s.sds_socket.parent.mkdir(parents=True, exist_ok=True)
-            s.sds_socket.unlink(missing_ok=True)
-            sds = Server([self.sds])
-            await sds.start(path=str(s.sds_socket))
-            renewing = asyncio.create_task(self.certificates.run())
+        s.sds_socket.parent.mkdir(parents=True, exist_ok=True)
+        s.sds_socket.unlink(missing_ok=True)
+        sds = Server([self.sds])
+        await sds.start(path=str(s.sds_socket))
+        renewing = asyncio.create_task(self.certificates.run()) if self.certificates is not None else None
         app = web.Application()
         app.router.add_get("/healthz/ready", self._healthz)
         app.router.add_get("/stats/prometheus", self._metrics)
@@ -212,9 +208,8 @@ class Agent:
                 renewing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await renewing
-            if sds is not None:
-                sds.close()
-                await sds.wait_closed()
+            sds.close()
+            await sds.wait_closed()
             if self._key_files is not None:
                 shutil.rmtree(self._key_files, ignore_errors=True)
             if self.dns is not None:

@@ -161,3 +161,41 @@ async def test_a_certificate_the_ca_no_longer_accepts_does_not_lock_the_agent_ou
     )
     renewed = await certs.renew()
     assert leaf_uris(renewed) == [IDENTITY] and renewed.root_pem == runtime.ca.root_pem
+
+
+async def test_sds_serves_mounted_files_without_a_ca_and_never_an_empty_answer(tmp_path: Path) -> None:
+    # pilot-agent's file-cert: / file-root: names, which istiod gives DestinationRule TLS files
+    (tmp_path / "cert.pem").write_text("CHAIN")
+    (tmp_path / "key.pem").write_text("KEY")
+    (tmp_path / "ca.pem").write_text("CA")
+    server = Server([SdsServer(None)])
+    socket = str(tmp_path / "sds.sock")
+    await server.start(path=socket)
+    channel = Channel(path=socket)
+    try:
+        async with channel.request(
+            SDS + "StreamSecrets", Cardinality.STREAM_STREAM, DiscoveryRequest, DiscoveryResponse
+        ) as stream:
+            # nothing it can serve: no response at all (an empty one would be a NACKed update)
+            await stream.send_message(DiscoveryRequest(type_url=SECRET_TYPE, resource_names=[WORKLOAD]))
+            pending = asyncio.ensure_future(stream.recv_message())
+            done, _ = await asyncio.wait({pending}, timeout=0.5)
+            assert not done
+            names = [f"file-cert:{tmp_path}/cert.pem~{tmp_path}/key.pem", f"file-root:{tmp_path}/ca.pem"]
+            await stream.send_message(DiscoveryRequest(type_url=SECRET_TYPE, resource_names=names))
+            answer = await asyncio.wait_for(pending, 5)
+            assert answer is not None
+            secrets = {}
+            for packed in answer.resources:
+                found = secret_pb2.Secret()
+                packed.Unpack(found)
+                secrets[found.name] = found
+            cert, root = secrets[names[0]], secrets[names[1]]
+            assert cert.tls_certificate.certificate_chain.inline_bytes == b"CHAIN"
+            assert cert.tls_certificate.private_key.inline_bytes == b"KEY"
+            assert root.validation_context.trusted_ca.inline_bytes == b"CA"
+            await stream.cancel()
+    finally:
+        channel.close()
+        server.close()
+        await server.wait_closed()
