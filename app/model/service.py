@@ -123,6 +123,9 @@ class Service:
     # addresses, as its status.addresses records them (used by DNS-capturing proxies)
     auto_addresses: tuple[str, ...] = ()
     publish_not_ready: bool = False  # Kubernetes spec.publishNotReadyAddresses
+    # (service port, targetPort) of a resolution-NONE ServiceEntry: its ORIGINAL_DST clusters
+    # override the destination port (istiod PassthroughTargetPorts)
+    passthrough_target_ports: tuple[tuple[int, int], ...] = ()
 
     def port_by_number(self, number: int) -> ServicePort | None:
         for p in self.ports:

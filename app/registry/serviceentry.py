@@ -90,6 +90,10 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
     meta = obj.meta
     allocated = _allocated(obj)
     ports = tuple(ServicePort(p.name, p.number, parse_protocol(p.protocol)) for p in se.ports)
+    resolution = _RESOLUTIONS.get(se.resolution, Resolution.PASSTHROUGH)
+    overrides = tuple((p.number, p.target_port) for p in se.ports if p.target_port) if (
+        resolution is Resolution.PASSTHROUGH
+    ) else ()
     selector = (
         MappingProxyType(dict(se.workload_selector.labels)) if se.HasField("workload_selector") else None
     )
@@ -101,7 +105,8 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
             registry=Registry.EXTERNAL,
             name=meta.name,
             addresses=tuple(se.addresses),
-            resolution=_RESOLUTIONS.get(se.resolution, Resolution.PASSTHROUGH),
+            resolution=resolution,
+            passthrough_target_ports=overrides,
             mesh_external=se.location == net.ServiceEntry.MESH_EXTERNAL,
             export_to=frozenset(se.export_to),
             labels=meta.labels,

@@ -295,6 +295,10 @@ def _base_cluster(
     """istiod buildCluster: settings every cluster of a type gets before any policy."""
     c = Cluster(name=name, type=kind, alt_stat_name=name + ";")
     c.common_lb_config.SetInParent()
+    if kind == Cluster.ORIGINAL_DST and not inbound_targets:
+        override = dict(service.passthrough_target_ports).get(port.port)
+        if override:  # istiod: a resolution-NONE ServiceEntry port's targetPort
+            c.original_dst_lb_config.upstream_port_override.value = override
     if kind in _DNS_TYPES:
         c.dns_lookup_family = _dns_lookup_family(proxy.ip_addresses)
         cares = cares_dns_resolver_pb2.CaresDnsResolverConfig()
