@@ -174,29 +174,40 @@ def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
         check_connection_pool("inboundConnectionPool", sc.inbound_connection_pool)
     if sc.HasField("outbound_traffic_policy") and sc.outbound_traffic_policy.HasField("egress_proxy"):
         _check_egress_proxy(sc.outbound_traffic_policy)
-    portless = 0
     ports: set[int] = set()
+    sockets: set[str] = set()
     for i, eg in enumerate(sc.egress):
         here = f"egress[{i}]"
         if not eg.hosts:
             raise fail(f"{here}.hosts", "at least one host is required")
         # an ill-formed host is skipped (and logged) where the SidecarScope reads it, as istiod's
         # sidecar.go does: the rest of the Sidecar stays in force
-        if eg.HasField("port"):
-            check_port_number(f"{here}.port.number", eg.port.number)
-            if eg.port.protocol:
-                check_protocol(f"{here}.port.protocol", eg.port.protocol)
-            if eg.port.number in ports:
-                raise fail(f"{here}.port.number", f"duplicate egress port {eg.port.number}")
-            ports.add(eg.port.number)
-        else:
-            portless += 1
-            if eg.bind:
-                raise fail(f"{here}.bind", "requires a port")
-        if eg.bind and not eg.bind.startswith("unix://"):
+        if not eg.HasField("port"):  # the catch-all: one, and last (its bind is not checked)
+            if i != len(sc.egress) - 1:
+                raise fail(f"{here}.port", "the egress listener without a port must be the last one")
+            continue
+        port = eg.port
+        if port.target_port:
+            raise fail(f"{here}.port.targetPort", "has no impact on Sidecars")
+        if port.name and not is_dns1123_label(port.name):
+            raise fail(f"{here}.port.name", f"{port.name!r} is not a valid port name (a DNS label)")
+        if port.protocol:
+            check_protocol(f"{here}.port.protocol", port.protocol)
+        if port.number == 0:  # istiod validateSidecarEgressPortBindAndCaptureMode: a unix socket
+            if not eg.bind.startswith("unix://") or not eg.bind.removeprefix("unix://").startswith("/"):
+                raise fail(f"{here}.bind", "port 0 needs a unix:///absolute/path bind")
+            if eg.capture_mode not in (net.DEFAULT, net.NONE):
+                raise fail(f"{here}.captureMode", "must be DEFAULT or NONE for a unix domain socket")
+            if eg.bind in sockets:
+                raise fail(f"{here}.bind", f"unix domain socket {eg.bind!r} used twice")
+            sockets.add(eg.bind)
+            continue
+        check_port_number(f"{here}.port.number", port.number)
+        if port.number in ports:
+            raise fail(f"{here}.port.number", f"duplicate egress port {port.number}")
+        ports.add(port.number)
+        if eg.bind:
             check_address(f"{here}.bind", eg.bind, cidr=False)
-    if portless > 1:
-        raise fail("egress", "only one egress listener may omit its port")
     ingress_ports: set[int] = set()
     for i, ing in enumerate(sc.ingress):
         _check_sidecar_ingress(f"ingress[{i}]", ing, ingress_ports)

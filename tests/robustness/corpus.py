@@ -434,7 +434,7 @@ OBJECT_CASES = [
     at("we", "we-label-key-invalid", "spec.labels", {"bad key!": "a"}, "labels: invalid label key"),
     # Sidecar
     at("sidecar", "sidecar-no-egress-hosts", "spec.egress[0].hosts", [], "egress[0].hosts"),
-    at("sidecar", "sidecar-egress-port-0", "spec.egress[0].port", {"number": 0, "name": "x"}, "egress[0].port"),
+    at("sidecar", "sidecar-egress-port-0", "spec.egress[0].port", {"number": 0, "name": "x"}, "egress[0].bind"),
     at("sidecar", "sidecar-two-portless-egress", "spec.egress", [{"hosts": ["./*"]}, {"hosts": ["*/*"]}], "egress"),
     at("sidecar", "sidecar-bind-not-an-ip", "spec.egress[0]", {"hosts": ["./*"], "port": {"number": 80, "name": "h",
        "protocol": "HTTP"}, "bind": "not-an-ip"}, "bind"),
