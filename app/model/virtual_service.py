@@ -250,6 +250,9 @@ class VirtualServicesByHost:
         """Those with a host that shares a name with ``hostname``, in order."""
         if is_wildcard(hostname):
             return [vs for vs in self.ordered if any(matches(h, hostname) for h in vs.spec.hosts)]
-        found = set(self.exact.get(hostname, ()))
-        found.update(i for i in self.wildcard if any(matches(h, hostname) for h in self.ordered[i].spec.hosts))
-        return [self.ordered[i] for i in sorted(found)]
+        positions = self.exact.get(hostname, ())
+        if self.wildcard:
+            found = set(positions)
+            found.update(i for i in self.wildcard if any(matches(h, hostname) for h in self.ordered[i].spec.hosts))
+            positions = tuple(sorted(found))
+        return [self.ordered[i] for i in positions]

@@ -33,6 +33,7 @@ from typing import Protocol, TypeVar
 from envoy.config.cluster.v3 import cluster_pb2
 from google.protobuf.message import Message
 
+from app.api.networking_pb2 import DestinationRule
 from app.config.mesh import MeshConfig
 from app.config.model import EMPTY_LABELS, ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule
@@ -44,11 +45,12 @@ from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
 from app.xds.envoy.cluster import AppliedDestinationRule
 from app.xds.envoy.listener_tcp import TCP_PROTOCOLS
+from app.xds.envoy.route_policy import consistent_hash_view
 from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
-from app.xds.generators.lds import scope_listeners, workload_listeners
+from app.xds.generators.lds import scope_listener_plan, scope_listeners, workload_listeners
 from app.xds.generators.nds import build_name_table, uses_allocated_addresses
-from app.xds.generators.rds import generate_routes
+from app.xds.generators.rds import generate_routes, sidecar_route_key
 from app.xds.generators.view import proxy_service_targets
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
@@ -262,6 +264,19 @@ class _Synced:
     built: _OwnClusters
 
 
+@dataclass(frozen=True, slots=True)
+class _Reusable:
+    """A class's route configurations and listeners from an earlier snapshot, by what each was
+    built from: equal inputs build equal bytes, so any earlier snapshot's serve (inputs are
+    named by identity, and the entries hold them alive)."""
+
+    routes: Mapping[str, tuple[Hashable, Resource]]
+    listeners: Mapping[Hashable, Resource]
+
+
+_NOTHING_REUSABLE = _Reusable({}, {})
+
+
 @dataclass(slots=True)
 class _ClassSets:
     """One proxy class's resources in one snapshot, filled as first asked for."""
@@ -273,7 +288,15 @@ class _ClassSets:
     eds_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)  # their EDS names by service
     assignments: dict[str, Resource] = field(default_factory=dict)
     listeners: list[Resource] | None = None
+    listener_inputs: dict[Hashable, Resource] = field(default_factory=dict)  # ``listeners`` by what each is built from
+    earlier: _Reusable = _NOTHING_REUSABLE  # the class's in the snapshots before, for RDS and LDS
+
+    def reusable(self) -> _Reusable:
+        """What the class's next snapshot may reuse: its own builds, else those it inherited."""
+        routes = {**self.earlier.routes, **{n: (key, self.routes[n]) for n, key in self.route_keys.items()}}
+        return _Reusable(routes, self.listener_inputs or self.earlier.listeners)
     routes: dict[str, Resource] = field(default_factory=dict)
+    route_keys: dict[str, Hashable] = field(default_factory=dict)  # what each of ``routes`` was built from
 
 
 class XdsGenerator:
@@ -288,6 +311,7 @@ class XdsGenerator:
         self._proxy_classes: dict[Ident[Proxy], tuple[SidecarScope, _Traits, _ClassSets]] = {}
         self._listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = {}
         self._name_tables: dict[Hashable, Resource] = {}  # this snapshot's, see _name_table
+        self._rule_views: dict[Ident[DestinationRule], bytes | None] = {}  # this snapshot's, see _rule_view
         self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
         self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
         # the class sets of the snapshot just replaced, by class lineage (scope name and traits),
@@ -295,6 +319,9 @@ class XdsGenerator:
         self._parents: dict[Hashable, _ClassSets] = {}
         self._lineage: dict[Hashable, _ClassSets] = {}  # this snapshot's class sets by lineage
         self._parent_request: PushRequest | None = None
+        # what classes may reuse, by lineage: not only from the snapshot just replaced (an
+        # endpoint push between two config pushes generates no listeners or routes)
+        self._reusable: dict[Hashable, _Reusable] = {}
 
     # --- ResourceSource -------------------------------------------------------------------
 
@@ -324,6 +351,7 @@ class XdsGenerator:
         naming no keys, or a mesh config change, drops everything (every entry reads it)."""
         keys = list(request.configs_updated)
         self._parents, self._parent_request = {}, None
+        self._reusable = {lineage: sets.reusable() for lineage, sets in self._lineage.items()}
         if request.all_kinds or any(key.kind in _EVERYTHING_KINDS for key in keys):
             # every entry reads these (a PeerAuthentication: the mode auto mTLS follows, keyed by
             # value, so the entries it made stale would otherwise only linger)
@@ -382,6 +410,7 @@ class XdsGenerator:
             self._memo_push, self._memo, self._lineage = push, {}, {}
             self._differences, self._hosts = {}, {}
             self._listener_addresses, self._proxy_classes, self._name_tables = {}, {}, {}
+            self._rule_views = {}
         found = self._proxy_classes.get(Ident(proxy))
         if found is None:
             found = self._proxy_classes[Ident(proxy)] = self._find_class(proxy, push)
@@ -399,8 +428,10 @@ class XdsGenerator:
         key = (ident, *_class_traits(traits))
         sets = self._memo.get(key)
         if sets is None:
-            sets = self._memo[key] = _ClassSets(scope, push.mesh)
-            self._lineage[_lineage(scope, traits)] = sets
+            lineage = _lineage(scope, traits)
+            earlier = self._reusable.get(lineage, _NOTHING_REUSABLE)
+            sets = self._memo[key] = _ClassSets(scope, push.mesh, earlier=earlier)
+            self._lineage[lineage] = sets
         return scope, traits, sets
 
     def _check(self, what: str, built: Sequence[Resource], reference: Sequence[Message]) -> None:
@@ -643,7 +674,18 @@ class XdsGenerator:
     def _listeners(self, proxy: Proxy, push: PushContext) -> list[Resource]:
         scope, traits, sets = self._class(proxy, push)
         if sets.listeners is None:
-            sets.listeners = [encode(m.name, m) for m in scope_listeners(traits.scope_proxy, push, scope)]
+            # a listener built from the same inputs in an earlier snapshot is reused
+            previous = sets.earlier.listeners
+            built = []
+            for inputs, build in scope_listener_plan(traits.scope_proxy, push, scope):
+                found = None if inputs is None else previous.get(inputs)
+                if found is None:
+                    listener = build()
+                    found = encode(listener.name, listener)
+                if inputs is not None:
+                    sets.listener_inputs[inputs] = found
+                built.append(found)
+            sets.listeners = built
         if self.cache.verify:
             self._check("scope listeners", sets.listeners, scope_listeners(proxy, push, scope))
         own = [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
@@ -658,13 +700,27 @@ class XdsGenerator:
         if proxy.type is ProxyType.ROUTER:
             # a gateway's routes follow from the Gateways its labels select and its own targets
             return [encode(r.name, r) for r in generate_routes(proxy, push, names)]
-        _, traits, sets = self._class(proxy, push)
+        scope, traits, sets = self._class(proxy, push)
 
         def build(name: str) -> Resource:
+            # the class's configuration in an earlier snapshot, when built from the same inputs
+            key = sets.route_keys[name] = sidecar_route_key(traits.scope_proxy, push, scope, name, self._rule_view)
+            earlier = sets.earlier.routes.get(name)
+            if earlier is not None and earlier[0] == key:
+                return earlier[1]
             return encode(name, generate_routes(traits.scope_proxy, push, [name])[0])
 
         return self._shared(sets.routes, names, build, lambda name: generate_routes(proxy, push, [name])[0])
 
+
+    def _rule_view(self, rule: DestinationRule | None) -> bytes | None:
+        """``consistent_hash_view`` once per rule and snapshot (route keys read it per host)."""
+        if rule is None:
+            return None
+        found = self._rule_views.get(Ident(rule))
+        if found is None:
+            found = self._rule_views[Ident(rule)] = consistent_hash_view(rule)
+        return found
 
     # --- NDS ----------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ PassthroughFilterChain fallback, and ``virtualOutbound`` on 15001.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol as TypingProtocol
 
 from envoy.config.core.v3 import base_pb2
@@ -27,6 +28,7 @@ from app.model.service import Endpoint, Registry, Resolution, Service, ServicePo
 from app.model.service import Protocol as PortProtocol
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import ResolvedVirtualService, VirtualServicesByHost
+from app.xds.cache import Ident
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
 from app.xds.envoy.listener_filters import (
     PASSTHROUGH_FILTER_CHAIN,
@@ -113,13 +115,34 @@ class _Entry:
     locked: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _Add:
+    """One service port offered to the listener at (bind, port), kept until the listener is
+    assembled: a listener is a function of the adds that reached it, in order."""
+
+    service: Service
+    port: ServicePort
+    bind: str
+    bind_to_port: bool
+    cidr: str
+    kind: _Kind
+    vss: VirtualServicesByHost
+
+
+# the catch-all egress listener began: the listeners there so far take no more services
+_LOCK = "lock"
+
+# a listener to build: what it is made from (equal inputs, equal listener) and its builder
+ListenerPlan = tuple[Hashable, Callable[[], listener_pb2.Listener]]
+
+
 @dataclass(slots=True)
 class _Builder:
     ctx: OutboundContext
     endpoints: Callable[[Service], Sequence[Endpoint]]
     outbound_policy: str
     egress: str
-    entries: dict[tuple[str, int], _Entry] = field(default_factory=dict)
+    adds: dict[tuple[str, int], list[_Add | str]] = field(default_factory=dict)
 
     def can_bind(self, bind: str, port: int, protocol: PortProtocol) -> bool:
         """istiod conflictWithReservedListener: a wildcard listener may not take the ports of
@@ -146,8 +169,8 @@ class _Builder:
                 self.add(service, listen_port, bind, bind_to_port, vss)
             return
         # the catch-all egress listener adds nothing to ports an explicit one already claimed
-        for entry in self.entries.values():
-            entry.locked = True
+        for adds in self.adds.values():
+            adds.append(_LOCK)
         for service in egress.services:
             for port in service.ports:
                 if not self.can_bind(bind, port.port, port.protocol):
@@ -184,7 +207,7 @@ class _Builder:
         bind_to_port: bool,
         vss: VirtualServicesByHost,
     ) -> None:
-        """istiod buildSidecarOutboundListener: add one service port, merging on conflicts."""
+        """Offer one service port to the listener its address and port select."""
         if service.resolution is Resolution.ALIAS:
             return
         kind = listener_kind(port.protocol)
@@ -199,15 +222,64 @@ class _Builder:
                 bind, cidr = self.ctx.wildcard, address  # a CIDR: wildcard listener + prefix match
             else:
                 bind = address
-        key = (bind, port.port)
-        current = self.entries.get(key)
+        self.adds.setdefault((bind, port.port), []).append(_Add(service, port, bind, bind_to_port, cidr, kind, vss))
+
+    def plan(self) -> list[ListenerPlan]:
+        """Every listener, in the order its first service came, with what it is built from."""
+        context = self._context()
+        plans: list[ListenerPlan] = []
+        for key, adds in self.adds.items():
+            plans.append(((context, key, tuple(map(self._input, adds))), partial(self._build, adds)))
+        return plans
+
+    def _context(self) -> Hashable:
+        """What every listener of this build reads besides its adds."""
+        proxy = self.ctx.proxy
+        labels = tuple(sorted(proxy.labels.items()))
+        return (Ident(self.ctx.mesh), self.outbound_policy, self.egress, proxy.ip_addresses, proxy.namespace, labels)
+
+    def _input(self, add: _Add | str) -> Hashable:
+        """What one add contributes: the service by identity, its port and address, and for TCP
+        chains the VirtualServices matching it and the services and DestinationRules those
+        chains read, by identity."""
+        if isinstance(add, str):
+            return add
+        if add.kind is _Kind.HTTP:
+            return (add.service.hostname, add.port, add.bind, add.bind_to_port, add.kind)
+        matching = add.vss.matching(add.service.hostname)
+        hosts = {add.service.hostname}
+        for vs in matching:
+            for tcp in vs.spec.tcp:
+                hosts.update(r.destination.host for r in tcp.route)
+            for tls in vs.spec.tls:
+                hosts.update(r.destination.host for r in tls.route)
+        services, rules = self.ctx.services, self.ctx.rules
+        read = tuple((h, Ident(services.get(h)), Ident(rules.get(h))) for h in sorted(hosts))
+        vss = tuple(map(Ident, matching))
+        return (Ident(add.service), add.port, add.bind, add.bind_to_port, add.cidr, add.kind, vss, read)
+
+    def _build(self, adds: Sequence[_Add | str]) -> listener_pb2.Listener:
+        entry: _Entry | None = None
+        for add in adds:
+            if isinstance(add, str):
+                if entry is not None:
+                    entry.locked = True
+            else:
+                entry = self._apply(entry, add)
+        assert entry is not None  # the first add always makes the entry
+        return self._finish(entry)
+
+    def _apply(self, current: _Entry | None, add: _Add) -> _Entry | None:
+        """istiod buildSidecarOutboundListener: one service port into the listener, merging on
+        conflicts; returns the entry after it."""
         if current is not None and current.locked:
-            return
+            return current
+        service, port, bind, kind = add.service, add.port, add.bind, add.kind
         protocol = port.protocol
         merge_upgrades = False  # the merged listener becomes a sniffing one
         if kind is _Kind.HTTP:
             if current is not None and current.protocol not in TCP_PROTOCOLS:
-                return  # HTTP / sniffed listener already there: routes come from RDS
+                return current  # HTTP / sniffed listener already there: routes come from RDS
             merge_upgrades = current is not None
             http = self._http_opts(service, port, bind, kind)
             if bind == self.ctx.wildcard:
@@ -216,12 +288,12 @@ class _Builder:
                 protocol = PortProtocol.UNSUPPORTED
             opts = [http]
         elif kind is _Kind.TCP:
-            opts = sidecar_tcp_chain_opts(self.ctx, service, port, cidr, bind, vss)
+            opts = sidecar_tcp_chain_opts(self.ctx, service, port, add.cidr, bind, add.vss)
             merge_upgrades = current is not None and current.protocol.is_http
         else:
             if current is not None and current.protocol is PortProtocol.UNSUPPORTED:
-                return
-            tcp = sidecar_tcp_chain_opts(self.ctx, service, port, cidr, bind, vss)
+                return current
+            tcp = sidecar_tcp_chain_opts(self.ctx, service, port, add.cidr, bind, add.vss)
             http = self._http_opts(service, port, bind, kind).with_alpn(PLAINTEXT_HTTP_ALPNS, RAW_BUFFER_TRANSPORT)
             opts = [*tcp, http]
             if current is not None and current.protocol.is_http:
@@ -229,20 +301,17 @@ class _Builder:
             else:
                 merge_upgrades = current is not None
         if current is not None and not _well_known_compatible(port.protocol, current.protocol):
-            return
+            return current
         if current is None:
-            self.entries[key] = _Entry(port, bind, bind_to_port, opts, protocol)
-            return
+            return _Entry(port, bind, add.bind_to_port, opts, protocol)
         _merge_chains(current, opts)
         if merge_upgrades:
             current.protocol = PortProtocol.UNSUPPORTED
+        return current
 
     def _http_opts(self, service: Service, port: ServicePort, bind: str, kind: _Kind) -> ChainOpts:
         rds = sidecar_route_name(service.hostname, port.port, kind is _Kind.AUTO, bind, self.ctx.wildcard)
         return ChainOpts(http=HttpOptions(rds=rds, use_remote_address=False, protocol=port.protocol))
-
-    def listeners(self) -> list[listener_pb2.Listener]:
-        return [self._finish(e) for e in self.entries.values()]
 
     def _finish(self, entry: _Entry) -> listener_pb2.Listener:
         """istiod buildListenerFromEntry."""
@@ -306,19 +375,20 @@ def catch_all_filters(outbound_policy: str, egress: str = PASSTHROUGH_CLUSTER) -
     return [tcp_proxy_filter(cluster, cluster)]
 
 
-def build_sidecar_outbound_listeners(
+def plan_sidecar_outbound_listeners(
     ctx: OutboundContext,
     egress_listeners: Sequence[EgressListenerView],
     outbound_policy: str,
     endpoints: Callable[[Service], Sequence[Endpoint]],
     egress: str = PASSTHROUGH_CLUSTER,
-) -> list[listener_pb2.Listener]:
-    """The listeners for every egress listener of the proxy's SidecarScope, in its order;
-    ``egress`` is where their catch-all chains send ALLOW_ANY traffic."""
+) -> list[ListenerPlan]:
+    """The listeners for every egress listener of the proxy's SidecarScope, in its order, each
+    with what it is built from, not yet built: a caller holding the listener built from equal
+    inputs reuses it. ``egress`` is where their catch-all chains send ALLOW_ANY traffic."""
     builder = _Builder(ctx, endpoints, outbound_policy, egress)
     for listener in egress_listeners:
         builder.add_egress_listener(listener)
-    return builder.listeners()
+    return builder.plan()
 
 
 def build_virtual_outbound_listener(

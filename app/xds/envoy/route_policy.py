@@ -332,6 +332,29 @@ def _port_level_hash(
     return None
 
 
+def consistent_hash_view(rule: net.DestinationRule | None) -> bytes | None:
+    """All that routes read of a DestinationRule, as bytes: its consistent hashes (top level,
+    per port, per subset). A rule that changes anything else builds the same routes."""
+    if rule is None:
+        return None
+    out = net.DestinationRule()
+    _copy_hashes(rule.traffic_policy, out.traffic_policy)
+    for subset in rule.subsets:
+        view = out.subsets.add(name=subset.name)
+        _copy_hashes(subset.traffic_policy, view.traffic_policy)
+    return out.SerializeToString(deterministic=True)
+
+
+def _copy_hashes(policy: net.TrafficPolicy, into: net.TrafficPolicy) -> None:
+    if policy.load_balancer.HasField("consistent_hash"):
+        into.load_balancer.consistent_hash.CopyFrom(policy.load_balancer.consistent_hash)
+    for setting in policy.port_level_settings:
+        view = into.port_level_settings.add()
+        view.port.CopyFrom(setting.port)
+        if setting.load_balancer.HasField("consistent_hash"):
+            view.load_balancer.consistent_hash.CopyFrom(setting.load_balancer.consistent_hash)
+
+
 def destination_consistent_hash(dest: net.Destination, rule: net.DestinationRule | None) -> ConsistentHashLB | None:
     """istiod hashForHTTPDestination: the most specific consistent hash of the destination's
     DestinationRule: subset port-level, subset, port-level, then top level."""

@@ -11,6 +11,7 @@ pure: everything read comes from ``proxy`` and ``push`` (DESIGN.md §7).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
@@ -18,7 +19,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
 from app.xds.envoy.cluster import egress_proxy_cluster
-from app.xds.envoy.listener import build_sidecar_outbound_listeners, build_virtual_outbound_listener
+from app.xds.envoy.listener import ListenerPlan, build_virtual_outbound_listener, plan_sidecar_outbound_listeners
 from app.xds.envoy.listener_filters import HCM
 from app.xds.envoy.listener_gateway import build_gateway_listeners
 from app.xds.envoy.listener_inbound import build_inbound_listeners
@@ -42,18 +43,23 @@ def unique_by_name(listeners: Iterable[listener_pb2.Listener]) -> list[listener_
 def scope_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:
     """A sidecar's listeners that follow from its scope alone: the outbound listeners of its
     egress listeners and ``virtualOutbound``; none for a router."""
+    return [build() for _, build in scope_listener_plan(proxy, push, scope)]
+
+
+def scope_listener_plan(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[ListenerPlan]:
+    """``scope_listeners`` not yet built, each with what it is built from (None: not told)."""
     if proxy.type is ProxyType.ROUTER:
         return []
     ctx = _context(proxy, push, scope)
     policy = scope.outbound_traffic_policy
     egress = egress_proxy_cluster(scope.sidecar)
-    listeners = build_sidecar_outbound_listeners(
+    plan = plan_sidecar_outbound_listeners(
         ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace), egress
     )
     if proxy.interception_mode != "NONE":
         # nothing is redirected to a proxy that does not capture traffic
-        listeners.append(build_virtual_outbound_listener(ctx, policy, egress))
-    return listeners
+        plan.append((None, partial(build_virtual_outbound_listener, ctx, policy, egress)))
+    return plan
 
 
 def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:

@@ -18,7 +18,7 @@ Synchronous and pure; the result is one RouteConfiguration per distinct name, so
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
@@ -33,9 +33,11 @@ from app.model.service import Protocol as PortProtocol
 from app.model.service import Resolution, Service
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
+from app.xds.cache import Ident
 from app.xds.envoy.cluster import egress_proxy_cluster
 from app.xds.envoy.listener import EgressListenerView
 from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
+from app.xds.envoy.route_policy import consistent_hash_view
 from app.xds.envoy.virtual_host import (
     GatewayVirtualHost,
     VirtualHostWrapper,
@@ -135,6 +137,43 @@ def _sidecar_route_config(
         egress = egress_proxy_cluster(scope.sidecar)
         vhosts.append(build_catch_all_virtual_host(allow_any, egress, include_attempt_count))
     return _route_config(name, vhosts)
+
+
+def sidecar_route_key(
+    proxy: Proxy,
+    push: PushContextView,
+    scope: SidecarScopeView,
+    name: str,
+    rule_view: Callable[[net.DestinationRule | None], Hashable] = consistent_hash_view,
+) -> Hashable:
+    """Everything a sidecar's route configuration ``name`` is built from besides the proxy's
+    traits (which the caller keys its class by): the mesh config, the Sidecar, the egress
+    listener's services on the port and its VirtualServices (by identity: they are replaced,
+    never edited), and the consistent hashes of the DestinationRule the proxy applies to each
+    host a route reads one of (``rule_view``: ``consistent_hash_view``, memoized by the caller).
+    Equal keys build equal bytes, so a change that adds a service on another port, or changes
+    a DestinationRule's pool, rebuilds no route configuration of this port."""
+    parsed = _parse_sidecar_route_name(name)
+    base = (name, Ident(push.mesh), Ident(scope.sidecar), scope.outbound_traffic_policy)
+    listener = None if parsed is None else _egress_listener_for_rds(scope, parsed[0])
+    if parsed is None or listener is None:
+        return base
+    port = parsed[0]
+    services = [s for s in listener.services if s.port_by_number(port) is not None]
+    hosts = {s.hostname for s in services}
+    for vs in listener.virtual_services:
+        for http in vs.spec.http:
+            hosts.update(d.destination.host for d in http.route)
+            hosts.update(m.destination.host for m in http.mirrors)
+            if http.HasField("mirror"):
+                hosts.add(http.mirror.host)
+    rules = ProxyDestinationRules(proxy, scope)
+    return (
+        *base,
+        tuple(map(Ident, services)),
+        tuple(map(Ident, listener.virtual_services)),
+        tuple((h, rule_view(rules.get(h))) for h in sorted(hosts)),
+    )
 
 
 def _egress_listener_for_rds(scope: SidecarScopeView, port: int) -> EgressListenerView | None:

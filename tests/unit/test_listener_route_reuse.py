@@ -1,0 +1,141 @@
+"""A change rebuilds only the listeners and route configurations built from what it changed: a
+proxy class reuses the ones of an earlier snapshot whose inputs are the same objects (a
+ServiceEntry on a new port leaves every other listener and route alone), across pushes that
+built none (an endpoint push in between), and rebuilds those a change reaches (a
+VirtualService, a DestinationRule's consistent hash). Assertion mode compares every served set
+with a fresh build for the very proxy, so a reuse that misses an input fails here."""
+
+from __future__ import annotations
+
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+
+from app.model.proxy import build_proxy
+from app.xds.connection import Connection
+from app.xds.delta import DeltaSession
+from app.xds.generators.lds import route_names
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.watch import Resource, counter_nonces
+from tests.support.bookinfo import NODE
+from tests.support.bookinfo_mesh import Mesh
+
+Req = discovery_pb2.DeltaDiscoveryRequest
+DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
+
+SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  hosts: [db.example.com]
+  addresses: [240.0.0.9]
+  ports: [{number: 7777, name: tcp-db, protocol: TCP}]
+  resolution: STATIC
+  endpoints: [{address: 10.9.0.1}]
+"""
+REVIEWS_VS = """apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  hosts: [reviews]
+  http:
+  - route:
+    - destination: {host: reviews, subset: v2}
+"""
+REVIEWS_DR = """apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: reviews, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}}
+spec:
+  host: reviews
+  trafficPolicy:
+    connectionPool: {{tcp: {{maxConnections: {connections}}}}}
+{hash}  subsets:
+  - {{name: v1, labels: {{version: v1}}}}
+  - {{name: v2, labels: {{version: v2}}}}
+  - {{name: v3, labels: {{version: v3}}}}
+"""
+HASH = "    loadBalancer: {consistentHash: {httpHeaderName: x-user}}\n"
+PRODUCTPAGE_SLICE = """apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: details-extra
+  namespace: bookinfo
+  labels: {kubernetes.io/service-name: details}
+addressType: IPv4
+ports: [{name: http, port: 9080, protocol: TCP}]
+endpoints:
+- {addresses: [10.1.0.77], conditions: {ready: true}}
+"""
+
+
+def connect(mesh: Mesh) -> DeltaConnection:
+    """A Delta ADS stream subscribed to all four types as Envoy does."""
+    conn: DeltaConnection = Connection("c", build_proxy(NODE), DeltaSession(counter_nonces(), None), mesh.source)
+
+    def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
+        out = conn.on_request(req)
+        for resp in out:
+            conn.on_request(Req(type_url=resp.type_url, response_nonce=resp.nonce))
+        return out
+
+    [cds] = ask(Req(type_url=CLUSTER))
+    ask(Req(type_url=ENDPOINT, resource_names_subscribe=[r.name for r in cds.resources if "outbound|" in r.name]))
+    [lds] = ask(Req(type_url=LISTENER))
+    listeners = [listener_pb2.Listener.FromString(r.body.value) for r in lds.resources]
+    ask(Req(type_url=ROUTE, resource_names_subscribe=route_names(listeners)))
+    return conn
+
+
+def served(mesh: Mesh, conn: DeltaConnection, type_url: str) -> dict[str, Resource]:
+    return {r.name: r for r in mesh.source.generate(type_url, conn.proxy, conn.session.watches[type_url]) or []}
+
+
+def test_a_service_entry_on_a_new_port_rebuilds_only_its_own_listener_and_no_route() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)
+    listeners, routes = served(mesh, conn, LISTENER), served(mesh, conn, ROUTE)
+    out = conn.on_push(mesh.apply(SERVICE_ENTRY))
+    sent = {r.type_url: [x.name for x in r.resources] for r in out}
+    assert sent[LISTENER] == ["240.0.0.9_7777"]
+    after_listeners, after_routes = served(mesh, conn, LISTENER), served(mesh, conn, ROUTE)
+    kept = [n for n in listeners if n != "virtualOutbound" and not n.startswith("virtualInbound")]
+    assert kept and all(after_listeners[n] is listeners[n] for n in kept)
+    assert routes and all(after_routes[n] is routes[n] for n in routes)
+
+
+def test_reuse_reaches_across_a_push_that_built_no_listeners() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)
+    routes = served(mesh, conn, ROUTE)
+    request = mesh.apply(PRODUCTPAGE_SLICE)
+    assert {r.type_url for r in conn.on_push(request)} <= {ENDPOINT}
+    conn.on_push(mesh.apply(SERVICE_ENTRY))
+    after = served(mesh, conn, ROUTE)
+    assert all(after[n] is routes[n] for n in routes)
+
+
+def test_a_virtual_service_change_rebuilds_the_route_of_its_port() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)
+    before = served(mesh, conn, ROUTE)["9080"]
+    conn.on_push(mesh.apply(REVIEWS_VS))
+    after = served(mesh, conn, ROUTE)["9080"]
+    assert after is not before and after.version != before.version
+    config = route_pb2.RouteConfiguration.FromString(after.body.value)
+    [reviews] = [vh for vh in config.virtual_hosts if vh.name.startswith("reviews.")]
+    assert [r.route.cluster for r in reviews.routes] == ["outbound|9080|v2|reviews.bookinfo.svc.cluster.local"]
+
+
+def test_routes_follow_a_destination_rules_consistent_hash_and_nothing_else_of_it() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)
+    conn.on_push(mesh.apply(REVIEWS_DR.format(connections=10, hash="")))
+    before = served(mesh, conn, ROUTE)["9080"]
+    conn.on_push(mesh.apply(REVIEWS_DR.format(connections=20, hash="")))  # a pool: clusters only
+    conn.on_push(mesh.apply(SERVICE_ENTRY))
+    assert served(mesh, conn, ROUTE)["9080"] is before
+    conn.on_push(mesh.apply(REVIEWS_DR.format(connections=20, hash=HASH)))
+    after = served(mesh, conn, ROUTE)["9080"]
+    config = route_pb2.RouteConfiguration.FromString(after.body.value)
+    [reviews] = [vh for vh in config.virtual_hosts if vh.name.startswith("reviews.")]
+    assert all(r.route.hash_policy[0].header.header_name == "x-user" for r in reviews.routes)
