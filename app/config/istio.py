@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import re2
@@ -68,6 +68,11 @@ def istio_warnings(spec: object) -> list[str]:
             names = list(server.tls.credential_names) or [n for n in [server.tls.credential_name] if n]
             if names:
                 out.append(f"servers[{i}].tls.credentialName {', '.join(names)}: {_NO_SDS}")
+    elif isinstance(spec, net.ServiceEntry) and spec.resolution == net.ServiceEntry.DYNAMIC_DNS:
+        out.append(
+            "resolution DYNAMIC_DNS: accepted, but pilotfish builds no dynamic forward proxy clusters yet "
+            "(requests to these hosts find no cluster)"
+        )
     elif isinstance(spec, net.DestinationRule):
         policies = [("trafficPolicy", spec.traffic_policy)]
         policies += [(f"subsets[{i}].trafficPolicy", ss.traffic_policy) for i, ss in enumerate(spec.subsets)]
@@ -87,64 +92,119 @@ def _validate_workload_entry_object(we: net.WorkloadEntry, namespace: str) -> No
     _validate_workload_entry(we)
 
 
-def _validate_workload_entry(we: net.WorkloadEntry, path: str = "", *, ip_only: bool = False) -> None:
+def _check_unix_address(path: str, address: str) -> None:
+    """istiod ValidateUnixAddress: an absolute file path, or an abstract ``@name``."""
+    if not address:
+        raise fail(path, "unix address must not be empty")
+    if not address.startswith("@") and (not address.startswith("/") or address.endswith("/")):
+        raise fail(path, f"{address} is not an absolute path to a file")
+
+
+def _validate_workload_entry(
+    we: net.WorkloadEntry, path: str = "", *, ip_only: bool = False, ports: Collection[str] | None = None
+) -> None:
+    """istiod validateWorkloadEntry; ``ports``: the ServiceEntry's port names, for its endpoints."""
     prefix = f"{path}." if path else ""
     if not we.address and not we.network:
         raise fail(f"{prefix}address", "is required")
-    check_labels(f"{prefix}labels", we.labels)
     if we.address.startswith("unix://"):
-        return
-    if ip_only:
+        _check_unix_address(f"{prefix}address", we.address.removeprefix("unix://"))
+        if we.ports:
+            raise fail(f"{prefix}ports", f"unix endpoint {we.address} must not include ports")
+        if ports is not None and len(ports) != 1:
+            raise fail(f"{prefix}address", "exactly 1 service port required for unix endpoints")
+    elif ip_only and we.address:
         check_address(f"{prefix}address", we.address, cidr=False)
     elif we.address and not is_ip_address(we.address):
         reason = validate_fqdn(we.address)
         if reason:
-            raise fail(f"{prefix}address", reason)
+            raise fail(f"{prefix}address", f"{we.address!r} is not a valid FQDN or an IP address: {reason}")
     for name, number in we.ports.items():
+        if ports is not None and name not in ports:
+            raise fail(f"{prefix}ports.{name}", "names no port of this ServiceEntry")
+        if not is_dns1123_label(name):
+            raise fail(f"{prefix}ports.{name}", "invalid port name")
         check_port_number(f"{prefix}ports.{name}", number)
+    check_labels(f"{prefix}labels", we.labels)
     if we.weight > 0xFFFF_FFFF:
         raise fail(f"{prefix}weight", "out of range")
 
 
+_SE = net.ServiceEntry
+# what a dynamic forward proxy can carry (istiod ValidateServiceEntry, DYNAMIC_DNS)
+_DYNAMIC_DNS_PROTOCOLS = frozenset({"HTTP", "TLS", "GRPC", "HTTP2"})
+# protocols that tell a ServiceEntry's hosts apart on one port (istio protocol IsHTTP / IsTLS)
+_HOST_AWARE_PROTOCOLS = frozenset({"HTTP", "HTTP2", "GRPC", "GRPC-WEB", "HTTPS", "TLS"})
+
+
 def _validate_service_entry(se: net.ServiceEntry, namespace: str) -> None:
+    """istiod ValidateServiceEntry (its warnings are not errors here either)."""
+    resolution = _SE.Resolution.Name(se.resolution)
+    if se.endpoints and se.HasField("workload_selector"):
+        raise fail("workloadSelector", "only one of workloadSelector or endpoints is allowed")
     if not se.hosts:
         raise fail("hosts", "at least one host is required")
-    dns = se.resolution in (net.ServiceEntry.DNS, net.ServiceEntry.DNS_ROUND_ROBIN)
     for i, h in enumerate(se.hosts):
-        check_host(f"hosts[{i}]", h)
         if h == "*":
             raise fail(f"hosts[{i}]", "'*' is not allowed in a ServiceEntry")
-        if dns and h.startswith("*") and not se.endpoints:
-            raise fail(f"hosts[{i}]", "a wildcard host needs endpoints for resolution DNS")
+        check_host(f"hosts[{i}]", h)
     for i, a in enumerate(se.addresses):
         check_address(f"addresses[{i}]", a, cidr=True)
+        if "/" in a and se.resolution not in (_SE.NONE, _SE.STATIC):
+            raise fail(f"addresses[{i}]", "CIDR addresses are allowed only for NONE/STATIC resolution types")
     names: set[str] = set()
     numbers: set[int] = set()
     for i, p in enumerate(se.ports):
         here = f"ports[{i}]"
-        check_port_number(f"{here}.number", p.number)
-        if not p.name:
-            raise fail(f"{here}.name", "is required")
         if p.name in names:
-            raise fail(f"{here}.name", f"duplicate port name {p.name!r}")
+            raise fail(f"{here}.name", f"service entry port name {p.name!r} already defined")
         if p.number in numbers:
-            raise fail(f"{here}.number", f"duplicate port number {p.number}")
+            raise fail(f"{here}.number", f"service entry port {p.number} already defined")
         names.add(p.name)
         numbers.add(p.number)
-        if p.protocol:
-            check_protocol(f"{here}.protocol", p.protocol)
         if p.target_port:
             check_port_number(f"{here}.targetPort", p.target_port)
-    if se.resolution == net.ServiceEntry.DNS_ROUND_ROBIN and len(se.endpoints) > 1:
-        raise fail("endpoints", "resolution DNS_ROUND_ROBIN allows at most one endpoint")
-    if se.endpoints and se.HasField("workload_selector"):
-        raise fail("workloadSelector", "cannot be combined with endpoints")
-    check_export_to(se.export_to, "exportTo", namespace, none_ok=True)
+        if not is_dns1123_label(p.name):
+            raise fail(f"{here}.name", f"invalid port name: {p.name!r}")
+        if p.protocol:
+            check_protocol(f"{here}.protocol", p.protocol)
+        check_port_number(f"{here}.number", p.number)
+    if se.resolution == _SE.NONE:
+        if se.endpoints:
+            raise fail("endpoints", "no endpoints should be provided for resolution type NONE")
+    elif se.resolution in (_SE.DNS, _SE.DNS_ROUND_ROBIN):
+        if not se.endpoints:
+            for i, h in enumerate(se.hosts):
+                if reason := validate_fqdn(h):
+                    raise fail(
+                        f"hosts[{i}]",
+                        f"hosts must be FQDN or contain only prefix wildcards if no endpoints are provided "
+                        f"for resolution mode {resolution}: {reason}",
+                    )
+        if se.resolution == _SE.DNS_ROUND_ROBIN and len(se.endpoints) > 1:
+            raise fail("endpoints", f"there must only be 0 or 1 endpoint for resolution mode {resolution}")
+    elif se.resolution == _SE.DYNAMIC_DNS:
+        for i, h in enumerate(se.hosts):
+            if not h.startswith("*"):
+                raise fail(f"hosts[{i}]", f"host must be wildcarded for resolution mode {resolution}")
+        if se.addresses:
+            raise fail("addresses", f"addresses cannot be set for resolution type {resolution}")
+        if se.endpoints:
+            raise fail("endpoints", f"endpoints cannot be set for resolution type {resolution}")
+        for i, p in enumerate(se.ports):
+            if p.protocol.upper() not in _DYNAMIC_DNS_PROTOCOLS:
+                raise fail(
+                    f"ports[{i}].protocol",
+                    f"only HTTP, TLS, GRPC, and HTTP2 protocols are supported for resolution type {resolution}",
+                )
     for i, ep in enumerate(se.endpoints):
-        _validate_workload_entry(ep, f"endpoints[{i}]", ip_only=se.resolution == net.ServiceEntry.STATIC)
-        for name in ep.ports:
-            if name not in names:
-                raise fail(f"endpoints[{i}].ports.{name}", "names no port of this ServiceEntry")
+        _validate_workload_entry(ep, f"endpoints[{i}]", ip_only=se.resolution == _SE.STATIC, ports=names)
+    if se.resolution != _SE.NONE and len(se.hosts) > 1:
+        # plain TCP cannot tell several hosts apart (HTTP has the authority, TLS the SNI)
+        for i, p in enumerate(se.ports):
+            if p.protocol.upper() not in _HOST_AWARE_PROTOCOLS:
+                raise fail(f"ports[{i}].protocol", "multiple hosts provided with non-HTTP, non-TLS ports")
+    check_export_to(se.export_to, "exportTo", namespace, none_ok=True)
 
 
 # --- Sidecar / Gateway ------------------------------------------------------------------

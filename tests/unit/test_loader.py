@@ -204,7 +204,7 @@ def test_duplicate_port_names_are_rejected() -> None:
         "ServiceEntry",
         "hosts: [a.example.com]\nports: [{number: 80, name: http}, {number: 8080, name: http}]",
     )
-    assert only_rejection(load(se))[4:] == ("ports[1].name", "duplicate port name 'http'")
+    assert only_rejection(load(se))[4:] == ("ports[1].name", "service entry port name 'http' already defined")
     svc = (
         "---\napiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\n"
         "spec: {ports: [{name: http, port: 80}, {name: http, port: 81}]}\n"
@@ -730,3 +730,15 @@ subsets: [{name: v1, labels: {v: "1"}, trafficPolicy: {tls: {mode: MUTUAL, crede
     ]
     plain = load(doc("DestinationRule", "host: a\ntrafficPolicy: {tls: {mode: SIMPLE}}")).objects[0]
     assert istio_warnings(plain.spec) == []
+
+
+def test_a_dynamic_dns_service_entry_istiod_accepts_loads_with_a_warning() -> None:
+    # istiod ValidateServiceEntry: wildcard hosts, no addresses or endpoints, HTTP/TLS/GRPC/HTTP2 ports
+    spec = """hosts: ["*.wikipedia.org"]
+ports: [{number: 80, name: http, protocol: HTTP}, {number: 443, name: tls, protocol: TLS}]
+resolution: DYNAMIC_DNS
+location: MESH_EXTERNAL
+"""
+    [obj] = load(doc("ServiceEntry", spec)).objects
+    [warning] = istio_warnings(obj.spec)
+    assert warning.startswith("resolution DYNAMIC_DNS: accepted")
