@@ -27,6 +27,7 @@ _STORE_KINDS = frozenset(
         Kind.AUTHORIZATION_POLICY,
         Kind.REQUEST_AUTHENTICATION,
         Kind.MESH_CONFIG,
+        Kind.SECRET,
     }
 )
 
@@ -121,6 +122,7 @@ class Environment:
             peer_authentications=self.store.list(Kind.PEER_AUTHENTICATION),
             authorization_policies=self.store.list(Kind.AUTHORIZATION_POLICY),
             request_authentications=self.store.list(Kind.REQUEST_AUTHENTICATION),
+            secrets=self.store.list(Kind.SECRET),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
             features=self.features,

@@ -56,32 +56,15 @@ def parse_istio_spec(kind: Kind, spec: Any, namespace: str) -> Message:
     return msg
 
 
-_NO_SDS = "accepted, but pilotfish serves no credentialName secrets yet (Envoy waits for them over SDS)"
-
-
 def istio_warnings(spec: object) -> list[str]:
     """What an accepted object asks for that pilotfish cannot honour yet, one line per field;
     shown in ``/debug/configz`` and logged when the object comes in."""
     out: list[str] = []
-    if isinstance(spec, net.Gateway):
-        for i, server in enumerate(spec.servers):
-            names = list(server.tls.credential_names) or [n for n in [server.tls.credential_name] if n]
-            if names:
-                out.append(f"servers[{i}].tls.credentialName {', '.join(names)}: {_NO_SDS}")
-    elif isinstance(spec, net.ServiceEntry) and spec.resolution == net.ServiceEntry.DYNAMIC_DNS:
+    if isinstance(spec, net.ServiceEntry) and spec.resolution == net.ServiceEntry.DYNAMIC_DNS:
         out.append(
             "resolution DYNAMIC_DNS: accepted, but pilotfish builds no dynamic forward proxy clusters yet "
             "(requests to these hosts find no cluster)"
         )
-    elif isinstance(spec, net.DestinationRule):
-        policies = [("trafficPolicy", spec.traffic_policy)]
-        policies += [(f"subsets[{i}].trafficPolicy", ss.traffic_policy) for i, ss in enumerate(spec.subsets)]
-        for path, policy in policies:
-            levels = [(path, policy.tls)]
-            levels += [(f"{path}.portLevelSettings[{i}]", p.tls) for i, p in enumerate(policy.port_level_settings)]
-            for where, tls in levels:
-                if tls.credential_name:
-                    out.append(f"{where}.tls.credentialName {tls.credential_name}: {_NO_SDS}")
     return out
 
 

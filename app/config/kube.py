@@ -8,10 +8,12 @@ its path.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -102,7 +104,15 @@ class ConfigMapSpec:
     data: Mapping[str, str]
 
 
-KubeSpec = KubeServiceSpec | PodSpec | NamespaceSpec | EndpointSliceSpec | ConfigMapSpec
+@dataclass(frozen=True, slots=True)
+class SecretSpec:
+    """A Secret's type and its data, decoded; never shown (a key must not reach a log)."""
+
+    type: str
+    data: Mapping[str, bytes] = field(repr=False)
+
+
+KubeSpec = KubeServiceSpec | PodSpec | NamespaceSpec | EndpointSliceSpec | ConfigMapSpec | SecretSpec
 
 
 # --- small typed readers: each names the field path it rejects -------------------------
@@ -348,6 +358,20 @@ def _parse_config_map(body: Mapping[str, Any]) -> ConfigMapSpec:
     return ConfigMapSpec(string_map(body.get("data"), "data"))
 
 
+def _parse_secret(body: Mapping[str, Any]) -> SecretSpec:
+    """``data`` is base64 as the API server stores it; ``stringData`` (write-only there, but
+    written in files) is plain text and wins, as the API server merges it."""
+    data: dict[str, bytes] = {}
+    for key, value in string_map(body.get("data"), "data").items():
+        try:
+            data[key] = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise FieldError(f"data.{key}", "is not valid base64") from None
+    for key, value in string_map(body.get("stringData"), "stringData").items():
+        data[key] = value.encode()
+    return SecretSpec(_str(body.get("type"), "type", "Opaque"), MappingProxyType(data))
+
+
 def parse_kube_spec(kind: Kind, body: Mapping[str, Any], labels: Mapping[str, str]) -> KubeSpec:
     """The typed spec of a Kubernetes object; raises FieldError naming the bad field."""
     if kind is Kind.SERVICE:
@@ -360,4 +384,6 @@ def parse_kube_spec(kind: Kind, body: Mapping[str, Any], labels: Mapping[str, st
         return _parse_endpoint_slice(body, labels)
     if kind is Kind.CONFIG_MAP:
         return _parse_config_map(body)
+    if kind is Kind.SECRET:
+        return _parse_secret(body)
     raise FieldError("kind", f"{kind} is not a Kubernetes core kind")

@@ -47,6 +47,7 @@ _API_VERSIONS: Mapping[Kind, frozenset[str]] = {
     Kind.POD: frozenset({"v1"}),
     Kind.NAMESPACE: frozenset({"v1"}),
     Kind.CONFIG_MAP: frozenset({"v1"}),
+    Kind.SECRET: frozenset({"v1"}),
     Kind.ENDPOINT_SLICE: frozenset({"discovery.k8s.io/v1"}),
 }
 _CLUSTER_SCOPED = frozenset({Kind.NAMESPACE})

@@ -33,6 +33,7 @@ class Kind(enum.StrEnum):
     NAMESPACE = "Namespace"
     ENDPOINT_SLICE = "EndpointSlice"
     CONFIG_MAP = "ConfigMap"
+    SECRET = "Secret"  # a credentialName's certificates (istiod's credentials controller)
     MESH_CONFIG = "MeshConfig"
     # a change of the names a headless service answers with but nothing else (istiod
     # kind.DNSName): only the DNS name table reads it

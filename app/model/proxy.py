@@ -45,6 +45,9 @@ class Proxy:
     # SERVICE_ACCOUNT: what the secure port checks the caller's identity against (with the
     # namespace); no generator reads it
     service_account: str = ""
+    # the secure port authenticated an identity of this proxy's namespace (istiod
+    # VerifiedIdentity): only then may it have its namespace's credentialName secrets
+    verified: bool = False
 
     @property
     def is_gateway(self) -> bool:

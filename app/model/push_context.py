@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from app.config.host import matches, resolve_short_name
+from app.config.kube import SecretSpec
 from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigKey, ConfigObject, Kind
@@ -53,6 +55,7 @@ class PushInputs:
     peer_authentications: tuple[ConfigObject, ...] = ()
     authorization_policies: tuple[ConfigObject, ...] = ()
     request_authentications: tuple[ConfigObject, ...] = ()
+    secrets: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
 
@@ -100,6 +103,10 @@ def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[
     return {ns: tuple(sorted(v, key=_sidecar_order)) for ns, v in by_ns.items()}
 
 
+def _secrets(inputs: PushInputs) -> Mapping[tuple[str, str], SecretSpec]:
+    return MappingProxyType({(obj.meta.namespace, obj.meta.name): obj.spec for obj in inputs.secrets})
+
+
 def _sidecar_order(obj: ConfigObject) -> tuple[bool, str, str]:
     # selector Sidecars first, then oldest first (istiod sorts them so)
     return (not obj.spec.HasField("workload_selector"), obj.meta.creation_timestamp, obj.meta.name)
@@ -118,6 +125,7 @@ class PushContext:
     peer_authentications: PeerAuthentications
     authorization_policies: AuthorizationPolicies
     request_authentications: RequestAuthentications
+    secrets: Mapping[tuple[str, str], SecretSpec]  # by (namespace, name)
     inputs: PushInputs = field(compare=False, repr=False)
     _scopes: dict[ScopeKey, SidecarScope] = field(default_factory=dict, compare=False, repr=False)
 
@@ -168,6 +176,7 @@ class PushContext:
             request_authentications=(
                 _build_jwt(inputs) if Kind.REQUEST_AUTHENTICATION in kinds else previous.request_authentications
             ),
+            secrets=_secrets(inputs) if Kind.SECRET in kinds else previous.secrets,
             inputs=inputs,
         )
         scopes = previous._scopes if prior_scopes is None else prior_scopes
@@ -188,6 +197,7 @@ class PushContext:
             peer_authentications=_build_authn(inputs),
             authorization_policies=_build_authz(inputs),
             request_authentications=_build_jwt(inputs),
+            secrets=_secrets(inputs),
             inputs=inputs,
         )
 

@@ -51,9 +51,10 @@ from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_
 from app.xds.generators.lds import scope_listener_plan, scope_listeners, workload_listeners
 from app.xds.generators.nds import build_name_table, uses_allocated_addresses
 from app.xds.generators.rds import generate_routes, sidecar_route_key
+from app.xds.generators.sds import generate_secrets
 from app.xds.generators.view import proxy_service_targets
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 from app.xds.watch import Resource, WatchedResource, encode
 
 M = TypeVar("M", bound=Message)
@@ -344,6 +345,11 @@ class XdsGenerator:
             return self._routes(proxy, push, sorted(watch.names))
         if type_url == NAME_TABLE:
             return self._name_table(proxy, push)
+        if type_url == SECRET:
+            # a handful per gateway, each a few KB: built per ask, never shared between proxies
+            # nothing to send is no response at all, as istiod's pushXds has it for SDS
+            found = generate_secrets(proxy, lambda ns, name: push.secrets.get((ns, name)), sorted(watch.names))
+            return [encode(s.name, s) for s in found] or None
         return None
 
     def invalidate(self, request: PushRequest) -> None:

@@ -21,9 +21,10 @@ from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE, SECRET
 
-_ALL = frozenset(ADS_ORDER)
+# secrets follow only Secret changes and forced pushes (istiod sds.go sdsNeedsPush)
+_ALL = frozenset(ADS_ORDER) - {SECRET}
 _ENVOY = ENVOY_TYPES
 
 # NDS follows istiod's skippedNdsConfigs (pilot/pkg/xds/nds.go): the name table is made of
@@ -60,8 +61,10 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         # the same skip lists hold RequestAuthentication: the jwt_authn filter is the listeners'
         Kind.REQUEST_AUTHENTICATION: frozenset({LISTENER}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
-        Kind.MESH_CONFIG: _ALL,
-        Kind.CONFIG_MAP: _ALL,
+        Kind.MESH_CONFIG: _ALL | {SECRET},
+        Kind.CONFIG_MAP: _ALL | {SECRET},
+        # a credentialName's certificates: the secrets only
+        Kind.SECRET: frozenset({SECRET}),
         # a headless service's endpoints changed and all its ports are HTTP: no listener binds
         # them, only the name table lists them (istiod kind.DNSName, issue 48207)
         Kind.DNS_NAME: frozenset({NAME_TABLE}),
@@ -93,7 +96,7 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
     FOLLOWS children of every type pushed."""
     watching = set(watched) - NOT_SERVED.get(proxy.type, frozenset())
     if req.forced or req.all_kinds:
-        return [t for t in ADS_ORDER if t in watching] + sorted(watching - _ALL)
+        return [t for t in ADS_ORDER if t in watching] + sorted(watching - frozenset(ADS_ORDER))
     types: set[str] = set()
     if req.full:
         unaffected = UNAFFECTED_KINDS.get(proxy.type, frozenset())

@@ -12,12 +12,21 @@ LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 # Istio's Name Discovery Service: the DNS name table a node agent asks for (one unnamed resource)
 NAME_TABLE = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+# a credentialName's certificates, asked for by name over ADS (istiod's SecretGen)
+SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
 ENVOY_TYPES = frozenset({CLUSTER, ENDPOINT, LISTENER, ROUTE})
 # istiod pushes the types outside its Envoy order after the ordered ones
-ADS_ORDER: tuple[str, ...] = (CLUSTER, ENDPOINT, LISTENER, ROUTE, NAME_TABLE)
+ADS_ORDER: tuple[str, ...] = (CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, NAME_TABLE)
 
-SHORT_NAMES: dict[str, str] = {CLUSTER: "cds", ENDPOINT: "eds", LISTENER: "lds", ROUTE: "rds", NAME_TABLE: "nds"}
+SHORT_NAMES: dict[str, str] = {
+    CLUSTER: "cds",
+    ENDPOINT: "eds",
+    LISTENER: "lds",
+    ROUTE: "rds",
+    SECRET: "sds",
+    NAME_TABLE: "nds",
+}
 
 # types whose clients subscribe by name; the others are wildcard (the whole set)
-EXPLICIT_TYPES = frozenset({ENDPOINT, ROUTE})
+EXPLICIT_TYPES = frozenset({ENDPOINT, ROUTE, SECRET})

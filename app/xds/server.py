@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -350,6 +351,7 @@ class XdsServer:
             error = authorize_proxy(caller, proxy.namespace, proxy.service_account)
             if error is not None:
                 raise Unauthorized(f"authorization failed: {error}", proxy.id)
+            proxy = dataclasses.replace(proxy, verified=True)
         conn_id = f"{proxy.id}-{next(self._ids)}"
         budget = RequestBudget(self._clock)
 

@@ -46,6 +46,7 @@ CORE: dict[tuple[str, str], tuple[str, tuple[str, ...], bool]] = {
     ("", "services"): ("Service", ("v1",), True),
     ("", "pods"): ("Pod", ("v1",), True),
     ("", "configmaps"): ("ConfigMap", ("v1",), True),
+    ("", "secrets"): ("Secret", ("v1",), True),
     ("discovery.k8s.io", "endpointslices"): ("EndpointSlice", ("v1",), True),
     ("apiextensions.k8s.io", "customresourcedefinitions"): ("CustomResourceDefinition", ("v1",), False),
 }

@@ -75,7 +75,7 @@ def test_per_type_eds_stream_resends_endpoints_when_clusters_may_have_been_resen
     assert out[0].nonce != first.nonce
 
 
-def test_ads_type_without_generator_is_not_answered() -> None:
+def test_secrets_are_not_answered_on_the_plaintext_port_as_istiod_without_a_verified_identity() -> None:
     conn = Mesh().sotw()
     secret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
     out = conn.on_request(discovery_pb2.DiscoveryRequest(type_url=secret, resource_names=["default"]))

@@ -714,24 +714,6 @@ def test_sidecar_ingress_default_endpoints_istiod_accepts_load() -> None:
     assert len(load(doc("Sidecar", ingress)).objects) == 1
 
 
-def test_destination_rule_credential_names_are_warned_about_at_every_level() -> None:
-    spec = """host: a
-trafficPolicy:
-  tls: {mode: SIMPLE, credentialName: top}
-  portLevelSettings: [{port: {number: 443}, tls: {mode: SIMPLE, credentialName: port}}]
-subsets: [{name: v1, labels: {v: "1"}, trafficPolicy: {tls: {mode: MUTUAL, credentialName: sub}}}]
-"""
-    [obj] = load(doc("DestinationRule", spec)).objects
-    fields = [w.split(" ", 1)[0] for w in istio_warnings(obj.spec)]
-    assert fields == [
-        "trafficPolicy.tls.credentialName",
-        "trafficPolicy.portLevelSettings[0].tls.credentialName",
-        "subsets[0].trafficPolicy.tls.credentialName",
-    ]
-    plain = load(doc("DestinationRule", "host: a\ntrafficPolicy: {tls: {mode: SIMPLE}}")).objects[0]
-    assert istio_warnings(plain.spec) == []
-
-
 def test_a_dynamic_dns_service_entry_istiod_accepts_loads_with_a_warning() -> None:
     # istiod ValidateServiceEntry: wildcard hosts, no addresses or endpoints, HTTP/TLS/GRPC/HTTP2 ports
     spec = """hosts: ["*.wikipedia.org"]

@@ -8,7 +8,7 @@ from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.xds.needs_push import AFFECTS, FOLLOWS, UNAFFECTED_KINDS, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 
 NDS = "type.googleapis.com/istio.networking.nds.v1.NameTable"
 ENVOY = [CLUSTER, ENDPOINT, LISTENER, ROUTE]
@@ -54,9 +54,11 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     # skipped by every generator but LDS (RDS follows listeners)
     Kind.AUTHORIZATION_POLICY: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
     Kind.REQUEST_AUTHENTICATION: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
-    # istiod pushes a mesh config change Forced: every type
-    Kind.MESH_CONFIG: (ALL, ENVOY),
-    Kind.CONFIG_MAP: (ALL, ENVOY),
+    # istiod pushes a mesh config change Forced: every type, secrets too
+    Kind.MESH_CONFIG: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),
+    Kind.CONFIG_MAP: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),
+    # sds.go sdsNeedsPush: a Secret change pushes secrets and nothing else
+    Kind.SECRET: ([SECRET], [SECRET]),
     # endpointslice.go: an HTTP-only headless service's endpoints change only its DNS names
     Kind.DNS_NAME: ([NDS], []),
 }

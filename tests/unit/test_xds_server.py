@@ -546,38 +546,36 @@ async def test_debug_configz_push_status_and_connections(runtime: Runtime, chann
     s.call.cancel()
 
 
-CREDENTIAL_GATEWAY = """
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {name: secure, namespace: bookinfo}
-spec:
-  selector: {istio: ingressgateway}
-  servers:
-  - port: {number: 443, name: https, protocol: HTTPS}
-    hosts: ["*"]
-    tls: {mode: SIMPLE, credentialName: bookinfo-cert}
-"""
-
-
-async def test_gateway_credential_name_is_accepted_and_reported_in_configz(
+async def test_a_dynamic_dns_service_entry_is_accepted_and_reported_in_configz(
     runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (runtime.settings.config_dir / "secure-gw.yaml").write_text(CREDENTIAL_GATEWAY)  # type: ignore[operator]
+    (runtime.settings.config_dir / "wiki.yaml").write_text(DYNAMIC_DNS_SE)  # type: ignore[operator]
     url = f"http://127.0.0.1:{runtime.http.port}/debug/configz"
     async with aiohttp.ClientSession() as session:
         for _ in range(100):
             async with session.get(url) as resp:
                 configz = await resp.json()
-            found = [o for o in configz["objects"] if (o["kind"], o["name"]) == ("Gateway", "secure")]
+            found = [o for o in configz["objects"] if (o["kind"], o["name"]) == ("ServiceEntry", "wildcard-wiki")]
             if found:
                 break
             await asyncio.sleep(0.1)
-    [gateway] = found
+    [entry] = found
     assert configz["rejected"] == []
-    [warning] = gateway["warnings"]
-    assert warning.startswith("servers[0].tls.credentialName bookinfo-cert: accepted, but pilotfish serves no")
+    [warning] = entry["warnings"]
+    assert warning.startswith("resolution DYNAMIC_DNS: accepted, but pilotfish builds no dynamic forward proxy")
     logged = [r.getMessage() for r in caplog.records]
-    assert any("Gateway bookinfo/secure" in m and "credentialName" in m for m in logged)
+    assert any("ServiceEntry bookinfo/wildcard-wiki" in m and "DYNAMIC_DNS" in m for m in logged)
+
+
+DYNAMIC_DNS_SE = """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: wildcard-wiki, namespace: bookinfo}
+spec:
+  hosts: ["*.wikipedia.org"]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: DYNAMIC_DNS
+"""
 
 
 NDS_SE = """

@@ -41,6 +41,8 @@ KUBE_RESOURCES = (
     KubeResource(Kind.SERVICE, "", ("v1",), "services"),
     KubeResource(Kind.POD, "", ("v1",), "pods"),
     KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),
+    # credentialName certificates (istiod's credentials controller reads them the same way)
+    KubeResource(Kind.SECRET, "", ("v1",), "secrets"),
 )
 # the mesh ConfigMap: ``istio`` in the system namespace only
 MESH_CONFIGMAP = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
