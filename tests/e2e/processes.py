@@ -361,3 +361,54 @@ class AgentProcess(Envoy):
             code = self.process.wait(STOP_TIMEOUT)
             assert code == 0, f"agent exited with {code}\n{self.describe()}"
         LIVE.pop(self.process.pid, None)
+
+
+@dataclass(frozen=True)
+class SecureAgent:
+    """A pod whose agent gets its certificate from the CA by token and its xDS over the secure port."""
+
+    account: str  # the service account; the pod is ACCOUNT-0
+    namespace: str
+    token: str
+    ip: str
+    labels: Mapping[str, str]
+    proxy_type: str = "sidecar"
+
+
+@contextmanager
+def run_secure_agent(pod: SecureAgent, secure_port: int, root: str, workdir: Path) -> Iterator[AgentProcess]:
+    """``pilotfish agent`` (without traffic capture) with a real Envoy, trusting ``root``."""
+    admin, status = free_port(), free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "root-cert.pem").write_text(root)
+    (workdir / "token").write_text(pod.token)
+    argv = [
+        sys.executable, "-m", "app.cli", "agent",
+        "--proxy-type", pod.proxy_type,
+        "--discovery-address", f"127.0.0.1:{secure_port}",
+        "--root-cert", str(workdir / "root-cert.pem"),
+        "--token-file", str(workdir / "token"),
+        "--xds-socket", str(workdir / "XDS"),
+        "--sds-socket", str(workdir / "SDS"),
+        "--bootstrap-path", str(workdir / "envoy-rev.json"),
+        "--status-address", f"127.0.0.1:{status}",
+        "--envoy-admin-address", f"127.0.0.1:{admin}",
+        "--envoy-binary", envoy_binary(),
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "POD_NAME": f"{pod.account}-0",
+        "POD_NAMESPACE": pod.namespace,
+        "SERVICE_ACCOUNT": pod.account,
+        "INSTANCE_IP": pod.ip,
+        "ISTIO_META_INTERCEPTION_MODE": "NONE",
+        "ISTIO_METAJSON_LABELS": json.dumps(dict(pod.labels)),
+    }
+    agent = _spawn(AgentProcess, f"agent-{pod.account}", argv, workdir / "agent.log", env)
+    agent.admin_port, agent.status_port = admin, status
+    try:
+        yield agent
+    finally:
+        agent.assert_nothing_rejected()
+        agent.stop()

@@ -13,18 +13,12 @@ plaintext while the mesh traffic goes on.
 from __future__ import annotations
 
 import http.client
-import json
-import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from tests.e2e.backends import Backends
 from tests.e2e.conftest import new_config_dir
 from tests.e2e.harness import ConfigDir, free_port, send, wait_until
-from tests.e2e.processes import AgentProcess, _spawn, http_get, run_pilotfish
-from tests.support.envoy import envoy_binary
+from tests.e2e.processes import SecureAgent, http_get, run_pilotfish, run_secure_agent
 from tests.support.mesh import endpoint_slice, kube_pod, kube_service, slice_endpoint
 
 NS = "demo"
@@ -86,43 +80,6 @@ def workloads(egress_port: int, server_port: int) -> str:
     )  # fmt: skip
 
 
-@contextmanager
-def run_secure_agent(name: str, ip: str, secure_port: int, root: str, workdir: Path) -> Iterator[AgentProcess]:
-    admin, status = free_port(), free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "root-cert.pem").write_text(root)
-    (workdir / "token").write_text(TOKENS[name])
-    argv = [
-        sys.executable, "-m", "app.cli", "agent",
-        "--discovery-address", f"127.0.0.1:{secure_port}",
-        "--root-cert", str(workdir / "root-cert.pem"),
-        "--token-file", str(workdir / "token"),
-        "--xds-socket", str(workdir / "XDS"),
-        "--sds-socket", str(workdir / "SDS"),
-        "--bootstrap-path", str(workdir / "envoy-rev.json"),
-        "--status-address", f"127.0.0.1:{status}",
-        "--envoy-admin-address", f"127.0.0.1:{admin}",
-        "--envoy-binary", envoy_binary(),
-    ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "POD_NAME": f"{name}-0",
-        "POD_NAMESPACE": NS,
-        "SERVICE_ACCOUNT": name,
-        "INSTANCE_IP": ip,
-        "ISTIO_META_INTERCEPTION_MODE": "NONE",
-        "ISTIO_METAJSON_LABELS": json.dumps({"app": name}),
-    }
-    agent = _spawn(AgentProcess, f"agent-{name}", argv, workdir / "agent.log", env)
-    agent.admin_port, agent.status_port = admin, status
-    try:
-        yield agent
-    finally:
-        agent.assert_nothing_rejected()
-        agent.stop()
-
-
 def plaintext_works(address: str, port: int) -> bool:
     """A plain HTTP request straight to the server sidecar's inbound listener is answered."""
     conn = http.client.HTTPConnection(address, port, timeout=5)
@@ -152,8 +109,14 @@ def test_sidecars_talk_mtls_with_certificates_from_the_ca_and_strict_ends_plaint
         with run_pilotfish(config, tmp_path, extra_args=serve_args) as server:
             root = (tmp_path / "ca" / "root-cert.pem").read_text()
             with (
-                run_secure_agent("server", SERVER_IP, secure_port, root, tmp_path / "server") as server_agent,
-                run_secure_agent("client", CLIENT_IP, secure_port, root, tmp_path / "client") as client_agent,
+                run_secure_agent(
+                    SecureAgent("server", NS, TOKENS["server"], SERVER_IP, {"app": "server"}),
+                    secure_port, root, tmp_path / "server",
+                ) as server_agent,
+                run_secure_agent(
+                    SecureAgent("client", NS, TOKENS["client"], CLIENT_IP, {"app": "client"}),
+                    secure_port, root, tmp_path / "client",
+                ) as client_agent,
             ):
                 for agent in (server_agent, client_agent):
                     ready = f"http://127.0.0.1:{agent.status_port}/healthz/ready"
