@@ -3,15 +3,27 @@
 
 from __future__ import annotations
 
+from envoy.config.listener.v3 import listener_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+
 from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
+from app.model.proxy import build_proxy
 from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
+from app.xds.connection import Connection
+from app.xds.delta import DeltaSession
 from app.xds.generate import XdsGenerator
+from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
-from tests.support.bookinfo import BOOKINFO
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.watch import counter_nonces
+from tests.support.bookinfo import BOOKINFO, NODE
+
+Req = discovery_pb2.DeltaDiscoveryRequest
+DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
 
 
 class Mesh:
@@ -20,6 +32,27 @@ class Mesh:
         self.env.apply(FileSource(BOOKINFO).load())
         self.push = self.env.build_push_context(None)
         self.source = XdsGenerator(lambda: self.push, ResourceCache(verify=True))
+
+    def connect(self, node: str = NODE, *, listeners: bool = False) -> tuple[DeltaConnection, list[str]]:
+        """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with
+        ``listeners`` LDS and RDS for the listeners' routes too), every response ACKed; returns
+        it and its EDS names."""
+        conn: DeltaConnection = Connection("c", build_proxy(node), DeltaSession(counter_nonces(), None), self.source)
+
+        def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
+            out = conn.on_request(req)
+            for resp in out:
+                conn.on_request(Req(type_url=resp.type_url, response_nonce=resp.nonce))
+            return out
+
+        [cds] = ask(Req(type_url=CLUSTER))
+        eds_names = sorted(r.name for r in cds.resources if r.name.startswith("outbound|"))
+        ask(Req(type_url=ENDPOINT, resource_names_subscribe=eds_names))
+        if listeners:
+            [lds] = ask(Req(type_url=LISTENER))
+            found = [listener_pb2.Listener.FromString(r.body.value) for r in lds.resources]
+            ask(Req(type_url=ROUTE, resource_names_subscribe=route_names(found)))
+        return conn, eds_names
 
     def apply(self, text: str) -> PushRequest:
         """Add or replace the objects in ``text``; returns the push request the change makes."""

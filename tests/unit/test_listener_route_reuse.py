@@ -7,21 +7,11 @@ with a fresh build for the very proxy, so a reuse that misses an input fails her
 
 from __future__ import annotations
 
-from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
-from envoy.service.discovery.v3 import discovery_pb2
 
-from app.model.proxy import build_proxy
-from app.xds.connection import Connection
-from app.xds.delta import DeltaSession
-from app.xds.generators.lds import route_names
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
-from app.xds.watch import Resource, counter_nonces
-from tests.support.bookinfo import NODE
-from tests.support.bookinfo_mesh import Mesh
-
-Req = discovery_pb2.DeltaDiscoveryRequest
-DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
+from app.xds.resources import ENDPOINT, LISTENER, ROUTE
+from app.xds.watch import Resource
+from tests.support.bookinfo_mesh import DeltaConnection, Mesh
 
 SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -70,20 +60,7 @@ endpoints:
 
 def connect(mesh: Mesh) -> DeltaConnection:
     """A Delta ADS stream subscribed to all four types as Envoy does."""
-    conn: DeltaConnection = Connection("c", build_proxy(NODE), DeltaSession(counter_nonces(), None), mesh.source)
-
-    def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
-        out = conn.on_request(req)
-        for resp in out:
-            conn.on_request(Req(type_url=resp.type_url, response_nonce=resp.nonce))
-        return out
-
-    [cds] = ask(Req(type_url=CLUSTER))
-    ask(Req(type_url=ENDPOINT, resource_names_subscribe=[r.name for r in cds.resources if "outbound|" in r.name]))
-    [lds] = ask(Req(type_url=LISTENER))
-    listeners = [listener_pb2.Listener.FromString(r.body.value) for r in lds.resources]
-    ask(Req(type_url=ROUTE, resource_names_subscribe=route_names(listeners)))
-    return conn
+    return mesh.connect(listeners=True)[0]
 
 
 def served(mesh: Mesh, conn: DeltaConnection, type_url: str) -> dict[str, Resource]:

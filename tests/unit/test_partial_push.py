@@ -12,18 +12,16 @@ from app.config.loader import load_documents
 from app.config.model import ConfigKey, Kind
 from app.model.proxy import build_proxy
 from app.xds.connection import Connection
-from app.xds.delta import DeltaSession
 from app.xds.needs_push import update_types
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE
-from tests.support.bookinfo_mesh import Mesh as SupportMesh
+from tests.support.bookinfo_mesh import DeltaConnection, Mesh
 from tests.support.mesh import mesh_config_map
 
 Req = discovery_pb2.DeltaDiscoveryRequest
-DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
 
 REVIEWS_HOST = "reviews.bookinfo.svc.cluster.local"
 REVIEWS_DR = """apiVersion: networking.istio.io/v1
@@ -56,25 +54,6 @@ endpoints:
 - {addresses: [10.1.0.30], conditions: {ready: true}, targetRef: {kind: Pod, name: reviews-v1-0, namespace: bookinfo}}
 - {addresses: [10.1.0.31], conditions: {ready: true}, targetRef: {kind: Pod, name: reviews-v2-0, namespace: bookinfo}}
 """
-
-
-class Mesh(SupportMesh):
-    """bookinfo with Delta ADS streams subscribed as Envoy does."""
-
-    def connect(self, node: str = NODE) -> tuple[DeltaConnection, list[str]]:
-        """A Delta ADS stream subscribed as Envoy does; returns it and its EDS names."""
-        conn: DeltaConnection = Connection("c", build_proxy(node), DeltaSession(counter_nonces(), None), self.source)
-
-        def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
-            out = conn.on_request(req)
-            for resp in out:
-                conn.on_request(Req(type_url=resp.type_url, response_nonce=resp.nonce))
-            return out
-
-        [cds] = ask(Req(type_url=CLUSTER))
-        eds_names = sorted(r.name for r in cds.resources if r.name.startswith("outbound|"))
-        ask(Req(type_url=ENDPOINT, resource_names_subscribe=eds_names))
-        return conn, eds_names
 
 
 def _sent(out: list[discovery_pb2.DeltaDiscoveryResponse], type_url: str) -> tuple[list[str], list[str]]:
