@@ -9,8 +9,9 @@ they are listed apart so the builder can refuse traffic they would have judged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Self
 
 from app.api import security_pb2 as sec
 from app.config.labels import selector_matches
@@ -37,29 +38,39 @@ NO_POLICIES = WorkloadPolicies()
 
 
 @dataclass(frozen=True, slots=True)
-class AuthorizationPolicies:
+class _SelectedByWorkload:
+    """Policies by namespace, oldest first, selected for a workload as istiod selects both kinds:
+    the root namespace's, then the workload's own namespace's, each applying when it has no
+    selector or its selector matches the workload's labels."""
+
     root_namespace: str
-    by_namespace: Mapping[str, tuple[ConfigObject, ...]]  # creation order
+    by_namespace: Mapping[str, tuple[ConfigObject, ...]]
 
     @classmethod
-    def build(cls, objects: Iterable[ConfigObject], root_namespace: str) -> AuthorizationPolicies:
+    def build(cls, objects: Iterable[ConfigObject], root_namespace: str) -> Self:
         by_namespace: dict[str, list[ConfigObject]] = {}
         for obj in sorted(objects, key=ConfigObject.creation_order):
-            spec: sec.AuthorizationPolicy = obj.spec
+            spec: sec.AuthorizationPolicy | sec.RequestAuthentication = obj.spec
             if spec.HasField("target_ref") or len(spec.target_refs):
                 continue
             by_namespace.setdefault(obj.meta.namespace, []).append(obj)
         return cls(root_namespace, {ns: tuple(found) for ns, found in by_namespace.items()})
 
-    def for_workload(self, namespace: str, labels: Mapping[str, str]) -> WorkloadPolicies:
-        found: dict[int, list[ConfigObject]] = {}
+    def selected(self, namespace: str, labels: Mapping[str, str]) -> Iterator[ConfigObject]:
         namespaces = [self.root_namespace] if namespace == self.root_namespace else [self.root_namespace, namespace]
         for ns in namespaces:
             for obj in self.by_namespace.get(ns, ()):
-                spec: sec.AuthorizationPolicy = obj.spec
-                if spec.HasField("selector") and not selector_matches(spec.selector.match_labels, labels):
-                    continue
-                found.setdefault(spec.action, []).append(obj)
+                spec: sec.AuthorizationPolicy | sec.RequestAuthentication = obj.spec
+                if not spec.HasField("selector") or selector_matches(spec.selector.match_labels, labels):
+                    yield obj
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationPolicies(_SelectedByWorkload):
+    def for_workload(self, namespace: str, labels: Mapping[str, str]) -> WorkloadPolicies:
+        found: dict[int, list[ConfigObject]] = {}
+        for obj in self.selected(namespace, labels):
+            found.setdefault(obj.spec.action, []).append(obj)
         if not found:
             return NO_POLICIES
         return WorkloadPolicies(
@@ -71,29 +82,9 @@ class AuthorizationPolicies:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestAuthentications:
-    """RequestAuthentications by namespace, selected for a workload as AuthorizationPolicies are
-    (istiod AuthenticationPolicies.GetJwtPoliciesForWorkload), oldest first."""
-
-    root_namespace: str
-    by_namespace: Mapping[str, tuple[ConfigObject, ...]]
-
-    @classmethod
-    def build(cls, objects: Iterable[ConfigObject], root_namespace: str) -> RequestAuthentications:
-        by_namespace: dict[str, list[ConfigObject]] = {}
-        for obj in sorted(objects, key=ConfigObject.creation_order):
-            spec: sec.RequestAuthentication = obj.spec
-            if spec.HasField("target_ref") or len(spec.target_refs):
-                continue
-            by_namespace.setdefault(obj.meta.namespace, []).append(obj)
-        return cls(root_namespace, {ns: tuple(found) for ns, found in by_namespace.items()})
+class RequestAuthentications(_SelectedByWorkload):
+    """RequestAuthentications selected for a workload as AuthorizationPolicies are (istiod
+    AuthenticationPolicies.GetJwtPoliciesForWorkload), oldest first."""
 
     def for_workload(self, namespace: str, labels: Mapping[str, str]) -> tuple[ConfigObject, ...]:
-        namespaces = [self.root_namespace] if namespace == self.root_namespace else [self.root_namespace, namespace]
-        out = []
-        for ns in namespaces:
-            for obj in self.by_namespace.get(ns, ()):
-                spec: sec.RequestAuthentication = obj.spec
-                if not spec.HasField("selector") or selector_matches(spec.selector.match_labels, labels):
-                    out.append(obj)
-        return tuple(sorted(out, key=ConfigObject.creation_order))
+        return tuple(sorted(self.selected(namespace, labels), key=ConfigObject.creation_order))
