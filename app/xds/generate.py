@@ -45,7 +45,7 @@ from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
 from app.xds.envoy.cluster import AppliedDestinationRule
 from app.xds.envoy.listener_tcp import TCP_PROTOCOLS
-from app.xds.envoy.route_policy import consistent_hash_view
+from app.xds.envoy.route_policy import load_balancer_view
 from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listener_plan, scope_listeners, workload_listeners
@@ -720,12 +720,12 @@ class XdsGenerator:
 
 
     def _rule_view(self, rule: DestinationRule | None) -> bytes | None:
-        """``consistent_hash_view`` once per rule and snapshot (route keys read it per host)."""
+        """``load_balancer_view`` once per rule and snapshot (route keys read it per host)."""
         if rule is None:
             return None
         found = self._rule_views.get(Ident(rule))
         if found is None:
-            found = self._rule_views[Ident(rule)] = consistent_hash_view(rule)
+            found = self._rule_views[Ident(rule)] = load_balancer_view(rule)
         return found
 
     # --- NDS ----------------------------------------------------------------------------------

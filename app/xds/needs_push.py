@@ -20,6 +20,7 @@ from app.api import networking_pb2 as net
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
+from app.xds.envoy.route_policy import load_balancer_view
 from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE, SECRET
 
@@ -153,32 +154,11 @@ def update_types(old: ConfigObject, new: ConfigObject) -> frozenset[str] | None:
     if (a.host, list(a.export_to), a.workload_selector) != (b.host, list(b.export_to), b.workload_selector):
         return None
     types = {CLUSTER, ENDPOINT}
-    if _balancing(a) != _balancing(b):
+    if load_balancer_view(a) != load_balancer_view(b):
         types |= {LISTENER, ROUTE}
     elif _tcp_timeouts(a) != _tcp_timeouts(b):
         types.add(LISTENER)
     return frozenset(types)
-
-
-def _balancing(rule: net.DestinationRule) -> net.DestinationRule:
-    """Only the load balancer settings of a rule, set exactly where the rule sets them."""
-    view = net.DestinationRule()
-    _copy_balancing(rule.traffic_policy, view.traffic_policy)
-    for subset in rule.subsets:
-        target = view.subsets.add(name=subset.name)
-        if subset.HasField("traffic_policy"):
-            _copy_balancing(subset.traffic_policy, target.traffic_policy)
-    return view
-
-
-def _copy_balancing(policy: net.TrafficPolicy, into: net.TrafficPolicy) -> None:
-    if policy.HasField("load_balancer"):
-        into.load_balancer.CopyFrom(policy.load_balancer)
-    for level in policy.port_level_settings:
-        target = into.port_level_settings.add()
-        target.port.CopyFrom(level.port)
-        if level.HasField("load_balancer"):
-            target.load_balancer.CopyFrom(level.load_balancer)
 
 
 def _tcp_timeouts(rule: net.DestinationRule) -> tuple[bytes, bytes]:

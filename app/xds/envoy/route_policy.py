@@ -332,27 +332,28 @@ def _port_level_hash(
     return None
 
 
-def consistent_hash_view(rule: net.DestinationRule | None) -> bytes | None:
-    """All that routes read of a DestinationRule, as bytes: its consistent hashes (top level,
-    per port, per subset). A rule that changes anything else builds the same routes."""
-    if rule is None:
-        return None
-    out = net.DestinationRule()
-    _copy_hashes(rule.traffic_policy, out.traffic_policy)
+def load_balancer_view(rule: net.DestinationRule) -> bytes:
+    """A rule's load balancer settings only, set exactly where the rule sets them (top level, per
+    port, per subset), as bytes: the part of a DestinationRule that routes (consistent-hash
+    policies) and TCP proxies (source-IP hashing) read. A rule that changes anything else
+    builds the same routes (route keys) and needs no route push (``needs_push.update_types``)."""
+    view = net.DestinationRule()
+    _copy_load_balancer(rule.traffic_policy, view.traffic_policy)
     for subset in rule.subsets:
-        view = out.subsets.add(name=subset.name)
-        _copy_hashes(subset.traffic_policy, view.traffic_policy)
-    return out.SerializeToString(deterministic=True)
+        target = view.subsets.add(name=subset.name)
+        if subset.HasField("traffic_policy"):
+            _copy_load_balancer(subset.traffic_policy, target.traffic_policy)
+    return view.SerializeToString(deterministic=True)
 
 
-def _copy_hashes(policy: net.TrafficPolicy, into: net.TrafficPolicy) -> None:
-    if policy.load_balancer.HasField("consistent_hash"):
-        into.load_balancer.consistent_hash.CopyFrom(policy.load_balancer.consistent_hash)
-    for setting in policy.port_level_settings:
-        view = into.port_level_settings.add()
-        view.port.CopyFrom(setting.port)
-        if setting.load_balancer.HasField("consistent_hash"):
-            view.load_balancer.consistent_hash.CopyFrom(setting.load_balancer.consistent_hash)
+def _copy_load_balancer(policy: net.TrafficPolicy, into: net.TrafficPolicy) -> None:
+    if policy.HasField("load_balancer"):
+        into.load_balancer.CopyFrom(policy.load_balancer)
+    for level in policy.port_level_settings:
+        target = into.port_level_settings.add()
+        target.port.CopyFrom(level.port)
+        if level.HasField("load_balancer"):
+            target.load_balancer.CopyFrom(level.load_balancer)
 
 
 def destination_consistent_hash(dest: net.Destination, rule: net.DestinationRule | None) -> ConsistentHashLB | None:

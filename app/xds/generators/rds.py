@@ -37,7 +37,6 @@ from app.xds.cache import Ident
 from app.xds.envoy.cluster import egress_proxy_cluster
 from app.xds.envoy.listener import EgressListenerView
 from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
-from app.xds.envoy.route_policy import consistent_hash_view
 from app.xds.envoy.virtual_host import (
     GatewayVirtualHost,
     VirtualHostWrapper,
@@ -144,13 +143,14 @@ def sidecar_route_key(
     push: PushContextView,
     scope: SidecarScopeView,
     name: str,
-    rule_view: Callable[[net.DestinationRule | None], Hashable] = consistent_hash_view,
+    rule_view: Callable[[net.DestinationRule | None], Hashable],
 ) -> Hashable:
     """Everything a sidecar's route configuration ``name`` is built from besides the proxy's
     traits (which the caller keys its class by): the mesh config, the Sidecar, the egress
     listener's services on the port and its VirtualServices (by identity: they are replaced,
-    never edited), and the consistent hashes of the DestinationRule the proxy applies to each
-    host a route reads one of (``rule_view``: ``consistent_hash_view``, memoized by the caller).
+    never edited), and the load balancer settings of the DestinationRule the proxy applies to
+    each host a route reads a hash policy of (``rule_view``: ``route_policy.load_balancer_view``,
+    memoized by the caller).
     Equal keys build equal bytes, so a change that adds a service on another port, or changes
     a DestinationRule's pool, rebuilds no route configuration of this port."""
     parsed = _parse_sidecar_route_name(name)
