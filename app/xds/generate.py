@@ -294,7 +294,9 @@ class _ClassSets:
 
     def reusable(self) -> _Reusable:
         """What the class's next snapshot may reuse: its own builds, else those it inherited."""
-        routes = {**self.earlier.routes, **{n: (key, self.routes[n]) for n, key in self.route_keys.items()}}
+        routes = self.earlier.routes
+        if self.route_keys:
+            routes = {**routes, **{n: (key, self.routes[n]) for n, key in self.route_keys.items()}}
         return _Reusable(routes, self.listener_inputs or self.earlier.listeners)
     routes: dict[str, Resource] = field(default_factory=dict)
     route_keys: dict[str, Hashable] = field(default_factory=dict)  # what each of ``routes`` was built from

@@ -31,6 +31,7 @@ SDS_CLUSTER = "sds-grpc"
 SDS_DEFAULT = "default"
 SDS_ROOT = "ROOTCA"
 SDS_CA_SUFFIX = "-cacert"
+KUBERNETES_SECRET = "kubernetes://"  # a credentialName served from a Kubernetes Secret
 ALPN_IN_MESH = ("istio-peer-exchange", "istio")  # metadata exchange on, as istiod defaults
 ALPN_IN_MESH_H2 = ("istio-peer-exchange", "istio", "h2")
 ALPN_H2 = ("h2",)
@@ -39,7 +40,7 @@ _TLS = net.ClientTLSSettings
 _BUILTIN = "builtin://"
 _CONFIGMAP = "configmap://"
 _INVALID = "invalid://"
-_KEEP_PREFIXES = ("kubernetes://", "kubernetes-gateway://", _CONFIGMAP)
+_KEEP_PREFIXES = (KUBERNETES_SECRET, "kubernetes-gateway://", _CONFIGMAP)
 
 
 class TlsConfigError(ValueError):
@@ -258,7 +259,7 @@ def credential_resource_name(name: str) -> str:
         return _INVALID
     if name.startswith(_KEEP_PREFIXES):
         return name
-    return "kubernetes://" + name
+    return KUBERNETES_SECRET + name
 
 
 def credential_sds_secret_config(name: str) -> secret_pb2.SdsSecretConfig:

@@ -26,20 +26,18 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from app.config.kube import SecretSpec
 from app.model.proxy import Proxy
+from app.xds.envoy.cluster_tls import KUBERNETES_SECRET, SDS_CA_SUFFIX
 
 logger = logging.getLogger(__name__)
-
-KUBERNETES = "kubernetes://"
-CA_SUFFIX = "-cacert"
 
 SecretLookup = Callable[[str, str], SecretSpec | None]  # (namespace, name) -> the Secret
 
 
 def parse_resource_name(resource: str, namespace: str) -> tuple[str, str] | None:
     """(namespace, name) of a ``kubernetes://`` resource name; None for any other."""
-    if not resource.startswith(KUBERNETES):
+    if not resource.startswith(KUBERNETES_SECRET):
         return None
-    ns, sep, name = resource.removeprefix(KUBERNETES).partition("/")
+    ns, sep, name = resource.removeprefix(KUBERNETES_SECRET).partition("/")
     if not sep:
         ns, name = namespace, ns
     return (ns, name) if ns and name else None
@@ -59,9 +57,10 @@ def generate_secrets(proxy: Proxy, secrets: SecretLookup, names: Iterable[str]) 
             logger.warning("proxy %s may not read %s: a Secret of another namespace", proxy.id, resource)
             continue
         try:
-            if name.endswith(CA_SUFFIX):
-                found = secrets(namespace, name) or secrets(namespace, name.removesuffix(CA_SUFFIX))
-                out.append(_ca_secret(resource, found, f"{namespace}/{name.removesuffix(CA_SUFFIX)}"))
+            if name.endswith(SDS_CA_SUFFIX):
+                plain = name.removesuffix(SDS_CA_SUFFIX)
+                found = secrets(namespace, name) or secrets(namespace, plain)
+                out.append(_ca_secret(resource, found, f"{namespace}/{plain}"))
             else:
                 out.append(_key_pair(resource, secrets(namespace, name), f"{namespace}/{name}"))
         except _Unusable as e:
