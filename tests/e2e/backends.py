@@ -53,11 +53,15 @@ class Backends:
         self._runners: list[web.AppRunner] = []
         self.port = 0
 
-    def start(self) -> Backends:
-        names = list(self._addresses)
-        self.port, socks = _bind_common_port([self._addresses[n] for n in names])
+    def start(self, sockets: Mapping[str, socket.socket] | None = None) -> Backends:
+        """Serve on one common port of every address, or on ``sockets`` already listening (in a
+        pod's network namespace, say: then the names are the sockets')."""
+        if sockets is None:
+            names = list(self._addresses)
+            self.port, socks = _bind_common_port([self._addresses[n] for n in names])
+            sockets = dict(zip(names, socks, strict=True))
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._serve(dict(zip(names, socks, strict=True))), self._loop).result(30)
+        asyncio.run_coroutine_threadsafe(self._serve(sockets), self._loop).result(30)
         return self
 
     def stop(self) -> None:

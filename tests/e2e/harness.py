@@ -155,9 +155,19 @@ class Reply:
     text: str = ""
 
 
-def send(port: int, path: str = "/", *, host: str | None = None, headers: Mapping[str, str] | None = None) -> Reply:
-    """One GET to 127.0.0.1 on a fresh connection (so a listener update is never hidden behind a kept-alive one)."""
+def send(
+    port: int,
+    path: str = "/",
+    *,
+    host: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    connect: Callable[[str, int], socket.socket] | None = None,
+) -> Reply:
+    """One GET to 127.0.0.1 on a fresh connection (so a listener update is never hidden behind a
+    kept-alive one); ``connect`` makes that connection elsewhere (from a pod: ``Pod.connect``)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    if connect is not None:
+        conn.sock = connect("127.0.0.1", port)
     try:
         all_headers = dict(headers or {})
         if host is not None:
