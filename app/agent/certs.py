@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from grpclib.client import Channel
 from grpclib.const import Cardinality
 
-from app.api import ca_pb2
+from app.api import ca as ca_api
 from app.supervise import Backoff
 
 logger = logging.getLogger("pilotfish.agent")
@@ -113,12 +113,12 @@ class CaClient:
         context = client_context(self._root, current, self._files)
         channel = Channel(self._host, self._port, ssl=context)
         try:
-            request = ca_pb2.IstioCertificateRequest(csr=csr_pem, validity_duration=int(ttl.total_seconds()))
+            request = ca_api.IstioCertificateRequest(csr=csr_pem, validity_duration=int(ttl.total_seconds()))
             async with channel.request(
                 CREATE_CERTIFICATE,
                 Cardinality.UNARY_UNARY,
-                ca_pb2.IstioCertificateRequest,
-                ca_pb2.IstioCertificateResponse,
+                ca_api.IstioCertificateRequest,
+                ca_api.IstioCertificateResponse,
                 metadata=self.metadata(),
                 timeout=30,
             ) as stream:

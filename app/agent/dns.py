@@ -34,7 +34,7 @@ import dns.rdatatype
 import dns.resolver
 import dns.rrset
 
-from app.api.nds_pb2 import NameTable
+from app.api.nds import NameTable
 
 logger = logging.getLogger("pilotfish.agent.dns")
 

@@ -31,7 +31,7 @@ from grpclib.const import Cardinality, Handler
 from grpclib.server import Stream as ServerStream
 
 from app.agent.interest import DeltaInterest, SotwInterest
-from app.api.nds_pb2 import NameTable
+from app.api.nds import NameTable
 from app.supervise import Backoff
 from app.telemetry.agent import CANCELLED, ERROR, AgentMetrics
 from app.xds.resources import NAME_TABLE

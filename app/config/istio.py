@@ -16,8 +16,8 @@ from typing import Any
 import re2
 from google.protobuf.message import Message
 
-from app.api import networking_pb2 as net
-from app.api import security_pb2 as sec
+from app.api import networking as net
+from app.api import security as sec
 from app.config.host import is_ip_address, validate_fqdn
 from app.config.istio_checks import (
     check_address,
@@ -239,7 +239,7 @@ def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
         if port.number == 0:  # istiod validateSidecarEgressPortBindAndCaptureMode: a unix socket
             if not eg.bind.startswith("unix://") or not eg.bind.removeprefix("unix://").startswith("/"):
                 raise fail(f"{here}.bind", "port 0 needs a unix:///absolute/path bind")
-            if eg.capture_mode not in (net.DEFAULT, net.NONE):
+            if eg.capture_mode not in (net.CaptureMode.DEFAULT, net.CaptureMode.NONE):
                 raise fail(f"{here}.captureMode", "must be DEFAULT or NONE for a unix domain socket")
             if eg.bind in sockets:
                 raise fail(f"{here}.bind", f"unix domain socket {eg.bind!r} used twice")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from google.protobuf import duration_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.host import is_ip_address, validate_fqdn, validate_wildcard_host
 from app.config.labels import REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL
 from app.errors import FieldError

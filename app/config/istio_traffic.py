@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import re2
 from google.protobuf import duration_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.host import matches, validate_fqdn
 from app.config.istio_checks import (
     check_duration,

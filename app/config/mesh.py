@@ -1,7 +1,8 @@
 """Istio MeshConfig: istiod's defaults with the user's YAML applied over them.
 
-Fields pilotfish does not model are ignored (MeshConfig has many that only matter to
-features pilotfish lacks); fields it models are type-checked like any other config.
+A field Istio's MeshConfig does not define is ignored, as istiod's ApplyMeshConfig ignores it;
+every field it defines is type-checked like any other config, though pilotfish reads only some
+(MeshConfig has many that only matter to features pilotfish lacks).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from google.protobuf import duration_pb2, wrappers_pb2
 
-from app.api import mesh_pb2
+from app.api.mesh import MeshConfig as MeshConfig
 from app.config.istio_checks import (
     check_connect_timeout,
     check_locality_lb_setting,
@@ -21,12 +22,10 @@ from app.config.istio_checks import (
 from app.config.schema import merge_message, type_name
 from app.errors import FieldError
 
-MeshConfig = mesh_pb2.MeshConfig
 
-
-def default_mesh_config() -> mesh_pb2.MeshConfig:
+def default_mesh_config() -> MeshConfig:
     """The values istiod uses when mesh config leaves a field unset (pkg/config/mesh DefaultMeshConfig)."""
-    m = mesh_pb2.MeshConfig(
+    m = MeshConfig(
         root_namespace="istio-system",
         trust_domain="cluster.local",
         connect_timeout=duration_pb2.Duration(seconds=10),
@@ -36,12 +35,12 @@ def default_mesh_config() -> mesh_pb2.MeshConfig:
         ingress_class="istio",
         ingress_service="istio-ingressgateway",
     )
-    m.outbound_traffic_policy.mode = mesh_pb2.MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
+    m.outbound_traffic_policy.mode = MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
     m.locality_lb_setting.enabled.value = True
     return m
 
 
-def parse_mesh_config(body: Any) -> mesh_pb2.MeshConfig:
+def parse_mesh_config(body: Any) -> MeshConfig:
     if not isinstance(body, dict):
         raise FieldError("", f"mesh config must be an object, got {type_name(body)}")
     mesh = default_mesh_config()
@@ -52,7 +51,7 @@ def parse_mesh_config(body: Any) -> mesh_pb2.MeshConfig:
     return mesh
 
 
-def validate_mesh_config(mesh: mesh_pb2.MeshConfig, explicit: Collection[str] = ()) -> None:
+def validate_mesh_config(mesh: MeshConfig, explicit: Collection[str] = ()) -> None:
     """agent.ValidateMeshConfig (which istiod runs on the mesh config merged over its defaults),
     for the fields pilotfish reads. ``explicit``: the fields the user's YAML sets (a port of 0
     written out is refused; left out, it is the default)."""

@@ -1,7 +1,7 @@
 """The config object every source produces and every consumer reads.
 
 A ``ConfigObject`` is immutable once built: sources replace objects, they never edit them.
-``spec`` is the typed body: a protobuf message for Istio kinds (app/api/networking.proto),
+``spec`` is the typed body: a protobuf message for Istio kinds (Istio's own, app/api/networking.py),
 a frozen dataclass for Kubernetes kinds (app/config/kube.py).
 """
 

@@ -3,7 +3,9 @@
 ``json_format.ParseDict`` does the proto3 JSON mapping (durations, enums by name, wrappers,
 64-bit integers as strings). Before it runs, ``normalize`` walks the document against the
 message descriptor so an unknown field is reported with its full path (``trafficPolicy.tls.foo``)
-and only Istio's camelCase names are accepted, as the Kubernetes API server would.
+and only the names Istio's CRDs list are accepted, as the Kubernetes API server would: a field's
+JSON name (camelCase), and for the few fields Istio marks ``+kubebuilder:altName`` (``jwks_uri``,
+``mirror_percent``) that name too.
 
 Most real documents never reach ParseDict: ``build_message`` makes the same message through
 the upb constructor when every value already has its plain proto3 JSON type, and hands
@@ -24,6 +26,7 @@ from google.protobuf import descriptor_pool, duration_pb2, json_format, message_
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from app.api.istio.alt_names import ALT_NAMES
 from app.errors import FieldError
 
 M = TypeVar("M", bound=Message)
@@ -54,7 +57,7 @@ _FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
 def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = True) -> Any:
     """Check ``doc`` against ``descriptor`` and return it ready for ParseDict.
 
-    With ``strict``, a key that is not a field (by its camelCase JSON name) is an error naming
+    With ``strict``, a key that is not a field (by a name its CRD lists) is an error naming
     its path; otherwise it is dropped. Every value is checked to have its field's JSON type
     (an object for a message or a map, a list for a repeated field, a string, a number...), so
     a type mismatch anywhere is a FieldError naming its path and what was wanted, never an
@@ -78,10 +81,19 @@ def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = Tru
 
 
 def _json_field(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
-    """The field ``key`` names: only by its camelCase JSON name, as the Kubernetes API server
-    accepts it (ParseDict would also take the proto name)."""
-    fd = descriptor.fields_by_camelcase_name.get(key)
-    return fd if fd is not None and fd.json_name == key else None
+    """The field ``key`` names: by its JSON name or a CRD alt name, as the Kubernetes API server
+    accepts it (ParseDict would take any proto name; Istio's CRDs list only these)."""
+    names = _FIELD_NAMES.get(descriptor.full_name)
+    if names is None:
+        names = {fd.json_name: fd for fd in descriptor.fields}
+        for alt, name in ALT_NAMES.get(descriptor.full_name, {}).items():
+            names[alt] = descriptor.fields_by_name[name]
+        _FIELD_NAMES[descriptor.full_name] = names
+    return names.get(key)
+
+
+# message full name -> {name a document may use: field}
+_FIELD_NAMES: dict[str, dict[str, FieldDescriptor]] = {}
 
 
 def _normalize_field(value: Any, fd: FieldDescriptor, path: str, strict: bool) -> Any:
@@ -494,9 +506,8 @@ def _plan(descriptor: Descriptor) -> dict[str, _FieldPlan]:
     plan = _PLANS.get(descriptor.full_name)
     if plan is None:
         plan = _PLANS[descriptor.full_name] = {}
-        for fd in descriptor.fields:
-            if _json_field(descriptor, fd.json_name) == fd:
-                plan[fd.json_name] = _field_plan(fd)
+        for fd in descriptor.fields:  # by JSON name only: an alt name takes the slow path
+            plan[fd.json_name] = _field_plan(fd)
     return plan
 
 

@@ -15,7 +15,7 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from app.api.nds_pb2 import NameTable
+from app.api.nds import NameTable
 from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.api import security_pb2 as sec
+from app.api import security as sec
 from app.config.labels import selector_matches
 from app.config.model import ConfigObject
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Self
 
-from app.api import security_pb2 as sec
+from app.api import security as sec
 from app.config.labels import selector_matches
 from app.config.model import ConfigObject
 
@@ -51,7 +51,7 @@ class _SelectedByWorkload:
         by_namespace: dict[str, list[ConfigObject]] = {}
         for obj in sorted(objects, key=ConfigObject.creation_order):
             spec: sec.AuthorizationPolicy | sec.RequestAuthentication = obj.spec
-            if spec.HasField("target_ref") or len(spec.target_refs):
+            if spec.HasField("targetRef") or len(spec.targetRefs):
                 continue
             by_namespace.setdefault(obj.meta.namespace, []).append(obj)
         return cls(root_namespace, {ns: tuple(found) for ns, found in by_namespace.items()})

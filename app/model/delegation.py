@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 
 # what a delegate route takes from its root route when it sets none (mergeHTTPRoute)
 _INHERITED = (

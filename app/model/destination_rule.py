@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.host import is_wildcard, most_specific_match, resolve_short_name
 from app.config.labels import selector_matches
 from app.config.model import ConfigObject

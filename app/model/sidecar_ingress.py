@@ -15,7 +15,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Protocol, ServicePort, parse_protocol
@@ -38,9 +38,9 @@ class IngressPort:
 
 def bind_to_port(capture_mode: int, proxy: Proxy) -> bool:
     """istiod getBindToPort: an explicit captureMode decides; DEFAULT follows the proxy."""
-    if capture_mode == net.DEFAULT:
+    if capture_mode == net.CaptureMode.DEFAULT:
         return proxy.interception_mode == "NONE"
-    return capture_mode == net.NONE
+    return capture_mode == net.CaptureMode.NONE
 
 
 @dataclass(frozen=True, slots=True)

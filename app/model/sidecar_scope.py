@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.host import matches, subset_of
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy

@@ -12,7 +12,7 @@ subset's settings replace the destination's block by block.
 
 from __future__ import annotations
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 
 _PARTS = ("connection_pool", "load_balancer", "outlier_detection", "tls")
 # parts a top-level policy may set but a port-level entry cannot

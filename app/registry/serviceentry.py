@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.host import is_ip_address
 from app.config.labels import selector_matches
 from app.config.model import ConfigEvent, ConfigObject, EventType, Kind

@@ -16,18 +16,17 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import os
 import ssl
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.api import ca_pb2
+from app.api import ca as ca_pb2
 from app.security.authn import Caller, TokenAuthenticator, bearer_token, certificate_identities
 from app.security.ca import CaError, CertificateAuthority, spiffe_id
 
@@ -44,6 +43,21 @@ class Peer:
 
     address: str
     certificate: Caller | None  # None: no client certificate
+
+
+@contextlib.contextmanager
+def memory_file(data: bytes) -> Iterator[str]:
+    """A path to ``data`` held in memory only (a memfd): ssl loads key pairs and CRLs from paths
+    alone, and the chart runs pilotfish on a read-only root filesystem with no temporary
+    directory, where a key must never be written anyway."""
+    fd = os.memfd_create("pilotfish-tls", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 class SecurePort:
@@ -71,9 +85,7 @@ class SecurePort:
         context.load_verify_locations(cadata=ca.root_pem)
         context.set_alpn_protocols(["h2"])
         if ca.crl_pem:  # revoked client certificates fail the handshake
-            with tempfile.TemporaryDirectory(prefix="pilotfish-tls-") as tmp:
-                crl_path = Path(tmp) / "crl.pem"
-                crl_path.write_text(ca.crl_pem)
+            with memory_file(ca.crl_pem.encode()) as crl_path:
                 context.load_verify_locations(cafile=crl_path)
             context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
         return context
@@ -83,12 +95,9 @@ class SecurePort:
         now on present it, open connections keep theirs."""
         key = ec.generate_private_key(ec.SECP256R1())
         chain = self._ca.server_certificate(key, *self._names, SERVER_CERT_TTL)
-        # ssl loads a key pair only from files: a private temporary directory, removed at once
-        with tempfile.TemporaryDirectory(prefix="pilotfish-tls-") as tmp:
-            cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
-            cert_path.write_text("".join(chain))
-            encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
-            key_path.write_bytes(key.private_bytes(encoding, form, serialization.NoEncryption()))
+        encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+        key_pem = key.private_bytes(encoding, form, serialization.NoEncryption())
+        with memory_file("".join(chain).encode()) as cert_path, memory_file(key_pem) as key_path:
             self._context.load_cert_chain(cert_path, key_path)
         self.serving_certificate = chain[0]
 

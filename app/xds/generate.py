@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 from envoy.config.cluster.v3 import cluster_pb2
 from google.protobuf.message import Message
 
-from app.api.networking_pb2 import DestinationRule
+from app.api.networking import DestinationRule
 from app.config.mesh import MeshConfig
 from app.config.model import EMPTY_LABELS, ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule

@@ -29,8 +29,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.api import networking_pb2 as net
-from app.api import security_pb2 as sec
+from app.api import networking as net
+from app.api import security as sec
 from app.config.loader import LoadResult, load_documents, load_mesh_file, load_object
 from app.model.proxy import InvalidNodeError, build_proxy
 from app.xds.connection import Connection, proxy_from_node

@@ -19,7 +19,7 @@ import dns.rrset
 import pytest
 
 from app.agent.dns import TTL, DnsProxy, LookupTable, answer, parse_resolv_conf
-from app.api.nds_pb2 import NameTable
+from app.api.nds import NameTable
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
 RdataType = dns.rdatatype.RdataType

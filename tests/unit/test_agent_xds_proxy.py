@@ -23,7 +23,7 @@ from grpclib.server import Server
 
 from app.agent.interest import DeltaInterest, SotwInterest
 from app.agent.xds_proxy import DELTA_METHOD, SOTW_METHOD, XdsProxy
-from app.api.nds_pb2 import NameTable
+from app.api.nds import NameTable
 from app.runtime import Runtime
 from app.settings import Settings
 from app.supervise import Backoff

@@ -19,8 +19,8 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import json_format
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.mesh import default_mesh_config
 from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy, ProxyType
@@ -62,7 +62,7 @@ SIDECAR = sidecar_proxy("productpage-1.default", "10.0.0.1", {"app": "productpag
 GATEWAY = router_proxy("ingress-1.istio-system", "10.0.0.9")
 
 
-def mesh(**fields: Any) -> mesh_pb2.MeshConfig:
+def mesh(**fields: Any) -> MeshConfig:
     m = default_mesh_config()
     json_format.ParseDict(fields, m)
     return m
@@ -106,7 +106,7 @@ def build(
     *,
     svc: Service = REVIEWS,
     proxy: Proxy = SIDECAR,
-    mesh_config: mesh_pb2.MeshConfig = MESH,
+    mesh_config: MeshConfig = MESH,
     endpoints: Sequence[Endpoint] = (),
     identities: Sequence[str] = (SA_REVIEWS,),
 ) -> dict[str, cluster_pb2.Cluster]:

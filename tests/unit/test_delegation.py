@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.model import ConfigKey, Kind
 from app.model.delegation import merge_http_routes
 from app.xds.generators.rds import generate_routes

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app.api import mesh_pb2
-from app.api.networking_pb2 import LoadBalancerSettings
+from app.api.mesh import MeshConfig
+from app.api.networking import LoadBalancerSettings
 from app.config.loader import load_documents
 from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
 from app.errors import SettingsError
@@ -212,7 +212,7 @@ def test_initial_load_reads_multi_doc_files_mesh_and_subdirectories(config_dir: 
         f"{config_dir}/bookinfo.yaml#1",
     ]
     mesh = events[3].obj.spec
-    assert mesh.outbound_traffic_policy.mode == mesh_pb2.MeshConfig.OutboundTrafficPolicy.REGISTRY_ONLY
+    assert mesh.outbound_traffic_policy.mode == MeshConfig.OutboundTrafficPolicy.REGISTRY_ONLY
     assert source.rejections() == []
     assert source.rejection_count == 0
     assert [p.name for p in list_config_files(config_dir)] == ["bookinfo.yaml", "mesh.yaml", "ratings.yaml"]

@@ -16,8 +16,8 @@ import yaml
 from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config import loader
 from app.config.istio import istio_warnings
 from app.config.loader import KubeYamlLoader, LoadResult, load_documents
@@ -360,12 +360,12 @@ def test_istio_configmap_in_istio_system_yields_mesh_config() -> None:
     assert obj.key == ConfigKey(Kind.MESH_CONFIG, "", "mesh")
     assert "istio-system/istio" in obj.source
     mesh = obj.spec
-    assert isinstance(mesh, mesh_pb2.MeshConfig)
+    assert isinstance(mesh, MeshConfig)
     assert mesh.root_namespace == "my-root"
     assert list(mesh.default_service_export_to) == ["."]
     assert list(mesh.default_virtual_service_export_to) == [".", "istio-system"]
     assert list(mesh.default_destination_rule_export_to) == ["*"]
-    assert mesh.outbound_traffic_policy.mode == mesh_pb2.MeshConfig.OutboundTrafficPolicy.REGISTRY_ONLY
+    assert mesh.outbound_traffic_policy.mode == MeshConfig.OutboundTrafficPolicy.REGISTRY_ONLY
     assert mesh.connect_timeout == duration_pb2.Duration(seconds=5)
     assert mesh.enable_auto_mtls.value is False
 
@@ -380,7 +380,7 @@ def test_mesh_config_defaults_fill_unset_fields() -> None:
     assert mesh.root_namespace == "istio-system"
     assert mesh.connect_timeout == duration_pb2.Duration(seconds=10)
     assert mesh.enable_auto_mtls.value is True
-    assert mesh.outbound_traffic_policy.mode == mesh_pb2.MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
+    assert mesh.outbound_traffic_policy.mode == MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
     assert list(mesh.default_service_export_to) == []
 
 

@@ -17,8 +17,8 @@ from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
 from google.protobuf import json_format
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.mesh import default_mesh_config
 from app.config.model import ConfigObject, Kind, ObjectMeta
 from app.model.service import Protocol, Registry, Resolution, Service, ServicePort
@@ -67,7 +67,7 @@ def ctx(
     gateways: Iterable[str] = ("mesh",),
     labels: Mapping[str, str] | None = None,
     namespace: str = "default",
-    mesh: mesh_pb2.MeshConfig | None = None,
+    mesh: MeshConfig | None = None,
     rules: Mapping[str, dict[str, Any]] | None = None,
     services: Mapping[str, Service] | None = None,
     tls: bool = False,

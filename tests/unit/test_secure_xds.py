@@ -18,7 +18,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 
 from app.agent.certs import build_csr
-from app.api import ca_pb2
+from app.api import ca as ca_api
 from app.runtime import Runtime
 from app.xds.resources import CLUSTER
 from tests.support.bookinfo import NODE
@@ -119,10 +119,10 @@ async def test_a_certificate_from_the_ca_is_the_credential_and_shows_in_syncz(ru
     async with secure_channel(runtime) as ch:
         issue = ch.unary_unary(CSR)
         raw = await issue(
-            ca_pb2.IstioCertificateRequest(csr=build_csr(key, "spiffe://x/ns/y/sa/z")).SerializeToString(),
+            ca_api.IstioCertificateRequest(csr=build_csr(key, "spiffe://x/ns/y/sa/z")).SerializeToString(),
             metadata=(("authorization", "Bearer bookinfo-token"),),
         )
-    chain = list(ca_pb2.IstioCertificateResponse.FromString(raw).cert_chain)
+    chain = list(ca_api.IstioCertificateResponse.FromString(raw).cert_chain)
     encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
     pem = key.private_bytes(encoding, form, serialization.NoEncryption())
     async with secure_channel(runtime, ("".join(chain[:-1]), pem)) as ch:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from app.api import ca_pb2
+from app.api import ca as ca_api
 from app.errors import SettingsError
 from app.security.authn import Caller, TrustedTokenFile, authorize_proxy, parse_spiffe
 from app.security.ca import CaError, CertificateAuthority
@@ -188,11 +188,11 @@ def channel(s: Secure, cert: tuple[str, bytes] | None = None, root: str | None =
 async def create(ch: grpc.aio.Channel, token: str | None, key: ec.EllipticCurvePrivateKey, ttl: int = 0) -> list[str]:
     call = ch.unary_unary(
         METHOD,
-        request_serializer=ca_pb2.IstioCertificateRequest.SerializeToString,
-        response_deserializer=ca_pb2.IstioCertificateResponse.FromString,
+        request_serializer=ca_api.IstioCertificateRequest.SerializeToString,
+        response_deserializer=ca_api.IstioCertificateResponse.FromString,
     )
     metadata = (("authorization", f"Bearer {token}"),) if token else None
-    req = ca_pb2.IstioCertificateRequest(csr=csr(key), validity_duration=ttl)
+    req = ca_api.IstioCertificateRequest(csr=csr(key), validity_duration=ttl)
     resp = await call(req, metadata=metadata, timeout=10)
     return list(resp.cert_chain)
 
@@ -332,3 +332,21 @@ async def test_the_serving_certificate_is_renewed_for_new_handshakes() -> None:
         served = x509.load_der_x509_certificate(second)
         assert x509.load_der_x509_certificate(first).serial_number != served.serial_number
         assert served.not_valid_after_utc - served.not_valid_before_utc > datetime.timedelta(days=89)
+
+
+async def test_the_secure_port_needs_no_writable_temporary_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the chart runs pilotfish with readOnlyRootFilesystem and no emptyDir for /tmp: the serving
+    # key pair and the CRL must load without a file written anywhere
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", "/nonexistent/read-only")
+    monkeypatch.setenv("TMPDIR", "/nonexistent/read-only")
+    ca = CertificateAuthority.self_signed(TD)
+    async with serving(ca, None) as s:
+        first = s.front.serving_certificate
+        s.front.renew_serving_certificate()
+        assert s.front.serving_certificate != first
+        key = ec.generate_private_key(ec.SECP256R1())
+        client = ca.sign_csr(csr(key), ["spiffe://cluster.local/ns/shop/sa/web"])
+        async with channel(s, ("".join(client[:-1]), key_pem(key))) as ch:
+            assert uris(leaf(await create(ch, None, key))) == ["spiffe://cluster.local/ns/shop/sa/web"]

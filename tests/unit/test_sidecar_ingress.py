@@ -14,7 +14,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext

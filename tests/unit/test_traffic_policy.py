@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.loader import load_documents
 from app.model.traffic_policy import merge_traffic_policy
 

@@ -140,12 +140,18 @@ def test_a_type_mismatch_anywhere_is_a_field_error_naming_its_path(kind: str, sp
 
 
 def test_struct_values_in_the_mesh_config_are_json_values() -> None:
+    # a google.protobuf.Struct of Istio's MeshConfig: an access log's JSON labels
+    labels = "extensionProviders: [{name: x, envoyFileAccessLog: {path: /dev/stdout, logFormat: {labels: %s}}}]"
+    at = "extensionProviders[0].envoyFileAccessLog.logFormat.labels"
     for text, expected in [
-        ("defaultConfig: {1: a}", "defaultConfig.1: expected a string as the key, got 1"),
-        ("defaultConfig: {a: .inf}", "defaultConfig.a: expected a finite number, got inf"),
-        (f"defaultConfig: {{a: {10**400}}}", "defaultConfig.a: number out of range"),
-        ("defaultConfig: [a]", "defaultConfig: expected an object, got a list"),
+        (labels % "{1: a}", f"{at}.1: expected a string as the key, got 1"),
+        (labels % "{a: .inf}", f"{at}.a: expected a finite number, got inf"),
+        (labels % f"{{a: {10**400}}}", f"{at}.a: number out of range"),
+        (labels % "[a]", f"{at}: expected an object, got a list"),
         ("discoverySelectors: [[1]]", "discoverySelectors[0]: expected an object, got a list"),
+        # defaultConfig is a typed ProxyConfig, as istiod reads it
+        ("defaultConfig: [a]", "defaultConfig: expected an object, got a list"),
+        ("defaultConfig: {concurrency: two}", "defaultConfig.concurrency: expected an integer, got 'two'"),
     ]:
         [r] = load_mesh_file(text + "\n", "mesh.yaml").rejected
         assert str(r.error) == f"mesh.yaml: MeshConfig mesh: field {expected}", r.error

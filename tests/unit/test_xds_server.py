@@ -22,7 +22,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import struct_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.api import nds_pb2
+from app.api.nds import NameTable
 from app.cli import main
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
@@ -594,7 +594,7 @@ spec:
 def name_table(resource: Any) -> dict[str, list[str]]:
     body = resource.resource if hasattr(resource, "resource") else resource
     assert body.type_url == NAME_TABLE
-    table = nds_pb2.NameTable.FromString(body.value)
+    table = NameTable.FromString(body.value)
     return {host: list(info.ips) for host, info in table.table.items()}
 
 

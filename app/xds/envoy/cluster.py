@@ -23,8 +23,8 @@ from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import duration_pb2, struct_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
@@ -176,7 +176,7 @@ def service_identities(
 
 def build_outbound_clusters(
     proxy: Proxy,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     service: Service,
     port: ServicePort,
     endpoints: Sequence[Endpoint],
@@ -236,7 +236,7 @@ def build_outbound_clusters(
 
 def _build_subset_cluster(
     proxy: Proxy,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     service: Service,
     port: ServicePort,
     endpoints: Sequence[Endpoint],
@@ -286,7 +286,7 @@ def _base_cluster(
     kind: int,
     lb_endpoints: Sequence[endpoint_components_pb2.LocalityLbEndpoints],
     proxy: Proxy,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     port: ServicePort,
     service: Service,
     *,
@@ -425,7 +425,7 @@ def _passthrough_bind_ip(ips: Sequence[str]) -> str:
 
 def build_inbound_cluster(
     proxy: Proxy,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     targets: Sequence[ServiceTarget],
     rule: AppliedDestinationRule | None = None,
     *,
@@ -448,7 +448,7 @@ def build_inbound_cluster(
         raise ValueError("an inbound cluster needs at least one service target")
     service, service_port, endpoint = targets[0]
     if endpoint_address is None:
-        passthrough = mesh.inbound_traffic_policy.mode == mesh_pb2.MeshConfig.InboundTrafficPolicy.PASSTHROUGH
+        passthrough = mesh.inbound_traffic_policy.mode == MeshConfig.InboundTrafficPolicy.PASSTHROUGH
         endpoint_address = "" if passthrough else _local_host(proxy.ip_addresses)
     lb_endpoints = []
     if endpoint_address:
@@ -498,7 +498,7 @@ def build_inbound_cluster(
 # --- catch-all clusters --------------------------------------------------------------------
 
 
-def build_blackhole_cluster(mesh: mesh_pb2.MeshConfig) -> cluster_pb2.Cluster:
+def build_blackhole_cluster(mesh: MeshConfig) -> cluster_pb2.Cluster:
     """STATIC with no endpoints: where routes to unknown destinations go to die."""
     c = Cluster(name=BLACKHOLE_CLUSTER, type=Cluster.STATIC, lb_policy=Cluster.ROUND_ROBIN)
     c.connect_timeout.CopyFrom(mesh.connect_timeout)
@@ -506,7 +506,7 @@ def build_blackhole_cluster(mesh: mesh_pb2.MeshConfig) -> cluster_pb2.Cluster:
     return c
 
 
-def build_passthrough_cluster(mesh: mesh_pb2.MeshConfig) -> cluster_pb2.Cluster:
+def build_passthrough_cluster(mesh: MeshConfig) -> cluster_pb2.Cluster:
     """ORIGINAL_DST to wherever the connection was going (ALLOW_ANY egress)."""
     c = Cluster(name=PASSTHROUGH_CLUSTER, type=Cluster.ORIGINAL_DST, lb_policy=Cluster.CLUSTER_PROVIDED)
     c.connect_timeout.CopyFrom(mesh.connect_timeout)
@@ -520,7 +520,7 @@ def build_passthrough_cluster(mesh: mesh_pb2.MeshConfig) -> cluster_pb2.Cluster:
     return c
 
 
-def build_inbound_passthrough_cluster(proxy: Proxy, mesh: mesh_pb2.MeshConfig) -> cluster_pb2.Cluster:
+def build_inbound_passthrough_cluster(proxy: Proxy, mesh: MeshConfig) -> cluster_pb2.Cluster:
     """The PassthroughCluster renamed (istiod keeps its alt_stat_name) and bound to 127.0.0.6
     (and ::6 when the proxy has both families) so iptables does not loop it back."""
     c = build_passthrough_cluster(mesh)

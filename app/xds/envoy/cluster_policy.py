@@ -19,8 +19,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.proxy_protocol.v3 import upstream_proxy_protocol_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Service, ServicePort
@@ -75,7 +75,7 @@ class ClusterDraft:
 class PolicyContext:
     """What applyTrafficPolicy reads besides the policy: istiod's buildClusterOpts."""
 
-    mesh: mesh_pb2.MeshConfig
+    mesh: MeshConfig
     port: ServicePort
     proxy: Proxy  # the proxy the cluster is for: locality LB is relative to it
     direction: Direction = Direction.OUTBOUND
@@ -135,7 +135,7 @@ def set_use_downstream_protocol(draft: ClusterDraft) -> None:
     opts.use_downstream_protocol_config.http2_protocol_options.SetInParent()
 
 
-def _should_h2_upgrade(port: ServicePort, mesh: mesh_pb2.MeshConfig, pool: net.ConnectionPoolSettings) -> bool:
+def _should_h2_upgrade(port: ServicePort, mesh: MeshConfig, pool: net.ConnectionPoolSettings) -> bool:
     if pool.HasField("http"):
         if pool.http.use_client_protocol:
             return False
@@ -145,7 +145,7 @@ def _should_h2_upgrade(port: ServicePort, mesh: mesh_pb2.MeshConfig, pool: net.C
             return False
     if not port.protocol.is_http:
         return False
-    return bool(mesh.h2_upgrade_policy == mesh_pb2.MeshConfig.UPGRADE)
+    return bool(mesh.h2_upgrade_policy == MeshConfig.UPGRADE)
 
 
 # --- connection pool ----------------------------------------------------------------------
@@ -163,7 +163,7 @@ def default_thresholds() -> circuit_breaker_pb2.CircuitBreakers.Thresholds:
 
 def apply_connection_pool(
     draft: ClusterDraft,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     settings: net.ConnectionPoolSettings,
     retry_budget: net.TrafficPolicy.RetryBudget | None = None,
 ) -> None:
@@ -224,7 +224,7 @@ def apply_connection_pool(
         set_use_downstream_protocol(draft)
 
 
-def _apply_tcp_keepalive(c: cluster_pb2.Cluster, mesh: mesh_pb2.MeshConfig, s: net.ConnectionPoolSettings) -> None:
+def _apply_tcp_keepalive(c: cluster_pb2.Cluster, mesh: MeshConfig, s: net.ConnectionPoolSettings) -> None:
     """Mesh-wide keepalive first, then the rule's fields over it (istiod applyTCPKeepalive)."""
     sources = []
     if mesh.HasField("tcp_keepalive"):

@@ -18,7 +18,7 @@ from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from envoy.type.matcher.v3 import string_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.model.authn import MtlsMode
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 

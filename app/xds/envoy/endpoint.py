@@ -19,8 +19,8 @@ from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.endpoint.v3.endpoint_components_pb2 import LbEndpoint, LocalityLbEndpoints
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.labels import CLUSTER_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, HealthStatus, Service, ServicePort
@@ -199,7 +199,7 @@ def keep_mtls_endpoints(localities: Sequence[LocalityEndpoints]) -> None:
 
 
 def locality_lb_setting(
-    mesh: mesh_pb2.MeshConfig, lb: net.LoadBalancerSettings | None
+    mesh: MeshConfig, lb: net.LoadBalancerSettings | None
 ) -> net.LocalityLoadBalancerSetting | None:
     """istiod GetLocalityLbSetting: the rule's setting if it has one, else the mesh's (istiod's
     default mesh config enables it); ``enabled: false`` turns it off."""

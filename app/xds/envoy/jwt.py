@@ -22,7 +22,7 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
-from app.api import security_pb2 as sec
+from app.api import security as sec
 from app.config.model import ConfigObject
 from app.xds.envoy.listener_filters import pack
 

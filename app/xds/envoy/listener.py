@@ -21,8 +21,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.host import is_ip_address
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.model.service import Protocol as PortProtocol
@@ -91,7 +91,7 @@ def listener_kind(protocol: PortProtocol) -> _Kind | None:
     return None  # UDP: no listener
 
 
-def capture_ports(mesh: mesh_pb2.MeshConfig) -> tuple[int, int]:
+def capture_ports(mesh: MeshConfig) -> tuple[int, int]:
     """(outbound, inbound) capture ports: meshConfig.proxyListenPort / proxyInboundListenPort."""
     return mesh.proxy_listen_port or DEFAULT_OUTBOUND_PORT, mesh.proxy_inbound_listen_port or DEFAULT_INBOUND_PORT
 

@@ -36,7 +36,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import hash_policy_pb2, range_pb2
 from google.protobuf import any_pb2, duration_pb2, message, wrappers_pb2
 
-from app.api import mesh_pb2
+from app.api.mesh import MeshConfig
 from app.model.service import Protocol
 from app.xds.envoy.cluster_tls import TLS_SOCKET
 from app.xds.envoy.route import CORS_FILTER as CORS
@@ -186,7 +186,7 @@ class HttpOptions:
 
 
 def build_http_connection_manager(
-    opts: HttpOptions, stat_prefix: str, mesh: mesh_pb2.MeshConfig
+    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig
 ) -> hcm_pb2.HttpConnectionManager:
     out = hcm_pb2.HttpConnectionManager()
     out.CopyFrom(opts.base)
@@ -213,8 +213,8 @@ def build_http_connection_manager(
     return out
 
 
-def _apply_path_normalization(out: hcm_pb2.HttpConnectionManager, mesh: mesh_pb2.MeshConfig) -> None:
-    kind = mesh_pb2.MeshConfig.ProxyPathNormalization
+def _apply_path_normalization(out: hcm_pb2.HttpConnectionManager, mesh: MeshConfig) -> None:
+    kind = MeshConfig.ProxyPathNormalization
     H = hcm_pb2.HttpConnectionManager
     out.path_with_escaped_slashes_action = H.KEEP_UNCHANGED
     mode = mesh.path_normalization.normalization
@@ -330,7 +330,7 @@ def cidr_range(text: str) -> address_pb2.CidrRange | None:
     return address_pb2.CidrRange(address_prefix=text, prefix_len=wrappers_pb2.UInt32Value(value=net.max_prefixlen))
 
 
-def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: mesh_pb2.MeshConfig) -> lc.FilterChain:
+def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig) -> lc.FilterChain:
     """The chain without its match: callers decide between filter_chains and default_filter_chain."""
     chain = lc.FilterChain(name=opts.name)
     if opts.metadata is not None:

@@ -20,7 +20,7 @@ from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.host import intersection, names_for_namespace
 from app.config.model import ConfigObject
 from app.model.authz import NO_POLICIES, WorkloadPolicies

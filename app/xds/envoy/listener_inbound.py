@@ -27,7 +27,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.model import ConfigObject
 from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.authz import NO_POLICIES, WorkloadPolicies

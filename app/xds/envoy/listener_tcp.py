@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from envoy.config.core.v3 import base_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
@@ -42,7 +42,7 @@ class OutboundContext:
     sees by hostname and the DestinationRule that applies to each (from its SidecarScope)."""
 
     proxy: Proxy
-    mesh: mesh_pb2.MeshConfig
+    mesh: MeshConfig
     services: Mapping[str, Service]
     rules: Mapping[str, net.DestinationRule]
 

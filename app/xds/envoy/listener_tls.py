@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.xds.envoy.cluster_tls import (
     SDS_CA_SUFFIX,
     SDS_DEFAULT,
@@ -39,10 +39,10 @@ ALPN_HTTP = ("h2", "http/1.1")
 ALPN_DOWNSTREAM_WITH_MXC = ("istio-peer-exchange", "h2", "http/1.1")
 _TLS = net.ServerTLSSettings
 _P = common_pb2.TlsParameters
-_MESH_TLS = mesh_pb2.MeshConfig.TLSConfig
+_MESH_TLS = MeshConfig.TLSConfig
 
 
-def inbound_mtls_context(mesh: mesh_pb2.MeshConfig, tcp: bool) -> tls_pb2.DownstreamTlsContext:
+def inbound_mtls_context(mesh: MeshConfig, tcp: bool) -> tls_pb2.DownstreamTlsContext:
     """The PERMISSIVE / STRICT server side of workload mTLS. TCP chains advertise
     istio-peer-exchange so the client's metadata exchange can run; HTTP chains must not
     advertise ``istio`` (it would break h2 negotiation)."""
@@ -75,7 +75,7 @@ def has_server_certificate(tls: net.ServerTLSSettings) -> bool:
 
 
 def gateway_tls_context(
-    tls: net.ServerTLSSettings, tcp_terminating: bool, mesh: mesh_pb2.MeshConfig
+    tls: net.ServerTLSSettings, tcp_terminating: bool, mesh: MeshConfig
 ) -> tls_pb2.DownstreamTlsContext:
     """A Gateway server's DownstreamTlsContext (istiod BuildListenerTLSContext over TCP)."""
     out = tls_pb2.DownstreamTlsContext()
@@ -99,7 +99,7 @@ def gateway_tls_context(
     return out
 
 
-def _apply_mesh_tls_defaults(ctx: tls_pb2.DownstreamTlsContext, defaults: mesh_pb2.MeshConfig.TLSConfig) -> None:
+def _apply_mesh_tls_defaults(ctx: tls_pb2.DownstreamTlsContext, defaults: MeshConfig.TLSConfig) -> None:
     """meshConfig.tlsDefaults for SIMPLE / MUTUAL servers. istiod casts the mesh enum straight into
     Envoy's (TLSV1_2=1 would become TLSv1_0); pilotfish maps it by name."""
     params = ctx.common_tls_context.tls_params

@@ -25,8 +25,8 @@ from types import MappingProxyType
 from envoy.config.route.v3 import route_components_pb2 as route_pb2
 from google.protobuf import duration_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.model.service import Service
 from app.model.virtual_service import ResolvedVirtualService
 from app.xds.envoy.cluster import destination_cluster as cluster_for_destination
@@ -74,7 +74,7 @@ class RouteContext:
     proxy_labels: Mapping[str, str]  # for match.sourceLabels
     proxy_namespace: str  # for match.sourceNamespace
     services: Mapping[str, Service]  # hostname -> Service as this proxy sees it
-    mesh: mesh_pb2.MeshConfig
+    mesh: MeshConfig
     # hostname -> the (merged) DestinationRule this proxy applies to it; only consistent-hash
     # load balancing is read from it, to add hash policies
     destination_rules: Mapping[str, net.DestinationRule] = field(default_factory=lambda: _NO_RULES)
@@ -259,7 +259,7 @@ def _destination_hash_policy(dest: net.Destination, ctx: RouteContext) -> route_
     return hash_policy(destination_consistent_hash(dest, ctx.destination_rules.get(dest.host)))
 
 
-def _mesh_retry_policy(mesh: mesh_pb2.MeshConfig) -> net.HTTPRetry | None:
+def _mesh_retry_policy(mesh: MeshConfig) -> net.HTTPRetry | None:
     return mesh.default_http_retry_policy if mesh.HasField("default_http_retry_policy") else None
 
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 from envoy.config.route.v3 import route_components_pb2 as route_pb2
 from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.labels import selector_matches
 
 JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"

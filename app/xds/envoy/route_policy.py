@@ -20,7 +20,7 @@ from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
 from envoy.type.v3 import percent_pb2
 
-from app.api import networking_pb2 as net
+from app.api import networking as net
 from app.config.istio_traffic import GRPC_STATUSES
 from app.xds.envoy.route_match import string_matcher
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from envoy.config.cluster.v3 import cluster_pb2
 
-from app.api import mesh_pb2
+from app.api.mesh import MeshConfig
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service
@@ -61,7 +61,7 @@ def unique_by_name(clusters: Iterable[cluster_pb2.Cluster]) -> list[cluster_pb2.
 
 def service_clusters(
     proxy: Proxy,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     service: Service,
     rule: AppliedDestinationRule | None,
     endpoints: Sequence[Endpoint],

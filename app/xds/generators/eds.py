@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.host import is_ip_address
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Resolution, Service, ServicePort
@@ -88,7 +88,7 @@ def resolve_assignment(name: str, proxy: Proxy, scope: SidecarScopeView) -> Assi
 def build_assignment(
     name: str,
     proxy: Proxy,
-    mesh: mesh_pb2.MeshConfig,
+    mesh: MeshConfig,
     target: AssignmentTarget | None,
     endpoints: Sequence[Endpoint],
 ) -> endpoint_pb2.ClusterLoadAssignment:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.api.nds_pb2 import NameTable
+from app.api.nds import NameTable
 from app.model.features import Features
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service

@@ -24,8 +24,8 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
 from google.protobuf import wrappers_pb2
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.host import intersection, is_wildcard, matches, most_specific_match, names_for_namespace
 from app.model.merged_gateway import GatewayServer, merge_gateways
 from app.model.proxy import Proxy
@@ -85,14 +85,9 @@ def _route_config(name: str, vhosts: Sequence[rc.VirtualHost]) -> route_pb2.Rout
     return cfg
 
 
-def _include_attempt_count(mesh: mesh_pb2.MeshConfig) -> bool:
+def _include_attempt_count(mesh: MeshConfig) -> bool:
     """False when defaultConfig.proxyHeaders.attemptCount.disabled is set in mesh config."""
-    value = mesh.default_config
-    for key in ("proxyHeaders", "attemptCount"):
-        if key not in value.fields:
-            return True
-        value = value.fields[key].struct_value
-    return not ("disabled" in value.fields and value.fields["disabled"].bool_value)
+    return not mesh.default_config.proxy_headers.attempt_count.disabled.value
 
 
 def _http_or_sniffed(protocol: PortProtocol) -> bool:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
-from app.api import mesh_pb2
-from app.api import networking_pb2 as net
+from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.model import ConfigObject
 from app.model.authn import PeerAuthentications
 from app.model.authz import AuthorizationPolicies, RequestAuthentications
@@ -82,7 +82,7 @@ class PushContextView(Protocol):
     """What the generators read from a PushContext."""
 
     @property
-    def mesh(self) -> mesh_pb2.MeshConfig: ...
+    def mesh(self) -> MeshConfig: ...
     @property
     def gateways(self) -> Sequence[ConfigObject]: ...
     @property
