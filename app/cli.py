@@ -21,7 +21,7 @@ from typing import Any
 import uvloop
 import yaml
 
-from app import logs
+from app import __version__, logs
 from app.agent.bootstrap import agent_config
 from app.agent.dns import parse_resolv_conf
 from app.agent.iptables import dns_capture_rules
@@ -46,8 +46,6 @@ from app.runtime import Runtime
 from app.settings import Settings, parse_seconds, split_address
 from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
 from app.telemetry.tracing import Tracing, tracing_from_env
-
-VERSION = "0.1.0"
 
 _DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
     "cds": dump_clusters,
@@ -338,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_format)
     try:
         if args.command == "version":
-            print(f"pilotfish {VERSION}")
+            print(f"pilotfish {__version__}")
         elif args.command == "serve":
             serve(args)
         elif args.command == "agent":

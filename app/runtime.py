@@ -25,8 +25,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from app import __version__
 from app.config.istio import istio_warnings
 from app.config.model import ISTIO_KINDS, ConfigEvent, EventType
+from app.debug import xds_debug
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
@@ -111,6 +113,7 @@ class Runtime:
             observer=self.tracer,
             authenticator=self._authenticator,
             extra_handlers=handlers,
+            debug=self._debug_answers,
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
@@ -145,6 +148,18 @@ class Runtime:
 
     def ca_root(self) -> str | None:
         return self.ca.root_pem if self.ca is not None else None
+
+    def _debug_answers(
+        self, type_url: str, names: Sequence[str], identities: Sequence[str]
+    ) -> tuple[list[xds_debug.Named], str]:
+        """istioctl's debug types over xDS (``istio.io/debug/syncz``, ``.../config_dump``)."""
+        return xds_debug.answer(
+            type_url, names, identities,
+            streams=self.streams(),
+            source=self.generator,
+            root_namespace=self.env.store.mesh.root_namespace or self.settings.system_namespace,
+            control_plane=xds_debug.control_plane_identifier(self.settings.pod_name, __version__),
+        )  # fmt: skip
 
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"

@@ -40,6 +40,8 @@ class Settings:
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
     system_namespace: str = "istio-system"
+    # POD_NAME: this replica's name, as istiod reports it to istioctl (ControlPlane identifier)
+    pod_name: str = "pilotfish"
     domain_suffix: str = "cluster.local"
     debounce_after: float = 0.1  # PILOT_DEBOUNCE_AFTER: quiet period before a push
     debounce_max: float = 10.0  # PILOT_DEBOUNCE_MAX: longest a change waits
@@ -75,6 +77,8 @@ class Settings:
         ):
             if key in env:
                 values[name] = parse(key, env[key])
+        if env.get("POD_NAME"):
+            values["pod_name"] = env["POD_NAME"]
         values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})

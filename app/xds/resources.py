@@ -15,6 +15,10 @@ NAME_TABLE = "type.googleapis.com/istio.networking.nds.v1.NameTable"
 # a credentialName's certificates, asked for by name over ADS (istiod's SecretGen)
 SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
+# istiod's debug types (istio.io/debug/syncz, .../config_dump), asked for by istioctl; answered
+# from the server's streams, outside any watch
+DEBUG_PREFIX = "istio.io/debug"
+
 ENVOY_TYPES = frozenset({CLUSTER, ENDPOINT, LISTENER, ROUTE})
 # istiod pushes the types outside its Envoy order after the ordered ones
 ADS_ORDER: tuple[str, ...] = (CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, NAME_TABLE)

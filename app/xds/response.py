@@ -25,9 +25,11 @@ class DeltaResponse:
     system_version_info: str
     resources: Sequence[Resource]
     removed_resources: Sequence[str] = ()
+    control_plane: str = ""  # ControlPlane.identifier, set on debug answers only
 
     def payload(self) -> bytes:
-        # fields: system_version_info 1, resources 2, type_url 4, nonce 5, removed_resources 6
+        # fields: system_version_info 1, resources 2, type_url 4, nonce 5, removed_resources 6,
+        # control_plane 7
         return b"".join(
             (
                 field_bytes(1, self.system_version_info.encode()),
@@ -35,6 +37,7 @@ class DeltaResponse:
                 field_bytes(4, self.type_url.encode()),
                 field_bytes(5, self.nonce.encode()),
                 *(field_bytes(6, name.encode()) for name in self.removed_resources),
+                _control_plane(7, self.control_plane),
             )
         )
 
@@ -50,20 +53,27 @@ class SotwResponse:
     nonce: str
     version_info: str
     resources: Sequence[Resource]
+    control_plane: str = ""  # ControlPlane.identifier, set on debug answers only
 
     def payload(self) -> bytes:
-        # fields: version_info 1, resources 2, type_url 4, nonce 5
+        # fields: version_info 1, resources 2, type_url 4, nonce 5, control_plane 6
         return b"".join(
             (
                 field_bytes(1, self.version_info.encode()),
                 *(r.sotw for r in self.resources),
                 field_bytes(4, self.type_url.encode()),
                 field_bytes(5, self.nonce.encode()),
+                _control_plane(6, self.control_plane),
             )
         )
 
     def message(self) -> discovery_pb2.DiscoveryResponse:
         return discovery_pb2.DiscoveryResponse.FromString(self.payload())
+
+
+def _control_plane(number: int, identifier: str) -> bytes:
+    # config.core.v3.ControlPlane: identifier 1
+    return field_bytes(number, field_bytes(1, identifier.encode())) if identifier else b""
 
 
 def payload(response: DeltaResponse | SotwResponse) -> bytes:

@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from app.model.proxy import InvalidNodeError, Proxy
 from app.security.authn import Caller, authorize_proxy
@@ -46,7 +46,7 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.observe import PushObserver
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
 from app.xds.watch import (
@@ -56,7 +56,9 @@ from app.xds.watch import (
     RequestBudget,
     RequestFlood,
     RequestKind,
+    check_names,
     counter_nonces,
+    encode,
 )
 
 logger = logging.getLogger(__name__)
@@ -128,8 +130,17 @@ def _parser(message: type[Any]) -> Callable[[bytes], Any]:
     return parse
 
 
+class DebugUnauthenticated(Exception):
+    """A debug type asked for on a stream the secure port did not authenticate."""
+
+
 class SendTimeout(Exception):
     """A response was not taken by the transport within the send timeout: the client stopped reading."""
+
+
+# istiod's debug types (``istio.io/debug/*``): (type URL, resource names, the caller's
+# identities) -> the resources (name, message) and the ControlPlane identifier to send ("" none)
+DebugAnswers = Callable[[str, Sequence[str], Sequence[str]], tuple[Sequence[tuple[str, Message]], str]]
 
 
 @dataclass(slots=True, eq=False)  # identity: the push queue keys on it
@@ -167,13 +178,16 @@ class XdsServer:
         clock: Callable[[], float] = time.monotonic,
         authenticator: Authenticator | None = None,
         extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
+        debug: DebugAnswers | None = None,
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever);
         ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams;
         ``clock`` paces each stream's RequestBudget; ``authenticator`` tells who is behind a
         stream that came through the secure port (the others are not authenticated, as on
-        istiod's :15010); ``extra_handlers`` are served too (the certificate service)."""
+        istiod's :15010); ``extra_handlers`` are served too (the certificate service);
+        ``debug`` answers istioctl's debug types (without it they get no resources)."""
         self._source = source
+        self._debug = debug
         self._authenticator = authenticator
         self._extra_handlers = tuple(extra_handlers)
         # the latest refusals on the secure port, newest last (/debug/syncz)
@@ -299,6 +313,11 @@ class XdsServer:
                         else:
                             if stream is None:
                                 stream = self._connect(item, session, inbox, caller)
+                            if getattr(item, "type_url", "").startswith(DEBUG_PREFIX):
+                                await self._write(context, self._debug_answer(stream, item, caller))
+                                stream.budget.responded()
+                                inbox.task_done()
+                                continue
                             for resp in stream.connection.on_request(item):
                                 await self._write(context, resp)
                                 stream.budget.responded()
@@ -311,6 +330,8 @@ class XdsServer:
             error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
+        except* DebugUnauthenticated:
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication required", context.peer())
         except* Unauthorized as group:
             refusal = group.exceptions[0]
             assert isinstance(refusal, Unauthorized)
@@ -418,6 +439,21 @@ class XdsServer:
             took = time.perf_counter() - began
         self._metrics.sent(resp.type_url, took, sum(len(r.body.value) for r in resp.resources))
         return took
+
+    def _debug_answer(self, stream: Stream, req: Any, caller: Caller | None) -> AnyResponse:
+        """A debug type's answer, outside the stream's watches (not ACKed, never pushed). As
+        istiod with ENABLE_DEBUG_ENDPOINT_AUTH: only for a caller the secure port authenticated."""
+        if caller is None:
+            raise DebugUnauthenticated
+        delta = stream.connection.delta
+        names = list(req.resource_names_subscribe if delta else req.resource_names)
+        check_names(len(names), req.type_url)
+        found, control_plane = self._debug(req.type_url, names, caller.identities) if self._debug else ((), "")
+        resources = [encode(name, message) for name, message in found]
+        nonce = f"debug-{next(self._ids)}"
+        if delta:
+            return DeltaResponse(req.type_url, nonce, nonce, resources, control_plane=control_plane)
+        return SotwResponse(req.type_url, nonce, nonce, resources, control_plane=control_plane)
 
     def _answered(self, stream: Stream, req: Any) -> None:
         """Tell the observer the client answered a response (a NACK carries an error detail)."""

@@ -83,6 +83,11 @@ def injected_env(workload: Workload, pod: Pod, discovery: str, proxy_config: Map
     }
 
 
+def istio_version() -> str:
+    """What the pinned Istio's binaries report (tools/peers/build stamps it as Istio's build does)."""
+    return (istio_module_dir() / "VERSION").read_text().strip() + "-dev"
+
+
 class IstioProxy(AgentProcess):
     """pilot-agent and its Envoy in ``pod``."""
 

@@ -15,6 +15,7 @@ egress listener, as in test_mtls.py, which runs the same mesh with ``pilotfish a
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +24,18 @@ import dns.message
 import dns.query
 import dns.rdatatype
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from app.agent.certs import build_csr
+from app.security.ca import CertificateAuthority
 from tests.e2e.backends import Backends
 from tests.e2e.conftest import new_config_dir
 from tests.e2e.harness import ConfigDir, free_port, send, wait_until
-from tests.e2e.istio_proxy import IstioProxy, Workload, run_istio_proxy
+from tests.e2e.istio_proxy import IstioProxy, Workload, istio_version, run_istio_proxy
 from tests.e2e.processes import Pilotfish, run_pilotfish
 from tests.support.mesh import endpoint_slice, kube_pod, kube_service, slice_endpoint
+from tests.support.peers import peer_binary
 from tests.support.pods import Pod, PodNetwork, pod_network
 
 NS = "demo"
@@ -192,6 +198,30 @@ def resolve(pod: Pod, name: str) -> list[str]:
     return sorted(rr.to_text() for rrset in answer.answer for rr in rrset)
 
 
+def istioctl_proxy_status(mesh: Mesh) -> dict[str, dict[str, str]]:
+    """``istioctl proxy-status -v 1 --xds-address`` as an operator runs it with a certificate of
+    the root namespace's ``default`` account (``--cert-dir``: no API server to get a token from):
+    its table by proxy, then column."""
+    ca = CertificateAuthority.load_or_create(mesh.tmp / "ca", "cluster.local")
+    key = ec.generate_private_key(ec.SECP256R1())
+    chain = ca.sign_csr(build_csr(key, "spiffe://cluster.local/ns/istio-system/sa/default"), ["spiffe://cluster.local/ns/istio-system/sa/default"])
+    certs = mesh.tmp / "istioctl"
+    certs.mkdir(exist_ok=True)
+    (certs / "cert-chain.pem").write_text("".join(chain[:-1]))
+    (certs / "root-cert.pem").write_text(ca.root_pem)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    (certs / "key.pem").write_bytes(pem)
+    argv = [
+        str(peer_binary("istioctl")), "proxy-status", "-v", "1", "-r", "default",
+        "--xds-address", f"{mesh.network.node_ip}:{mesh.secure_port}",
+        "--cert-dir", str(certs), "--authority", "istiod.istio-system.svc",
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env={"HOME": str(mesh.tmp)})
+    assert out.returncode == 0, out.stderr
+    header, *lines = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    return {line[0]: dict(zip(header, line, strict=True)) for line in lines}
+
+
 def plaintext_works(mesh: Mesh) -> bool:
     """A plain HTTP request from the client pod straight to the server sidecar's inbound listener."""
     client, server = mesh.pods["client"], mesh.pods["server"]
@@ -225,6 +255,14 @@ def test_istio_sidecars_get_certificates_config_and_dns_and_talk_mtls(mesh: Mesh
 
         # the agent's DNS proxy answers from the name table pilotfish sent (NDS)
         assert resolve(mesh.pods["client"], SERVER_HOST) == [SERVER_VIP]
+
+        # istioctl proxy-status, pointed straight at pilotfish's secure port (istiod's debug types)
+        rows = istioctl_proxy_status(mesh)
+        for workload in (CLIENT, SERVER):
+            row = rows[f"{workload.pod_name}.{NS}"]
+            assert row["CDS"] == row["LDS"] == "SYNCED" and row["ISTIOD"] == "pilotfish", rows
+            assert row["VERSION"] == istio_version(), rows
+        assert rows[f"{CLIENT.pod_name}.{NS}"]["RDS"] == "SYNCED", rows
 
         # PERMISSIVE takes plaintext too; STRICT, pushed to the server's agent, ends it
         assert plaintext_works(mesh)

@@ -13,10 +13,12 @@ Needs root (CAP_NET_ADMIN), as CI has; elsewhere the tests that use it skip.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ipaddress
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -30,6 +32,7 @@ import pytest
 
 BRIDGE = "pf-pods0"
 NETNS_PREFIX = "pf-"
+VETH_PREFIX = "pfv"
 NETNS_ETC = Path("/etc/netns")
 CONTROL_PLANE_NAMES = ("istiod", "pilotfish")
 SUBNET = ipaddress.IPv4Network("10.89.0.0/24")
@@ -70,14 +73,22 @@ def in_netns(netns: str, fn: Callable[[], T]) -> T:
 
 
 def _delete_leftovers() -> None:
-    """What an earlier, killed run left behind: its pods' namespaces and the bridge."""
+    """What an earlier, killed run left behind: its pods' processes, namespaces and links."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     for line in listed.splitlines():
         name = line.split()[0] if line.strip() else ""
         if name.startswith(NETNS_PREFIX):
+            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False)
+            for pid in pids.stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "delete", name], check=False)
             shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
-    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0] if ": " in line else ""
+        if name == BRIDGE or name.startswith(VETH_PREFIX):
+            subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
 
 
 @dataclass
@@ -144,7 +155,7 @@ class PodNetwork:
         index = len(self.pods) + 2
         netns = f"{NETNS_PREFIX}{index}-{name}"[:40]
         ip = str(self.subnet.network_address + index)
-        veth = f"pfv{index}"
+        veth = f"{VETH_PREFIX}{index}"
         _ip("netns", "add", netns)
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
         _ip("link", "set", veth, "master", BRIDGE, "up")

@@ -15,8 +15,9 @@ from app.runtime import Runtime
 from app.settings import Settings
 from tests.support.bookinfo import BOOKINFO
 
-# bookinfo's productpage proxy may have its config; "shop/web" may not
-TOKENS = "bookinfo-token bookinfo bookinfo-productpage\nother-token shop web\n"
+# bookinfo's productpage proxy may have its config; "shop/web" may not; istioctl's identity
+# (istio-system/default, the root namespace) sees every proxy's debug status
+TOKENS = "bookinfo-token bookinfo bookinfo-productpage\nother-token shop web\nistioctl-token istio-system default\n"
 
 
 @asynccontextmanager

@@ -5,6 +5,7 @@ config (istiod pilot/pkg/xds/auth.go checkConnectionIdentity); the CA on the sam
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,87 @@ async def test_the_plaintext_port_stays_unauthenticated_and_the_root_is_publishe
     configmap = await get_json(runtime, "/debug/istio-ca-root-cert")
     assert configmap["metadata"]["name"] == "istio-ca-root-cert"
     assert runtime.ca is not None and configmap["data"]["root-cert.pem"] == runtime.ca.root_pem
+
+
+# --- istiod's debug types, as istioctl proxy-status --xds-address asks for them ------------------
+
+SYNCZ, CONFIG_DUMP = "istio.io/debug/syncz", "istio.io/debug/config_dump"
+
+
+def istioctl_request(
+    type_url: str, names: tuple[str, ...] = (), namespace: str = "istio-system", account: str = "default"
+) -> Any:
+    """As istioctl's adsc sends it: an odd node of its own, GENERATOR=event, a time as nonce."""
+    req = discovery_pb2.DiscoveryRequest(type_url=type_url, resource_names=names, response_nonce="2026-11-27T12:00:00Z")
+    req.node.id = "sidecar~10.0.0.9~test-1.default~default.svc.cluster.local"
+    req.node.metadata.update({"GENERATOR": "event", "NAMESPACE": namespace, "SERVICE_ACCOUNT": account})
+    return req
+
+
+async def test_istioctl_debug_syncz_lists_every_proxy_with_its_sync_state(runtime: Runtime) -> None:
+    from envoy.config.core.v3 import base_pb2  # noqa: F401  (ClientConfig's node)
+    from envoy.service.status.v3 import csds_pb2
+
+    async with secure_channel(runtime) as ch:
+        proxy = ch.stream_stream(
+            ADS,
+            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
+            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+        )(metadata=(("authorization", "Bearer bookinfo-token"),))
+        await proxy.write(request())
+        sent = await asyncio.wait_for(proxy.read(), 10)  # CDS sent, not yet ACKed: STALE
+        resp = await first_response(ch, "istioctl-token", istioctl_request(SYNCZ))
+        [status] = resp.resources
+        config = csds_pb2.ClientConfig()
+        assert status.Unpack(config)
+        assert config.node.id == "productpage-v1-0.bookinfo"
+        assert config.node.metadata["NAMESPACE"] == "bookinfo"
+        states = {c.type_url: csds_pb2.ConfigStatus.Name(c.config_status) for c in config.generic_xds_configs}
+        assert states == {CLUSTER: "STALE"}
+        identifier = json.loads(resp.control_plane.identifier)  # istioctl's ISTIOD column and version
+        assert identifier["Component"] == "istiod" and identifier["Info"]["version"]
+
+        ack = request()
+        ack.version_info, ack.response_nonce = sent.version_info, sent.nonce
+        await proxy.write(ack)
+        await asyncio.sleep(0.2)
+        config.ParseFromString((await first_response(ch, "istioctl-token", istioctl_request(SYNCZ))).resources[0].value)
+        assert csds_pb2.ConfigStatus.Name(config.generic_xds_configs[0].config_status) == "SYNCED"
+
+        # a caller outside the root namespace sees only its own namespace's proxies (istiod)
+        shop = await first_response(ch, "other-token", istioctl_request(SYNCZ, namespace="shop", account="web"))
+        assert list(shop.resources) == []
+        proxy.cancel()
+
+
+async def test_istioctl_debug_config_dump_has_the_served_clusters_listeners_and_routes(runtime: Runtime) -> None:
+    from envoy.admin.v3 import config_dump_shared_pb2
+
+    async with secure_channel(runtime) as ch:
+        proxy = ch.stream_stream(
+            ADS,
+            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
+            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+        )(metadata=(("authorization", "Bearer bookinfo-token"),))
+        await proxy.write(request())
+        served = await asyncio.wait_for(proxy.read(), 10)
+        dump = await first_response(ch, "istioctl-token", istioctl_request(CONFIG_DUMP, ("productpage-v1-0.bookinfo",)))
+        kinds = [r.type_url.rsplit(".", 1)[-1] for r in dump.resources]
+        assert kinds == [
+            "BootstrapConfigDump", "ClustersConfigDump", "ListenersConfigDump", "ScopedRoutesConfigDump",
+            "RoutesConfigDump", "SecretsConfigDump", "EcdsConfigDump",
+        ]  # fmt: skip
+        clusters = config_dump_shared_pb2.ClustersConfigDump()
+        assert dump.resources[1].Unpack(clusters)
+        assert len(clusters.dynamic_active_clusters) == len(served.resources)
+        unknown = await first_response(ch, "istioctl-token", istioctl_request(CONFIG_DUMP, ("nobody.nowhere",)))
+        assert list(unknown.resources) == []
+        proxy.cancel()
+
+
+async def test_debug_types_need_an_authenticated_caller(runtime: Runtime) -> None:
+    # istiod ENABLE_DEBUG_ENDPOINT_AUTH: the plaintext port has no identity to show
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.xds.port}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await first_response(ch, None, istioctl_request(SYNCZ))
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED

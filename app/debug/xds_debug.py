@@ -1,0 +1,149 @@
+"""istiod's debug types over xDS (its StatusGen), which ``istioctl proxy-status --xds-address``
+reads from the secure port:
+
+* ``istio.io/debug/syncz``: one ``envoy.service.status.v3.ClientConfig`` per proxy stream (node
+  id, metadata CLUSTER_ID / NAMESPACE / ISTIO_VERSION, per watched type its ConfigStatus:
+  NOT_SENT when nothing was sent, SYNCED when the latest response is ACKed, else STALE; ERROR
+  while the latest answer is a NACK), types sorted;
+* ``istio.io/debug/config_dump`` for one proxy (resource name ``POD.NAMESPACE``): the config
+  dump sections istiod returns, in its order (bootstrap, scoped routes, secrets and ECDS empty;
+  clusters, listeners and routes as served now; no endpoints, as istiod's).
+
+As istiod (pilot/pkg/xds/statusgen.go), a caller whose identity is outside the root namespace
+sees only the proxies of its own namespace, and a stream that watches nothing (istioctl's own)
+is not listed. Unknown ``istio.io/debug/*`` types answer no resources. Pure: the server hands
+in the streams and the resource source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from envoy.admin.v3 import config_dump_pb2, config_dump_shared_pb2
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.service.status.v3 import csds_pb2
+from google.protobuf import struct_pb2
+from google.protobuf.message import Message
+
+from app.xds.generate import ResourceSource
+from app.xds.generators.lds import route_names
+from app.xds.resources import CLUSTER, LISTENER, ROUTE
+from app.xds.server import Stream
+from app.xds.watch import WatchedResource
+
+DEBUG_PREFIX = "istio.io/debug"
+SYNCZ = f"{DEBUG_PREFIX}/syncz"
+CONFIG_DUMP = f"{DEBUG_PREFIX}/config_dump"
+
+Named = tuple[str, Message]
+
+
+def caller_namespace(identities: Sequence[str], root_namespace: str) -> str | None:
+    """The one namespace whose proxies a caller may see, or None for all of them: a caller with
+    an identity in the root namespace sees every proxy (istiod callerNamespaceFilter)."""
+    namespaces = [_spiffe_namespace(i) for i in identities]
+    if root_namespace in namespaces:
+        return None
+    return next((ns for ns in namespaces if ns), "")
+
+
+def _spiffe_namespace(identity: str) -> str:
+    parts = identity.split("/")  # spiffe://TD/ns/NS/sa/SA
+    return parts[4] if len(parts) >= 7 and parts[3] == "ns" else ""
+
+
+def control_plane_identifier(pod: str, version: str) -> str:
+    """The ControlPlane identifier istiod sets on syncz answers (istioctl's ISTIOD column)."""
+    return json.dumps({"Component": "istiod", "ID": pod, "Info": {"version": version}}, separators=(",", ":"))
+
+
+def _config_status(watch: WatchedResource) -> str:
+    """istiod debugSyncStatus, by ConfigStatus name."""
+    if watch.last_error:
+        return "ERROR"
+    if not watch.nonce_sent:
+        return "NOT_SENT"
+    return "SYNCED" if watch.nonce_acked == watch.nonce_sent else "STALE"
+
+
+def syncz(streams: Sequence[Stream], namespace: str | None) -> list[Named]:
+    out: list[Named] = []
+    for stream in sorted(streams, key=lambda s: s.connection.id):
+        connection = stream.connection
+        proxy = connection.proxy
+        watches = sorted(connection.watched(), key=lambda w: w.type_url)
+        if not watches or (namespace is not None and proxy.namespace != namespace):
+            continue
+        metadata = struct_pb2.Struct()
+        metadata.update({"CLUSTER_ID": proxy.cluster_id, "NAMESPACE": proxy.namespace})
+        if proxy.istio_version:
+            metadata.update({"ISTIO_VERSION": proxy.istio_version})
+        config = csds_pb2.ClientConfig()
+        config.node.id = proxy.id
+        config.node.metadata.CopyFrom(metadata)
+        for watch in watches:
+            entry = config.generic_xds_configs.add(type_url=watch.type_url)
+            entry.config_status = csds_pb2.ConfigStatus.Value(_config_status(watch))
+            if watch.last_error:
+                entry.error_state.details = watch.last_error
+        out.append((proxy.id, config))
+    return out
+
+
+def answer(
+    type_url: str,
+    names: Sequence[str],
+    identities: Sequence[str],
+    *,
+    streams: Sequence[Stream],
+    source: ResourceSource,
+    root_namespace: str,
+    control_plane: str,
+) -> tuple[list[Named], str]:
+    """A debug request's resources, and the ControlPlane identifier to send with them."""
+    namespace = caller_namespace(identities, root_namespace)
+    if type_url == SYNCZ:
+        return syncz(streams, namespace), control_plane
+    if type_url == CONFIG_DUMP and len(names) == 1:
+        return config_dump(streams, names[0], namespace, source), ""
+    return [], ""
+
+
+def config_dump(streams: Sequence[Stream], name: str, namespace: str | None, source: ResourceSource) -> list[Named]:
+    """What the first stream whose id contains ``name`` is served now, as config dump sections."""
+    stream = next((s for s in sorted(streams, key=lambda s: s.connection.id) if name in s.connection.id), None)
+    if stream is None or (namespace is not None and stream.connection.proxy.namespace != namespace):
+        return []
+    proxy = stream.connection.proxy
+
+    def served(type_url: str, watch: WatchedResource) -> list[tuple[str, bytes]]:
+        return [(r.version, r.body.value) for r in source.generate(type_url, proxy, watch) or []]
+
+    clusters = config_dump_shared_pb2.ClustersConfigDump()
+    for version, body in served(CLUSTER, WatchedResource(CLUSTER, True)):
+        clusters.dynamic_active_clusters.add(version_info=version).cluster.Pack(cluster_pb2.Cluster.FromString(body))
+    listeners = config_dump_shared_pb2.ListenersConfigDump()
+    listener_messages = []
+    for version, body in served(LISTENER, WatchedResource(LISTENER, True)):
+        listener = listener_pb2.Listener.FromString(body)
+        listener_messages.append(listener)
+        dynamic = listeners.dynamic_listeners.add(name=listener.name)
+        dynamic.active_state.version_info = version
+        dynamic.active_state.listener.Pack(listener)
+    routes = config_dump_shared_pb2.RoutesConfigDump()
+    wanted = WatchedResource(ROUTE, False, set(route_names(listener_messages)))
+    for version, body in served(ROUTE, wanted):
+        route = route_pb2.RouteConfiguration.FromString(body)
+        routes.dynamic_route_configs.add(version_info=version).route_config.Pack(route)
+    return [
+        ("", config_dump_pb2.BootstrapConfigDump()),
+        ("", clusters),
+        ("", listeners),
+        ("", config_dump_shared_pb2.ScopedRoutesConfigDump()),
+        ("", routes),
+        ("", config_dump_pb2.SecretsConfigDump()),
+        ("", config_dump_shared_pb2.EcdsConfigDump()),
+    ]
