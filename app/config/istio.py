@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import re2
@@ -34,7 +34,8 @@ from app.config.model import Kind
 from app.config.schema import parse_message
 from app.errors import FieldError
 
-_MESSAGES: dict[Kind, type[Message]] = {
+# the spec message of each Istio kind
+SPEC_MESSAGES: Mapping[Kind, type[Message]] = {
     Kind.DESTINATION_RULE: net.DestinationRule,
     Kind.VIRTUAL_SERVICE: net.VirtualService,
     Kind.SERVICE_ENTRY: net.ServiceEntry,
@@ -51,7 +52,7 @@ def parse_istio_spec(kind: Kind, spec: Any, namespace: str) -> Message:
     """Parse and validate the ``spec`` of an Istio networking object."""
     if spec is None:
         raise FieldError("spec", "is required")
-    msg = parse_message(spec, _MESSAGES[kind])
+    msg = parse_message(spec, SPEC_MESSAGES[kind])
     _VALIDATORS[kind](msg, namespace)
     return msg
 

@@ -20,10 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from google.protobuf.message import Message
 
-from app.api import networking as net
-from app.api import security as sec
+from app.config.istio import SPEC_MESSAGES
 from app.config.loader import load_object
 from app.config.model import ISTIO_KINDS, Kind
 from app.config.schema import parse_message
@@ -32,17 +30,6 @@ from app.webhook.admission import review
 from tests.support.peers import istio_module_dir
 
 CRDS = Path("manifests/charts/base/files/crd-all.gen.yaml")
-SPEC_TYPES: Mapping[Kind, type[Message]] = {
-    Kind.DESTINATION_RULE: net.DestinationRule,
-    Kind.VIRTUAL_SERVICE: net.VirtualService,
-    Kind.SERVICE_ENTRY: net.ServiceEntry,
-    Kind.WORKLOAD_ENTRY: net.WorkloadEntry,
-    Kind.SIDECAR: net.Sidecar,
-    Kind.GATEWAY: net.Gateway,
-    Kind.PEER_AUTHENTICATION: sec.PeerAuthentication,
-    Kind.AUTHORIZATION_POLICY: sec.AuthorizationPolicy,
-    Kind.REQUEST_AUTHENTICATION: sec.RequestAuthentication,
-}
 UNKNOWN = "notAnIstioField"
 # a step of a path: a field by name, a list's item, a map's value (under the key "1", which
 # is a valid key of a string map and of an integer one)
@@ -55,7 +42,7 @@ def crds() -> list[dict[str, Any]]:
     """Istio's CRDs for the kinds pilotfish reads."""
     with (istio_module_dir() / CRDS).open() as f:
         found = [d for d in yaml.safe_load_all(f) if d and d["spec"]["names"]["kind"] in ISTIO_KINDS]
-    assert {d["spec"]["names"]["kind"] for d in found} == set(ISTIO_KINDS) == set(SPEC_TYPES)
+    assert {d["spec"]["names"]["kind"] for d in found} == set(ISTIO_KINDS) == set(SPEC_MESSAGES)
     return found
 
 
@@ -133,7 +120,7 @@ def test_every_field_istio_defines_is_accepted_and_no_other(crds: list[dict[str,
                 where = f"{label} spec.{rendered(path)}"
                 spec = document(path, value)
                 try:
-                    parse_message(spec, SPEC_TYPES[kind])
+                    parse_message(spec, SPEC_MESSAGES[kind])
                 except FieldError as e:
                     failures.append(f"{where} = {value!r}: not parsed: {e}")
                     continue
@@ -159,7 +146,7 @@ def test_every_field_istio_defines_is_accepted_and_no_other(crds: list[dict[str,
     assert not failures, f"{len(failures)} of {total}:\n" + "\n".join(failures[:40])
     # Istio's nine kinds, every served version: thousands of paths; each kind has its share
     assert total > 2500 and refused.total() > 2000
-    assert all(walked[kind] > 10 for kind in SPEC_TYPES), walked
+    assert all(walked[kind] > 10 for kind in SPEC_MESSAGES), walked
 
 
 def test_a_field_istio_does_not_define_is_refused_at_any_depth() -> None:

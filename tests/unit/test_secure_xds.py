@@ -57,12 +57,17 @@ def request(node_id: str = NODE, account: str = "") -> discovery_pb2.DiscoveryRe
     return req
 
 
-async def first_response(ch: grpc.aio.Channel, token: str | None, req: Any) -> Any:
-    call = ch.stream_stream(
+def ads_stream(ch: grpc.aio.Channel, token: str | None) -> Any:
+    """A SotW ADS call, with ``token`` as its bearer credential."""
+    return ch.stream_stream(
         ADS,
         request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
         response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
     )(metadata=(("authorization", f"Bearer {token}"),) if token else None)
+
+
+async def first_response(ch: grpc.aio.Channel, token: str | None, req: Any) -> Any:
+    call = ads_stream(ch, token)
     await call.write(req)
     try:
         return await asyncio.wait_for(call.read(), 10)
@@ -127,11 +132,7 @@ async def test_a_certificate_from_the_ca_is_the_credential_and_shows_in_syncz(ru
     encoding, form = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
     pem = key.private_bytes(encoding, form, serialization.NoEncryption())
     async with secure_channel(runtime, ("".join(chain[:-1]), pem)) as ch:
-        call = ch.stream_stream(
-            ADS,
-            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
-            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
-        )()
+        call = ads_stream(ch, None)
         await call.write(request())
         assert (await asyncio.wait_for(call.read(), 10)).resources
         [status] = await get_json(runtime, "/debug/syncz")
@@ -173,11 +174,7 @@ async def test_istioctl_debug_syncz_lists_every_proxy_with_its_sync_state(runtim
     from envoy.service.status.v3 import csds_pb2
 
     async with secure_channel(runtime) as ch:
-        proxy = ch.stream_stream(
-            ADS,
-            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
-            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
-        )(metadata=(("authorization", "Bearer bookinfo-token"),))
+        proxy = ads_stream(ch, "bookinfo-token")
         await proxy.write(request())
         sent = await asyncio.wait_for(proxy.read(), 10)  # CDS sent, not yet ACKed: STALE
         resp = await first_response(ch, "istioctl-token", istioctl_request(SYNCZ))
@@ -208,11 +205,7 @@ async def test_istioctl_debug_config_dump_has_the_served_clusters_listeners_and_
     from envoy.admin.v3 import config_dump_shared_pb2
 
     async with secure_channel(runtime) as ch:
-        proxy = ch.stream_stream(
-            ADS,
-            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
-            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
-        )(metadata=(("authorization", "Bearer bookinfo-token"),))
+        proxy = ads_stream(ch, "bookinfo-token")
         await proxy.write(request())
         served = await asyncio.wait_for(proxy.read(), 10)
         dump = await first_response(ch, "istioctl-token", istioctl_request(CONFIG_DUMP, ("productpage-v1-0.bookinfo",)))
