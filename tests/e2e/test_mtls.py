@@ -19,7 +19,7 @@ from tests.e2e.backends import Backends
 from tests.e2e.conftest import new_config_dir
 from tests.e2e.harness import ConfigDir, free_port, send, wait_until
 from tests.e2e.processes import SecureAgent, http_get, run_pilotfish, run_secure_agent
-from tests.support.mesh import endpoint_slice, kube_pod, kube_service, slice_endpoint
+from tests.support.mesh import endpoint_slice, kube_pod, kube_service, sidecars_without_capture, slice_endpoint
 
 NS = "demo"
 CLIENT_IP, SERVER_IP = "127.0.0.51", "127.0.0.52"
@@ -37,33 +37,6 @@ apiVersion: security.istio.io/v1
 kind: PeerAuthentication
 metadata: {{name: default, namespace: {NS}}}
 spec: {{mtls: {{mode: STRICT}}}}
-"""
-
-
-def sidecars(egress_port: int, server_port: int, backend_port: int) -> str:
-    return f"""
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{name: client, namespace: {NS}}}
-spec:
-  workloadSelector: {{labels: {{app: client}}}}
-  egress:
-  - port: {{number: {egress_port}, protocol: HTTP, name: http}}
-    bind: 127.0.0.1
-    captureMode: NONE
-    hosts: ["./*"]
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{name: server, namespace: {NS}}}
-spec:
-  workloadSelector: {{labels: {{app: server}}}}
-  ingress:
-  - port: {{number: {server_port}, protocol: HTTP, name: http}}
-    bind: {SERVER_IP}
-    defaultEndpoint: 127.0.0.1:{backend_port}
-  egress:
-  - hosts: ["istio-system/*"]  # nothing: its outbound listeners would bind the client's port
 """
 
 
@@ -97,7 +70,10 @@ def test_sidecars_talk_mtls_with_certificates_from_the_ca_and_strict_ends_plaint
     egress_port, server_port, secure_port = free_port(), free_port(), free_port()
     config: ConfigDir = new_config_dir(tmp_path / "config")
     config.write("mesh.yaml", MESH)
-    config.write("sidecars.yaml", sidecars(egress_port, server_port, backends.port))
+    sidecars = sidecars_without_capture(
+        NS, egress_port=egress_port, server_ip=SERVER_IP, server_port=server_port, app_port=backends.port
+    )
+    config.write("sidecars.yaml", sidecars)
     config.write("workloads.yaml", workloads(egress_port, server_port))
     (tmp_path / "tokens").write_text("".join(f"{token} {NS} {name}\n" for name, token in TOKENS.items()))
     serve_args = (

@@ -155,3 +155,37 @@ def slice_endpoint(ip: str, pod: str, conditions: str = "{ready: true}", *, name
 - addresses: [{ip}]
   conditions: {conditions}
   targetRef: {{kind: Pod, name: {pod}, namespace: {namespace}}}"""
+
+
+def sidecars_without_capture(
+    namespace: str, *, egress_port: int, server_ip: str, server_port: int, app_port: int
+) -> str:
+    """Sidecars for a client and a server (``app: client``, ``app: server``) of a mesh without
+    traffic capture: the client's outbound listener is its egress entry on 127.0.0.1, the
+    server's inbound listener its ingress entry on its own address, sending to its app on
+    127.0.0.1 (istiod builds both from the Sidecar when there is no iptables)."""
+    return f"""
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: client, namespace: {namespace}}}
+spec:
+  workloadSelector: {{labels: {{app: client}}}}
+  egress:
+  - port: {{number: {egress_port}, protocol: HTTP, name: http}}
+    bind: 127.0.0.1
+    captureMode: NONE
+    hosts: ["./*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: server, namespace: {namespace}}}
+spec:
+  workloadSelector: {{labels: {{app: server}}}}
+  ingress:
+  - port: {{number: {server_port}, protocol: HTTP, name: http}}
+    bind: {server_ip}
+    defaultEndpoint: 127.0.0.1:{app_port}
+  egress:
+  - hosts: ["istio-system/*"]  # nothing: its outbound listeners would bind the client's port
+"""
