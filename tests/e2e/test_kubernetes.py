@@ -1,107 +1,187 @@
-"""``pilotfish serve --kubeconfig``: the mesh lives in a Kubernetes API server (the emulator,
-over HTTPS with a bearer token, read by the real kubernetes-asyncio client), a real Envoy
-carries traffic with the config pilotfish derives from it, a VirtualService changed in the API
-server moves that traffic without a restart, and a status write pushes nothing."""
+"""``pilotfish serve --kubeconfig`` on a real cluster (tests/support/cluster.py): the mesh lives in
+a real kube-apiserver, read by the real kubernetes-asyncio client with the ServiceAccount token
+and RBAC charts/pilotfish gives pilotfish; the app's pods are "run" (bound to a node, status
+written as a kubelet would) and the real endpointslice controller makes their EndpointSlices; a
+real Envoy carries traffic with the config pilotfish derives from it; a VirtualService changed
+in the API server moves that traffic without a restart; a status write and a managedFields-only
+write push nothing.
+
+EndpointSlice validation refuses loopback addresses, so the pods' address is this machine's own
+(non-loopback) one, and the two versions' backends listen there on two ports, which each pod
+names ``http`` (the Services' ``targetPort``). One address for both versions rules out subsets
+of one Service: istiod keeps one endpoint per (address, port name) of a Service, and so does
+pilotfish. So each version has its Service (``app-v1``, ``app-v2``) and the VirtualService of
+``app`` routes to one or the other. The mesh's discoverySelectors keep pilotfish to this test's
+namespaces of the shared cluster.
+"""
 
 from __future__ import annotations
 
+import secrets
+import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.e2e.backends import Backends
-from tests.e2e.conftest import StartEnvoy, new_config_dir
-from tests.e2e.harness import KubernetesRegistration, backends_seen, free_port, routed_to, wait_until
-from tests.e2e.processes import SIDECAR, Pilotfish, run_pilotfish
-from tests.support.kube_api import KubeApi, serve_in_thread
+from tests.e2e.conftest import StartEnvoy
+from tests.e2e.harness import TEMPLATES, backends_seen, free_port, routed_to, wait_until
+from tests.e2e.processes import Pilotfish, ProxyIdentity, run_pilotfish
+from tests.support.cluster import Cluster, machine_address
 
-ADDRESSES = {"v1": "127.0.0.71", "v2": "127.0.0.72"}
-FQDN = "app.default.svc.cluster.local"
-# a rule in a namespace the sleep sidecar's Sidecar does not import
-MARKER = {
-    "apiVersion": "networking.istio.io/v1",
-    "kind": "DestinationRule",
-    "metadata": {"name": "marker", "namespace": "apps"},
-    "spec": {"host": "marker.apps.svc.cluster.local"},
-}
+VERSIONS = ("v1", "v2")
 
 
 @dataclass
-class Cluster:
-    api: KubeApi
-    change: object  # runs a change of the emulator on its loop
+class Scene:
+    kube: Cluster
+    app: str  # the namespace of app and of the sleep sidecar
+    other: str  # a namespace the sidecar's Sidecar does not import
+    system: str  # the root namespace: the mesh ConfigMap
     egress_port: int
 
+    @property
+    def fqdn(self) -> str:
+        return f"app.{self.app}.svc.cluster.local"
 
-def load_into(api: KubeApi, config_dir: Path) -> None:
-    """Every object the e2e templates rendered, as ``kubectl apply`` would; the MeshConfig as the
-    ``istio`` ConfigMap istiod reads."""
-    for path in sorted(config_dir.glob("*.yaml")):
-        if path.name == "mesh.yaml":
-            api.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": "istio", "namespace": "istio-system"},
-                    "data": {"mesh": path.read_text()},
-                }
-            )
-        else:
-            api.apply(path.read_text())
+    @property
+    def sleep(self) -> ProxyIdentity:
+        return ProxyIdentity(
+            node_id=f"sidecar~127.0.0.1~sleep-1.{self.app}~{self.app}.svc.cluster.local",
+            cluster=f"sleep.{self.app}",
+            namespace=self.app,
+            labels={"app": "sleep"},
+            interception_mode="NONE",  # no iptables here: listeners must bind for real
+        )
+
+    def virtual_service(self, default: str) -> dict[str, Any]:
+        """Mesh routing for app: ``x-version: v2`` to app-v2, everything else to app-``default``."""
+        return {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "VirtualService",
+            "metadata": {"name": "app", "namespace": self.app},
+            "spec": {
+                "hosts": ["app"],
+                "http": [
+                    {
+                        "name": "v2-by-header",
+                        "match": [{"headers": {"x-version": {"exact": "v2"}}}],
+                        "route": [{"destination": {"host": "app-v2"}}],
+                    },
+                    {"name": "default", "route": [{"destination": {"host": f"app-{default}"}}]},
+                ],
+            },
+        }
+
+    def marker(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "DestinationRule",
+            "metadata": {"name": "marker", "namespace": self.other},
+            "spec": {"host": f"marker.{self.other}.svc.cluster.local"},
+        }
+
+
+def template(name: str, into: str, **values: object) -> list[dict[str, Any]]:
+    """tests/data/e2e/``name`` with its placeholders filled, its objects moved to namespace ``into``."""
+    text = string.Template((TEMPLATES / name).read_text()).substitute({k: str(v) for k, v in values.items()})
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    for doc in docs:
+        doc["metadata"]["namespace"] = into
+    return docs
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Cluster, Path, Backends]]:
-    backends = Backends(ADDRESSES).start()
+def scene(kube: Cluster) -> Iterator[Scene]:
+    address = machine_address()
+    backends = {version: Backends({version: address}).start() for version in VERSIONS}
     try:
-        egress_port = free_port()
-        rendered = new_config_dir(tmp_path / "rendered")
-        KubernetesRegistration(ADDRESSES, cluster_ip="10.96.0.70", service_port=egress_port).write(
-            rendered, backends.port
-        )
-        rendered.render("subsets.yaml", "app-destinationrule.yaml", namespace="default", host=FQDN)
-        rendered.render("sidecar/virtualservice.yaml", "app-virtualservice.yaml")
-        rendered.render("sidecar/sidecar.yaml", egress_port=egress_port)
-        api = KubeApi()
-        load_into(api, rendered.path)
-        with serve_in_thread(api, tmp_path / "kube") as (kubeconfig, change):
-            yield Cluster(api, change, egress_port), kubeconfig, backends
+        selected = {"pilotfish-e2e": secrets.token_hex(4)}
+        scene = Scene(kube, kube.namespace("app", selected), kube.namespace("apps", selected), kube.namespace("system"),
+                      free_port())  # fmt: skip
+        mesh = (TEMPLATES / "mesh.yaml").read_text()
+        mesh = mesh.replace("rootNamespace: istio-system", f"rootNamespace: {scene.system}")
+        mesh += f"discoverySelectors:\n- matchLabels: {{pilotfish-e2e: {selected['pilotfish-e2e']}}}\n"
+        kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": scene.system},
+                    "data": {"mesh": mesh}})  # fmt: skip
+        for name, selector in (("app", {}), *((f"app-{v}", {"version": v}) for v in VERSIONS)):
+            service = {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "labels": {"app": "app"}},
+                "spec": {
+                    "selector": {"app": "app", **selector},
+                    "ports": [{"name": "http", "port": scene.egress_port, "targetPort": "http", "protocol": "TCP"}],
+                },
+            }
+            kube.apply(service, namespace=scene.app)
+        for version in VERSIONS:
+            pod = {
+                "metadata": {"name": f"app-{version}", "labels": {"app": "app", "version": version}},
+                "spec": {
+                    "serviceAccountName": "app",
+                    "containers": [
+                        {"name": "app", "ports": [{"name": "http", "containerPort": backends[version].port}]}
+                    ],
+                },
+            }
+            kube.run_pod(pod, address, namespace=scene.app)
+        sidecar = template("sidecar/sidecar.yaml", scene.app, egress_port=scene.egress_port)
+        kube.apply(scene.virtual_service("v1"), *sidecar)
+        for version in VERSIONS:
+            want = {(address, backends[version].port)}
+            kube.wait_for(f"the endpointslice controller's slice of app-{version}",
+                          lambda v=version, w=want: ready_endpoints(kube, scene.app, f"app-{v}") == w)  # fmt: skip
+        yield scene
     finally:
-        backends.stop()
+        for running in backends.values():
+            running.stop()
 
 
-def route_default_to(subset: str) -> dict[str, object]:
-    vs = yaml.safe_load((Path(__file__).parents[1] / "data/e2e/sidecar/virtualservice.yaml").read_text())
-    vs["spec"]["http"][1]["route"][0]["destination"]["subset"] = subset
-    return vs
+def ready_endpoints(kube: Cluster, namespace: str, service: str) -> set[tuple[str, int]]:
+    """(address, port) of every ready endpoint in the slices the controller made for ``service``."""
+    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, labelSelector=(
+        f"kubernetes.io/service-name={service},endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
+    ))  # fmt: skip
+    return {
+        (address, port["port"])
+        for s in slices
+        for port in s.get("ports") or ()
+        for e in s.get("endpoints") or ()
+        if (e.get("conditions") or {}).get("ready")
+        for address in e["addresses"]
+    }
 
 
 def test_a_virtual_service_changed_in_the_api_server_moves_traffic(
-    cluster: tuple[Cluster, Path, Backends], start_envoy: StartEnvoy, tmp_path: Path
+    scene: Scene, pilotfish_kubeconfig: Path, start_envoy: StartEnvoy, tmp_path: Path
 ) -> None:
-    kube, kubeconfig, _ = cluster
-    port = kube.egress_port
-    with run_pilotfish(None, tmp_path, kubeconfig=kubeconfig) as server:
-        envoy = start_envoy(server, SIDECAR)
-        wait_until(routed_to(port, "v1", host=FQDN), "the egress listener to route app to v1")
-        assert backends_seen(port, 10, host=FQDN) == {"v1": 10}
+    kube, port, fqdn = scene.kube, scene.egress_port, scene.fqdn
+    args = ("--system-namespace", scene.system)
+    with run_pilotfish(None, tmp_path, kubeconfig=pilotfish_kubeconfig, extra_args=args) as server:
+        envoy = start_envoy(server, scene.sleep)
+        wait_until(routed_to(port, "v1", host=fqdn), "the egress listener to route app to v1")
+        assert backends_seen(port, 10, host=fqdn) == {"v1": 10}
+        assert backends_seen(port, 3, host=fqdn, headers={"x-version": "v2"}) == {"v2": 3}
         stream = envoy.xds_stream()
 
-        kube.change(lambda: kube.api.apply(route_default_to("v2")))  # type: ignore[operator]
-        wait_until(routed_to(port, "v2", host=FQDN), "the changed VirtualService to move traffic to v2")
-        assert backends_seen(port, 10, host=FQDN) == {"v2": 10}
+        kube.apply(scene.virtual_service("v2"))
+        wait_until(routed_to(port, "v2", host=fqdn), "the changed VirtualService to move traffic to v2")
+        assert backends_seen(port, 10, host=fqdn) == {"v2": 10}
 
-        # a status write and a re-apply of the same spec, then a marker the proxy's scope does not
-        # import: once the marker's push was skipped, the two before it were seen, and pushed nothing
+        # a status write and a second owner applying the same spec (managedFields only), then a
+        # marker the proxy's scope does not import: once the marker's push was skipped, the two
+        # before it were seen, and pushed nothing
         before = _pushes(server)
-        kube.change(lambda: kube.api.set_status("VirtualService", "default", "app", {"observedGeneration": 2}))  # type: ignore[operator]
-        kube.change(lambda: kube.api.apply(route_default_to("v2")))  # type: ignore[operator]
-        kube.change(lambda: kube.api.apply(MARKER))  # type: ignore[operator]
+        kube.patch_status("networking.istio.io/v1", "VirtualService", scene.app, "app", {"observedGeneration": 2})
+        kube.apply(scene.virtual_service("v2"), manager="another-manager")
+        kube.apply(scene.marker())
         wait_until(lambda: sum(_pushes(server)) > sum(before), "the marker's push")
-        assert _pushes(server) == (before[0], before[1] + 1), "a status write or an unchanged object pushed"
+        assert _pushes(server) == (before[0], before[1] + 1), "a status or managedFields write pushed"
         assert envoy.xds_stream() == stream, "the xDS stream was re-established"
         envoy.assert_nothing_rejected()
 

@@ -1,26 +1,26 @@
-"""MeshConfig discoverySelectors, with istiod's rules (pkg/kube/namespace/filter.go): only the
-namespaces whose labels match a selector are read, Istio config included; a namespace whose
-labels start or stop matching brings its objects in or takes them out; a selector change in
-the mesh ConfigMap re-scopes everything; cluster-scoped objects and the ConfigMap are always read."""
+"""MeshConfig discoverySelectors against a real kube-apiserver, with istiod's rules
+(pkg/kube/namespace/filter.go): only the namespaces whose labels match a selector are read,
+Istio config included; a namespace relabelled to match or not brings its objects in or takes
+them out; a selector change in the mesh ConfigMap re-scopes everything; cluster-scoped objects
+and the ConfigMap are always read."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.config import new_client_from_config
 
 from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
+from app.sources.kube.client import api_client
 from app.sources.kube.discovery import selects
 from app.sources.kube.source import KubeSource
 from app.sources.mesh_file import MeshFileSource
-from tests.support.kube_api import KubeApi
-
-
-def namespace(name: str, **labels: str) -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+from tests.kube.common import changes_until, ours, started
+from tests.support.cluster import Cluster
 
 
 def service(name: str, ns: str) -> dict[str, object]:
@@ -28,7 +28,7 @@ def service(name: str, ns: str) -> dict[str, object]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"clusterIP": "10.96.0.9", "ports": [{"name": "http", "port": 80}]},
+        "spec": {"ports": [{"name": "http", "port": 80}]},
     }
 
 
@@ -39,18 +39,6 @@ def rule(ns: str) -> dict[str, object]:
         "metadata": {"name": "r", "namespace": ns},
         "spec": {"host": f"svc.{ns}.svc.cluster.local"},
     }
-
-
-def mesh_config(selectors: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "istio", "namespace": "istio-system"},
-        "data": {"mesh": f"rootNamespace: istio-system\n{selectors}"},
-    }
-
-
-SELECT_TEAM_SHOP = "discoverySelectors:\n- matchLabels: {team: shop}\n"
 
 
 def test_label_selector_semantics() -> None:
@@ -65,89 +53,126 @@ def test_label_selector_semantics() -> None:
     assert selects([{}], {"anything": "x"})  # an empty selector matches every namespace, as in Kubernetes
 
 
-@pytest.fixture
-def api() -> KubeApi:
-    api = KubeApi(bookmark_interval=0.2)
-    api.apply(namespace("shop", team="shop"), namespace("other"), namespace("istio-system"))
-    api.apply(service("cart", "shop"), service("ads", "other"), rule("shop"), rule("other"))
-    api.apply(mesh_config(SELECT_TEAM_SHOP))
-    return api
+@dataclass(frozen=True)
+class Namespaces:
+    """The test's namespaces: shop (labelled ``team`` = the test's own value), other, system
+    (the root namespace, holding the mesh ConfigMap)."""
+
+    shop: str
+    other: str
+    system: str
+    team: str  # a label value no other test's namespace has
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.shop, self.other, self.system)
+
+    def keys(self, ns: str) -> set[ConfigKey]:
+        return {
+            ConfigKey(Kind.NAMESPACE, "", ns),
+            ConfigKey(Kind.SERVICE, ns, "cart" if ns == self.shop else "ads"),
+            ConfigKey(Kind.DESTINATION_RULE, ns, "r"),
+        }
+
+    def mesh_config(self, selectors: str) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "istio", "namespace": self.system},
+            "data": {"mesh": f"rootNamespace: {self.system}\n{selectors}"},
+        }
+
+    def select_team(self) -> str:
+        return f"discoverySelectors:\n- matchLabels: {{team: {self.team}}}\n"
 
 
-@pytest.fixture
-async def source(tmp_path: Path, api: KubeApi) -> AsyncIterator[KubeSource]:
-    async with api.serve(tmp_path) as kubeconfig:
-        source = KubeSource(await new_client_from_config(str(kubeconfig)))
-        yield source
-        await source.close()
-
-
-async def changes(watch: AsyncIterator[list[ConfigEvent]]) -> set[tuple[EventType, ConfigKey]]:
-    events = await asyncio.wait_for(anext(watch), 10)
-    return {(e.type, e.obj.key) for e in events}
-
-
-SHOP = {
-    ConfigKey(Kind.NAMESPACE, "", "shop"),
-    ConfigKey(Kind.SERVICE, "shop", "cart"),
-    ConfigKey(Kind.DESTINATION_RULE, "shop", "r"),
-}
-OTHER = {
-    ConfigKey(Kind.NAMESPACE, "", "other"),
-    ConfigKey(Kind.SERVICE, "other", "ads"),
-    ConfigKey(Kind.DESTINATION_RULE, "other", "r"),
-}
 MESH = ConfigKey(Kind.MESH_CONFIG, "", "mesh")
 
 
+@pytest.fixture
+def spaces(kube: Cluster) -> Namespaces:
+    team = f"shop-{secrets.token_hex(4)}"
+    spaces = Namespaces(kube.namespace("shop", {"team": team}), kube.namespace("other"), kube.namespace("system"), team)
+    kube.apply(service("cart", spaces.shop), service("ads", spaces.other), rule(spaces.shop), rule(spaces.other))
+    kube.apply(spaces.mesh_config(spaces.select_team()))
+    return spaces
+
+
+@pytest.fixture
+async def source(spaces: Namespaces, pilotfish_kubeconfig: Path) -> AsyncIterator[KubeSource]:
+    source = KubeSource(await api_client(pilotfish_kubeconfig), system_namespace=spaces.system)
+    yield source
+    await source.close()
+
+
+def relabel(kube: Cluster, ns: str, **labels: str | None) -> None:
+    kube.patch("v1", "Namespace", "", ns, {"metadata": {"labels": labels}})
+
+
+async def changes(
+    watch: AsyncIterator[list[ConfigEvent]], spaces: Namespaces, expected: set[tuple[EventType, ConfigKey]]
+) -> set[tuple[EventType, ConfigKey]]:
+    """The test's namespaces' changes, gathered until ``expected`` have all come."""
+    return await changes_until(watch, spaces.all(), lambda got: expected <= got)
+
+
 async def test_only_selected_namespaces_are_read_and_relabelling_moves_objects(
-    source: KubeSource, api: KubeApi
+    source: KubeSource, spaces: Namespaces, kube: Cluster
 ) -> None:
-    keys = {e.obj.key for e in await source.start()}
-    assert keys == SHOP | {MESH}  # istio-system is not selected either; the ConfigMap is read anyway
+    mine = ours(spaces.all())
+    keys = {e.obj.key for e in await started(source) if mine(e.obj.key)}
+    assert keys == spaces.keys(spaces.shop) | {MESH}  # the system namespace is not selected; its ConfigMap is read
     watch = source.watch()
-    api.apply(namespace("other", team="shop"))
-    assert await changes(watch) == {(EventType.ADD, k) for k in OTHER}
-    api.apply(namespace("shop"))  # no longer selected
-    assert await changes(watch) == {(EventType.DELETE, k) for k in SHOP}
-    api.apply(service("late", "shop"))  # in a namespace not read: nothing
-    api.apply(service("late", "other"))
-    assert await changes(watch) == {(EventType.ADD, ConfigKey(Kind.SERVICE, "other", "late"))}
+    relabel(kube, spaces.other, team=spaces.team)
+    expected = {(EventType.ADD, k) for k in spaces.keys(spaces.other)}
+    assert await changes(watch, spaces, expected) == expected
+    relabel(kube, spaces.shop, team=None)  # no longer selected
+    expected = {(EventType.DELETE, k) for k in spaces.keys(spaces.shop)}
+    assert await changes(watch, spaces, expected) == expected
+    kube.apply(service("late", spaces.shop))  # in a namespace not read: nothing
+    kube.apply(service("late", spaces.other))
+    expected = {(EventType.ADD, ConfigKey(Kind.SERVICE, spaces.other, "late"))}
+    assert await changes(watch, spaces, expected) == expected
 
 
-async def test_a_selector_change_in_the_mesh_config_rescopes_everything(source: KubeSource, api: KubeApi) -> None:
-    await source.start()
+async def test_a_selector_change_in_the_mesh_config_rescopes_everything(
+    source: KubeSource, spaces: Namespaces, kube: Cluster
+) -> None:
+    await started(source)
     watch = source.watch()
-    api.apply(mesh_config(""))  # no selectors: every namespace
-    got = await changes(watch)
-    assert {k for t, k in got if t is EventType.ADD} == OTHER | {ConfigKey(Kind.NAMESPACE, "", "istio-system")}
-    assert (EventType.UPDATE, MESH) in got
-    api.apply(mesh_config("discoverySelectors:\n- matchExpressions: [{key: team, operator: DoesNotExist}]\n"))
-    got = await changes(watch)
-    assert {k for t, k in got if t is EventType.DELETE} == SHOP
+    kube.apply(spaces.mesh_config(""))  # no selectors: every namespace
+    added = spaces.keys(spaces.other) | {ConfigKey(Kind.NAMESPACE, "", spaces.system)}
+    got = await changes(watch, spaces, {(EventType.ADD, k) for k in added} | {(EventType.UPDATE, MESH)})
+    assert {k for t, k in got if t is EventType.ADD} == added
+    kube.apply(spaces.mesh_config("discoverySelectors:\n- matchExpressions: [{key: team, operator: DoesNotExist}]\n"))
+    got = await changes(watch, spaces, {(EventType.DELETE, k) for k in spaces.keys(spaces.shop)})
+    assert {k for t, k in got if t is EventType.DELETE} == spaces.keys(spaces.shop)
 
 
-async def test_a_mesh_config_given_from_a_file_scopes_instead_of_the_configmap(tmp_path: Path, api: KubeApi) -> None:
-    # serve --mesh-config FILE: the ConfigMap is not read; the file's selectors scope
+async def test_a_mesh_config_given_from_a_file_scopes_instead_of_the_configmap(
+    tmp_path: Path, spaces: Namespaces, pilotfish_kubeconfig: Path
+) -> None:
+    # serve --mesh-config FILE: the ConfigMap is not read; the file's selectors scope (here by
+    # the label every namespace carries)
     mesh_file = tmp_path / "mesh.yaml"
-    mesh_file.write_text("discoverySelectors:\n- matchLabels: {kubernetes.io/metadata.name: other}\n")
+    mesh_file.write_text(f"discoverySelectors:\n- matchLabels: {{kubernetes.io/metadata.name: {spaces.other}}}\n")
     files = MeshFileSource(mesh_file)
     [mesh_event] = await files.start()
-    async with api.serve(tmp_path / "kube") as kubeconfig:
-        source = KubeSource(await new_client_from_config(str(kubeconfig)), mesh_from_configmap=False)
-        try:
-            source.use_mesh_config(mesh_event.obj.spec)
-            api.apply(namespace("other", **{"kubernetes.io/metadata.name": "other"}))
-            keys = {e.obj.key for e in await source.start()}
-            assert keys == OTHER  # no MeshConfig from the ConfigMap, nothing of shop
-            watch = source.watch()
-            mesh_file.write_text("discoverySelectors: []\n")
-            [changed] = await asyncio.wait_for(anext(files.watch()), 10)
-            source.use_mesh_config(changed.obj.spec)
-            got = await changes(watch)
-            assert {k for t, k in got if t is EventType.ADD} == SHOP | {ConfigKey(Kind.NAMESPACE, "", "istio-system")}
-        finally:
-            await source.close()
+    client = await api_client(pilotfish_kubeconfig)
+    source = KubeSource(client, mesh_from_configmap=False, system_namespace=spaces.system)
+    try:
+        source.use_mesh_config(mesh_event.obj.spec)
+        mine = ours(spaces.all())
+        keys = {e.obj.key for e in await started(source) if mine(e.obj.key)}
+        assert keys == spaces.keys(spaces.other)  # no MeshConfig from the ConfigMap, nothing of shop
+        watch = source.watch()
+        mesh_file.write_text("discoverySelectors: []\n")
+        [changed] = await asyncio.wait_for(anext(files.watch()), 10)
+        source.use_mesh_config(changed.obj.spec)
+        added = spaces.keys(spaces.shop) | {ConfigKey(Kind.NAMESPACE, "", spaces.system)}
+        got = await changes(watch, spaces, {(EventType.ADD, k) for k in added})
+        assert {k for t, k in got if t is EventType.ADD} == added
+    finally:
+        await source.close()
 
 
 async def test_a_mesh_file_that_does_not_load_keeps_the_last_good_one(tmp_path: Path) -> None:

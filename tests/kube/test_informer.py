@@ -1,13 +1,23 @@
-"""The informer contract (client-go's reflector), with the real kubernetes-asyncio client over
-HTTPS against the API server emulator: paginated lists, watches from the list's version,
-bookmarks, re-watch after a dropped connection, relist on 410 with the gap's changes, backoff
-on errors; after every fault the informer's store equals the emulator's state."""
+"""The informer contract (client-go's reflector) against a real kube-apiserver and etcd, with the
+real kubernetes-asyncio client: paginated lists, a watch from the list's version, status and
+managedFields-only writes that are no change, bookmarks, a watch the server ends, and a real
+``410 Gone`` after an etcd compaction (for the watch and for a list's continue token) relisted
+with exactly the gap's changes; after each, the informer's store equals the server's state.
+
+The 410s use Events: their watch cache is off in every cluster (kube-apiserver's default
+``--watch-cache-sizes``), so their watches and lists are served by etcd, and a resourceVersion
+older than etcd's compaction is gone. A resource in the watch cache keeps at least 75 s of
+history in memory, whatever etcd compacted.
+
+Dropped connections and error statuses stay on the emulator (test_informer_faults.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+import base64
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,219 +29,223 @@ from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KUBE_RESOURCES, KubeResource
 from app.sources.kube.store import Delta
 from app.supervise import Backoff
-from tests.support.kube_api import KubeApi
+from tests.support.cluster import Cluster, Requests
 
 SERVICES = next(r for r in KUBE_RESOURCES if r.plural == "services")
+EVENTS = KubeResource("Event", "", ("v1",), "events")
 
 
-def service(name: str, namespace: str = "default", port: int = 80, **meta: Any) -> dict[str, Any]:
+def service(name: str, port: int = 80) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, **meta},
-        "spec": {"ports": [{"name": "http", "port": port}], "clusterIP": "10.96.0.1"},
+        "metadata": {"name": name},
+        "spec": {"ports": [{"name": "http", "port": port}]},
+    }
+
+
+def event(name: str, namespace: str, message: str = "it happened") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "namespace": namespace},
+        "reason": "Tested",
+        "message": message,
+        "type": "Normal",
+        "source": {"component": "pilotfish-tests"},
     }
 
 
 class Run:
-    """An informer running against the emulator, and what it handed over."""
+    """An informer running in one namespace of the cluster, what it asked and handed over."""
 
-    def __init__(self, api: KubeApi, informer: Informer) -> None:
-        self.api = api
+    def __init__(self, kube: Cluster, namespace: str, informer: Informer, requests: Requests) -> None:
+        self.kube = kube
+        self.namespace = namespace
         self.informer = informer
+        self.requests = requests
         self.deltas: list[tuple[EventType, str]] = []
+        self.kind = "Service" if informer.resource is SERVICES else "Event"
 
     def record(self, _: KubeResource, deltas: list[Delta]) -> None:
         self.deltas.extend((d.change, d.obj["metadata"]["name"]) for d in deltas)
 
-    def store_names(self) -> dict[str, str]:
+    def store_versions(self) -> dict[str, str]:
         return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in self.informer.store.objects()}
 
-    def emulator_names(self) -> dict[str, str]:
-        return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in self.api.state("Service").values()}
+    def server_versions(self) -> dict[str, str]:
+        items = self.kube.list("v1", self.kind, self.namespace)
+        return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in items}
 
-    async def until(self, what: str, check: Callable[[], bool], timeout: float = 10) -> None:
+    async def until(self, what: str, check: Callable[[], bool], timeout: float = 20) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
         while not check():
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"timed out waiting for {what}; deltas {self.deltas}")
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)
 
     async def converged(self) -> None:
-        await self.until("the store to equal the emulator", lambda: self.store_names() == self.emulator_names())
+        await self.until("the store to equal the server", lambda: self.store_versions() == self.server_versions())
 
     async def watching(self, count: int = 1) -> None:
-        """Until the server has taken ``count`` watch requests."""
         await self.until(f"watch #{count}", lambda: len(self.watch_versions()) >= count)
 
     def watch_versions(self) -> list[str]:
         """The resourceVersion each watch request started from."""
-        out = []
-        for line in self.api.requests:
-            if "watch=true" in line and "/services" in line:
-                query = dict(p.split("=", 1) for p in line.split("?", 1)[1].split("&"))
-                out.append(query.get("resourceVersion", ""))
-        return out
+        return [q.get("resourceVersion", "") for q in self.requests.watches(self.informer.resource.plural)]
+
+
+Start = Callable[..., Awaitable[Run]]
 
 
 @pytest.fixture
-async def client(tmp_path: Path, api: KubeApi) -> AsyncIterator[ApiClient]:
-    async with api.serve(tmp_path) as kubeconfig:
-        client = await new_client_from_config(str(kubeconfig))
-        try:
-            yield client
-        finally:
-            await client.close()
+async def client(kube: Cluster) -> AsyncIterator[ApiClient]:
+    client = await new_client_from_config(str(kube.admin_kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture
-def api() -> KubeApi:
-    return KubeApi(bookmark_interval=0.2)
+async def start(kube: Cluster, client: ApiClient) -> AsyncIterator[Start]:
+    """Starts an informer on a resource in a new namespace holding ``objects(namespace)``."""
+    tasks: list[asyncio.Task[None]] = []
+    requests = Requests(client)
+
+    async def start_one(
+        resource: KubeResource, objects: Callable[[str], list[dict[str, Any]]], **options: Any
+    ) -> Run:
+        namespace = kube.namespace("informer")
+        kube.apply(*objects(namespace), namespace=namespace)
+        holder: list[Run] = []
+        options = {"page_size": 3, "watch_timeout": 30, "backoff": Backoff(initial=0.05, cap=0.2), **options}
+        informer = Informer(
+            client, resource, "v1", lambda r, d: holder[0].record(r, d), namespace=namespace, **options
+        )
+        holder.append(Run(kube, namespace, informer, requests))
+        tasks.append(asyncio.create_task(informer.run()))
+        await asyncio.wait_for(informer.synced.wait(), 20)
+        return holder[0]
+
+    yield start_one
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
-@pytest.fixture
-async def run(api: KubeApi, client: ApiClient) -> AsyncIterator[Run]:
-    holder: list[Run] = []
-    informer = Informer(
-        client,
-        SERVICES,
-        "v1",
-        lambda resource, deltas: holder[0].record(resource, deltas),
-        page_size=3,
-        watch_timeout=30,
-        backoff=Backoff(initial=0.05, cap=0.2),
-    )
-    holder.append(Run(api, informer))
-    task = asyncio.create_task(informer.run())
-    yield holder[0]
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+def seven(_: str) -> list[dict[str, Any]]:
+    return [service(f"s{i}") for i in range(7)]
 
 
-@pytest.fixture
-def seven(api: KubeApi) -> None:
-    api.apply(*(service(f"s{i}") for i in range(7)))
+def continue_version(token: str) -> str:
+    """The resourceVersion of the list a continue token goes on with (JSON, base64url)."""
+    return str(json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["rv"])
 
 
-@pytest.mark.usefixtures("seven")
-async def test_a_paginated_list_then_a_watch_from_its_version(run: Run) -> None:
-    await asyncio.wait_for(run.informer.synced.wait(), 10)
-    lists = [line for line in run.api.requests if "/services" in line and "watch" not in line]
-    assert len(lists) == 3 and all("limit=3" in line for line in lists)  # 3 + 3 + 1
-    assert sum("continue=" in line for line in lists) == 2
+async def test_a_paginated_list_then_a_watch_from_its_version(start: Start) -> None:
+    run = await start(SERVICES, seven)
+    lists = run.requests.lists("services")
+    assert len(lists) == 3 and all(q["limit"] == "3" for q in lists)  # 3 + 3 + 1
+    tokens = [q["continue"] for q in lists if "continue" in q]
+    assert len(tokens) == 2
     assert run.deltas == [(EventType.ADD, f"s{i}") for i in range(7)]
     await run.watching()
-    assert run.watch_versions() == [str(run.api.version)]  # the list's version
+    # every page is of one snapshot, and the watch goes on from it
+    assert run.watch_versions() == [continue_version(tokens[0])] == [continue_version(tokens[1])]
 
 
-@pytest.mark.usefixtures("seven")
-async def test_watched_changes_arrive_in_order_and_status_writes_are_no_change(run: Run) -> None:
+async def test_watched_changes_arrive_in_order_and_status_or_managed_fields_writes_are_no_change(
+    start: Start, kube: Cluster
+) -> None:
+    run = await start(SERVICES, seven)
     await run.watching()
-    api = run.api
-    api.apply(service("s1", port=81))
-    api.set_status("Service", "default", "s2", {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}})
-    api.apply(service("new"))
-    api.delete("Service", "default", "s3")
-    await run.converged()
+    ns = run.namespace
+    kube.apply(service("s1", port=81), namespace=ns)
+    condition = {"type": "Probed", "status": "True", "reason": "Tested", "message": "",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    kube.patch_status("v1", "Service", ns, "s2", {"conditions": [condition]})
+    before = kube.get("v1", "Service", ns, "s4")
+    [after] = kube.apply(service("s4"), namespace=ns, manager="another-manager")  # the same fields, a second owner
+    assert before is not None and after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+    kube.apply(service("new"), namespace=ns)
+    kube.delete("v1", "Service", ns, "s3")
+    await run.converged()  # the store holds the status and managedFields writes too
     assert run.deltas[7:] == [(EventType.UPDATE, "s1"), (EventType.ADD, "new"), (EventType.DELETE, "s3")]
 
 
-@pytest.mark.usefixtures("seven")
-async def test_a_dropped_watch_resumes_from_the_last_version_seen_with_nothing_lost(run: Run) -> None:
+async def test_bookmarks_move_the_watch_version_of_a_quiet_watch(start: Start, kube: Cluster) -> None:
+    run = await start(SERVICES, seven, watch_timeout=3)  # the server bookmarks 2 s before the end
+    # once the server has the watch: a watch that starts after the cache has moved past its
+    # version (with no event for it) is bookmarked only from the next change on
+    await run.until("the watch established", lambda: bool(run.requests.established))
+    elsewhere = kube.namespace("elsewhere")
+    [written] = kube.apply(service("busy"), namespace=elsewhere)  # services change, not in this namespace
+    version = int(written["metadata"]["resourceVersion"])
+    await run.until("a watch from the version of the write elsewhere", lambda: any(
+        v and int(v) >= version for v in run.watch_versions()
+    ))  # fmt: skip
+    assert run.informer.lists == 1 and len(run.deltas) == 7  # no relist, no event: bookmarks only
+
+
+async def test_410_after_a_compaction_relists_and_hands_over_exactly_the_gaps_changes(
+    start: Start, kube: Cluster
+) -> None:
+    run = await start(EVENTS, lambda ns: [event(f"e{i}", ns) for i in range(7)], watch_timeout=2)
+    ns = run.namespace
     await run.watching()
-    run.api.apply(service("s1", port=81))
-    await run.until("the update", lambda: (EventType.UPDATE, "s1") in run.deltas)
-    run.api.drop_watches()
-    run.api.apply(service("s2", port=82))  # while no watch is open
-    await run.watching(2)
+    release = run.requests.hold_next_watch()  # the watch ends at its timeout; the next one waits
+    await asyncio.wait_for(run.requests.held.wait(), 20)
+    kube.apply(event("e1", ns, message="it happened again"))
+    kube.apply(event("e2", ns), manager="another-manager")  # managedFields only: no change
+    kube.apply(event("gap", ns))
+    kube.delete("v1", "Event", ns, "e4")
+    compacted = kube.compact()  # the versions of the gap are gone: the held watch gets 410
+    assert int(run.watch_versions()[-1]) < compacted
+    release()
     await run.converged()
-    versions = run.watch_versions()
-    assert int(versions[1]) >= int(versions[0]) + 1  # resumed after the update it saw
-    assert run.informer.lists == 1  # no relist: the version was still there
-    assert run.deltas[7:] == [(EventType.UPDATE, "s1"), (EventType.UPDATE, "s2")]
-
-
-@pytest.mark.usefixtures("seven")
-async def test_bookmarks_move_the_watch_version_on_a_quiet_resource(run: Run, api: KubeApi) -> None:
-    await run.watching()
-    api.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}})  # another resource
-    await asyncio.sleep(0.5)  # a bookmark or two carry the new version
-    api.drop_watches()
-    await run.watching(2)
-    assert run.watch_versions()[1] == str(api.version)
-
-
-@pytest.mark.usefixtures("seven")
-async def test_410_relists_and_hands_over_exactly_the_gaps_changes(run: Run, api: KubeApi) -> None:
-    await run.watching()
-    api.drop_watches()
-    api.fail(2, 503)  # the re-watch fails for a while, so the changes below land in a gap
-    api.apply(service("s1", port=81))
-    api.set_status("Service", "default", "s2", {"loadBalancer": {}})  # no change to report
-    api.apply(service("gap"))
-    api.delete("Service", "default", "s4")
-    api.compact()  # the versions of the gap are gone: the watch gets 410
-    await run.converged()
-    assert run.informer.lists == 2
+    assert run.informer.lists == 2  # relisted
     assert sorted(run.deltas[7:], key=str) == sorted(
-        [(EventType.UPDATE, "s1"), (EventType.ADD, "gap"), (EventType.DELETE, "s4")], key=str
+        [(EventType.UPDATE, "e1"), (EventType.ADD, "gap"), (EventType.DELETE, "e4")], key=str
     )
 
 
-async def test_an_expired_continue_token_restarts_the_list(api: KubeApi, client: ApiClient) -> None:
-    api.apply(*(service(f"s{i}") for i in range(7)))
+async def test_an_expired_continue_token_restarts_the_list(kube: Cluster, client: ApiClient) -> None:
+    namespace = kube.namespace("informer")
+    kube.apply(*(event(f"e{i}", namespace) for i in range(7)))
     got: list[Delta] = []
-    informer = Informer(client, SERVICES, "v1", lambda _, d: got.extend(d), page_size=3, backoff=Backoff(0.05, 0.2))
+    informer = Informer(client, EVENTS, "v1", lambda _, d: got.extend(d), namespace=namespace, page_size=3,
+                        backoff=Backoff(0.05, 0.2))  # fmt: skip
     real_get = informer._get_json
     pages = 0
 
     async def compact_after_the_first_page(params: Any) -> Any:
         nonlocal pages
         pages += 1
-        if pages == 2:
-            api.apply(service("late"))  # between the first and second page, then compacted
-            api.compact()
+        if pages == 2:  # between the first and the second page: a write, then a compaction
+            kube.apply(event("late", namespace))
+            kube.compact()
         return await real_get(params)
 
     informer._get_json = compact_after_the_first_page  # type: ignore[method-assign]
     task = asyncio.create_task(informer.run())
     try:
-        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.wait_for(informer.synced.wait(), 20)
+        assert pages == 5  # 1 page, a continue the server answered 410, then 3 pages from the start
         names = sorted(d.obj["metadata"]["name"] for d in got)
-        assert names == sorted([*(f"s{i}" for i in range(7)), "late"])  # one complete list, no duplicates
+        assert names == sorted([*(f"e{i}" for i in range(7)), "late"])  # one complete list, no duplicates
         assert informer.lists == 1
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
 
-@pytest.mark.usefixtures("seven")
-async def test_api_errors_back_off_and_recover_to_the_same_state(run: Run, api: KubeApi) -> None:
-    await run.watching()
-    api.fail(4, 500)
-    api.drop_watches()
-    api.apply(service("after-errors"))
-    await run.converged()
-    assert run.deltas[7:] == [(EventType.ADD, "after-errors")]
-    assert sum("injected failure" in line for line in api.requests) == 0  # requests are logged, not bodies
-    assert len([line for line in api.requests if "watch=true" in line]) >= 5  # 4 failed, then one served
-
-
-async def test_a_watch_the_server_ends_at_its_timeout_resumes_without_a_relist(api: KubeApi, client: ApiClient) -> None:
-    api.apply(service("a"))
-    got: list[Delta] = []
-    informer = Informer(client, SERVICES, "v1", lambda _, d: got.extend(d), watch_timeout=1, backoff=Backoff(0.05, 0.2))
-    task = asyncio.create_task(informer.run())
-    try:
-        await asyncio.wait_for(informer.synced.wait(), 10)
-        await asyncio.sleep(2.5)  # two or three watches have timed out
-        api.apply(service("b"))
-        async with asyncio.timeout(10):
-            while len(got) < 2:
-                await asyncio.sleep(0.02)
-        watches = [line for line in api.requests if "watch=true" in line]
-        assert len(watches) >= 3 and all("timeoutSeconds=1" in line for line in watches)
-        assert informer.lists == 1 and [d.obj["metadata"]["name"] for d in got] == ["a", "b"]
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+async def test_a_watch_the_server_ends_at_its_timeout_resumes_without_a_relist(start: Start, kube: Cluster) -> None:
+    run = await start(SERVICES, lambda _: [service("a")], watch_timeout=1)
+    await asyncio.sleep(2.5)  # two or three watches have timed out
+    kube.apply(service("b"), namespace=run.namespace)
+    await run.until("b", lambda: len(run.deltas) == 2)
+    watches = run.requests.watches("services")
+    assert len(watches) >= 3 and all(q["timeoutSeconds"] == "1" for q in watches)
+    assert run.informer.lists == 1 and run.deltas == [(EventType.ADD, "a"), (EventType.ADD, "b")]

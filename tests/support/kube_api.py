@@ -1,23 +1,19 @@
-"""A Kubernetes API server emulator, faithful where informers depend on it (no API server binary
-can be installed here, so the real kubernetes-asyncio client is tested against this).
+"""A Kubernetes API server emulator for the faults a real one cannot be made to produce on cue:
+watch connections cut mid-stream (``drop_watches``), the next n requests answering an error
+status (``fail``), a slow server (``delay``). Everything else runs against the real
+kube-apiserver (tests/support/cluster.py); this serves only what those fault tests use.
 
-Over real HTTPS (a trustme CA) with a bearer token. What it keeps as the API server does:
+Over real HTTPS (a trustme CA) with a bearer token, so the real kubernetes-asyncio client talks
+to it. What it keeps as the API server does:
 
 * one resourceVersion counter for every write; objects carry the version of their last write;
-* list: items sorted by namespace/name, ``limit`` / ``continue`` (a token names the list's
-  version and offset; a token whose version was compacted answers 410), ``labelSelector``
-  (``k=v``, ``k!=v``, ``k``), ``fieldSelector`` (``metadata.name``, ``metadata.namespace``);
-  the list's ``metadata.resourceVersion`` is the current version;
-* watch: ``resourceVersion`` replays the events after it, then follows live ones; a version
-  older than the compaction point is a 200 with one ERROR event carrying a 410 Status;
-  ``allowWatchBookmarks`` sends BOOKMARK events with the current version; ``timeoutSeconds``
-  ends the stream;
-* the Istio CRDs are CustomResourceDefinition objects (``install_istio_crds``, on by default;
-  ``delete`` one to uninstall it); discovery (``/api``, ``/apis``, ``/apis/GROUP``,
-  ``/apis/GROUP/VERSION``) and the collections follow what is installed, 404 otherwise.
-
-Faults for tests: ``compact()``, ``drop_watches()`` (connections cut mid-stream), ``fail(n,
-status)`` (the next n requests answer an error), ``delay`` (seconds before each answer).
+* list: items sorted by namespace/name, ``limit`` / ``continue``, ``fieldSelector``
+  (``metadata.name``, ``metadata.namespace``); the list's ``metadata.resourceVersion`` is the
+  current version;
+* watch: ``resourceVersion`` replays the events after it, then follows live ones;
+  ``timeoutSeconds`` ends the stream;
+* the Istio networking CRDs, as CustomResourceDefinition objects, and their collections;
+* ``/api`` (the reachability check) and TokenReview for the service-account tokens it is given.
 """
 
 from __future__ import annotations
@@ -27,9 +23,8 @@ import base64
 import copy
 import json
 import ssl
-import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,17 +72,13 @@ class _Event:
 class KubeApi:
     """The emulator's state and behaviour; ``serve()`` puts it on HTTPS."""
 
-    istio_crds: bool = True
-    bookmark_interval: float = 0.5
     delay: float = 0.0
     version: int = 1000
     objects: dict[tuple[str, str], dict[str, dict[str, Any]]] = field(default_factory=dict)
     events: list[_Event] = field(default_factory=list)
-    compacted: int = 0  # events at or below this version are gone
     requests: list[str] = field(default_factory=list)  # "GET path?query" of every request
     # TokenReview: service-account token -> "system:serviceaccount:NS:SA"
     service_account_tokens: dict[str, str] = field(default_factory=dict)
-    token_reviews: int = 0
     _failures: list[int] = field(default_factory=list)
     _watchers: set[asyncio.Queue[_Event | None]] = field(default_factory=set)
     _streams: set[web.StreamResponse] = field(default_factory=set)
@@ -118,17 +109,6 @@ class KubeApi:
             out.append(obj)
         return out
 
-    def set_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """What a status writer does: a new resourceVersion, the same spec."""
-        resource = PLURALS[kind]
-        obj = copy.deepcopy(self.objects[resource][f"{namespace}/{name}" if namespace else name])
-        obj["status"] = dict(status)
-        self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        obj["metadata"]["managedFields"] = [{"manager": "status-writer", "operation": "Update"}]
-        self.objects[resource][_key(obj)] = obj
-        self._emit(resource, "MODIFIED", obj)
-
     def delete(self, kind: str, namespace: str, name: str) -> None:
         resource = PLURALS[kind]
         obj = self.objects[resource].pop(f"{namespace}/{name}" if namespace else name)
@@ -144,11 +124,6 @@ class KubeApi:
             queue.put_nowait(event)
 
     # --- faults ------------------------------------------------------------------------
-
-    def compact(self) -> None:
-        """Forget every event so far, as etcd compaction does: older versions answer 410."""
-        self.compacted = self.version
-        self.events.clear()
 
     def drop_watches(self) -> None:
         """Cut every open watch connection mid-stream."""
@@ -171,10 +146,6 @@ class KubeApi:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/api", self._core_versions)
-        app.router.add_get("/apis", self._groups)
-        app.router.add_get("/apis/{group}", self._group)
-        app.router.add_get("/api/{version}", self._resources)
-        app.router.add_get("/apis/{group}/{version}", self._resources)
         app.router.add_get("/api/{version}/{plural}", self._collection)
         app.router.add_get("/api/{version}/namespaces/{namespace}/{plural}", self._collection)
         app.router.add_get("/apis/{group}/{version}/{plural}", self._collection)
@@ -185,7 +156,6 @@ class KubeApi:
     async def _token_review(self, request: web.Request) -> web.Response:
         """TokenReview as the API server answers it: authenticated with the token's service
         account user and the audiences asked for, else not authenticated."""
-        self.token_reviews += 1
         review = await request.json()
         spec = review.get("spec", {})
         user = self.service_account_tokens.get(spec.get("token", ""))
@@ -211,11 +181,8 @@ class KubeApi:
         return response
 
     def __post_init__(self) -> None:
-        if self.istio_crds:
-            self.install_istio_crds()
-
-    def install_istio_crds(self, versions: tuple[str, ...] = ("v1", "v1beta1", "v1alpha3")) -> None:
-        """The CRDs of the Istio networking kinds, serving ``versions``."""
+        """The CRDs of the Istio networking kinds."""
+        versions = ("v1", "v1beta1", "v1alpha3")
         for (group, plural), (kind, _, _) in ISTIO.items():
             self.apply(
                 {
@@ -232,62 +199,10 @@ class KubeApi:
             )
 
     def _served(self) -> dict[tuple[str, str], tuple[str, tuple[str, ...], bool]]:
-        """The core resources and the Istio kinds whose CRD is installed (in the versions it serves)."""
-        out = dict(CORE)
-        for crd in self.objects.get(("apiextensions.k8s.io", "customresourcedefinitions"), {}).values():
-            spec = crd["spec"]
-            served = tuple(v["name"] for v in spec["versions"] if v.get("served"))
-            out[(spec["group"], spec["names"]["plural"])] = (spec["names"]["kind"], served, True)
-        return out
+        return {**CORE, **ISTIO}
 
     async def _core_versions(self, request: web.Request) -> web.Response:
         return web.json_response({"kind": "APIVersions", "versions": ["v1"]})
-
-    async def _groups(self, request: web.Request) -> web.Response:
-        groups: dict[str, tuple[str, ...]] = {}
-        for (group, _), (_, versions, _) in self._served().items():
-            if group:
-                groups[group] = versions
-        return web.json_response(
-            {
-                "kind": "APIGroupList",
-                "groups": [
-                    {
-                        "name": name,
-                        "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
-                        "preferredVersion": {"groupVersion": f"{name}/{versions[0]}", "version": versions[0]},
-                    }
-                    for name, versions in sorted(groups.items())
-                ],
-            }
-        )
-
-    async def _group(self, request: web.Request) -> web.Response:
-        name = request.match_info["group"]
-        versions = next((v for (g, _), (_, v, _) in self._served().items() if g == name), None)
-        if versions is None:
-            return _status(404, "the server could not find the requested resource")
-        return web.json_response(
-            {
-                "kind": "APIGroup",
-                "name": name,
-                "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
-                "preferredVersion": {"groupVersion": f"{name}/{versions[0]}", "version": versions[0]},
-            }
-        )
-
-    async def _resources(self, request: web.Request) -> web.Response:
-        group, version = request.match_info.get("group", ""), request.match_info["version"]
-        found = [
-            {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": ["get", "list", "watch"]}
-            for (g, plural), (kind, versions, namespaced) in self._served().items()
-            if g == group and version in versions
-        ]
-        if not found:
-            return _status(404, "the server could not find the requested resource")
-        return web.json_response(
-            {"kind": "APIResourceList", "groupVersion": f"{group}/{version}" if group else version, "resources": found}
-        )
 
     async def _collection(self, request: web.Request) -> web.StreamResponse:
         info = request.match_info
@@ -306,8 +221,6 @@ class KubeApi:
         token = request.query.get("continue", "")
         if token:
             snapshot, offset = (int(x) for x in base64.b64decode(token).decode().split(":"))
-            if snapshot < self.compacted:
-                return _status(410, "The provided continue parameter is too old")
         else:
             snapshot, offset = self.version, 0
         items = sorted(
@@ -334,35 +247,21 @@ class KubeApi:
     ) -> web.StreamResponse:
         since = int(request.query.get("resourceVersion") or self.version)
         timeout = float(request.query.get("timeoutSeconds") or 1800)
-        bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1")
         stream = web.StreamResponse(headers={"Content-Type": "application/json"})
         await stream.prepare(request)
         self._streams.add(stream)
         queue: asyncio.Queue[_Event | None] = asyncio.Queue()
         self._watchers.add(queue)
         try:
-            if since < self.compacted:
-                gone = {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410,
-                        "message": f"too old resource version: {since} ({self.compacted})"}
-                await _send(stream, {"type": "ERROR", "object": gone})
-                return stream
             for event in [e for e in self.events if e.version > since]:
                 queue.put_nowait(event)
-            deadline = asyncio.get_running_loop().time() + timeout
-            while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                wait = min(left, self.bookmark_interval) if bookmarks else left
-                try:
-                    event = await asyncio.wait_for(queue.get(), wait)
-                except TimeoutError:
-                    if bookmarks and left > wait:
-                        mark = {"kind": self._served()[resource][0], "apiVersion": _group_version(resource[0], version),
-                                "metadata": {"resourceVersion": str(self.version)}}
-                        await _send(stream, {"type": "BOOKMARK", "object": mark})
-                    continue
-                if event is None:
-                    break  # dropped
-                if event.resource == resource and event.version > since and matches(event.obj):
-                    await _send(stream, {"type": event.type, "object": self._versioned(event.obj, resource, version)})
+            async with asyncio.timeout(timeout):
+                while (event := await queue.get()) is not None:  # None: dropped
+                    if event.resource == resource and event.version > since and matches(event.obj):
+                        obj = self._versioned(event.obj, resource, version)
+                        await _send(stream, {"type": event.type, "object": obj})
+            return stream
+        except TimeoutError:
             return stream
         except (ConnectionError, RuntimeError, ClientConnectionResetError):
             return stream  # the client went away
@@ -410,31 +309,6 @@ class KubeApi:
             await runner.cleanup()
 
 
-@contextmanager
-def serve_in_thread(api: KubeApi, workdir: Path) -> Iterator[tuple[Path, Callable[[Callable[[], object]], None]]]:
-    """Serve ``api`` from its own thread and event loop (for synchronous tests); yields the
-    kubeconfig and a function that runs a change of the emulator on that loop."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="kube-api", daemon=True)
-    thread.start()
-    serving = api.serve(workdir)
-    try:
-        kubeconfig = asyncio.run_coroutine_threadsafe(serving.__aenter__(), loop).result(30)
-
-        def change(fn: Callable[[], object]) -> None:
-            async def run() -> None:
-                fn()
-
-            asyncio.run_coroutine_threadsafe(run(), loop).result(30)
-
-        yield kubeconfig, change
-    finally:
-        asyncio.run_coroutine_threadsafe(serving.__aexit__(None, None, None), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
 def kubeconfig_text(server: str, ca_file: Path, token: str) -> str:
     return yaml.safe_dump(
         {
@@ -449,25 +323,16 @@ def kubeconfig_text(server: str, ca_file: Path, token: str) -> str:
 
 
 class _Selector:
-    """``labelSelector`` / ``fieldSelector`` and the namespace of a request, as a predicate."""
+    """``fieldSelector`` and the namespace of a request, as a predicate."""
 
     def __init__(self, query: Mapping[str, str], namespace: str) -> None:
         self._namespace = namespace
-        self._labels = [_term(t) for t in query.get("labelSelector", "").split(",") if t]
         self._fields = [_term(t) for t in query.get("fieldSelector", "").split(",") if t]
 
     def __call__(self, obj: Mapping[str, Any]) -> bool:
         meta = obj.get("metadata") or {}
         if self._namespace and meta.get("namespace") != self._namespace:
             return False
-        labels = meta.get("labels") or {}
-        for key, op, value in self._labels:
-            if op == "exists" and key not in labels:
-                return False
-            if op == "=" and labels.get(key) != value:
-                return False
-            if op == "!=" and labels.get(key) == value:
-                return False
         fields = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace", "")}
         for key, op, value in self._fields:
             if key not in fields:
@@ -482,7 +347,7 @@ def _term(text: str) -> tuple[str, str, str]:
         if op in text:
             key, value = text.split(op, 1)
             return key.strip(), "!=" if op == "!=" else "=", value.strip()
-    return text.strip(), "exists", ""
+    raise ValueError(f"field selector {text!r} is not supported")
 
 
 def _documents(docs: Iterable[Mapping[str, Any] | str]) -> list[Mapping[str, Any]]:

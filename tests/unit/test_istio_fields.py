@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,8 @@ from app.config.model import ISTIO_KINDS, Kind
 from app.config.schema import parse_message
 from app.errors import FieldError
 from app.webhook.admission import review
-from tests.support.peers import istio_module_dir
+from tests.support.peers import istio_crds_file
 
-CRDS = Path("manifests/charts/base/files/crd-all.gen.yaml")
 UNKNOWN = "notAnIstioField"
 # a step of a path: a field by name, a list's item, a map's value (under the key "1", which
 # is a valid key of a string map and of an integer one)
@@ -40,7 +38,7 @@ ITEM, VALUE = ("[]", ""), ("{}", "")
 @pytest.fixture(scope="session")
 def crds() -> list[dict[str, Any]]:
     """Istio's CRDs for the kinds pilotfish reads."""
-    with (istio_module_dir() / CRDS).open() as f:
+    with istio_crds_file().open() as f:
         found = [d for d in yaml.safe_load_all(f) if d and d["spec"]["names"]["kind"] in ISTIO_KINDS]
     assert {d["spec"]["names"]["kind"] for d in found} == set(ISTIO_KINDS) == set(SPEC_MESSAGES)
     return found

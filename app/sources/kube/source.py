@@ -130,9 +130,15 @@ class KubeSource:
         running = list(self._running.values())
         synced = asyncio.gather(*(informer.synced.wait() for informer, _ in running))
         waiting: list[asyncio.Future[Any]] = [synced, *(task for _, task in running)]
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if not synced.done():  # an informer ended before its first list
-            synced.cancel()
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # an informer ended before its first list, or the caller stopped waiting (e.g. the
+            # account may not list yet): the waits go too, or they would outlive the informers
+            ended = not synced.done()
+            if ended:
+                synced.cancel()
+        if ended:
             self._raise_ended()
 
     def _raise_ended(self) -> None:
