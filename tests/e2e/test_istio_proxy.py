@@ -21,7 +21,9 @@ listener, as in test_mtls.py, which runs the same mesh with ``pilotfish agent`` 
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,7 @@ import pytest
 from tests.e2e.backends import Backends
 from tests.e2e.harness import Reply, free_port, send, wait_until
 from tests.e2e.istio_proxy import IstioProxy, Workload, istio_version, run_istio_proxy
-from tests.e2e.processes import Pilotfish, run_pilotfish
+from tests.e2e.processes import REPO, Pilotfish, run_pilotfish
 from tests.support.cluster import Cluster
 from tests.support.mesh import sidecars_without_capture
 from tests.support.peers import peer_binary
@@ -197,10 +199,19 @@ def istioctl(mesh: Mesh, *args: str) -> str:
     return out.stdout
 
 
+def pilotfish_proxy_status(server: Pilotfish) -> str:
+    argv = [sys.executable, "-m", "app.cli", "proxy-status", "--server", f"http://127.0.0.1:{server.http_port}"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True, cwd=REPO).stdout
+
+
 def table(text: str) -> dict[str, dict[str, str]]:
-    """istioctl's table by its first column, then column name."""
-    header, *lines = [line.split() for line in text.splitlines() if line.strip()]
-    return {line[0]: dict(zip(header, line, strict=True)) for line in lines}
+    """A table as istioctl (and pilotfish) print them, by its first column, then column name:
+    columns start where their headers do (a value may hold a space: ``NOT SENT``)."""
+    header, *lines = [line for line in text.splitlines() if line.strip()]
+    starts = [m.start() for m in re.finditer(r"(?<!\S)\S+(?: \S+)*", header)]
+    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    rows = [[line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)] for line in lines]
+    return {row[0]: dict(zip(names, row, strict=True)) for row in rows}
 
 
 def plaintext_works(mesh: Mesh) -> bool:
@@ -255,6 +266,12 @@ def test_istio_sidecars_get_certificates_config_and_dns_and_talk_mtls(mesh: Mesh
             assert row["CDS"] == row["LDS"] == "SYNCED" and row["ISTIOD"] == "pilotfish", rows
             assert row["VERSION"] == istio_version(), rows
         assert rows[f"client-0.{ns}"]["RDS"] == "SYNCED", rows
+        # ... and shows what pilotfish's own proxy-status shows (istioctl: IGNORED = not watched)
+        ours = table(pilotfish_proxy_status(server))
+        for proxy, row in ours.items():
+            for column in ("CDS", "LDS", "EDS", "RDS"):
+                expected = ("IGNORED", "NOT SENT") if row[column] == "NOT SENT" else (row[column],)
+                assert rows[proxy][column] in expected, (rows, ours)
         versions = istioctl(mesh, "x", "version", "--remote")
         assert f"data plane version: {istio_version()} (2 proxies)" in versions, versions
 
