@@ -31,6 +31,7 @@ from app.config.istio_checks import (
 )
 from app.config.istio_traffic import check_connection_pool, validate_destination_rule, validate_virtual_service
 from app.config.model import Kind
+from app.config.not_applied import not_applied
 from app.config.schema import parse_message
 from app.errors import FieldError
 
@@ -60,7 +61,7 @@ def parse_istio_spec(kind: Kind, spec: Any, namespace: str) -> Message:
 def istio_warnings(spec: object) -> list[str]:
     """What an accepted object asks for that pilotfish cannot honour yet, one line per field;
     shown in ``/debug/configz`` and logged when the object comes in."""
-    out: list[str] = []
+    out: list[str] = not_applied(spec) if isinstance(spec, Message) else []
     if isinstance(spec, net.ServiceEntry) and spec.resolution == net.ServiceEntry.DYNAMIC_DNS:
         out.append(
             "resolution DYNAMIC_DNS: accepted, but pilotfish builds no dynamic forward proxy clusters yet "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.config.istio import istio_warnings
 from app.config.loader import load_object
 from app.config.model import INTERNAL_KINDS, Kind
 
@@ -61,7 +62,9 @@ def _decide(request: Mapping[str, Any], system_namespace: str) -> dict[str, Any]
     result = load_object(obj, "", system_namespace=system_namespace)
     if result.rejected:
         return _denied(f"configuration is invalid: {result.rejected[0].error}")
-    return {"allowed": True}
+    # what pilotfish cannot honour yet reaches the user as kubectl's "Warning:" lines
+    warnings = [w for o in result.objects for w in istio_warnings(o.spec)]
+    return {"allowed": True, **({"warnings": warnings} if warnings else {})}
 
 
 def _denied(message: str) -> dict[str, Any]:
