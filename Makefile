@@ -39,9 +39,11 @@ $(PEERS_STAMP):
 	rm -f .peers/.built-*
 	touch $@
 
-# xDS on :15010 and debug HTTP on :15014 for the bundled example mesh; Ctrl-C stops it.
+# The bundled example mesh on loopback only (its demo token is published): xDS on :15010, TLS xDS
+# and the CA on :15012, debug HTTP on :15014; Ctrl-C stops it.
 run: $(STAMP) $(API_STAMP)
-	$(BIN)/pilotfish serve --config-dir examples/bookinfo --ca-dir .pilotfish/ca --trusted-token-file examples/trusted-tokens
+	$(BIN)/pilotfish serve --config-dir examples/bookinfo --ca-dir .pilotfish/ca --trusted-token-file examples/trusted-tokens \
+		--xds-address 127.0.0.1:15010 --secure-xds-address 127.0.0.1:15012 --http-address 127.0.0.1:15014
 
 test: $(STAMP) $(API_STAMP) $(PEERS_STAMP) $(BIN)/helm lint typecheck unit
 

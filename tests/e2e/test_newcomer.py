@@ -31,7 +31,8 @@ def readme_agent_command() -> str:
 
 def make_run_args(ca_dir: Path) -> tuple[str, ...]:
     """What ``make run`` adds after the config dir, its paths made absolute (the CA in ``ca_dir``)."""
-    line = next(line for line in (REPO / "Makefile").read_text().splitlines() if SERVE in line)
+    recipe = (REPO / "Makefile").read_text().replace("\\\n", " ")  # continuation lines joined
+    line = next(line for line in recipe.splitlines() if SERVE in line)
     args = shlex.split(line.split(SERVE, 1)[1])
     absolute = {".pilotfish/ca": str(ca_dir)}
     return tuple(absolute.get(a) or (str(REPO / a) if a.startswith("examples/") else a) for a in args)

@@ -235,7 +235,9 @@ ISSUE_FIELDS = {
 
 @pytest.mark.parametrize("name", ISSUE_FIELDS)
 def test_fields_users_found_refused_are_admitted(name: str) -> None:
-    assert admit(ISSUE_FIELDS[name]) == {"uid": "u", "allowed": True}
+    # admitted; a field pilotfish does not apply yet comes with a warning (test_not_applied.py)
+    response = admit(ISSUE_FIELDS[name])
+    assert response["allowed"] is True and "status" not in response, response
 
 
 @pytest.mark.parametrize(
