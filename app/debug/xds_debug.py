@@ -28,13 +28,13 @@ from envoy.service.status.v3 import csds_pb2
 from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
+from app.security.authn import parse_spiffe
 from app.xds.generate import ResourceSource
 from app.xds.generators.lds import route_names
-from app.xds.resources import CLUSTER, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, DEBUG_PREFIX, LISTENER, ROUTE
 from app.xds.server import Stream
 from app.xds.watch import WatchedResource
 
-DEBUG_PREFIX = "istio.io/debug"
 SYNCZ = f"{DEBUG_PREFIX}/syncz"
 CONFIG_DUMP = f"{DEBUG_PREFIX}/config_dump"
 
@@ -44,15 +44,10 @@ Named = tuple[str, Message]
 def caller_namespace(identities: Sequence[str], root_namespace: str) -> str | None:
     """The one namespace whose proxies a caller may see, or None for all of them: a caller with
     an identity in the root namespace sees every proxy (istiod callerNamespaceFilter)."""
-    namespaces = [_spiffe_namespace(i) for i in identities]
+    namespaces = [sid.namespace for i in identities if (sid := parse_spiffe(i)) is not None]
     if root_namespace in namespaces:
         return None
-    return next((ns for ns in namespaces if ns), "")
-
-
-def _spiffe_namespace(identity: str) -> str:
-    parts = identity.split("/")  # spiffe://TD/ns/NS/sa/SA
-    return parts[4] if len(parts) >= 7 and parts[3] == "ns" else ""
+    return next(iter(namespaces), "")
 
 
 def control_plane_identifier(pod: str, version: str) -> str:
