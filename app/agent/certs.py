@@ -1,7 +1,9 @@
 """The agent's workload certificate, as pilot-agent's secret manager keeps it: a key made here
 (ECDSA P-256, or RSA 2048), a CSR naming the pod's SPIFFE identity, signed by the control
 plane's certificate service over TLS with the mesh root (the first time with the pod's token,
-afterwards with the current certificate too), renewed at half its lifetime with a little jitter.
+afterwards with the current certificate too), renewed at half its lifetime with a little jitter,
+the lifetime counted from when the agent received it (secretcache.go rotateTime: the CA backdates
+``notBefore``, so from there a short-lived certificate would be due before it arrived).
 Subscribers (the SDS server, the upstream xDS TLS context) are told of every new certificate.
 """
 
@@ -15,9 +17,10 @@ import os
 import random
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -26,6 +29,7 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality
 
 from app.api import ca as ca_api
+from app.errors import PilotfishError
 from app.supervise import Backoff
 
 logger = logging.getLogger("pilotfish.agent")
@@ -35,6 +39,12 @@ ROTATION_RATIO = 0.5  # pilot-agent SECRET_GRACE_PERIOD_RATIO
 ROTATION_JITTER = 0.01  # pilot-agent SECRET_GRACE_PERIOD_RATIO_JITTER
 EXPIRY_MARGIN = datetime.timedelta(seconds=30)  # a certificate this close to its end is not shown
 
+Clock = Callable[[], datetime.datetime]  # the current time, timezone-aware
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
 
 @dataclass(frozen=True, slots=True)
 class WorkloadCertificate:
@@ -43,6 +53,13 @@ class WorkloadCertificate:
     root_pem: str
     not_before: datetime.datetime
     not_after: datetime.datetime
+    received: datetime.datetime  # when the agent got it (pilot-agent SecretItem.CreatedTime)
+
+
+class Signer(Protocol):
+    """What the certificate manager needs of the CA (``CaClient``)."""
+
+    async def sign(self, csr_pem: str, ttl: datetime.timedelta, current: WorkloadCertificate | None) -> list[str]: ...
 
 
 def new_key(key_type: str) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
@@ -56,6 +73,23 @@ def build_csr(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, identity: str
     san = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(identity)])
     builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).add_extension(san, critical=True)
     return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
+
+
+def read_root_certificates(path: Path) -> str:
+    """The mesh root(s) the agent trusts, from the PEM file ``path``, as PEM certificates only
+    (text around them dropped); one clear error, never a traceback, when the file cannot be
+    read or holds no certificate (pilot-agent refuses to start then)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise PilotfishError(f"agent: --root-cert {path}: {e.strerror or e}") from None
+    try:
+        roots = x509.load_pem_x509_certificates(data)
+        text = "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in roots)
+        ssl.create_default_context(cadata=text)
+    except (ValueError, ssl.SSLError):
+        raise PilotfishError(f"agent: --root-cert {path}: not a PEM certificate") from None
+    return text
 
 
 def client_context(root_pem: str, cert: WorkloadCertificate | None, files: Path) -> ssl.SSLContext:
@@ -136,18 +170,22 @@ class CertificateManager:
 
     def __init__(
         self,
-        ca: CaClient,
+        ca: Signer,
         identity: str,
         *,
         key_type: str = "ec",
         ttl: datetime.timedelta = datetime.timedelta(hours=24),
         backoff: Callable[[], Backoff] = Backoff,
+        clock: Clock = utc_now,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._ca = ca
         self._identity = identity
         self._key_type = key_type
         self._ttl = ttl
         self._backoff = backoff
+        self._clock = clock
+        self._sleep = sleep
         self.current: WorkloadCertificate | None = None
         self.issued = 0  # certificates obtained, rotations included
         self._changed = asyncio.Condition()
@@ -174,6 +212,7 @@ class CertificateManager:
             root_pem=chain[-1],
             not_before=leaf.not_valid_before_utc,
             not_after=leaf.not_valid_after_utc,
+            received=self._clock(),
         )
         async with self._changed:
             self.current = cert
@@ -191,18 +230,28 @@ class CertificateManager:
                 cert = await self.renew()
             except Exception as e:  # unreachable CA, refused, a bad answer: retry, keep the old one
                 logger.warning("workload certificate: %s; retrying", e)
-                await asyncio.sleep(backoff.delay())
+                await self._sleep(backoff.delay())
                 continue
             backoff.reset()
-            await asyncio.sleep(rotation_delay(cert, datetime.datetime.now(datetime.UTC)))
+            await self._sleep(rotation_delay(cert, self._clock()))
 
 
-def rotation_delay(cert: WorkloadCertificate, now: datetime.datetime) -> float:
-    """Seconds until renewal: when half the lifetime is left, give or take 1 %."""
-    lifetime = (cert.not_after - cert.not_before).total_seconds()
-    ratio = ROTATION_RATIO + random.uniform(-ROTATION_JITTER, ROTATION_JITTER)
-    renew_at = cert.not_after - datetime.timedelta(seconds=lifetime * ratio)
-    return max((renew_at - now).total_seconds(), 0.0)
+def rotation_delay(
+    cert: WorkloadCertificate,
+    now: datetime.datetime,
+    grace_ratio: float = ROTATION_RATIO,
+    grace_ratio_jitter: float = ROTATION_JITTER,
+) -> float:
+    """Seconds until renewal, as pilot-agent's rotateTime (security/pkg/nodeagent/cache/
+    secretcache.go): the grace period is ``grace_ratio`` (moved up or down by at most
+    ``grace_ratio_jitter``, kept within 0..1) of the lifetime from when the agent received the
+    certificate to its expiry; renew that long before it expires, at once if that has passed.
+    Never from ``notBefore``: the CA backdates it (two minutes, as istiod), and a certificate
+    living at most that long would be renewed as soon as it arrived, again and again."""
+    jitter = random.random() * grace_ratio_jitter * random.choice((-1, 1))
+    ratio = min(max(grace_ratio + jitter, 0.0), 1.0)
+    grace = (cert.not_after - cert.received) * ratio
+    return max((cert.not_after - grace - now).total_seconds(), 0.0)
 
 
 def private_dir() -> Path:

@@ -31,6 +31,7 @@ from app.agent.certs import (
     client_context,
     load_certificate,
     private_dir,
+    read_root_certificates,
 )
 from app.agent.dns import DnsProxy, parse_resolv_conf
 from app.agent.envoy import Envoy, envoy_argv, ready
@@ -105,7 +106,7 @@ class Agent:
     def _security(self, s: AgentSettings) -> tuple[ssl.SSLContext, Callable[[], dict[str, str]]]:
         """The CA client, certificate manager and SDS server; the upstream TLS context, which
         presents each new workload certificate once it is issued."""
-        root = s.root_cert.read_text()
+        root = read_root_certificates(s.root_cert)
         files = self._key_files = private_dir()
         # pilot-agent's CA_ADDR defaults to the discovery address (the secure port serves both)
         ca_address = split_address(s.ca_address or s.discovery_address)

@@ -75,7 +75,7 @@ async def test_a_refused_token_leaves_no_certificate(runtime: Runtime, tmp_path:
 
 def test_renewal_at_half_the_lifetime_with_jitter() -> None:
     start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    cert = WorkloadCertificate(b"", "", "", start, start + datetime.timedelta(hours=24))
+    cert = WorkloadCertificate(b"", "", "", start, start + datetime.timedelta(hours=24), start)
     delays = {rotation_delay(cert, start) for _ in range(50)}
     assert all(12 * 3600 * 0.98 <= d <= 12 * 3600 * 1.02 for d in delays) and len(delays) > 1
     assert rotation_delay(cert, start + datetime.timedelta(hours=23)) == 0.0
@@ -158,6 +158,7 @@ async def test_a_certificate_the_ca_no_longer_accepts_does_not_lock_the_agent_ou
         chain[-1],
         leaf.not_valid_before_utc,
         leaf.not_valid_after_utc,
+        now,
     )
     renewed = await certs.renew()
     assert leaf_uris(renewed) == [IDENTITY] and renewed.root_pem == runtime.ca.root_pem

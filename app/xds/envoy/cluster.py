@@ -29,8 +29,8 @@ from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
-from app.model.sidecar_ingress import UNIX_PREFIX
 from app.model.traffic_policy import merge_traffic_policy
+from app.xds.envoy.address import build_address
 from app.xds.envoy.cluster_policy import (
     HTTP_PROTOCOL_OPTIONS_KEY,
     ClusterDraft,
@@ -453,12 +453,8 @@ def build_inbound_cluster(
     lb_endpoints = []
     if endpoint_address:
         group = endpoint_components_pb2.LocalityLbEndpoints()
-        address = group.lb_endpoints.add().endpoint.address
-        if endpoint_address.startswith(UNIX_PREFIX):
-            address.pipe.path = endpoint_address.removeprefix(UNIX_PREFIX)
-        else:
-            address.socket_address.address = endpoint_address
-            address.socket_address.port_value = endpoint.port
+        # istiod buildInboundLocalityLbEndpoints: a unix:// default endpoint is a pipe
+        group.lb_endpoints.add().endpoint.address.CopyFrom(build_address(endpoint_address, endpoint.port))
         lb_endpoints.append(group)
     kind = int(Cluster.STATIC) if endpoint_address else int(Cluster.ORIGINAL_DST)
     name = inbound_cluster_name(port or endpoint.port)

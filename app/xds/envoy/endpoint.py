@@ -24,11 +24,11 @@ from app.api.mesh import MeshConfig
 from app.config.labels import CLUSTER_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, HealthStatus, Service, ServicePort
+from app.xds.envoy.address import build_address
 from app.xds.envoy.cluster_tls import TLS_MODE_ISTIO
 from app.xds.envoy.metadata import ISTIO_METADATA_KEY
 
 TRANSPORT_SOCKET_MATCH_KEY = "envoy.transport_socket_match"
-UNIX_ADDRESS_PREFIX = "unix://"
 DRAINING_LABEL = "istio.io/draining"  # PILOT_DRAINING_LABEL default
 # PILOT_PERSISTENT_SESSION_LABEL / _HEADER_LABEL defaults: such services still get draining endpoints
 PERSISTENT_SESSION_LABELS = ("istio.io/persistent-session", "istio.io/persistent-session-header")
@@ -100,11 +100,7 @@ def build_lb_endpoint(ep: Endpoint, mtls: bool, service: Service, cluster_id: st
     metadata; ``cluster_id`` is the endpoint's cluster in the workload telemetry string."""
     out = LbEndpoint(health_status=_HEALTH[HealthStatus.DRAINING if is_draining(ep) else ep.health])
     out.load_balancing_weight.value = ep.weight if ep.weight > 0 else 1
-    address = out.endpoint.address
-    if ep.address.startswith(UNIX_ADDRESS_PREFIX):
-        address.pipe.path = ep.address[len(UNIX_ADDRESS_PREFIX) :]
-    else:
-        address.socket_address.address, address.socket_address.port_value = ep.address, ep.port
+    out.endpoint.address.CopyFrom(build_address(ep.address, ep.port))
     md = out.metadata
     md.SetInParent()
     if mtls and ep.tls_mode == TLS_MODE_ISTIO:

@@ -29,6 +29,7 @@ from app.model.service import Protocol as PortProtocol
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import ResolvedVirtualService, VirtualServicesByHost
 from app.xds.cache import Ident
+from app.xds.envoy.address import build_address
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
 from app.xds.envoy.listener_filters import (
     PASSTHROUGH_FILTER_CHAIN,
@@ -39,7 +40,6 @@ from app.xds.envoy.listener_filters import (
     build_filter_chain,
     delimited_stat_prefix,
     http_inspector_filter,
-    socket_address,
     tcp_proxy_filter,
     tls_inspector_filter,
     zero_duration,
@@ -318,7 +318,7 @@ class _Builder:
         mesh = self.ctx.mesh
         name = f"{entry.bind}_{entry.port.port}"
         out = listener_pb2.Listener(name=name, traffic_direction=_OUTBOUND, continue_on_listener_filters_timeout=True)
-        out.address.CopyFrom(socket_address(entry.bind, entry.port.port))
+        out.address.CopyFrom(build_address(entry.bind, entry.port.port))
         if not entry.bind_to_port:
             out.bind_to_port.value = False
         need_http = any(c.application_protocols for c in entry.chains)
@@ -398,7 +398,7 @@ def build_virtual_outbound_listener(
     connection to the listener for its original destination, else the catch-all chain."""
     port, _ = capture_ports(ctx.mesh)
     out = listener_pb2.Listener(name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND)
-    out.address.CopyFrom(socket_address(ctx.wildcard, port))
+    out.address.CopyFrom(build_address(ctx.wildcard, port))
     out.use_original_dst.value = True
     if ctx.proxy.interception_mode == "TPROXY":
         out.transparent.value = True

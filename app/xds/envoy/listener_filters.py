@@ -80,13 +80,6 @@ def delimited_stat_prefix(prefix: str) -> str:
     return prefix + STAT_PREFIX_DELIMITER
 
 
-def socket_address(address: str, port: int) -> address_pb2.Address:
-    out = address_pb2.Address()
-    out.socket_address.address = address
-    out.socket_address.port_value = port
-    return out
-
-
 # --- listener filters ------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.merged_gateway import GatewayServer, MergedServers, ServerPort, merge_gateways
 from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
+from app.xds.envoy.address import build_address
 from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import ServiceTarget
 from app.xds.envoy.jwt import jwt_authn_filters
@@ -37,7 +38,6 @@ from app.xds.envoy.listener_filters import (
     build_filter_chain,
     delimited_stat_prefix,
     http1_options,
-    socket_address,
     tls_inspector_filter,
     zero_duration,
 )
@@ -191,7 +191,7 @@ def _listener(
     """istiod buildGatewayListener: bound to the port, no listener-filter timeout (a gateway's
     inspectors are required, so it waits for the TLS hello)."""
     out = listener_pb2.Listener(name=name, traffic_direction=base_pb2.OUTBOUND)
-    out.address.CopyFrom(socket_address(bind, port))
+    out.address.CopyFrom(build_address(bind, port))
     if any(c.needs_tls_inspector() for c in chains):
         out.listener_filters.append(tls_inspector_filter())
     out.listener_filters_timeout.CopyFrom(zero_duration())

@@ -33,6 +33,7 @@ from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.service import Protocol, ServicePort
 from app.model.sidecar_ingress import SidecarIngress, after_tls_termination, global_unicast_ip
+from app.xds.envoy.address import build_address
 from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
 from app.xds.envoy.jwt import jwt_authn_filters
@@ -53,7 +54,6 @@ from app.xds.envoy.listener_filters import (
     original_dst_filter,
     pack,
     ports_predicate,
-    socket_address,
     tcp_filter_stack,
     tcp_proxy_filter,
     tls_inspector_filter,
@@ -292,7 +292,7 @@ def _listener(
     out = listener_pb2.Listener(
         name=name, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
     )
-    out.address.CopyFrom(socket_address(bind, port))
+    out.address.CopyFrom(build_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
     tproxy = virtual and ctx.proxy.interception_mode == "TPROXY"
     if tproxy:

@@ -25,9 +25,9 @@ from app.config.host import is_ip_address
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Resolution, Service, ServicePort
 from app.model.traffic_policy import merge_traffic_policy
+from app.xds.envoy.address import UNIX_ADDRESS_PREFIX
 from app.xds.envoy.cluster import AppliedDestinationRule, parse_cluster_name
 from app.xds.envoy.endpoint import (
-    UNIX_ADDRESS_PREFIX,
     apply_locality_load_balancer,
     build_locality_endpoints,
     keep_mtls_endpoints,

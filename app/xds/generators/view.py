@@ -106,5 +106,16 @@ class PushContextView(Protocol):
 
 
 def proxy_service_targets(proxy: Proxy, push: PushContextView) -> list[ServiceTarget]:
-    """The (Service, port, endpoint) triples of the proxy's own workload, over all its IPs."""
-    return [target for ip in proxy.ip_addresses for target in push.service_targets(ip)]
+    """The (Service, port, endpoint) triples of the proxy's own workload, over all its IPs, of
+    services in the proxy's own namespace only. The IPs are the proxy's word (INSTANCE_IPS, the
+    node id); istiod looks the workload up within the proxy's namespace (GetProxyServiceTargets:
+    the kube registry by the pod the proxy id names in that namespace, else that namespace's
+    services selecting its labels; the ServiceEntry registry keeps instances of services in the
+    proxy's namespace), so another namespace's pod IP gives none of that namespace's inbound
+    clusters, chains or gateway ports."""
+    return [
+        target
+        for ip in proxy.ip_addresses
+        for target in push.service_targets(ip)
+        if target[0].namespace == proxy.namespace
+    ]
