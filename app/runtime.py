@@ -345,14 +345,13 @@ class Runtime:
         self.metrics.queue_time.observe(dequeued - request.start)  # istiod measures from the push's start
         pushes = stream.connection.pushes
         try:
-            sent = await stream.push(request)
+            # the stream tells the tracer what it wrote, before it processes any answer to it
+            await stream.push(request, dequeued)
         except Exception:
             self.metrics.internal_errors.add()
             raise
         if stream.connection.pushes > pushes:  # not skipped by the dependency filter
             self.metrics.convergence.observe(time.monotonic() - request.start)
-        if request.traces and self.tracer is not None:
-            self.tracer.proxy_pushed(stream.connection.id, stream.connection.proxy.id, request, dequeued, sent)
 
     def _disconnected(self, stream: Stream) -> None:
         self.generator.forget(stream.connection.proxy)

@@ -9,6 +9,18 @@ the proxy's last ACK (a NACK ends it with an error status and Envoy's message). 
 that carries several debounced pushes (the push queue merged them) is a child of the newest and
 links to the others.
 
+A NACK means the push did not converge: that proxy keeps its last good config (DESIGN §5), so
+what the push meant to change is not in force everywhere. The root still ends as soon as every
+proxy has answered (the NACK is an answer: nothing more will come), but with
+``pilotfish.push.converged`` false, status ERROR naming the first rejecting proxy and Envoy's
+message, ``pilotfish.push.nacks`` (how many responses were rejected),
+``pilotfish.push.nacked_proxies`` (which proxies) and one ``pilotfish.nack`` event per NACK (proxy,
+type, message; at most ``MAX_KEYS``). A proxy that disconnects before answering is not a NACK.
+
+The stream reports what a push wrote (``proxy_pushed``) before it processes the next request
+from its client (app/xds/server.py ``Stream.settle``), so an answer is never processed before
+the span waiting for it exists.
+
 Configured only by the standard environment variables (OTEL_TRACES_EXPORTER otlp / console /
 none, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER[_ARG],
 OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*). With the exporter ``none`` (the default) there is no
@@ -92,12 +104,15 @@ class _Push:
     awaiting: set[_ProxyPush] = field(default_factory=set)
     timer: asyncio.TimerHandle | None = None
     ended: bool = False
+    nacks: int = 0  # responses of this push a proxy rejected
+    nacked: dict[str, str] = field(default_factory=dict)  # proxy id -> its first NACK, in order
 
 
 @dataclass(eq=False)
 class _ProxyPush:
     span: Span
     stream_id: str
+    proxy_id: str
     pushes: tuple[_Push, ...]
     pending: dict[str, str]  # type URL -> the nonce whose answer is awaited
     nack: str = ""
@@ -171,7 +186,7 @@ class PushTracer:
                 start_time=self._ns(dequeued),
                 attributes=attributes,
             )
-            proxy = _ProxyPush(span, stream_id, live, {r.type_url: r.nonce for r in responses})
+            proxy = _ProxyPush(span, stream_id, proxy_id, live, {r.type_url: r.nonce for r in responses})
             self._by_stream.setdefault(stream_id, []).append(proxy)
             for push in live:
                 push.awaiting.add(proxy)
@@ -185,14 +200,33 @@ class PushTracer:
             if proxy.pending.get(type_url) != nonce:
                 continue
             del proxy.pending[type_url]
-            if error is not None and not proxy.nack:
-                proxy.nack = f"{SHORT_NAMES.get(type_url, type_url)} NACK: {error}"
+            if error is not None:
+                self._nacked(proxy, type_url, error)
             if not proxy.pending:
                 self._end_proxy(proxy, proxy.nack or None)
 
     def disconnected(self, stream_id: str) -> None:
         for proxy in list(self._by_stream.get(stream_id, ())):
             self._end_proxy(proxy, "the stream closed before the proxy answered")
+
+    def _nacked(self, proxy: _ProxyPush, type_url: str, error: str) -> None:
+        """A response of ``proxy`` was rejected: the proxy span and every push it carries say so."""
+        short = SHORT_NAMES.get(type_url, type_url)
+        if not proxy.nack:
+            proxy.nack = f"{short} NACK: {error}"
+        for push in proxy.pushes:
+            if push.ended:
+                continue
+            push.nacks += 1
+            push.nacked.setdefault(proxy.proxy_id, f"{short} NACK: {error}")
+            if push.nacks <= MAX_KEYS:
+                event: dict[str, AttributeValue] = {
+                    "xds.proxy.id": proxy.proxy_id,
+                    "pilotfish.stream.id": proxy.stream_id,
+                    "xds.type": short,
+                    "pilotfish.nack.message": error,
+                }
+                push.root.add_event("pilotfish.nack", event)
 
     # --- ends ---------------------------------------------------------------------------------
 
@@ -222,8 +256,15 @@ class PushTracer:
         push.ended = True
         if push.timer is not None:
             push.timer.cancel()
-        push.root.set_attribute("pilotfish.push.converged", converged)
+        # a push some proxy rejected is not in force there: not converged, and the root says why
+        push.root.set_attribute("pilotfish.push.converged", converged and not push.nacks)
         push.root.set_attribute("pilotfish.push.proxies", push.proxies)
+        if push.nacks:
+            push.root.set_attribute("pilotfish.push.nacks", push.nacks)
+            push.root.set_attribute("pilotfish.push.nacked_proxies", sorted(push.nacked)[:MAX_KEYS])
+            proxy_id, nack = next(iter(push.nacked.items()))
+            rejected = f"{len(push.nacked)} prox{'y' if len(push.nacked) == 1 else 'ies'} rejected the push"
+            push.root.set_status(Status(StatusCode.ERROR, f"{rejected}; first {proxy_id}: {nack}"))
         push.root.end()
 
     def _expire(self, push: _Push) -> None:

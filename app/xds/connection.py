@@ -4,7 +4,9 @@ A ``Connection`` pairs a proxy with its protocol session (SotW or Delta) and the
 ``ResourceSource`` it asks for resources. Given a request or a push it returns the responses
 to write, in ADS order:
 clusters before endpoints, listeners before routes, and the endpoints (routes) again
-whenever clusters (listeners) were re-sent, which Envoy needs to finish warming them.
+whenever a push re-sent clusters (listeners), which Envoy needs to finish warming them; the
+endpoints of the clusters an answer to a request sent, too (a reconnect's CDS request may
+come after its EDS request: ``_warm``).
 The gRPC servicer (server.py) only feeds it and writes what it returns.
 """
 
@@ -24,7 +26,7 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, EXPLICIT_TYPES, SHORT_NAMES
+from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, EXPLICIT_TYPES, SHORT_NAMES
 from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,11 @@ _Resp_co = TypeVar("_Resp_co", bound=Response, covariant=True)
 
 # child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
 _LEADER = {child: parent for parent, child in FOLLOWS.items()}
+# a type whose answer to a request brings the resources Envoy needs to warm what it sent: the
+# endpoints of the clusters (istiod WarmingDependencies, pilot/pkg/model/context.go; Delta:
+# processDeltaRequest -> forceEDSPush after any CDS answer, pilot/pkg/xds/delta.go). Routes need
+# no such thing: a re-sent listener shares the RDS subscription it had, which is warm already.
+_WARMING = {CLUSTER: ENDPOINT}
 
 
 class Session(Protocol[_Req_contra, _Resp_co]):
@@ -136,7 +143,30 @@ class Connection(Generic[Req, Resp]):
         if resources is None:
             return []
         resp = self.session.answer(outcome.type_url, resources)
-        return [resp] if resp is not None else []
+        if resp is None:
+            return []
+        dependent = _WARMING.get(outcome.type_url)
+        follow = self._warm(dependent, resp) if dependent is not None else None
+        return [resp] if follow is None else [resp, follow]
+
+    def _warm(self, type_url: str, leader: Resp) -> Resp | None:
+        """After an answer that sent clusters, their endpoints, even unchanged: Envoy warms a
+        new or modified EDS cluster only on an assignment that arrives after it. On a reconnect
+        the EDS request may come first (answered before the clusters it has to warm), and Envoy
+        asks for nothing again (Delta) or only ACKs (SotW, same names). As istiod, whose Delta
+        server pushes EDS after every CDS answer (delta.go forceEDSPush) and whose SotW server
+        answers the next EDS request whatever it is (context.go NewWatchedResource sets
+        AlwaysRespond); here, the endpoints of the clusters sent (SotW: the whole watched set),
+        right away. Nothing when the stream does not watch endpoints (yet: its first EDS request
+        gets everything it names, delta.NAMES_ONLY_ON_RECONNECT)."""
+        watch = self.session.watches.get(type_url)
+        sent = frozenset(r.name for r in leader.resources)
+        if watch is None or not sent:
+            return None
+        resources = self.source.generate(type_url, self.proxy, watch)
+        if resources is None:
+            return None
+        return self.session.response(type_url, resources, force_names=sent)
 
     def on_push(self, req: PushRequest) -> list[Resp]:
         """The responses a push needs, in ADS order; none when the change cannot affect this

@@ -8,6 +8,15 @@ whose version differs are sent, names the client has that no longer exist go in
 ``removed_resources``, and a subscribed name that does not exist is simply not sent until
 it appears (xDS protocol doc, "Incremental xDS"). What was sent counts as what the client
 has, so a NACKed resource is not resent until its content changes.
+
+Initial versions (a reconnect, after a restart of either side): versions are content hashes,
+so for clusters, listeners and routes the client's are diffed against and only what differs is
+sent. For endpoints (``NAMES_ONLY_ON_RECONNECT``) only the names count, so what is gone is removed
+and everything watched is sent again, as istiod does for every type but WDS (it reads
+``InitialResourceVersions`` nowhere else: pilot/pkg/xds/delta.go passes them on in
+``PushRequest.Delta``, only workload.go reads them): a cluster the new stream re-sends, or one
+still warming when the old stream broke, stays warming until an assignment arrives after it
+(Envoy with ``initial_fetch_timeout: 0s``: for ever), and an EDS request cannot say which are.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Collection, Sequence
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.resources import EXPLICIT_TYPES
+from app.xds.resources import ENDPOINT, EXPLICIT_TYPES
 from app.xds.response import DeltaResponse
 from app.xds.watch import (
     WILDCARD,
@@ -33,6 +42,12 @@ from app.xds.watch import (
     is_wildcard_request,
     set_version,
 )
+
+# types whose initial_resource_versions are taken as the names the client holds, not the versions:
+# all of them is sent on the first request of a stream (see the module docstring)
+NAMES_ONLY_ON_RECONNECT = frozenset({ENDPOINT})
+# what the client is taken to hold of those: a content hash is never empty, so it differs from any
+UNKNOWN_VERSION = ""
 
 
 class DeltaSession:
@@ -56,8 +71,12 @@ class DeltaSession:
             check_new_watch(self.watches)
             w = WatchedResource(type_url, is_wildcard_request(type_url, subscribe))
             self.watches[type_url] = w
-            # what the client kept from an earlier stream: diffed against, not resent
-            w.client_versions.update(req.initial_resource_versions)
+            # what the client kept from an earlier stream: diffed against, not resent (endpoints:
+            # held, so what is gone is removed, but sent again)
+            if type_url in NAMES_ONLY_ON_RECONNECT:
+                w.client_versions.update(dict.fromkeys(req.initial_resource_versions, UNKNOWN_VERSION))
+            else:
+                w.client_versions.update(req.initial_resource_versions)
             self._apply(w, subscribe, unsubscribe)
             _forget_unwatched(w)
             return Outcome(RequestKind.INITIAL, type_url, True)

@@ -6,6 +6,10 @@ request then carries (``PushRequest.traces``; merged requests carry all of their
 it was queued for reports once that it is done with it (``proxy_pushed``, with the responses
 written, none when it was skipped or gone); and the client's answers to responses arrive as
 ``answered``. Without an observer none of this runs: the push path pays nothing.
+
+Order: a stream reports ``proxy_pushed`` from its own coroutine, after the last write and before
+it takes the next request from its inbox (server.py ``Stream.settle``), so ``answered`` for a
+response always comes after the ``proxy_pushed`` that carried it, however fast the client is.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class PushObserver(Protocol):
         responses: Sequence[DeltaResponse | SotwResponse],
     ) -> None:
         """A stream is done with a (possibly merged) request: ``responses`` were written (none:
-        skipped, or the stream closed); ``dequeued`` is when a push worker took it."""
+        skipped, or the stream closed); ``dequeued`` is when a push worker took it. Called before
+        any answer to those responses is processed."""
         ...
 
     def answered(self, stream_id: str, type_url: str, nonce: str, error: str | None) -> None:

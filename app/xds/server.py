@@ -2,7 +2,10 @@
 
 Every stream is one coroutine that owns one ``Connection``. A reader task feeds requests
 into the stream's inbox; pushes from the PushQueue workers arrive in the same inbox, so
-requests and pushes are handled one at a time, in arrival order, by the stream coroutine.
+requests and pushes are handled one at a time, in arrival order, by the stream coroutine. The
+stream coroutine itself tells the observer what a push wrote (``Stream.settle``) before it takes
+the next inbox item: a client's answer may be queued before the write that carried the response
+returns, and must never reach the observer before the push it answers.
 The per-type services (CDS, EDS, LDS, RDS; SotW and Delta) are the same handler with the
 session restricted to one type. A bad node or a request no client should send (too many
 resource names or types: app/xds/watch.py) ends that stream with INVALID_ARGUMENT, and a
@@ -94,6 +97,7 @@ SERVICES: dict[str, tuple[str, str, frozenset[str] | None]] = {
 class _Push:
     request: PushRequest
     done: asyncio.Future[None]
+    dequeued: float  # when a push worker took it (monotonic)
     sent: list[AnyResponse] = field(default_factory=list)  # what the push wrote
 
 
@@ -152,16 +156,35 @@ class Stream:
     closed: bool = False
     identity: str = ""  # the secure port's authenticated identities; "" on the plaintext port
     budget: RequestBudget = field(default_factory=lambda: RequestBudget(time.monotonic))
+    observer: PushObserver | None = None  # told what each push wrote (app/xds/observe.py)
 
-    async def push(self, request: PushRequest) -> list[AnyResponse]:
+    async def push(self, request: PushRequest, dequeued: float | None = None) -> list[AnyResponse]:
         """Hand a push to the stream coroutine and wait until its responses are written; returns
-        them (none: nothing changed for this proxy, or the stream closed)."""
+        them (none: nothing changed for this proxy, or the stream closed). ``dequeued``: when
+        the push worker took it (default now). The observer hears of it from the stream (see
+        ``settle``), not from the caller."""
+        taken = time.monotonic() if dequeued is None else dequeued
+        item = _Push(request, asyncio.get_running_loop().create_future(), taken)
         if self.closed:
+            self.settle(item)
             return []
-        item = _Push(request, asyncio.get_running_loop().create_future())
         self.inbox.put_nowait(item)
         await item.done
         return item.sent
+
+    def settle(self, item: _Push) -> None:
+        """The stream is done with a push: the observer is told what it wrote, then the push
+        worker is released. The stream coroutine calls this before it takes the next item of its
+        inbox, so the observer knows what was sent before any answer to it is processed (an
+        answer can be in the inbox before the write that carried the response returns)."""
+        if item.done.done():
+            return
+        try:
+            if self.observer is not None and item.request.traces:
+                conn = self.connection
+                self.observer.proxy_pushed(conn.id, conn.proxy.id, item.request, item.dequeued, item.sent)
+        finally:
+            item.done.set_result(None)
 
 
 class XdsServer:
@@ -381,7 +404,8 @@ class XdsServer:
             if outcome.unsolicited:
                 budget.spend()  # raises RequestFlood before the request costs any generating
 
-        stream = Stream(Connection(conn_id, proxy, session, self._source, on_outcome), inbox, budget=budget)
+        connection = Connection(conn_id, proxy, session, self._source, on_outcome)
+        stream = Stream(connection, inbox, budget=budget, observer=self._observer)
         if caller is not None:
             stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
@@ -404,8 +428,8 @@ class XdsServer:
         # release workers waiting on pushes this stream will never write
         while not stream.inbox.empty():
             item = stream.inbox.get_nowait()
-            if isinstance(item, _Push) and not item.done.done():
-                item.done.set_result(None)
+            if isinstance(item, _Push):
+                stream.settle(item)
         logger.info("xDS disconnected: %s", stream.connection.id)
 
     async def _write_push(
@@ -420,7 +444,10 @@ class XdsServer:
                     item.sent.append(resp)
                     self._metrics.pushed_type(resp.type_url, connection.build_seconds.get(resp.type_url, 0.0) + written)
         finally:
-            if not item.done.done():
+            # before the stream takes its next inbox item: answers to these responses may be there
+            if stream is not None:
+                stream.settle(item)
+            elif not item.done.done():
                 item.done.set_result(None)
 
     async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> float:

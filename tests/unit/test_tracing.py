@@ -69,7 +69,12 @@ async def test_a_push_trace_ends_when_the_last_proxy_acked_everything(exported: 
     spans = exported.get_finished_spans()
     (root,) = by_name(spans, "pilotfish.push")
     assert root.attributes is not None
-    assert root.attributes["pilotfish.push.converged"] is True
+    # every proxy answered, but b rejected the push: it ended, not converged, naming the NACK
+    assert root.attributes["pilotfish.push.converged"] is False
+    assert root.attributes["pilotfish.push.nacked_proxies"] == ("b.ns",)
+    assert root.status.status_code is StatusCode.ERROR and "b.ns: cds NACK: unknown field" in (
+        root.status.description or ""
+    )
     assert root.attributes["pilotfish.push.proxies"] == 2
     assert root.attributes["pilotfish.push.events"] == 2
     assert root.attributes["pilotfish.push.configs_updated"] == ("DestinationRule/ns/reviews",)
