@@ -58,7 +58,10 @@ class Caller:
 
 def certificate_identities(der: bytes) -> tuple[str, ...]:
     """The URI SANs of a (verified) client certificate."""
-    cert = x509.load_der_x509_certificate(der)
+    return uri_sans(x509.load_der_x509_certificate(der))
+
+
+def uri_sans(cert: x509.Certificate) -> tuple[str, ...]:
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:

@@ -11,6 +11,14 @@ Workload certificates are made from a CSR's public key alone: the identity (SAN 
 the caller authenticated as, never what the CSR asks for; key usage digital signature + key
 encipherment, server and client auth, valid from two minutes ago (clock skew) for the requested
 lifetime (24 h when none is asked for, at most ``max_ttl``), never past the signing cert.
+
+What the CA refuses, and how (issue 24): a CSR that does not parse or verify, a key it does not
+accept or a lifetime over the maximum is the caller's fault, istiod's CSRError / TTLError
+(InvalidArgument, "CSR signing error (...)"), never an exception of this process. Keys: RSA of at
+least 2048 bits (istiod's MinimumRsaKeySize, the least pilot-agent generates) and ECDSA on P-256,
+P-384 or P-521, signed with SHA-256/384/512. istiod itself refuses less (Go's x509 and crypto/rsa
+refuse RSA under 1024 bits, SHA-1 and MD5 signatures and curves other than P-224/256/384/521, so
+it signs RSA-1024 and P-224, and Ed25519); pilotfish deliberately refuses those too.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
@@ -38,27 +47,43 @@ ROOT_TTL = datetime.timedelta(days=3650)  # istiod CITADEL_SELF_SIGNED_CA_CERT_T
 CLOCK_SKEW = datetime.timedelta(minutes=2)  # istiod ClockSkewGracePeriod
 CA_FILES = ("ca-cert.pem", "ca-key.pem", "cert-chain.pem", "root-cert.pem")
 CRL_FILE = "ca-crl.pem"  # optional, as in istiod's plugged-in cacerts
+MIN_RSA_BITS = 2048  # istiod MinimumRsaKeySize (security/pkg/pki/util/generate_csr.go)
+EC_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
+SIGNATURE_HASHES = {"sha256": "SHA-256", "sha384": "SHA-384", "sha512": "SHA-512"}
+
+# istiod's caerror.ErrType names (security/pkg/pki/error/error.go), its metric's ``error`` label
+CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR = "CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR"
 
 
 class CaError(Exception):
-    """A request the CA refuses: a bad CSR, a lifetime over the maximum (``internal`` False:
-    the caller's fault, InvalidArgument as istiod's CSRError / TTLError), or cannot serve (an
-    expired signing certificate: Internal, istiod's CertGenError)."""
+    """A request the CA refuses, as istiod's caerror: a bad CSR (``CSR_ERROR``) or a lifetime
+    over the maximum (``TTL_ERROR``) are the caller's fault (InvalidArgument); what it cannot
+    serve, such as an expired signing certificate (``CERT_GEN_ERROR``), is Internal."""
 
-    def __init__(self, message: str, *, internal: bool = False) -> None:
+    def __init__(self, message: str, *, kind: str = CSR_ERROR) -> None:
         super().__init__(message)
-        self.internal = internal
+        self.kind = kind
+
+    @property
+    def internal(self) -> bool:
+        return self.kind not in (CSR_ERROR, TTL_ERROR)
 
 
-def go_duration(delta: datetime.timedelta) -> str:
-    """A duration as Go's time.Duration prints it (``24h0m0s``, ``1m30s``, ``1.5s``)."""
-    total = delta.total_seconds()
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    secs = f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+def go_duration(delta: datetime.timedelta | int) -> str:
+    """A duration as Go's time.Duration prints it (``24h0m0s``, ``1m30s``, ``1.5s``); an int is
+    seconds, of any size (a request's lifetime may be more than a timedelta holds)."""
+    if isinstance(delta, datetime.timedelta):
+        micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    else:
+        micros = delta * 1_000_000
+    sign, micros = ("-", -micros) if micros < 0 else ("", micros)
+    hours, rest = divmod(micros, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    whole, fraction = divmod(rest, 1_000_000)
+    secs = f"{whole}.{fraction:06d}".rstrip("0").rstrip(".") + "s"
     if hours:
-        return f"{int(hours)}h{int(minutes)}m{secs}"
-    return f"{int(minutes)}m{secs}" if minutes else secs
+        return f"{sign}{hours}h{minutes}m{secs}"
+    return f"{sign}{minutes}m{secs}" if minutes else sign + secs
 
 
 def spiffe_id(trust_domain: str, namespace: str, service_account: str) -> str:
@@ -170,26 +195,27 @@ class CertificateAuthority:
         self,
         csr_pem: str,
         identities: Sequence[str],
-        ttl: datetime.timedelta = datetime.timedelta(0),
+        ttl: datetime.timedelta | int = 0,
         now: datetime.datetime | None = None,
     ) -> list[str]:
         """istiod CreateCertificate: a certificate for the CSR's key naming ``identities``,
-        returned as istiod returns it: the leaf, each cert of the chain, then the root."""
-        try:
-            csr = x509.load_pem_x509_csr(csr_pem.encode())
-        except ValueError as e:
-            raise CaError(f"CSR: {e}") from None
-        if not csr.is_signature_valid:
-            raise CaError("CSR: its signature does not verify")
-        if ttl > self.max_ttl:
-            wanted, most = go_duration(ttl), go_duration(self.max_ttl)
-            raise CaError(f"requested TTL {wanted} is greater than the max allowed TTL {most}")
-        public = csr.public_key()
-        if not isinstance(public, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
-            raise CaError("CSR: want an RSA or ECDSA key")
+        returned as istiod returns it: the leaf, each cert of the chain, then the root.
+        ``ttl`` (a timedelta, or seconds as a request carries them, any int64): none or a
+        negative one is the default lifetime, one over ``max_ttl`` is refused (istiod sign)."""
+        public = _checked_public_key(csr_pem)
+        lifetime = self._lifetime(ttl)
         uris = [x509.UniformResourceIdentifier(i) for i in identities]
-        cert = self._issue(public, uris, ttl if ttl > datetime.timedelta(0) else self.default_ttl, now, client=True)
+        cert = self._issue(public, uris, lifetime, now, client=True)
         return [_pem(cert), *split_pem(self.cert_chain_pem), self.root_pem]
+
+    def _lifetime(self, ttl: datetime.timedelta | int) -> datetime.timedelta:
+        seconds = ttl.total_seconds() if isinstance(ttl, datetime.timedelta) else ttl
+        if seconds > self.max_ttl.total_seconds():
+            wanted, most = go_duration(ttl), go_duration(self.max_ttl)
+            raise CaError(f"requested TTL {wanted} is greater than the max allowed TTL {most}", kind=TTL_ERROR)
+        if seconds <= 0:
+            return self.default_ttl
+        return ttl if isinstance(ttl, datetime.timedelta) else datetime.timedelta(seconds=ttl)
 
     def server_certificate(
         self, key: ec.EllipticCurvePrivateKey, dns_names: Sequence[str], ips: Sequence[str], ttl: datetime.timedelta
@@ -213,7 +239,7 @@ class CertificateAuthority:
         now = now or _now()
         signer = self.signing_cert
         if now >= signer.not_valid_after_utc:
-            raise CaError(f"signing certificate has expired at {signer.not_valid_after_utc}", internal=True)
+            raise CaError(f"signing certificate has expired at {signer.not_valid_after_utc}", kind=CERT_GEN_ERROR)
         not_after = min(now + ttl, signer.not_valid_after_utc)  # never outlives its signer
         usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])]
         authority = _authority_key_id(signer)
@@ -233,6 +259,49 @@ class CertificateAuthority:
             .add_extension(authority, critical=False)
             .sign(self.signing_key, hashes.SHA256())
         )
+
+
+def _checked_public_key(csr_pem: str) -> rsa.RSAPublicKey | ec.EllipticCurvePublicKey:
+    """The CSR's public key, once the CSR parses, its key is one the CA accepts and its
+    signature verifies (istiod: ParsePemEncodedCSR, then CheckSignature); else a CSR_ERROR
+    that says why, never an exception of the libraries."""
+    if "-----BEGIN" not in csr_pem:
+        raise CaError("CSR: certificate signing request is not properly encoded")  # istiod's words
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem.encode())
+    except (ValueError, UnicodeError):
+        raise CaError("CSR: failed to parse X.509 certificate signing request") from None
+    try:
+        public = csr.public_key()
+    except (UnsupportedAlgorithm, ValueError) as e:  # a curve OpenSSL does not know, a bad point
+        raise CaError(f"CSR: unsupported public key: {e}") from None
+    if isinstance(public, rsa.RSAPublicKey):
+        if public.key_size < MIN_RSA_BITS:
+            raise CaError(f"CSR: RSA key of {public.key_size} bits is too small: at least {MIN_RSA_BITS} bits")
+    elif isinstance(public, ec.EllipticCurvePublicKey):
+        if public.curve.name not in EC_CURVES:
+            raise CaError(f"CSR: elliptic curve {public.curve.name} is not accepted: want {_either(EC_CURVES)}")
+    else:
+        raise CaError("CSR: want an RSA or ECDSA key")
+    try:
+        digest = csr.signature_hash_algorithm
+    except UnsupportedAlgorithm:
+        digest = None
+    if digest is None or digest.name not in SIGNATURE_HASHES:
+        name = digest.name if digest is not None else csr.signature_algorithm_oid.dotted_string
+        raise CaError(f"CSR: signature hash {name} is not accepted: want {_either(SIGNATURE_HASHES)}")
+    try:
+        valid = csr.is_signature_valid
+    except (UnsupportedAlgorithm, ValueError):
+        valid = False
+    if not valid:
+        raise CaError("CSR: its signature does not verify")
+    return public
+
+
+def _either(names: dict[str, str]) -> str:
+    *first, last = names.values()
+    return f"{', '.join(first)} or {last}"
 
 
 def _authority_key_id(signer: x509.Certificate) -> x509.AuthorityKeyIdentifier:
