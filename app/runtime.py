@@ -98,7 +98,10 @@ class Runtime:
             self.ca = CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain())
             ns = settings.system_namespace
             self.secure = SecurePort(
-                self.ca, (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"), ("127.0.0.1", "::1")
+                self.ca,
+                (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+                ("127.0.0.1", "::1"),
+                on_refuse=self.metrics.secure_port_refused,
             )
             tokens = TrustedTokenFile(settings.trusted_token_file) if settings.trusted_token_file else None
             self._authenticator = Authenticator(self.secure, tokens, self._trust_domain)

@@ -104,6 +104,11 @@ class PilotMetrics:
         self.xds_auth_failures = Metric(
             "pilotfish_xds_auth_failures", "Secure-port xDS streams refused, by gRPC status.", "counter"
         )
+        self.secure_port_refusals = Metric(
+            "pilotfish_secure_port_refused",
+            "Secure-port connections refused before any gRPC, by reason (caps, handshake timeout or error, not HTTP/2).",
+            "counter",
+        )
         self.cache_hits = Metric("pilotfish_xds_cache_hits", "Shared resource cache lookups answered.", "counter")
         self.cache_misses = Metric("pilotfish_xds_cache_misses", "Shared resource cache lookups built.", "counter")
         self.cache_evictions = Metric(
@@ -137,6 +142,10 @@ class PilotMetrics:
     def auth_failure(self, code: str) -> None:
         """A secure-port stream was refused (UNAUTHENTICATED, PERMISSION_DENIED)."""
         self.xds_auth_failures.add(code=code)
+
+    def secure_port_refused(self, reason: str) -> None:
+        """The secure port closed a connection before relaying it (app/security/server.py)."""
+        self.secure_port_refusals.add(reason=reason)
 
     def certificate_request(self, outcome: str) -> None:
         """The CA answered a CSR: ``success``, ``authn_error`` or ``sign_error``."""
@@ -211,6 +220,7 @@ class PilotMetrics:
                 self.csr_sign_errors,
                 self.certs_issued,
                 self.xds_auth_failures,
+                self.secure_port_refusals,
                 self.cache_hits,
                 self.cache_misses,
                 self.cache_evictions,

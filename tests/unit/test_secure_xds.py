@@ -228,3 +228,17 @@ async def test_debug_types_need_an_authenticated_caller(runtime: Runtime) -> Non
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await first_response(ch, None, istioctl_request(SYNCZ))
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_connections_the_secure_port_refuses_are_counted_in_metrics(runtime: Runtime) -> None:
+    assert runtime.secure is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", runtime.secure.port)
+    writer.write(b"GET / HTTP/1.1\r\n\r\n")  # not TLS at all
+    await writer.drain()
+    await asyncio.wait_for(reader.read(), 15)  # the port closes it
+    writer.close()
+    for _ in range(100):
+        if 'pilotfish_secure_port_refused{reason="handshake_error"} 1' in runtime.metrics_text():
+            break
+        await asyncio.sleep(0.05)
+    assert 'pilotfish_secure_port_refused{reason="handshake_error"} 1' in runtime.metrics_text()
