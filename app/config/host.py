@@ -36,6 +36,40 @@ def matches(a: str, b: str) -> bool:
     return a == b
 
 
+def first_overlap(hosts: Sequence[str]) -> tuple[int, int] | None:
+    """The first pair ``(i, j)``, ``j < i``, of hosts that ``matches`` (smallest ``i``, then
+    smallest ``j``), or None: what comparing every pair finds, in O(n log n) comparisons.
+
+    Two hosts overlap when they are equal, or one is a wildcard ``*s`` and the other's name
+    (without its own ``*``) ends with ``s``. Reversed, "ends with" is "starts with": sorted by
+    reversed name, the wildcards that are a prefix of a name form a chain of nested prefixes
+    just before it (a stack), so one pass finds, for every host, the earliest-indexed wildcard
+    covering it, and equal names sit next to each other."""
+    order = sorted(
+        ((h[:0:-1], 0, i) if h.startswith("*") else (h[::-1], 1, i) for i, h in enumerate(hosts)),
+    )
+    best: tuple[int, int] | None = None
+    chain: list[tuple[str, int]] = []  # (reversed suffix, smallest index along the chain so far)
+    previous: tuple[str, int, int] | None = None
+    for name, exact, i in order:
+        while chain and not name.startswith(chain[-1][0]):
+            chain.pop()
+        pairs = []
+        if chain:
+            pairs.append((i, chain[-1][1]))
+        if exact and previous is not None and previous[1] and previous[0] == name:
+            pairs.append((i, previous[2]))  # equal names: the earlier one is first in the group
+        for a, b in pairs:
+            pair = (a, b) if a > b else (b, a)
+            if best is None or pair < best:
+                best = pair
+        if not exact:
+            chain.append((name, min(i, chain[-1][1]) if chain else i))
+        if previous is None or not (previous[1] and exact and previous[0] == name):
+            previous = (name, exact, i)
+    return best
+
+
 def subset_of(a: str, b: str) -> bool:
     """True when every name ``a`` covers is covered by ``b`` (``foo.com`` is a subset of ``*.com``)."""
     if is_wildcard(b):

@@ -8,6 +8,7 @@ Each raises FieldError naming the field path; parsing (app/config/schema.py) cam
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -15,7 +16,7 @@ import re2
 from google.protobuf import duration_pb2
 
 from app.api import networking as net
-from app.config.host import matches, validate_fqdn
+from app.config.host import first_overlap, validate_fqdn
 from app.config.istio_checks import (
     check_duration,
     check_export_to,
@@ -151,34 +152,77 @@ def _check_counts(path: str, counts: Sequence[tuple[str, int]]) -> None:
 # Envoy compiles safe_regex with RE2 and rejects the whole update for one bad pattern; istiod
 # checks with Go's RE2 and caps the length (pkg/config/validation validateStringRegexp)
 MAX_REGEX_LENGTH = 1024
+# Envoy refuses a regex whose RE2 program is larger than re2.max_program_size.error_level, which
+# Istio's bootstrap (and pilotfish's agent, app/agent/bootstrap.py) set to 32768: 1024 characters
+# can compile to 233,004 instructions (\pN{1000}), and every proxy would NACK the route
+MAX_REGEX_PROGRAM_SIZE = 32768
+# every regex of one object together, counted as Envoy compiles them (once per occurrence):
+# compiling takes ~0.2 us an instruction, so this bounds what one object's regexes cost to check
+# (and each proxy to compile) to a few hundred ms; a route regex is typically 10-300 instructions
+MAX_REGEX_PROGRAM_TOTAL = 1 << 21
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # the error is reported as the rejection, not on stderr
+# compiling stops past this memory: above 1 MiB every program of up to 40,000 instructions still
+# compiles (measured), so nothing Envoy accepts is refused, and a pattern far past the limit fails
+# in a few ms instead of building all of its 8 MiB default
+_RE2_OPTIONS.max_mem = 2 << 20
 
 
-def _check_regex(path: str, pattern: str) -> None:
+class RegexBudget:
+    """The RE2 instructions one object's regexes may still compile to."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, total: int = MAX_REGEX_PROGRAM_TOTAL) -> None:
+        self.left = total
+
+
+@functools.lru_cache(maxsize=1024)
+def _program_size(pattern: str) -> int | str:
+    """The RE2 program size of ``pattern`` (as Envoy measures it), or why it does not compile."""
+    try:
+        return int(re2.compile(pattern, _RE2_OPTIONS).programsize)
+    except re2.error as e:
+        return e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+
+
+def _check_regex(path: str, pattern: str, budget: RegexBudget) -> None:
     if len(pattern) > MAX_REGEX_LENGTH:
         raise fail(path, f"regex is too large, max length allowed is {MAX_REGEX_LENGTH}")
-    try:
-        re2.compile(pattern, _RE2_OPTIONS)
-    except re2.error as e:
-        reason = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise fail(path, f"not a valid RE2 regex: {reason}") from None
+    size = _program_size(pattern)
+    if isinstance(size, str):
+        if "pattern too large" in size:
+            size = MAX_REGEX_PROGRAM_SIZE + 1
+        else:
+            raise fail(path, f"not a valid RE2 regex: {size}")
+    if size > MAX_REGEX_PROGRAM_SIZE:
+        raise fail(
+            path,
+            f"regex is too large: its RE2 program is more than the {MAX_REGEX_PROGRAM_SIZE} instructions "
+            "Envoy accepts (re2.max_program_size.error_level)",
+        )
+    budget.left -= size
+    if budget.left < 0:
+        raise fail(
+            path,
+            f"the regexes of this object compile to more than {MAX_REGEX_PROGRAM_TOTAL} RE2 instructions together",
+        )
 
 
-def _check_string_match(path: str, sm: net.StringMatch) -> None:
+def _check_string_match(path: str, sm: net.StringMatch, budget: RegexBudget) -> None:
     kind = sm.WhichOneof("match_type")
     if kind == "regex":
         if not sm.regex:
             raise fail(f"{path}.regex", "regex string match should not be empty")
-        _check_regex(f"{path}.regex", sm.regex)
+        _check_regex(f"{path}.regex", sm.regex, budget)
     elif kind == "prefix" and not sm.prefix:
         raise fail(f"{path}.prefix", "prefix string match should not be empty")
 
 
-def _check_match_request(path: str, match: net.HTTPMatchRequest) -> None:
+def _check_match_request(path: str, match: net.HTTPMatchRequest, budget: RegexBudget) -> None:
     for name in ("uri", "scheme", "method", "authority"):
         if match.HasField(name):
-            _check_string_match(f"{path}.{name}", getattr(match, name))
+            _check_string_match(f"{path}.{name}", getattr(match, name), budget)
     groups: tuple[tuple[str, Mapping[str, net.StringMatch]], ...] = (
         ("headers", match.headers),
         ("queryParams", match.query_params),
@@ -186,7 +230,7 @@ def _check_match_request(path: str, match: net.HTTPMatchRequest) -> None:
     )
     for field, entries in groups:
         for key in sorted(entries):
-            _check_string_match(f"{path}.{field}.{key}", entries[key])
+            _check_string_match(f"{path}.{field}.{key}", entries[key], budget)
     _check_l4_match(path, match)
 
 
@@ -214,19 +258,23 @@ def check_destination(dest: net.Destination, path: str) -> None:
 def validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
     if not vs.hosts and vs.gateways:
         raise fail("hosts", "is required (only a delegate VirtualService, bound to no gateway, may omit it)")
+    mesh_bound = not vs.gateways or "mesh" in vs.gateways
     for i, h in enumerate(vs.hosts):
         check_host(f"hosts[{i}]", h, ip_ok=True)
-        if h == "*" and (not vs.gateways or "mesh" in vs.gateways):
+        if h == "*" and mesh_bound:
             raise fail(f"hosts[{i}]", "'*' is not allowed for a VirtualService bound to the mesh gateway")
-        for j in range(i):
-            if matches(vs.hosts[j], h):
-                raise fail(f"hosts[{i}]", f"{h!r} overlaps hosts[{j}] {vs.hosts[j]!r}")
+    # as istiod, once every host is valid: the first pair that overlaps (not every pair compared)
+    overlap = first_overlap(vs.hosts)
+    if overlap is not None:
+        i, j = overlap
+        raise fail(f"hosts[{i}]", f"{vs.hosts[i]!r} overlaps hosts[{j}] {vs.hosts[j]!r}")
     check_export_to(vs.export_to, "exportTo", namespace)
     for i, g in enumerate(vs.gateways):
         if not g:
             raise fail(f"gateways[{i}]", "must not be empty")
+    budget = RegexBudget()
     for i, route in enumerate(vs.http):
-        _check_http_route(f"http[{i}]", route)
+        _check_http_route(f"http[{i}]", route, budget)
     l4: list[tuple[str, Sequence[net.RouteDestination]]] = [
         *((f"tcp[{i}]", r.route) for i, r in enumerate(vs.tcp)),
         *((f"tls[{i}]", r.route) for i, r in enumerate(vs.tls)),
@@ -250,7 +298,7 @@ def validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
             _check_l4_match(f"tls[{i}].match[{j}]", m)
 
 
-def _check_http_route(here: str, route: net.HTTPRoute) -> None:
+def _check_http_route(here: str, route: net.HTTPRoute, budget: RegexBudget) -> None:
     """validateHTTPRoute, for what pilotfish reads."""
     has_route = len(route.route) > 0
     actions = [has_route, route.HasField("redirect"), route.HasField("direct_response"), route.HasField("delegate")]
@@ -269,11 +317,11 @@ def _check_http_route(here: str, route: net.HTTPRoute) -> None:
     if len(route.route) > 1 and sum(d.weight for d in route.route) == 0:
         raise fail(f"{here}.route", "total destination weight = 0")
     for j, match in enumerate(route.match):
-        _check_match_request(f"{here}.match[{j}]", match)
+        _check_match_request(f"{here}.match[{j}]", match, budget)
     if route.HasField("rewrite") and route.rewrite.HasField("uri_regex_rewrite"):
-        _check_regex(f"{here}.rewrite.uriRegexRewrite.match", route.rewrite.uri_regex_rewrite.match)
+        _check_regex(f"{here}.rewrite.uriRegexRewrite.match", route.rewrite.uri_regex_rewrite.match, budget)
     if route.HasField("cors_policy"):
-        _check_cors_policy(f"{here}.corsPolicy", route.cors_policy)
+        _check_cors_policy(f"{here}.corsPolicy", route.cors_policy, budget)
     if route.HasField("fault"):
         _check_fault(f"{here}.fault", route.fault)
     _check_mirrors(here, route)
@@ -285,10 +333,10 @@ def _check_http_route(here: str, route: net.HTTPRoute) -> None:
         raise fail(f"{here}.directResponse.status", "must be an HTTP status between 200 and 599")
 
 
-def _check_cors_policy(path: str, cors: net.CorsPolicy) -> None:
+def _check_cors_policy(path: str, cors: net.CorsPolicy, budget: RegexBudget) -> None:
     """validateCORSPolicy: origin regexes; maxAge as ValidateDuration, in whole seconds."""
     for j, origin in enumerate(cors.allow_origins):
-        _check_string_match(f"{path}.allowOrigins[{j}]", origin)
+        _check_string_match(f"{path}.allowOrigins[{j}]", origin, budget)
     if cors.HasField("max_age"):
         check_duration(f"{path}.maxAge", cors.max_age)
         if cors.max_age.nanos > 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -277,6 +277,13 @@ def load_object(doc: Mapping[str, Any], source: str, *, system_namespace: str = 
     result = LoadResult()
     _load_one(doc, source, result, system_namespace)
     return result
+
+
+def load_objects(
+    docs: Sequence[tuple[Mapping[str, Any], str]], system_namespace: str = "istio-system"
+) -> list[LoadResult]:
+    """``load_object`` of each (object, source): what a worker process runs for a batch."""
+    return [load_object(doc, source, system_namespace=system_namespace) for doc, source in docs]
 
 
 def load_mesh_file(text: str, source: str) -> LoadResult:

@@ -10,7 +10,11 @@ file into add / update / delete events under the bad-input rules of DESIGN §5:
   order); every later one is rejected with an error naming both places;
 * a directory holding more than ``MAX_CONFIG_FILES`` config files is refused whole with one
   error naming it and the bound: none of its changes are read until it is back under the bound,
-  so the last good config stays in force.
+  so the last good config stays in force;
+* while serving, files are parsed and validated in a worker process (app/workers.py), not
+  in the thread that scans: pure Python in a thread holds the GIL, and the event loop with it. A
+  file whose reading fails there (the worker died, or ran past ``_LOAD_DEADLINE``) is reported
+  like an unreadable one and keeps what it held.
 
 ``FileSet`` is the pure part (per-file state + LoadResult -> events + new state), tested
 without I/O. ``FileSource`` is the thin I/O shell: it lists and reads the directory and
@@ -23,6 +27,7 @@ import asyncio
 import logging
 import os
 import stat
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -33,6 +38,7 @@ from watchfiles.main import FileChange
 from app.config.loader import LoadResult, Rejection, load_documents, load_mesh_file
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
 from app.errors import ConfigError, SettingsError
+from app.workers import WorkerError, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,11 @@ MAX_FILE_BYTES = 16 * 2**20
 # past it, listing, stat-ing and reading on every change would stall the watch, so it is refused
 MAX_CONFIG_FILES = 10_000
 _SUFFIXES = (".yaml", ".yml")
+# files read per call of the worker (at most this many bytes of them, or one larger file), and how
+# long one call may take (10,000 objects take about 1 s, bench/results/parse_config.json)
+_LOAD_BATCH_FILES = 64
+_LOAD_BATCH_BYTES = 4 * 2**20
+_LOAD_DEADLINE = 120.0
 
 # (st_dev, st_ino, st_mtime_ns, st_size) of the file a path resolves to: a Kubernetes
 # ConfigMap mount swaps a hidden ``..data`` symlink, which changes this but no event names
@@ -249,6 +260,8 @@ class FileSource:
         self._stats: dict[str, _Stat] = {}
         self._rejection_count = 0
         self._refused: ConfigError | None = None  # the directory is over the bound
+        self._pool: WorkerPool | None = None  # reads files while watching; started with watch()
+        self._closed = False
 
     @property
     def config_dir(self) -> Path:
@@ -276,7 +289,11 @@ class FileSource:
         return self.load()
 
     async def close(self) -> None:
-        """Nothing to release: ``watch()`` stops with the task iterating it."""
+        """Stop the worker reading files; ``watch()`` stops with the task iterating it."""
+        self._closed = True
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     async def watch(self) -> AsyncGenerator[list[ConfigEvent], None]:
         """Yield the events of each batch of file changes (never an empty list).
@@ -309,7 +326,9 @@ class FileSource:
             await changes.aclose()
 
     async def _refresh(self, changed: set[str] | None) -> list[ConfigEvent]:
-        scan = await asyncio.to_thread(self._scan, dict(self._stats), changed)
+        if self._pool is None and not self._closed:
+            self._pool = WorkerPool(1, name="config-files", preload=("app.sources.files",))
+        scan = await asyncio.to_thread(self._scan, dict(self._stats), changed, self._pool)
         return self._apply(scan)
 
     def _apply(self, scan: _Scan) -> list[ConfigEvent]:
@@ -330,8 +349,9 @@ class FileSource:
         self._rejection_count += len(applied.new_errors)
         return applied.events
 
-    def _scan(self, known: Mapping[str, _Stat], changed: set[str] | None) -> _Scan:
-        """Blocking: list the directory; read files that are new, changed, or all (changed=None)."""
+    def _scan(self, known: Mapping[str, _Stat], changed: set[str] | None, pool: WorkerPool | None = None) -> _Scan:
+        """Blocking: list the directory; read files that are new, changed, or all (changed=None),
+        in ``pool``'s worker when given."""
         if not self._dir.is_dir():
             raise SettingsError(f"config dir {self._dir} is not a directory")
         try:
@@ -360,21 +380,61 @@ class FileSource:
             stats[str(file)] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         results: dict[str, LoadResult | None] = {path: None for path in known if path not in stats}
         results.update((path, result) for path, result in unreadable.items() if known.get(path) != _UNREADABLE)
-        for path, file_stat in list(stats.items()):
-            if path in unreadable:
-                continue
-            if changed is None or known.get(path) != file_stat or os.path.abspath(path) in changed:
-                result = self._load_file(Path(path))
-                results[path] = result
-                if result is None:
-                    del stats[path]
+        to_read = [
+            path
+            for path, file_stat in stats.items()
+            if path not in unreadable
+            and (changed is None or known.get(path) != file_stat or os.path.abspath(path) in changed)
+        ]
+        for path, result in self._load_files(to_read, stats, pool):
+            results[path] = result
+            if result is None:
+                del stats[path]
         if not self._dir.is_dir():  # gone during the scan: what it missed is unknown, not deleted
             raise SettingsError(f"config dir {self._dir} is not a directory")
         return _Scan(results, stats)
 
     def _load_file(self, path: Path) -> LoadResult | None:
-        mesh = path.name == MESH_FILE and path.parent == self._dir
-        return load_config_file(path, mesh=mesh, system_namespace=self._system_namespace)
+        return load_config_file(path, mesh=self._is_mesh(path), system_namespace=self._system_namespace)
+
+    def _is_mesh(self, path: Path) -> bool:
+        return path.name == MESH_FILE and path.parent == self._dir
+
+    def _load_files(
+        self, paths: list[str], stats: Mapping[str, _Stat], pool: WorkerPool | None
+    ) -> list[tuple[str, LoadResult | None]]:
+        """Each file read: here, or in ``pool``'s worker a batch at a time."""
+        if pool is None:
+            return [(path, self._load_file(Path(path))) for path in paths]
+        out: list[tuple[str, LoadResult | None]] = []
+        batch: list[str] = []
+        size = 0
+        for path in paths:
+            if batch and (len(batch) == _LOAD_BATCH_FILES or size + stats[path][3] > _LOAD_BATCH_BYTES):
+                out.extend(self._load_batch(pool, batch))
+                batch, size = [], 0
+            batch.append(path)
+            size += max(stats[path][3], 0)
+        if batch:
+            out.extend(self._load_batch(pool, batch))
+        return out
+
+    def _load_batch(self, pool: WorkerPool, paths: list[str]) -> list[tuple[str, LoadResult | None]]:
+        files = [(path, self._is_mesh(Path(path))) for path in paths]
+        deadline = time.monotonic() + _LOAD_DEADLINE
+        try:
+            results = pool.submit(load_config_files, files, self._system_namespace, deadline=deadline).result()
+        except WorkerError as e:
+            if len(paths) > 1:  # one of them failed it: each again, alone
+                return [item for path in paths for item in self._load_batch(pool, [path])]
+            error = ConfigError(paths[0], "", "", "", f"could not be read: {e}")
+            return [(paths[0], LoadResult(rejected=[Rejection(None, error)], parsed=False))]
+        return list(zip(paths, results, strict=True))
+
+
+def load_config_files(files: list[tuple[str, bool]], system_namespace: str = "istio-system") -> list[LoadResult | None]:
+    """``load_config_file`` of each (path, mesh): what a worker process runs for a batch."""
+    return [load_config_file(Path(path), mesh=mesh, system_namespace=system_namespace) for path, mesh in files]
 
 
 def load_config_file(path: Path, *, mesh: bool, system_namespace: str = "istio-system") -> LoadResult | None:

@@ -106,7 +106,7 @@ class PilotMetrics:
         )
         self.secure_port_refusals = Metric(
             "pilotfish_secure_port_refused",
-            "Secure-port connections refused before any gRPC, by reason (caps, handshake timeout or error, not HTTP/2).",
+            "Secure-port connections refused before any gRPC, by reason (caps, handshake, not HTTP/2).",
             "counter",
         )
         self.cache_hits = Metric("pilotfish_xds_cache_hits", "Shared resource cache lookups answered.", "counter")

@@ -7,18 +7,30 @@ other operations allowed; a top-level field other than apiVersion, kind, metadat
 status is rejected, as istiod does. Kinds pilotfish does not read are allowed (istiod rejects
 types outside its schema set, but that set holds every Istio kind; pilotfish's does not yet,
 and must not block config istiod would accept).
+
+Whatever the body holds, the answer is a review: a body that is not JSON (nested too deep for
+the decoder included), an envelope of the wrong shape (a list where the operation goes) or a
+bug is refused with a message, never an HTTP 500 that a ``failurePolicy: Ignore`` would turn
+into an admitted object. ``review_body`` is what the server runs in a worker process.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from app.config.istio import istio_warnings
 from app.config.loader import load_object
 from app.config.model import INTERNAL_KINDS, Kind
+from app.config.schema import type_name
+
+logger = logging.getLogger(__name__)
 
 ADMISSION_V1 = "admission.k8s.io/v1"
+_API_VERSIONS = frozenset({ADMISSION_V1, "admission.k8s.io/v1beta1"})
 _TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 _VALIDATED = frozenset({"CREATE", "UPDATE"})
 
@@ -34,12 +46,60 @@ def review(body: Any, *, system_namespace: str = "istio-system") -> dict[str, An
     request = body.get("request")
     if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
         raise ReviewError("an AdmissionReview needs a request with a uid")
-    response = {"uid": request["uid"], **_decide(request, system_namespace)}
-    return {"apiVersion": body.get("apiVersion", ADMISSION_V1), "kind": "AdmissionReview", "response": response}
+    try:
+        decision = _decide(request, system_namespace)
+    except RecursionError:
+        decision = _denied("configuration is invalid: nested too deeply to validate")
+    except Exception as e:  # a bug, not bad input: refused (admitting unvalidated config is worse)
+        logger.exception("reviewing an admission request failed")
+        decision = _denied(f"internal error validating this object ({type(e).__name__}); please report it")
+    api_version = body.get("apiVersion")
+    if not isinstance(api_version, str) or api_version not in _API_VERSIONS:
+        api_version = ADMISSION_V1
+    return answer(request["uid"], decision, api_version)
+
+
+def review_body(body: bytes, system_namespace: str = "istio-system") -> dict[str, Any]:
+    """The AdmissionReview answering an HTTP body: ``review`` of its JSON, or a refusal saying
+    why it could not be read (as istiod, with no uid when there is no request to take it from)."""
+    try:
+        decoded = json.loads(body)
+    except RecursionError:
+        return undecodable("could not decode body: JSON nested too deeply")
+    except ValueError as e:
+        return undecodable(f"could not decode body: {e}")
+    try:
+        return review(decoded, system_namespace=system_namespace)
+    except ReviewError as e:
+        return undecodable(f"could not decode body: {e}")
+
+
+def answer(uid: str, decision: Mapping[str, Any], api_version: str = ADMISSION_V1) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": {"uid": uid, **decision}}
+
+
+def undecodable(message: str, uid: str = "") -> dict[str, Any]:
+    """A refusal of a body that is not a review pilotfish could read."""
+    return answer(uid, _denied(message))
+
+
+# the uid of a review the server will not decode (too large, or its validation failed): the API
+# server writes ``request.uid`` first (Go marshals AdmissionRequest's fields in order), so it is in
+# the first bytes; answering with it shows the user pilotfish's message instead of a call failure
+_UID = re.compile(rb'"request"\s*:\s*\{\s*"uid"\s*:\s*"([0-9A-Za-z-]{1,128})"')
+
+
+def uid_in(prefix: bytes) -> str:
+    """The request uid at the start of a review's JSON text, or ""."""
+    found = _UID.search(prefix[:1024])
+    return found.group(1).decode() if found else ""
 
 
 def _decide(request: Mapping[str, Any], system_namespace: str) -> dict[str, Any]:
-    if request.get("operation") not in _VALIDATED:
+    operation = request.get("operation")
+    if operation is not None and not isinstance(operation, str):  # null reads as "", as in Go
+        return _denied(f"could not decode request: operation must be a string, got {type_name(operation)}")
+    if operation not in _VALIDATED:
         return {"allowed": True}
     obj = request.get("object")
     if not isinstance(obj, Mapping):

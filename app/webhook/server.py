@@ -1,11 +1,24 @@
 """The validating admission webhook over HTTPS: ``POST /validate`` (and ``/validate/``), as
-istiod serves it; the decisions are admission.py's."""
+istiod serves it; the decisions are admission.py's.
+
+Nothing a request holds may stall the event loop, which also serves xDS, the CA and ``/ready``:
+the body is decoded and validated in a worker process (app/workers.py), against a
+deadline just short of the API server's own (the ``timeout`` it sends with each call), so the
+user sees pilotfish's refusal rather than a timed-out call. A body is read up to
+``MAX_REVIEW_BYTES`` (istiod's limit: an UPDATE carries the object and its old version, each up
+to the API server's 3 MiB request limit), within the same deadline, and at most
+``MAX_REVIEWS_IN_FLIGHT`` are held at once. Every outcome is a review: too large, too slow, a
+worker that failed, each is a refusal (allowed false, with the reason) naming the request's uid
+when its first bytes hold it.
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
+import re
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +26,43 @@ from aiohttp import web
 
 from app.errors import SettingsError
 from app.settings import split_address
-from app.webhook.admission import ADMISSION_V1, ReviewError, review
+from app.webhook.admission import review_body, uid_in, undecodable
+from app.workers import DeadlineExceeded, WorkerError, WorkerPool
 
 logger = logging.getLogger(__name__)
 
+# istiod kube.MaxRequestBodyBytes: twice the API server's 3 MiB request limit, for an UPDATE's
+# object and oldObject
+MAX_REVIEW_BYTES = 6 * 2**20
+# bodies held (read or being validated) at once; more wait their turn, within their deadline
+MAX_REVIEWS_IN_FLIGHT = 8
+# the API server's default webhook timeout (timeoutSeconds), when a call names none; it allows 30
+DEFAULT_TIMEOUT = 10.0
+MAX_TIMEOUT = 30.0
+# the answer must be back before the API server gives up: validation gets its timeout less this
+ANSWER_MARGIN = 1.0
+WORKERS = 2
+_CHUNK = 1 << 16
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
 
 class WebhookServer:
-    def __init__(self, cert: Path, key: Path, *, system_namespace: str = "istio-system") -> None:
+    def __init__(
+        self,
+        cert: Path,
+        key: Path,
+        *,
+        system_namespace: str = "istio-system",
+        pool: WorkerPool | None = None,
+    ) -> None:
+        """``pool``: where reviews are validated (by default, ``WORKERS`` processes of its own)."""
         self._cert, self._key = cert, key
         self._system_namespace = system_namespace
         self._runner: web.AppRunner | None = None
+        self._pool = pool
+        self._own_pool = pool is None
+        self._in_flight = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
         self.port = 0
 
     async def start(self, address: str) -> None:
@@ -31,6 +71,9 @@ class WebhookServer:
             context.load_cert_chain(self._cert, self._key)
         except (OSError, ssl.SSLError) as e:
             raise SettingsError(f"--webhook-cert {self._cert} / --webhook-key {self._key}: {e}") from e
+        if self._pool is None:
+            self._pool = WorkerPool(WORKERS, name="webhook", preload=("app.webhook.admission",))
+        self._pool.start()  # the workers import the validation while the server comes up
         app = web.Application()
         app.router.add_post("/validate", self._validate)
         app.router.add_post("/validate/", self._validate)
@@ -42,29 +85,84 @@ class WebhookServer:
         logger.info("validation webhook serving on %s:%d", host, self.port)
 
     async def stop(self) -> None:
+        pool, self._pool = self._pool, None
+        if self._own_pool and pool is not None:
+            pool.close()  # first: a review in progress is refused at once, not waited for
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
     async def _validate(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        budget = _timeout(request.query.get("timeout")) - ANSWER_MARGIN
+        deadline = time.monotonic() + budget
+        try:
+            async with asyncio.timeout(budget):
+                await self._in_flight.acquire()
+        except TimeoutError:
+            return _refused(f"not reviewed: {MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s", b"")
+        try:
+            return await self._answer(request, deadline, budget)
+        finally:
+            self._in_flight.release()
+
+    async def _answer(self, request: web.Request, deadline: float, budget: float) -> web.Response:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                prefix, body = await _read_body(request, MAX_REVIEW_BYTES)
+        except TimeoutError:  # a slow sender holds a slot no longer than a review may take
+            return _refused(f"not reviewed: the request body did not arrive within {budget:.1f}s", b"")
+        if body is None:
+            reason = f"the request body is larger than {MAX_REVIEW_BYTES} bytes, the most an admission review can be"
+            return _refused(f"not reviewed: {reason}", prefix)
         if not body:
             return web.Response(status=400, text="no body found\n")
         if request.content_type != "application/json":
             return web.Response(status=415, text="invalid Content-Type, want `application/json`\n")
+        pool = self._pool
+        if pool is None:
+            return _refused("not reviewed: the webhook is stopping", prefix)
         try:
-            answer = review(json.loads(body), system_namespace=self._system_namespace)
-        except (ValueError, ReviewError) as e:  # istiod answers a review it cannot decode, too
-            answer = _undecodable(f"could not decode body: {e}")
+            future = pool.submit(review_body, body, self._system_namespace, deadline=deadline)
+            answer: dict[str, Any] = await asyncio.wrap_future(future)
+        except DeadlineExceeded:
+            return _refused(f"not reviewed: validation did not finish within {budget:.1f}s", prefix)
+        except WorkerError as e:
+            if self._pool is None:
+                return _refused("not reviewed: the webhook is stopping", prefix)
+            logger.error("admission review failed in its worker: %s", e)
+            return _refused(f"not reviewed: validating failed ({e}); please report it", prefix)
         response = answer.get("response", {})
         if not response.get("allowed"):
             logger.info("admission denied: %s", response.get("status", {}).get("message"))
         return web.json_response(answer)
 
 
-def _undecodable(message: str) -> dict[str, Any]:
-    return {
-        "apiVersion": ADMISSION_V1,
-        "kind": "AdmissionReview",
-        "response": {"uid": "", "allowed": False, "status": {"code": 400, "message": message}},
-    }
+async def _read_body(request: web.Request, limit: int) -> tuple[bytes, bytes | None]:
+    """(the first bytes, the whole body), or (the first bytes, None) past ``limit`` bytes: the
+    rest is not read."""
+    if request.content_length is not None and request.content_length > limit:
+        return await request.content.read(1024), None
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(_CHUNK):
+        size += len(chunk)
+        chunks.append(chunk)
+        if size > limit:
+            return b"".join(chunks)[:1024], None
+    body = b"".join(chunks)
+    return body[:1024], body
+
+
+def _timeout(text: str | None) -> float:
+    """The ``timeout`` the API server sends with a webhook call (a Go duration: ``10s``), bounded."""
+    if text:
+        parts = _GO_DURATION.findall(text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+            return min(max(seconds, ANSWER_MARGIN + 0.5), MAX_TIMEOUT)
+    return DEFAULT_TIMEOUT
+
+
+def _refused(message: str, prefix: bytes) -> web.Response:
+    logger.info("admission denied: %s", message)
+    return web.json_response(undecodable(message, uid_in(prefix)))

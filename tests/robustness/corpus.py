@@ -405,6 +405,17 @@ OBJECT_CASES = [
        "http[0].retries.perTryTimeout: duration must be greater than 1ms"),
     at("vs", "vs-retry-backoff-sub-ms", "spec.http[0].retries.backoff", "0.5ms",
        "http[0].retries.backoff: duration must be greater than 1ms"),
+    # what one object may cost (issue 24, item 6): Envoy (re2.max_program_size.error_level 32768,
+    # Istio's bootstrap) NACKs a regex past its program size; an object's regexes have a budget;
+    # host overlaps are found without comparing every pair (thousands of hosts froze the loop)
+    at("vs", "vs-regex-program-too-large", "spec.http[0].match[0].uri", {"regex": "\\pN{1000}"},
+       "32768 instructions Envoy accepts"),
+    at("vs", "vs-regexes-over-budget", "spec.http",
+       [{"match": [{"uri": {"regex": f"/{i}/\\pN{{128}}"}}], "route": [{"destination": {"host": "a"}}]}
+        for i in range(100)], "RE2 instructions together"),
+    at("vs", "vs-thousands-of-hosts-one-overlap", "spec.hosts",
+       [f"h{i}.example.com" for i in range(5000)] + ["*.example.com"],
+       "hosts[5000]: '*.example.com' overlaps hosts[0]"),
     # ServiceEntry
     at("se", "se-port-0", "spec.ports[0].number", 0, "ports[0].number"),
     at("se", "se-port-70000", "spec.ports[0].number", 70_000, "ports[0].number"),

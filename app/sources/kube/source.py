@@ -11,12 +11,18 @@ error), starts the informers and returns once every one has listed; ``watch()`` 
 changes after that, batched as they come. The Istio kinds are read from the newest version
 their CRD serves, from when the CRD is there: a CRD installed later starts its informer then
 (istiod's CRD watcher), one deleted takes its objects away.
+
+Validation does not run on the event loop: the objects of each batch (and those a rescoping
+brings in) are validated in a worker process (app/workers.py), ``_LOAD_BATCH`` at a time,
+before their events are made. One object whose validation fails there (its worker died, or it ran
+past ``_LOAD_DEADLINE``) is rejected like an invalid one; its last good version stays in force.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +30,7 @@ import aiohttp
 from google.protobuf import json_format
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.loader import MESH_CONFIGMAP_NAME, load_object
+from app.config.loader import MESH_CONFIGMAP_NAME, LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
@@ -39,11 +45,15 @@ from app.sources.kube.resources import (
     KubeResource,
 )
 from app.sources.kube.store import Delta, Raw, object_key
+from app.workers import WorkerError, WorkerPool
 
 logger = logging.getLogger(__name__)
 
 # a batch that asks for re-scoping (the mesh config came from elsewhere and changed)
 _RESCOPE: list[tuple[KubeResource, Delta]] = []
+# objects validated per call of the worker, and how long one call may take
+_LOAD_BATCH = 256
+_LOAD_DEADLINE = 60.0
 
 
 class KubeUnavailable(PilotfishError):
@@ -59,7 +69,9 @@ class KubeSource:
         mesh_from_configmap: bool = True,
         page_size: int = 500,
         watch_timeout: int = 300,
+        pool: WorkerPool | None = None,
     ) -> None:
+        """``pool``: where objects are validated (by default, one worker process of its own)."""
         self._client = client
         self._system_namespace = system_namespace
         self._mesh_from_configmap = mesh_from_configmap
@@ -73,6 +85,11 @@ class KubeSource:
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
         self._selected: frozenset[str] | None = None  # namespaces read (discoverySelectors); None: all
+        self._pool = pool
+        self._own_pool = pool is None
+        self._closed = False
+        # raw objects validated ahead of the events being made (id -> the object, its result)
+        self._loaded: dict[int, tuple[Raw, LoadResult]] = {}
 
     @property
     def server(self) -> str:
@@ -100,9 +117,10 @@ class KubeSource:
             self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
         await self._synced()
         if self._mesh_from_configmap:
+            await self._preload([(MESH_CONFIGMAP, obj) for obj in self._store_objects(MESH_CONFIGMAP)])
             self._selectors = self._configmap_selectors()
         self._selected = self._selection()  # every store has listed: filter the first lists already
-        return self._drain()
+        return await self._drain()
 
     def _start_informer(
         self, resource: KubeResource, version: str, namespace: str = "", selector: str = "", held: Sequence[Raw] = ()
@@ -154,7 +172,7 @@ class KubeSource:
             if first is None:
                 self._raise_ended()
                 continue
-            events = [*self._events(first), *self._drain()]
+            events = await self._drain([first])
             if events:
                 yield events
 
@@ -171,6 +189,10 @@ class KubeSource:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
+        self._closed = True
+        if self._own_pool and self._pool is not None:
+            self._pool.close()
+            self._pool = None
         await self._client.close()
 
     # --- informer deltas -> ConfigEvents -------------------------------------------------
@@ -211,26 +233,44 @@ class KubeSource:
             logger.info("kubernetes: reading %s/%s", resource, version)
             self._start_informer(resource, version, held=held)
 
-    def _drain(self) -> list[ConfigEvent]:
-        events: list[ConfigEvent] = []
+    async def _drain(self, batches: list[list[tuple[KubeResource, Delta]]] | None = None) -> list[ConfigEvent]:
+        """The events of ``batches`` and of every batch pending now, their objects validated first."""
+        batches = list(batches or ())
         while not self._pending.empty():
             batch = self._pending.get_nowait()
             if batch is None:
                 self._raise_ended()
                 continue
-            events.extend(self._events(batch))
-        return events
+            batches.append(batch)
+        try:
+            await self._preload([item for batch in batches for item in self._to_load(batch)])
+            events: list[ConfigEvent] = []
+            for batch in batches:
+                # a namespace change in an earlier batch may have made more visible
+                await self._preload(self._to_load(batch))
+                events.extend(await self._events(batch))
+            return events
+        finally:
+            self._loaded.clear()
 
-    def _events(self, batch: list[tuple[KubeResource, Delta]]) -> list[ConfigEvent]:
+    def _to_load(self, batch: list[tuple[KubeResource, Delta]]) -> list[tuple[KubeResource, Raw]]:
+        """The objects of ``batch`` its events will load, as far as visible now."""
+        return [
+            (resource, delta.obj)
+            for resource, delta in batch
+            if delta.change is not EventType.DELETE and self._visible(resource, delta.obj)
+        ]
+
+    async def _events(self, batch: list[tuple[KubeResource, Delta]]) -> list[ConfigEvent]:
         events: list[ConfigEvent] = []
         if batch is _RESCOPE:
-            events.extend(self._rescope(self._selection())[0])
+            events.extend((await self._rescope(self._selection()))[0])
         for resource, delta in batch:
             if resource is MESH_CONFIGMAP:
                 self._selectors = self._configmap_selectors()
-                events.extend(self._rescope(self._selection())[0])
+                events.extend((await self._rescope(self._selection()))[0])
             elif resource is NAMESPACES:
-                rescoped, changed = self._rescope(self._with_namespace(delta))
+                rescoped, changed = await self._rescope(self._with_namespace(delta))
                 events.extend(rescoped)
                 if _namespace_of(resource, delta.obj) in changed:
                     continue  # the rescoping brought it in or took it out already
@@ -248,7 +288,7 @@ class KubeSource:
         """The selectors of the mesh ConfigMap as its informer last saw it (none without one)."""
         mesh_map = self._store_objects(MESH_CONFIGMAP)
         if mesh_map:
-            loaded = load_object(mesh_map[0], "kube", system_namespace=self._system_namespace).objects
+            loaded = self._load(MESH_CONFIGMAP, mesh_map[0]).objects
             if loaded and loaded[0].kind is Kind.MESH_CONFIG:
                 return _selectors_of(loaded[0].spec)
         return []
@@ -281,7 +321,7 @@ class KubeSource:
         namespace = _namespace_of(resource, obj)
         return not namespace or namespace in self._selected
 
-    def _rescope(self, after: frozenset[str] | None) -> tuple[list[ConfigEvent], frozenset[str]]:
+    async def _rescope(self, after: frozenset[str] | None) -> tuple[list[ConfigEvent], frozenset[str]]:
         """Read ``after`` from now on: the objects of the namespaces that start being read come
         in, those of the namespaces no longer read go; and which namespaces those were."""
         before = self._selected
@@ -291,7 +331,7 @@ class KubeSource:
         known = {_meta(ns).get("name", "") for ns in self._store_objects(NAMESPACES)}
         everything = known | {key[1].split("/", 1)[0] for key in self._keys if "/" in key[1]}
         changed = (before if before is not None else everything) ^ (after if after is not None else everything)
-        events: list[ConfigEvent] = []
+        deltas: list[tuple[KubeResource, Delta]] = []
         for resource, (informer, _) in list(self._running.items()):
             if resource in (CRDS, MESH_CONFIGMAP):
                 continue
@@ -299,9 +339,13 @@ class KubeSource:
                 if _namespace_of(resource, obj) not in changed:
                     continue
                 change = EventType.ADD if self._visible(resource, obj) else EventType.DELETE
-                event = self._event(resource, Delta(change, obj))
-                if event is not None:
-                    events.append(event)
+                deltas.append((resource, Delta(change, obj)))
+        await self._preload([(resource, delta.obj) for resource, delta in deltas if delta.change is EventType.ADD])
+        events: list[ConfigEvent] = []
+        for resource, delta in deltas:
+            event = self._event(resource, delta)
+            if event is not None:
+                events.append(event)
         read = "every namespace" if after is None else ", ".join(sorted(after))
         logger.info("kubernetes: discoverySelectors: reading %s", read)
         return events, frozenset(changed)
@@ -313,7 +357,7 @@ class KubeSource:
             key = self._keys.pop(raw_key, None)
             gone = self._current.pop(key, None) if key is not None else None
             return ConfigEvent(EventType.DELETE, gone) if gone is not None else None
-        result = load_object(delta.obj, f"kube:{resource}", system_namespace=self._system_namespace)
+        result = self._load(resource, delta.obj)
         if result.rejected:
             error = result.rejected[0].error
             if self._rejected.get(raw_key) != error:
@@ -328,6 +372,41 @@ class KubeSource:
         old = self._current.get(obj.key)
         self._current[obj.key] = obj
         return ConfigEvent(EventType.ADD if old is None else EventType.UPDATE, obj, old)
+
+    # --- validation, off the event loop -------------------------------------------------------
+
+    def _load(self, resource: KubeResource, obj: Raw) -> LoadResult:
+        """``obj`` loaded and validated: as a worker did it ahead (``_preload``), else here."""
+        ahead = self._loaded.get(id(obj))
+        if ahead is not None and ahead[0] is obj:
+            return ahead[1]
+        return load_object(obj, f"kube:{resource}", system_namespace=self._system_namespace)
+
+    async def _preload(self, items: Sequence[tuple[KubeResource, Raw]]) -> None:
+        """Validate these objects in a worker process, for ``_load`` to find."""
+        items = [(resource, obj) for resource, obj in items if id(obj) not in self._loaded]
+        if not items or self._closed:
+            return
+        if self._pool is None:
+            self._pool = WorkerPool(1, name="kube-config", preload=("app.config.loader",))
+        for start in range(0, len(items), _LOAD_BATCH):
+            await self._preload_batch(self._pool, items[start : start + _LOAD_BATCH])
+
+    async def _preload_batch(self, pool: WorkerPool, items: Sequence[tuple[KubeResource, Raw]]) -> None:
+        docs = [(obj, f"kube:{resource}") for resource, obj in items]
+        deadline = time.monotonic() + _LOAD_DEADLINE
+        try:
+            results = await asyncio.wrap_future(
+                pool.submit(load_objects, docs, self._system_namespace, deadline=deadline)
+            )
+        except WorkerError as e:
+            if len(items) > 1:  # one of them failed it: each again, alone
+                for item in items:
+                    await self._preload_batch(pool, [item])
+                return
+            results = [_unvalidated(docs[0][0], docs[0][1], e)]
+        for (_, obj), result in zip(items, results, strict=True):
+            self._loaded[id(obj)] = (obj, result)
 
     # --- reachability -------------------------------------------------------------------
 
@@ -365,6 +444,15 @@ def _namespace_of(resource: KubeResource, obj: Raw) -> str:
     if resource is NAMESPACES:
         return str(_meta(obj).get("name", ""))
     return str(_meta(obj).get("namespace", "")) if resource.namespaced else ""
+
+
+def _unvalidated(obj: Raw, source: str, error: WorkerError) -> LoadResult:
+    """The rejection of an object whose validation could not finish."""
+    kind, meta = obj.get("kind"), _meta(obj)
+    name = "/".join(str(part) for part in (meta.get("namespace"), meta.get("name")) if part)
+    reason = f"could not be validated: {error}"
+    error_ = ConfigError(source, kind if isinstance(kind, str) else "", name, "", reason)
+    return LoadResult(rejected=[Rejection(None, error_)])
 
 
 def _selectors_of(mesh: MeshConfig) -> list[Mapping[str, Any]]:

@@ -1,0 +1,239 @@
+"""Hostile admission reviews (issue 24, items 6 and 7): whatever a body holds, the webhook answers
+with a review, never an HTTP error that a ``failurePolicy: Ignore`` turns into an admitted object;
+what the API server can send (an UPDATE of two objects of over 1 MiB each) is reviewed; and the
+validation runs in a worker process, not on the event loop that also serves xDS and ``/ready``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import trustme
+
+from app.webhook.server import WebhookServer
+
+VS = {
+    "apiVersion": "networking.istio.io/v1",
+    "kind": "VirtualService",
+    "metadata": {"name": "reviews", "namespace": "shop"},
+    "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}]}]},
+}
+BAD_REGEX = {"match": [{"uri": {"regex": "(?<=a)b"}}], "route": [{"destination": {"host": "reviews"}}]}
+
+
+def envelope(obj: Any, operation: Any = "CREATE", uid: str = "u-1", **request: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": uid, "operation": operation, "namespace": "shop", "object": obj, **request},
+    }
+
+
+def vs_with_hosts(n: int, name: str = "many") -> dict[str, Any]:
+    obj = copy.deepcopy(VS)
+    obj["metadata"]["name"] = name
+    obj["spec"]["hosts"] = [f"h{i}.example.com" for i in range(n)]
+    return obj
+
+
+Post = Callable[..., Any]
+
+
+@pytest.fixture
+async def post(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    """POST a body (bytes, or JSON) to a running webhook; (HTTP status, decoded answer or text)."""
+    server, tls = await _serve(tmp_path)
+    url = f"https://127.0.0.1:{server.port}/validate"
+
+    async def send(body: bytes | dict[str, Any], query: str = "") -> tuple[int, Any]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as http, http.post(url + query, data=data, headers=headers, ssl=tls) as resp:
+            text = await resp.text()
+            try:
+                return resp.status, json.loads(text)
+            except ValueError:
+                return resp.status, text
+
+    try:
+        yield send
+    finally:
+        await server.stop()
+
+
+async def _serve(tmp_path: Path, pool: Any = None) -> tuple[WebhookServer, ssl.SSLContext]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    kwargs: dict[str, Any] = {"pool": pool} if pool is not None else {}
+    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", **kwargs)
+    await server.start("127.0.0.1:0")
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    return server, client
+
+
+def refused(status: int, answer: Any, says: str, uid: str = "u-1") -> None:
+    assert status == 200, (status, answer)
+    response = answer["response"]
+    assert response["allowed"] is False and response["uid"] == uid, response
+    assert says in response["status"]["message"], response
+
+
+async def test_json_nested_deeper_than_the_decoder_goes_is_refused(post: Post) -> None:
+    for depth in (985, 100_000):  # the issue's depth (a RecursionError on the loop), and far past it
+        deep = "[" * depth + "]" * depth
+        body = json.dumps(envelope(None)).replace("null", deep, 1).encode()
+        status, answer = await post(body)
+        assert status == 200, (depth, status, answer)
+        assert answer["response"]["allowed"] is False, (depth, answer)
+    # nested inside the spec: the field that holds it is named
+    body = json.dumps(envelope(VS)).replace('"http": [', '"http": [' + "[" * 985 + "]" * 985 + ",", 1)
+    status, answer = await post(body.encode())
+    refused(status, answer, "VirtualService shop/reviews")
+
+
+async def test_an_operation_that_is_not_a_string_is_refused(post: Post) -> None:
+    for operation in (["CREATE"], {"op": "CREATE"}, 7, True):
+        status, answer = await post(envelope(VS, operation=operation))
+        refused(status, answer, "operation must be a string")
+    status, answer = await post(envelope(VS, operation=None))  # null is Go's "": not validated
+    assert status == 200 and answer["response"]["allowed"] is True
+
+
+VALUES: list[Any] = [None, 0, 1.5, True, "", "x", [], [1], {}, {"a": 1}, ["CREATE"], "💥" * 3]
+ENVELOPE_PATHS = [
+    ("apiVersion",), ("kind",), ("request",), ("request", "uid"), ("request", "operation"),
+    ("request", "namespace"), ("request", "object"), ("request", "object", "kind"),
+    ("request", "object", "apiVersion"), ("request", "object", "metadata"),
+    ("request", "object", "metadata", "name"), ("request", "object", "metadata", "namespace"),
+    ("request", "object", "spec"), ("request", "object", "status"),
+]  # fmt: skip
+
+
+async def test_every_field_of_the_envelope_of_any_type_is_answered_with_a_review(post: Post) -> None:
+    for path in ENVELOPE_PATHS:
+        for value in VALUES:
+            body = envelope(copy.deepcopy(VS))
+            here = body
+            for key in path[:-1]:
+                here = here[key]
+            here[path[-1]] = value
+            status, answer = await post(body)
+            assert status == 200, (path, value, status, answer)
+            response = answer["response"]
+            assert isinstance(response["allowed"], bool) and isinstance(response["uid"], str), (path, value)
+            if not response["allowed"]:
+                assert response["status"]["message"], (path, value)
+
+
+async def test_an_update_of_two_objects_over_a_mebibyte_each_is_reviewed(post: Post) -> None:
+    new, old = vs_with_hosts(50_000), vs_with_hosts(50_000)
+    body = json.dumps(envelope(new, "UPDATE", oldObject=old)).encode()
+    assert 2 * 2**20 < len(body) < 6 * 2**20
+    status, answer = await post(body)
+    assert status == 200 and answer["response"] == {"uid": "u-1", "allowed": True}, (status, answer)
+    # and an invalid one of that size is refused for what is wrong with it
+    new["spec"]["http"].append(BAD_REGEX)
+    status, answer = await post(envelope(new, "UPDATE", oldObject=old))
+    refused(status, answer, "field http[1].match[0].uri.regex")
+
+
+async def test_a_body_larger_than_a_review_can_be_is_refused_naming_the_request(post: Post) -> None:
+    body = json.dumps(envelope(vs_with_hosts(400_000), uid="0f7c5e2a-big")).encode()
+    assert len(body) > 6 * 2**20
+    status, answer = await post(body)
+    refused(status, answer, "larger than 6291456 bytes", uid="0f7c5e2a-big")
+
+
+def slow_pool() -> Any:
+    """A worker pool every call of which sleeps in the worker as long as it is let."""
+    from app.workers import WorkerPool
+
+    class SlowPool(WorkerPool):
+        def submit(self, fn: Callable[..., Any], *args: Any, deadline: float | None = None) -> Future[Any]:
+            return super().submit(time.sleep, 60, deadline=deadline)
+
+    return SlowPool(1, name="slow")
+
+
+async def test_a_review_slower_than_the_api_servers_timeout_is_refused_before_it(tmp_path: Path) -> None:
+    pool = slow_pool()
+    server, tls = await _serve(tmp_path, pool)
+    url = f"https://127.0.0.1:{server.port}/validate?timeout=3s"  # as the API server sends it
+    try:
+        started = time.monotonic()
+        async with aiohttp.ClientSession() as http, http.post(url, json=envelope(VS), ssl=tls) as resp:
+            answer = await resp.json()
+        assert time.monotonic() - started < 3  # answered before the API server would give up
+        refused(resp.status, answer, "validation did not finish within 2.0s")
+    finally:
+        await server.stop()
+        pool.close()
+
+
+async def test_stopping_does_not_wait_for_a_review_in_progress(tmp_path: Path) -> None:
+    server, tls = await _serve(tmp_path)
+    server._pool.close()
+    server._pool = slow_pool()
+    url = f"https://127.0.0.1:{server.port}/validate?timeout=30s"
+    async with aiohttp.ClientSession() as http:
+        reviewing = asyncio.ensure_future(http.post(url, json=envelope(VS), ssl=tls))
+        await asyncio.sleep(1)
+        started = time.monotonic()
+        await server.stop()
+        assert time.monotonic() - started < 20  # the review would take 60 s
+        resp = await reviewing
+        if resp.status == 200:
+            assert (await resp.json())["response"]["allowed"] is False
+
+
+async def test_validation_runs_off_the_event_loop(post: Post, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in this process validates: the answers come from the worker all the same."""
+
+    def here(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("validated in the process serving the event loop")
+
+    import app.config.loader
+    import app.webhook.admission
+
+    monkeypatch.setattr(app.config.loader, "load_object", here)
+    monkeypatch.setattr(app.webhook.admission, "load_object", here)
+    status, answer = await post(envelope(vs_with_hosts(5000)))
+    assert status == 200 and answer["response"] == {"uid": "u-1", "allowed": True}, answer
+    bad = copy.deepcopy(VS)
+    bad["spec"]["http"].append(BAD_REGEX)
+    status, answer = await post(envelope(bad))
+    refused(status, answer, "field http[1].match[0].uri.regex")
+
+
+async def test_a_body_that_never_finishes_arriving_is_refused_by_the_deadline(tmp_path: Path) -> None:
+    server, tls = await _serve(tmp_path)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=tls, server_hostname="127.0.0.1")
+        start = json.dumps(envelope(VS, uid="u-slow")).encode()[:200]
+        head = (
+            "POST /validate?timeout=3s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(start) + 1000}\r\n\r\n"
+        )
+        writer.write(head.encode() + start)  # and the rest never comes
+        await writer.drain()
+        response = await asyncio.wait_for(reader.read(4096), 30)
+        writer.close()
+        status, _, rest = response.partition(b"\r\n")
+        assert status.startswith(b"HTTP/1.1 200"), response
+        answer = json.loads(rest.partition(b"\r\n\r\n")[2])
+        refused(200, answer, "did not arrive within 2.0s", uid="")
+    finally:
+        await server.stop()
