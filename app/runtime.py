@@ -29,6 +29,7 @@ from app import __version__
 from app.config.istio import istio_warnings
 from app.config.model import ISTIO_KINDS, ConfigEvent, EventType
 from app.debug import xds_debug
+from app.debug.configz import Configz
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
@@ -88,6 +89,7 @@ class Runtime:
         )
         self.heap = HeapKeeper(enabled=settings.gc_freeze)
         self.metrics = PilotMetrics()
+        self._configz = Configz()  # /debug/configz's renderings, kept while each object is in force
         self._last_push: dict[str, Any] | None = None  # /debug/push_status
         self._last_push_sent: dict[tuple[tuple[str, str], ...], float] = {}
         self.ca: CertificateAuthority | None = None
@@ -173,27 +175,11 @@ class Runtime:
         self.metrics.rejections(Counter(error.kind for error in self.rejections()))
         return self.metrics.render()
 
-    def config_status(self) -> dict[str, Any]:
-        """``/debug/configz``: every config object in force, with its source and version, and
-        every rejected one with its reason."""
-        objects = [
-            {
-                "kind": str(obj.kind),
-                "namespace": obj.meta.namespace,
-                "name": obj.meta.name,
-                "source": obj.source,
-                "resourceVersion": obj.meta.resource_version,
-                **({"warnings": warnings} if (warnings := istio_warnings(obj.spec)) else {}),
-            }
-            for source in self.sources
-            for obj in source.objects()
-        ]
-        objects.sort(key=lambda o: (o["kind"], o["namespace"], o["name"]))
-        rejected = [
-            {"source": e.source, "kind": e.kind, "name": e.name, "field": e.field, "reason": e.reason}
-            for e in self.rejections()
-        ]
-        return {"objects": objects, "rejected": rejected}
+    def config_status(self) -> list[dict[str, Any]]:
+        """``/debug/configz``, as istiod's: the Istio config in force in Kubernetes form, then
+        every rejection as an Event (app/debug/configz.py)."""
+        objects = (obj for source in self.sources for obj in source.objects())
+        return self._configz(objects, self.rejections())
 
     def push_status(self) -> dict[str, Any]:
         """``/debug/push_status``: the last push fired, and the responses sent since, by type."""

@@ -8,7 +8,8 @@
                                  listeners, routes), as ``pilotfish config-dump`` prints it
 ``/debug/sidecarz?proxyID=``     that proxy's SidecarScope
 ``/debug/rejections``            config objects rejected, with the reason
-``/debug/configz``               every config object in force (source, version) and every rejection
+``/debug/configz``               the Istio config in force in Kubernetes form, as istiod's, then every
+                                 rejection as a Kubernetes Event (app/debug/configz.py)
 ``/debug/push_status``           the last push fired: request, times, proxies, responses since by type
 ``/debug/connections``           every stream: proxy, protocol, types watched, pushes, pending push
 aiohttp serves it; the handlers only read the runtime through ``DebugState``.
@@ -16,6 +17,8 @@ aiohttp serves it; the handlers only read the runtime through ``DebugState``.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -47,7 +50,7 @@ class DebugState(Protocol):
 
     def metrics_text(self) -> str: ...
 
-    def config_status(self) -> dict[str, Any]: ...
+    def config_status(self) -> list[dict[str, Any]]: ...
 
     def push_status(self) -> dict[str, Any]: ...
 
@@ -149,8 +152,10 @@ class DebugServer:
                 return stream
         raise web.HTTPNotFound(text=f"no connected proxy {wanted!r} (see /debug/syncz)\n")
 
-    async def _configz(self, _request: web.Request) -> web.Response:
-        return web.json_response(self._state.config_status())
+    async def _configz(self, request: web.Request) -> web.Response:
+        """istiod's configz (app/debug/configz.py); ``?pretty`` indents, as istiod's writeJSON."""
+        indent = 4 if "pretty" in request.query else None
+        return web.json_response(self._state.config_status(), dumps=functools.partial(json.dumps, indent=indent))
 
     async def _push_status(self, _request: web.Request) -> web.Response:
         return web.json_response(self._state.push_status())

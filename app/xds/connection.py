@@ -7,6 +7,9 @@ clusters before endpoints, listeners before routes, and the endpoints (routes) a
 whenever a push re-sent clusters (listeners), which Envoy needs to finish warming them; the
 endpoints of the clusters an answer to a request sent, too (a reconnect's CDS request may
 come after its EDS request: ``_warm``).
+A Delta subscription change of a type subscribed by name is answered from the names it adds
+alone (``Outcome.subscribed``), so it costs what it names; an answer that generated a type's
+whole set and sent nothing is paid from the stream's ``IdleAnswers`` (app/xds/watch.py).
 The gRPC servicer (server.py) only feeds it and writes what it returns.
 """
 
@@ -27,7 +30,7 @@ from app.xds.generate import ResourceSource
 from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, EXPLICIT_TYPES, SHORT_NAMES
-from app.xds.watch import Outcome, RequestKind, Resource, WatchedResource
+from app.xds.watch import IdleAnswers, Outcome, RequestKind, Resource, WatchedResource
 
 logger = logging.getLogger(__name__)
 
@@ -105,10 +108,13 @@ class Connection(Generic[Req, Resp]):
         session: Session[Req, Resp],
         source: ResourceSource,
         on_outcome: Callable[[Outcome, Proxy], None] | None = None,
+        idle: IdleAnswers | None = None,
     ) -> None:
-        """``on_outcome`` hears how each request was taken (an ACK, a NACK, a stale nonce, ...)."""
+        """``on_outcome`` hears how each request was taken (an ACK, a NACK, a stale nonce, ...);
+        ``idle`` pays for the requests that made it generate a whole type and send nothing."""
         self.id = conn_id
         self._on_outcome = on_outcome
+        self._idle = idle
         self.proxy = proxy
         self.session = session
         self.source = source
@@ -136,13 +142,27 @@ class Connection(Generic[Req, Resp]):
             )
         if not outcome.respond:
             return []
-        watch = self.session.watches[outcome.type_url]
+        type_url = outcome.type_url
+        watch = self.session.watches[type_url]
         if self.scope is None:
             self.scope = self.source.scope(self.proxy)
-        resources = self.source.generate(outcome.type_url, self.proxy, watch)
-        if resources is None:
-            return []
-        resp = self.session.answer(outcome.type_url, resources)
+        subscribed = outcome.subscribed
+        if subscribed is not None and type_url in EXPLICIT_TYPES and not watch.wildcard:
+            # a Delta subscription change: the answer is what the names it added need, built
+            # for those alone, whatever else the stream watches
+            view = WatchedResource(type_url, False, subscribed)
+            resources = self.source.generate(type_url, self.proxy, view)
+            if resources is None:
+                return []
+            resp = self.session.response(type_url, resources, considered=subscribed)
+        else:
+            resources = self.source.generate(type_url, self.proxy, watch)
+            if resources is None:
+                return []
+            resp = self.session.answer(type_url, resources)
+            whole = watch.wildcard or type_url not in EXPLICIT_TYPES
+            if resp is None and whole and outcome.kind is not RequestKind.INITIAL and self._idle is not None:
+                self._idle.spend()  # the type's whole set generated for nothing
         if resp is None:
             return []
         dependent = _WARMING.get(outcome.type_url)

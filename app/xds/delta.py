@@ -17,6 +17,15 @@ and everything watched is sent again, as istiod does for every type but WDS (it 
 ``PushRequest.Delta``, only workload.go reads them): a cluster the new stream re-sends, or one
 still warming when the old stream broke, stays warming until an assignment arrives after it
 (Envoy with ``initial_fetch_timeout: 0s``: for ever), and an EDS request cannot say which are.
+
+A request costs what it names, not what the stream holds (app/xds/watch.py): subscriptions are
+a ``SubscribedNames`` changed in place, and an answered change says which names it made wanted
+(``Outcome.subscribed``), so the answer considers those alone; a name the wildcard already
+covers makes nothing wanted and is not answered. A stale or unknown nonce is ignored and
+counted, as istiod's (pilot_xds_expired_nonce); the subscription changes in its request are
+still applied, unlike istiod, which drops the whole request: Envoy puts its pending
+subscription changes in its ACKs (DeltaSubscriptionState::getNextRequestWithAck), and one that
+crossed a newer response would leave its subscriptions and the server's apart.
 """
 
 from __future__ import annotations
@@ -29,17 +38,18 @@ from app.xds.resources import ENDPOINT, EXPLICIT_TYPES
 from app.xds.response import DeltaResponse
 from app.xds.watch import (
     WILDCARD,
+    NameQuota,
     NameSets,
     NonceSource,
     Outcome,
     RequestKind,
     Resource,
+    SubscribedNames,
     WatchedResource,
-    answers,
-    check_names,
     check_new_watch,
     check_type,
     is_wildcard_request,
+    name_cost,
     set_version,
 )
 
@@ -52,24 +62,31 @@ UNKNOWN_VERSION = ""
 
 class DeltaSession:
     def __init__(
-        self, nonces: NonceSource, allowed_types: frozenset[str] | None, name_sets: NameSets | None = None
+        self,
+        nonces: NonceSource,
+        allowed_types: frozenset[str] | None,
+        name_sets: NameSets | None = None,
+        quota: NameQuota | None = None,
     ) -> None:
         self._nonces = nonces
         self._allowed = allowed_types
-        self._name_sets = name_sets or NameSets()
+        self._name_sets = name_sets if name_sets is not None else NameSets()
+        self.quota = quota if quota is not None else NameQuota()
         self.watches: dict[str, WatchedResource] = {}
 
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> Outcome:
+        """What ``req`` means; costs time in proportion to its size, whatever the stream holds."""
         type_url = req.type_url
         check_type(type_url, self._allowed)
-        check_names(len(req.resource_names_subscribe) + len(req.resource_names_unsubscribe), type_url)
-        check_names(len(req.initial_resource_versions), type_url, "initial_resource_versions")
         subscribe = set(req.resource_names_subscribe)
         unsubscribe = set(req.resource_names_unsubscribe)
         w = self.watches.get(type_url)
         if w is None:
             check_new_watch(self.watches)
             w = WatchedResource(type_url, is_wildcard_request(type_url, subscribe))
+            names = subscribe - unsubscribe - {WILDCARD}
+            self.quota.charge(w, name_cost(names))
+            w.names = self._name_sets(names)  # shared until the first change
             self.watches[type_url] = w
             # what the client kept from an earlier stream: diffed against, not resent (endpoints:
             # held, so what is gone is removed, but sent again)
@@ -77,50 +94,60 @@ class DeltaSession:
                 w.client_versions.update(dict.fromkeys(req.initial_resource_versions, UNKNOWN_VERSION))
             else:
                 w.client_versions.update(req.initial_resource_versions)
-            self._apply(w, subscribe, unsubscribe)
+            if WILDCARD in unsubscribe:
+                w.wildcard = False
+            for name in unsubscribe:
+                if not w.wants(name):
+                    w.client_versions.pop(name, None)
             _forget_unwatched(w)
             return Outcome(RequestKind.INITIAL, type_url, True)
-        unsolicited = not answers(w, req.response_nonce)
-        added = self._apply(w, subscribe, unsubscribe)
+        changing = bool(subscribe or unsubscribe)
+        new = self._apply(w, subscribe, unsubscribe)
+        respond = new is None or bool(new)
+        subscribed = None if new is None or not respond else frozenset(new)
         if req.response_nonce and req.HasField("error_detail") and req.error_detail.code != 0:
             w.nacks += 1
             w.last_error = req.error_detail.message
-            return Outcome(
-                RequestKind.NACK, type_url, bool(added), w.last_error, req.error_detail.code, unsolicited
-            )
+            return Outcome(RequestKind.NACK, type_url, respond, w.last_error, req.error_detail.code, subscribed)
         if req.response_nonce and req.response_nonce == w.nonce_sent:
             w.nonce_acked = req.response_nonce
             w.last_error = ""
-        if added:
-            return Outcome(RequestKind.SUBSCRIPTION, type_url, True, unsolicited=unsolicited)
-        if subscribe or unsubscribe:
-            return Outcome(RequestKind.SUBSCRIPTION, type_url, False, unsolicited=unsolicited)
+        if changing:
+            return Outcome(RequestKind.SUBSCRIPTION, type_url, respond, subscribed=subscribed)
         if req.response_nonce and req.response_nonce != w.nonce_sent:
-            return Outcome(RequestKind.STALE, type_url, False, unsolicited=True)
-        return Outcome(RequestKind.ACK, type_url, False, unsolicited=unsolicited)
+            # a stale or unknown nonce: ignored, as istiod's shouldRespond does ("expired nonce")
+            return Outcome(RequestKind.STALE, type_url, False)
+        return Outcome(RequestKind.ACK, type_url, False)
 
-    def _apply(self, w: WatchedResource, subscribe: set[str], unsubscribe: set[str]) -> bool:
-        """Apply subscription changes; True when something new is wanted."""
-        added = False
-        if WILDCARD in subscribe and not w.wildcard:
-            w.wildcard = added = True
+    def _apply(self, w: WatchedResource, subscribe: set[str], unsubscribe: set[str]) -> list[str] | None:
+        """Apply subscription changes in time proportional to them; returns the names they made
+        wanted (none for names a wildcard already covers), or None when the wildcard itself was
+        subscribed (everything may be new)."""
+        everything = WILDCARD in subscribe and WILDCARD not in unsubscribe and not w.wildcard
+        if everything:
+            w.wildcard = True
         wildcard_ended = WILDCARD in unsubscribe and w.wildcard
         if wildcard_ended:
             w.wildcard = False
-        subscribe, unsubscribe = subscribe - {WILDCARD}, unsubscribe - {WILDCARD}
-        if subscribe or unsubscribe:  # an ACK names none: no pass over the held names
-            names = (w.names | subscribe) - unsubscribe
-            check_names(len(names), w.type_url, "the subscriptions")
-            if names != w.names:
-                added = added or not subscribe <= w.names
-                w.names = self._name_sets(names)
-        for name in unsubscribe:
-            if not w.wants(name):
-                # the client forgets it: a later subscribe must send it again
-                w.client_versions.pop(name, None)
+        subscribe.discard(WILDCARD)
+        unsubscribe.discard(WILDCARD)
+        new: list[str] = []
+        if subscribe or unsubscribe:  # an ACK names none: nothing to look at
+            names = w.names
+            if not isinstance(names, SubscribedNames):
+                names = w.names = SubscribedNames(self._name_sets(names), self._name_sets)
+            was_wildcard = w.wildcard and not everything
+            gained, lost = names.update(subscribe, unsubscribe)
+            if gained or lost:
+                self.quota.charge(w, max(0, w.cost + name_cost(gained) - name_cost(lost)))
+            new = [] if was_wildcard else gained
+            for name in unsubscribe:
+                if not w.wants(name):
+                    # the client forgets it: a later subscribe must send it again
+                    w.client_versions.pop(name, None)
         if wildcard_ended:
             _forget_unwatched(w)
-        return added
+        return None if everything else new
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> DeltaResponse | None:
         """The response to a request that asked for one: what the client lacks."""
@@ -145,9 +172,7 @@ class DeltaSession:
             return None
         current = {r.name: r for r in resources if w.wants(r.name)}
         send = [
-            r
-            for r in current.values()
-            if force or w.client_versions.get(r.name) != r.version or r.name in force_names
+            r for r in current.values() if force or w.client_versions.get(r.name) != r.version or r.name in force_names
         ]
         held = w.client_versions if considered is None else (n for n in considered if n in w.client_versions)
         removed = sorted(n for n in held if n not in current)

@@ -8,27 +8,32 @@ the next inbox item: a client's answer may be queued before the write that carri
 returns, and must never reach the observer before the push it answers.
 The per-type services (CDS, EDS, LDS, RDS; SotW and Delta) are the same handler with the
 session restricted to one type. A bad node or a request no client should send (too many
-resource names or types: app/xds/watch.py) ends that stream with INVALID_ARGUMENT, and a
-stream flooding requests that answer no response (stale or repeated nonces, subscription
-churn) past its ``RequestBudget`` with RESOURCE_EXHAUSTED; the server and the other streams
-go on (DESIGN §5).
+types, an undecodable request: app/xds/watch.py) ends that stream with INVALID_ARGUMENT, and a
+stream past what it may make the server hold or do (its subscribed names' bytes, answers that
+generate a whole type for nothing) with RESOURCE_EXHAUSTED; the server and the other streams
+go on (DESIGN §5). A stale or unknown nonce, a repeated ACK and a subscription change are
+served as istiod serves them: they cost what they name (app/xds/watch.py says what is bounded).
 
 A client that stops reading holds back nothing but itself: what a stream buffers is bounded
 both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, so HTTP/2 flow
 control holds the client back; a write waits for the transport, so at most one response is in
-flight), and a write that does not complete within the send timeout (istiod
-PILOT_XDS_SEND_TIMEOUT) ends the stream with DEADLINE_EXCEEDED, releasing the push worker that
-waits for it. Large responses (a connecting proxy's whole set of a type) wait for one of
-``MAX_LARGE_WRITES`` slots before they are encoded and written, which paces a connect storm's
-first responses and bounds the memory they hold; requests, ACKs and small pushes never wait.
+flight and a client is answered no faster than it reads), and a write that does not complete
+within the send timeout (istiod PILOT_XDS_SEND_TIMEOUT) gives the stream up, releasing the push
+worker that waits for it; the call ends with DEADLINE_EXCEEDED once that write returns (the
+client reads, or leaves). Writes go through the stream's ``CallWriter``: one at a time, never
+cancelled, so gRPC core never sees two operations of a kind on one call
+(GRPC_CALL_ERROR_TOO_MANY_OPERATIONS). Large responses (a connecting proxy's whole set of a
+type) wait for one of ``MAX_LARGE_WRITES`` slots before they are encoded and written, which paces
+a connect storm's first responses and bounds the memory they hold; requests, ACKs and small
+pushes never wait, and a write past the send timeout gives its slot back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -49,17 +54,16 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.observe import PushObserver
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
 from app.xds.watch import (
+    IdleAnswers,
     NameSets,
     Outcome,
     ProtocolError,
-    RequestBudget,
-    RequestFlood,
+    QuotaExceeded,
     RequestKind,
-    check_names,
     counter_nonces,
     encode,
 )
@@ -75,6 +79,7 @@ class Unauthorized(Exception):
     def __init__(self, message: str, proxy_id: str) -> None:
         super().__init__(message)
         self.proxy_id = proxy_id
+
 
 AnyConnection = Connection[Any, Any]
 AnyResponse = DeltaResponse | SotwResponse
@@ -142,6 +147,29 @@ class SendTimeout(Exception):
     """A response was not taken by the transport within the send timeout: the client stopped reading."""
 
 
+class CallEnded(Exception):
+    """A write failed in gRPC core: the call is over (the client left, the server stops)."""
+
+
+@dataclass(slots=True, eq=False)
+class CallWriter:
+    """The one way a stream writes to its call. gRPC core takes one write (send-message batch)
+    per call at a time and a second fails with GRPC_CALL_ERROR_TOO_MANY_OPERATIONS; grpc.aio
+    cannot take a write back once core has it: cancelling the awaiting coroutine leaves the batch
+    in core, and the next write, or a status sent with the initial metadata a first write still
+    holds, is the second operation. So writes go through ``lock``, one at a time, and are never
+    cancelled by a timeout: the send timeout is a timer that gives up on the stream (releases
+    its pushes and its large-write slot) while the write itself waits for the client or for the
+    call to end. ``in_flight`` stays set when a write never returned (its coroutine was
+    cancelled: the call is ending), and then nothing more is written, status included."""
+
+    context: Any  # grpc.aio.ServicerContext
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    in_flight: bool = False
+    expired: bool = False  # the send timeout passed during a write
+    on_expire: Callable[[], None] | None = None  # told once, when the send timeout passes
+
+
 # istiod's debug types (``istio.io/debug/*``): (type URL, resource names, the caller's
 # identities) -> the resources (name, message) and the ControlPlane identifier to send ("" none)
 DebugAnswers = Callable[[str, Sequence[str], Sequence[str]], tuple[Sequence[tuple[str, Message]], str]]
@@ -155,8 +183,8 @@ class Stream:
     inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     closed: bool = False
     identity: str = ""  # the secure port's authenticated identities; "" on the plaintext port
-    budget: RequestBudget = field(default_factory=lambda: RequestBudget(time.monotonic))
     observer: PushObserver | None = None  # told what each push wrote (app/xds/observe.py)
+    writing: _Push | None = None  # the push whose responses are being written
 
     async def push(self, request: PushRequest, dequeued: float | None = None) -> list[AnyResponse]:
         """Hand a push to the stream coroutine and wait until its responses are written; returns
@@ -205,7 +233,7 @@ class XdsServer:
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever);
         ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams;
-        ``clock`` paces each stream's RequestBudget; ``authenticator`` tells who is behind a
+        ``clock`` paces each stream's IdleAnswers; ``authenticator`` tells who is behind a
         stream that came through the secure port (the others are not authenticated, as on
         istiod's :15010); ``extra_handlers`` are served too (the certificate service);
         ``debug`` answers istioctl's debug types (without it they get no resources)."""
@@ -318,6 +346,7 @@ class XdsServer:
         inbox: asyncio.Queue[object] = asyncio.Queue()
         stream: Stream | None = None
         caller: Caller | None = None
+        writer = CallWriter(context)
         if secure and self._authenticator is not None:
             caller = await self._authenticator.authenticate(context)
             if caller is None:
@@ -330,20 +359,19 @@ class XdsServer:
                 try:
                     while (item := await inbox.get()) is not _EOF:
                         if isinstance(item, _Push):
-                            await self._write_push(stream, item, context)
+                            await self._write_push(stream, item, writer)
                         elif isinstance(item, Undecodable):
                             raise ProtocolError(f"undecodable request: {item.reason}")
                         else:
                             if stream is None:
                                 stream = self._connect(item, session, inbox, caller)
+                                writer.on_expire = functools.partial(self._expired, stream)
                             if getattr(item, "type_url", "").startswith(DEBUG_PREFIX):
-                                await self._write(context, self._debug_answer(stream, item, caller))
-                                stream.budget.responded()
+                                await self._write(writer, self._debug_answer(stream, item, caller))
                                 inbox.task_done()
                                 continue
                             for resp in stream.connection.on_request(item):
-                                await self._write(context, resp)
-                                stream.budget.responded()
+                                await self._write(writer, resp)
                             if self._observer is not None:
                                 self._answered(stream, item)
                         inbox.task_done()
@@ -352,25 +380,31 @@ class XdsServer:
         except* (ProtocolError, InvalidNodeError) as group:
             error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
+            await _end(writer, grpc.StatusCode.INVALID_ARGUMENT, error)
         except* DebugUnauthenticated:
             await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication required", context.peer())
         except* Unauthorized as group:
             refusal = group.exceptions[0]
             assert isinstance(refusal, Unauthorized)
             await self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, str(refusal), refusal.proxy_id)
-        except* RequestFlood as group:
+        except* QuotaExceeded as group:
             error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]
             logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, error)
-        except* SendTimeout:
-            # as istiod's "timeout sending": the stream ends, the client reconnects and resyncs.
-            # The status queues behind the response stuck in the transport, so the stream is
-            # released first: no push waits on it while the abort waits for the client
-            logger.warning("xDS stream %s ended: timeout sending", stream.connection.id if stream else "(new)")
+            await _end(writer, grpc.StatusCode.RESOURCE_EXHAUSTED, error)
+        except* CallEnded:
+            # nothing more can go to the call, not even a status: end as a cancelled call ends
+            # (grpc.aio sends nothing for it), not with an error gRPC would log and answer
+            logger.info("xDS stream %s: the call ended under a write", stream.connection.id if stream else "(new)")
             if stream is not None:
                 self._disconnect(stream)
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout sending")
+            raise asyncio.CancelledError from None
+        except* SendTimeout:
+            # as istiod's "timeout sending": the client reconnects and resyncs. The stream was
+            # given up when the timer fired (_expired); the write it timed out on has returned
+            # now (the client read it), so the status goes out after it
+            if stream is not None:
+                self._disconnect(stream)
+            await _end(writer, grpc.StatusCode.DEADLINE_EXCEEDED, "timeout sending")
         finally:
             if stream is not None:
                 self._disconnect(stream)
@@ -397,15 +431,8 @@ class XdsServer:
                 raise Unauthorized(f"authorization failed: {error}", proxy.id)
             proxy = dataclasses.replace(proxy, verified=True)
         conn_id = f"{proxy.id}-{next(self._ids)}"
-        budget = RequestBudget(self._clock)
-
-        def on_outcome(outcome: Outcome, proxy: Proxy) -> None:
-            self._outcome(outcome, proxy)
-            if outcome.unsolicited:
-                budget.spend()  # raises RequestFlood before the request costs any generating
-
-        connection = Connection(conn_id, proxy, session, self._source, on_outcome)
-        stream = Stream(connection, inbox, budget=budget, observer=self._observer)
+        connection = Connection(conn_id, proxy, session, self._source, self._outcome, IdleAnswers(self._clock))
+        stream = Stream(connection, inbox, observer=self._observer)
         if caller is not None:
             stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
@@ -425,45 +452,83 @@ class XdsServer:
         self._on_disconnect(stream)
         if self._observer is not None:
             self._observer.disconnected(stream.connection.id)
-        # release workers waiting on pushes this stream will never write
+        # release workers waiting on pushes this stream will never write (or finish writing)
+        if stream.writing is not None:
+            stream.settle(stream.writing)
         while not stream.inbox.empty():
             item = stream.inbox.get_nowait()
             if isinstance(item, _Push):
                 stream.settle(item)
         logger.info("xDS disconnected: %s", stream.connection.id)
 
-    async def _write_push(
-        self, stream: Stream | None, item: _Push, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> None:
+    def _expired(self, stream: Stream) -> None:
+        """A write of the stream did not complete within the send timeout: the stream is given
+        up (its pushes released, no more pushed to it) while the write waits on."""
+        logger.warning("xDS stream %s ended: timeout sending", stream.connection.id)
+        self._disconnect(stream)
+
+    async def _write_push(self, stream: Stream | None, item: _Push, writer: CallWriter) -> None:
         try:
-            if stream is not None:
+            if stream is not None and not stream.closed:
+                stream.writing = item
                 connection = stream.connection
                 for resp in connection.on_push(item.request):
-                    written = await self._write(context, resp)
-                    stream.budget.responded()
+                    written = await self._write(writer, resp)
                     item.sent.append(resp)
                     self._metrics.pushed_type(resp.type_url, connection.build_seconds.get(resp.type_url, 0.0) + written)
         finally:
             # before the stream takes its next inbox item: answers to these responses may be there
             if stream is not None:
+                stream.writing = None
                 stream.settle(item)
             elif not item.done.done():
                 item.done.set_result(None)
 
-    async def _write(self, context: grpc.aio.ServicerContext[Any, Any], resp: AnyResponse) -> float:
-        """Write one response; a large one waits for a slot first (the wait is not sending).
-        Returns the seconds the write took."""
-        slot = self._large_writes if len(resp.resources) >= LARGE_RESPONSE else contextlib.nullcontext()
-        async with slot:
-            began = time.perf_counter()
-            try:
-                # asyncio.timeout, not wait_for: no task per write; None waits forever
-                async with asyncio.timeout(self._send_timeout or None):
-                    await context.write(resp)
-            except TimeoutError:
+    async def _write(self, writer: CallWriter, resp: AnyResponse) -> float:
+        """Write one response: one write at a time per call (``CallWriter``), a large one after
+        waiting for a slot (the wait is not sending). Returns the seconds the write took; raises
+        SendTimeout when it took longer than the send timeout, once it has returned."""
+        async with writer.lock:
+            if writer.in_flight or writer.expired:
+                raise SendTimeout  # never a second write on the call
+            large = len(resp.resources) >= LARGE_RESPONSE
+            if large:
+                await self._large_writes.acquire()
+            holding = large
+
+            def expire() -> None:
+                nonlocal holding
+                writer.expired = True
                 self._metrics.write_timeouts.add()
-                raise SendTimeout from None
+                if holding:  # the slot is for writes that move: this one holds no other back
+                    holding = False
+                    self._large_writes.release()
+                if writer.on_expire is not None:
+                    writer.on_expire()
+
+            timer = asyncio.get_running_loop().call_later(self._send_timeout, expire) if self._send_timeout else None
+            began = time.perf_counter()
+            writer.in_flight = True
+            try:
+                await writer.context.write(resp)
+            except asyncio.CancelledError:
+                raise  # core still has the write: in_flight stays set
+            except grpc.aio.BaseError as e:  # ExecuteBatchError, UsageError: core ended the call
+                writer.in_flight = False
+                raise CallEnded(type(e).__name__) from None
+            except BaseException:
+                writer.in_flight = False
+                raise
+            else:
+                writer.in_flight = False
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if holding:
+                    self._large_writes.release()
             took = time.perf_counter() - began
+        if writer.expired:
+            raise SendTimeout
         self._metrics.sent(resp.type_url, took, sum(len(r.body.value) for r in resp.resources))
         return took
 
@@ -474,7 +539,6 @@ class XdsServer:
             raise DebugUnauthenticated
         delta = stream.connection.delta
         names = list(req.resource_names_subscribe if delta else req.resource_names)
-        check_names(len(names), req.type_url)
         found, control_plane = self._debug(req.type_url, names, caller.identities) if self._debug else ((), "")
         resources = [encode(name, message) for name, message in found]
         nonce = f"debug-{next(self._ids)}"
@@ -495,7 +559,23 @@ class XdsServer:
         if outcome.kind is RequestKind.NACK:
             self._metrics.rejected(outcome.type_url, proxy.id, outcome.error_code)
         elif outcome.kind is RequestKind.STALE:
+            # istiod: "Expired nonce received", at debug level, and pilot_xds_expired_nonce
+            logger.debug("xDS %s: %s expired nonce", proxy.id, SHORT_NAMES.get(outcome.type_url, outcome.type_url))
             self._metrics.expired_nonce(outcome.type_url)
+
+
+async def _end(writer: CallWriter, code: grpc.StatusCode, message: str) -> None:
+    """End the call with a status, unless a write is still in core (its coroutine was cancelled:
+    the call is ending anyway); then end without one, as a cancelled call does, since a status
+    now would be a second operation on the call."""
+    if writer.in_flight:
+        raise asyncio.CancelledError
+    try:
+        await writer.context.abort(code, message)
+    except grpc.aio.AbortError:
+        raise  # how an abort ends the handler
+    except grpc.aio.BaseError:
+        raise asyncio.CancelledError from None  # the client left as the status went out
 
 
 async def read_requests(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:

@@ -24,37 +24,40 @@ from app.xds.resources import EXPLICIT_TYPES
 from app.xds.response import SotwResponse
 from app.xds.watch import (
     WILDCARD,
+    NameQuota,
     NameSets,
     NonceSource,
     Outcome,
     RequestKind,
     Resource,
     WatchedResource,
-    answers,
-    check_names,
     check_new_watch,
     check_type,
     is_wildcard_request,
+    name_cost,
     set_version,
 )
 
 
 class SotwSession:
     def __init__(
-        self, nonces: NonceSource, allowed_types: frozenset[str] | None, name_sets: NameSets | None = None
+        self,
+        nonces: NonceSource,
+        allowed_types: frozenset[str] | None,
+        name_sets: NameSets | None = None,
+        quota: NameQuota | None = None,
     ) -> None:
         self._nonces = nonces
         self._allowed = allowed_types
-        self._name_sets = name_sets or NameSets()
+        self._name_sets = name_sets if name_sets is not None else NameSets()
+        self.quota = quota if quota is not None else NameQuota()
         self.watches: dict[str, WatchedResource] = {}
 
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> Outcome:
+        """What ``req`` means; costs time in proportion to its size, whatever the stream holds."""
         type_url = req.type_url
         check_type(type_url, self._allowed)
-        check_names(len(req.resource_names), type_url)
-        names = set(req.resource_names)
         w = self.watches.get(type_url)
-        unsolicited = not answers(w, req.response_nonce)
         if req.HasField("error_detail") and req.error_detail.code != 0:
             message = req.error_detail.message
             if w is not None:
@@ -62,30 +65,39 @@ class SotwSession:
                 w.last_error = message
                 if req.response_nonce == w.nonce_sent:
                     w.nacked_version = w.version_sent
-            return Outcome(RequestKind.NACK, type_url, False, message, req.error_detail.code, unsolicited)
+            return Outcome(RequestKind.NACK, type_url, False, message, req.error_detail.code)
         if w is None:
             # also a reconnect carrying a nonce from an earlier stream: answer it in full
             check_new_watch(self.watches)
+            names = set(req.resource_names)
             wildcard = is_wildcard_request(type_url, names)
-            self.watches[type_url] = WatchedResource(type_url, wildcard, self._name_sets(names - {WILDCARD}))
+            names.discard(WILDCARD)
+            w = WatchedResource(type_url, wildcard)
+            self.quota.charge(w, name_cost(names))
+            w.names = self._name_sets(names)
+            self.watches[type_url] = w
             return Outcome(RequestKind.INITIAL, type_url, True)
         if req.response_nonce != w.nonce_sent:
-            return Outcome(RequestKind.STALE, type_url, False, unsolicited=True)
+            # a stale nonce (a response crossed this request) or one never sent: ignored, as
+            # istiod's shouldRespond does ("expired nonce"), names and all
+            return Outcome(RequestKind.STALE, type_url, False)
         w.nonce_acked = req.response_nonce
         w.version_acked = req.version_info
         w.last_error = w.nacked_version = ""
-        if type_url in EXPLICIT_TYPES or names:
-            wanted = names - {WILDCARD}
+        if type_url in EXPLICIT_TYPES or req.resource_names:
+            names = set(req.resource_names)
             wildcard = WILDCARD in names if type_url in EXPLICIT_TYPES else w.wildcard
+            names.discard(WILDCARD)
             # only new names need an answer; dropped ones just stop being sent
-            added = bool(wanted - w.names) or (wildcard and not w.wildcard)
-            changed = wanted != w.names or wildcard != w.wildcard
-            if wanted != w.names:
-                w.names = self._name_sets(wanted)
+            added = bool(names - w.names) or (wildcard and not w.wildcard)
+            changed = names != w.names or wildcard != w.wildcard
+            if names != w.names:
+                self.quota.charge(w, name_cost(names))
+                w.names = self._name_sets(names)
             w.wildcard = wildcard
             if changed:
-                return Outcome(RequestKind.SUBSCRIPTION, type_url, added, unsolicited=unsolicited)
-        return Outcome(RequestKind.ACK, type_url, False, unsolicited=unsolicited)
+                return Outcome(RequestKind.SUBSCRIPTION, type_url, added)
+        return Outcome(RequestKind.ACK, type_url, False)
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> SotwResponse | None:
         """The response to a request that asked for one: always the full watched set."""

@@ -8,6 +8,8 @@ the rejection names the file (and the object, where its identity is readable); t
 last good version is what is in force; the sentinel objects of another file are untouched and
 still served to a proxy; nothing failed in the push pipeline or logged a traceback; ``/ready``
 still answers. Then the file is removed. One file-system event per case keeps the corpus fast.
+``/debug/configz`` shows the Istio kinds in force and every rejection (as istiod's, in Kubernetes
+form: app/debug/configz.py); what else is in force is read from the runtime's sources.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from app.config.model import ISTIO_KINDS, ConfigObject, Kind
+from app.debug.configz import SOURCE_ANNOTATION, is_rejection
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
@@ -99,11 +103,16 @@ def object_words(case: Case, name: str) -> tuple[str, ...]:
     return (f"{kind} {ns}/{obj}", f"{kind} {obj}:") if ns else (f"{kind} {obj}",)
 
 
-def in_force(rt: Runtime, key: tuple[str, str, str]) -> dict[str, Any] | None:
-    for obj in rt.config_status()["objects"]:
-        if (obj["kind"], obj["namespace"], obj["name"]) == key:
-            return dict(obj)
-    return None
+def objects_in_force(rt: Runtime) -> list[ConfigObject]:
+    return [obj for source in rt.sources for obj in source.objects()]
+
+
+def key_of(obj: ConfigObject) -> tuple[str, str, str]:
+    return str(obj.kind), obj.meta.namespace, obj.meta.name
+
+
+def in_force(rt: Runtime, key: tuple[str, str, str]) -> ConfigObject | None:
+    return next((obj for obj in objects_in_force(rt) if key_of(obj) == key), None)
 
 
 def version(rt: Runtime, key: tuple[str, str, str], case: Case) -> str | None:
@@ -113,7 +122,23 @@ def version(rt: Runtime, key: tuple[str, str, str], case: Case) -> str | None:
         return None
     if case.kind == "mesh":
         return GOOD if rt.env.store.mesh.connect_timeout.seconds == 7 else "other"
-    return str(obj["resourceVersion"])
+    return obj.meta.resource_version
+
+
+def ident(item: dict[str, Any]) -> tuple[str, str, str]:
+    return item["kind"], item["metadata"]["namespace"], item["metadata"]["name"]
+
+
+def source_of(item: dict[str, Any]) -> str:
+    return str(item["metadata"]["annotations"][SOURCE_ANNOTATION])
+
+
+def held_sources(rt: Runtime, configz: list[dict[str, Any]], key: tuple[str, str, str]) -> list[str]:
+    """Where the object ``key`` in force comes from: ``/debug/configz`` for the Istio kinds it
+    shows (in Kubernetes form), the runtime's sources for the others."""
+    if Kind(key[0]) in ISTIO_KINDS:
+        return [source_of(o) for o in configz if not is_rejection(o) and ident(o) == key]
+    return [obj.source for obj in objects_in_force(rt) if key_of(obj) == key]
 
 
 def of_file(lines: list[str], file: Path) -> list[str]:
@@ -203,16 +228,16 @@ async def test_bad_input(runtime: Runtime, case: Case, caplog: pytest.LogCapture
 
         lines = of_file(await get_json(rt, "/debug/rejections"), file)
         configz = await get_json(rt, "/debug/configz")
-        held = [o for o in configz["objects"] if (o["kind"], o["namespace"], o["name"]) == key]
+        held = held_sources(rt, configz, key)
 
         # first, for every case (a gap's accepted object included): everything else is
         # untouched and still served, nothing failed
         sentinel_file = str(config / "sentinel.yaml")
-        sentinel = {
-            (o["kind"], o["namespace"], o["name"]) for o in configz["objects"] if o["source"].startswith(sentinel_file)
-        }
+        shown = {ident(o) for o in configz if not is_rejection(o) and source_of(o).startswith(sentinel_file)}
+        assert shown == {o for o in SENTINEL_OBJECTS if Kind(o[0]) in ISTIO_KINDS}
+        sentinel = {key_of(o) for o in objects_in_force(rt) if o.source.startswith(sentinel_file)}
         assert sentinel == SENTINEL_OBJECTS
-        assert not [r for r in configz["rejected"] if r["source"].startswith(sentinel_file)]
+        assert not [r for r in configz if is_rejection(r) and source_of(r).startswith(sentinel_file)]
         assert SENTINEL_CLUSTER in served_clusters(rt)
         assert rt.debouncer.failures == failures, "a push failed"
         assert await ready(rt)
@@ -228,7 +253,7 @@ async def test_bad_input(runtime: Runtime, case: Case, caplog: pytest.LogCapture
             if case.names_object:
                 assert any(words in line for words in object_words(case, name)), line
             # the last good version stays in force, from this file
-            if not (len(held) == 1 and held[0]["source"].startswith(str(file)) and version(rt, key, case) == GOOD):
+            if not (len(held) == 1 and held[0].startswith(str(file)) and version(rt, key, case) == GOOD):
                 raise LastGoodLost(f"in force: {held}")
         elif case.expect == "accepted":
             assert not lines, lines
@@ -250,7 +275,7 @@ async def test_after_the_corpus_nothing_of_it_is_left(runtime: Runtime) -> None:
         remove(case_file(config, index))
 
     def clean() -> bool:
-        objects = {(o["kind"], o["namespace"], o["name"]) for o in rt.config_status()["objects"]}
+        objects = {key_of(o) for o in objects_in_force(rt)}
         return objects == SENTINEL_OBJECTS and not rt.rejections()
 
     await until("only the sentinel is left", clean)
@@ -264,12 +289,12 @@ async def test_the_config_dir_vanishing_keeps_the_last_good_config(runtime: Runt
     rt = runtime
     config = rt.settings.config_dir
     assert config is not None
-    before = rt.config_status()["objects"]
+    before = rt.config_status()
     away = config.with_name("config-away")
     os.rename(config, away)
     try:
         await asyncio.sleep(0.5)
-        assert rt.config_status()["objects"] == before
+        assert rt.config_status() == before
         assert SENTINEL_CLUSTER in served_clusters(rt)
         assert await ready(rt)
     finally:

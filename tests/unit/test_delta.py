@@ -196,10 +196,16 @@ def test_sessions_subscribed_to_the_same_names_share_one_set() -> None:
     assert a.watches[ENDPOINT].names == {"y", "z"} and b.watches[ENDPOINT].names == {"x", "y"}
 
 
-def test_the_name_set_pool_keeps_only_the_most_recent_sets() -> None:
-    pool = NameSets(limit=2)
-    a, b = pool({"a"}), pool({"b"})
-    assert pool({"a"}) is a  # used again: now the most recent
-    pool({"c"})  # the third set evicts the least recently used, b
-    assert pool(frozenset({"a"})) is a
-    assert pool({"b"}) is not b
+def test_the_name_set_pool_keeps_a_set_only_while_a_watch_holds_it() -> None:
+    # was: the 1,024 most recently used sets, kept after their streams ended (with names bounded
+    # by bytes, not count, that could be gigabytes no stream pays for)
+    pool = NameSets()
+    a = pool({"a"})
+    assert pool(frozenset({"a"})) is a and pool.held() == 1
+    del a
+    assert pool.held() == 0
+    s = DeltaSession(counter_nonces("d"), None, pool)
+    s.on_request(req(ENDPOINT, sub=("x", "y")))
+    assert pool.held() == 1 and pool({"x", "y"}) is s.watches[ENDPOINT].names
+    del s
+    assert pool.held() == 0

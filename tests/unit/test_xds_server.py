@@ -30,7 +30,7 @@ from app.settings import Settings
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.response import DeltaResponse
-from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, XdsServer, read_requests
+from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, CallWriter, XdsServer, read_requests
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
 
@@ -390,10 +390,11 @@ async def test_large_responses_are_paced_and_small_ones_pass(runtime: Runtime) -
     context = HeldWrites()
     [cluster] = runtime.generator.generate(CLUSTER, build_proxy(NODE), WatchedResource(CLUSTER, True))[:1]
     large = [DeltaResponse(CLUSTER, f"large{i}", "", [cluster] * LARGE_RESPONSE) for i in range(5)]
-    writes = [asyncio.create_task(server._write(context, resp)) for resp in large]  # type: ignore[arg-type]
+    # one stream each: a stream writes one response at a time (CallWriter)
+    writes = [asyncio.create_task(server._write(CallWriter(context), resp)) for resp in large]
     await asyncio.sleep(0.05)
     assert context.in_flight == 2  # three wait for a slot, not encoded yet
-    small = asyncio.create_task(server._write(context, DeltaResponse(CLUSTER, "small", "", [cluster])))  # type: ignore[arg-type]
+    small = asyncio.create_task(server._write(CallWriter(context), DeltaResponse(CLUSTER, "small", "", [cluster])))
     await asyncio.sleep(0.05)
     assert context.in_flight == 3  # a small response does not wait behind them
     context.release.set()
@@ -446,7 +447,7 @@ ISTIOD_METRICS = {
 }  # fmt: skip
 PILOTFISH_METRICS = {
     "pilotfish_xds_cache_hits", "pilotfish_xds_cache_misses", "pilotfish_xds_cache_evictions",
-    "pilotfish_config_rejections", "pilotfish_xds_auth_failures",
+    "pilotfish_config_rejections", "pilotfish_xds_auth_failures", "pilotfish_secure_port_refused",
 }  # fmt: skip
 # the standard process and Python metrics every Python exporter has (prometheus_client's collectors)
 STANDARD_METRICS = {
@@ -537,8 +538,10 @@ async def test_debug_configz_push_status_and_connections(runtime: Runtime, chann
             push = await resp.json()
         async with session.get(base + "connections") as resp:
             [connection] = await resp.json()
-    extra = [o for o in configz["objects"] if (o["kind"], o["name"]) == ("DestinationRule", "ratings-extra")]
-    assert len(extra) == 1 and extra[0]["source"].endswith("extra-dr.yaml") and configz["rejected"] == []
+    # istiod's form: one array of Kubernetes objects, the file's name in pilotfish's annotation
+    extra = [o for o in configz if (o["kind"], o["metadata"]["name"]) == ("DestinationRule", "ratings-extra")]
+    assert len(extra) == 1 and extra[0]["metadata"]["annotations"]["pilotfish.io/source"].endswith("extra-dr.yaml")
+    assert extra[0]["spec"]["host"].startswith("ratings") and not [o for o in configz if o["kind"] == "Event"]
     assert push["full"] is True and push["configsUpdated"] == ["DestinationRule bookinfo/ratings-extra"]
     assert push["proxiesQueued"] == 1 and push["responsesSinceByType"].get("cds") == 1
     assert connection["proxy"] == "productpage-v1-0.bookinfo" and connection["types"] == ["cds", "lds"]
@@ -555,13 +558,13 @@ async def test_a_dynamic_dns_service_entry_is_accepted_and_reported_in_configz(
         for _ in range(100):
             async with session.get(url) as resp:
                 configz = await resp.json()
-            found = [o for o in configz["objects"] if (o["kind"], o["name"]) == ("ServiceEntry", "wildcard-wiki")]
+            found = [o for o in configz if (o["kind"], o["metadata"]["name"]) == ("ServiceEntry", "wildcard-wiki")]
             if found:
                 break
             await asyncio.sleep(0.1)
     [entry] = found
-    assert configz["rejected"] == []
-    [warning] = entry["warnings"]
+    assert not [o for o in configz if o["kind"] == "Event"]
+    [warning] = json.loads(entry["metadata"]["annotations"]["pilotfish.io/warnings"])
     assert warning.startswith("resolution DYNAMIC_DNS: accepted, but pilotfish builds no dynamic forward proxy")
     logged = [r.getMessage() for r in caplog.records]
     assert any("ServiceEntry bookinfo/wildcard-wiki" in m and "DYNAMIC_DNS" in m for m in logged)
