@@ -6,7 +6,10 @@ What pilotfish reads of istio.io/api (the networking and security kinds, MeshCon
 service and what they import) and istio.io/istio's NDS NameTable are compiled with grpc_tools'
 protoc into the package ``app.api.istio`` (``OUTDIR``, normally app/api/istio): protoc's
 absolute imports (``from networking.v1alpha3 import ...``) are rewritten under that package.
-``alt_names.py`` lists the extra field names Istio's CRDs accept (``+kubebuilder:altName``).
+``alt_names.py`` lists the extra field names Istio's CRDs accept (``+kubebuilder:altName``), and
+``crd_constraints.py`` the OpenAPI bounds their schemas put on each field (required fields, lengths,
+patterns, ranges, item and property counts: what the Kubernetes API server refuses before
+istiod's webhook sees an object), read from istio.io/istio's CRDs.
 
 The module directories come from ``go mod download -json`` in tools/peers/istio (the versions
 its go.sum pins) unless given. The tree is built in a temporary directory beside OUTDIR and
@@ -23,8 +26,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import yaml
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
@@ -44,6 +50,14 @@ PACKAGE = "app.api.istio"
 ALT_NAME = re.compile(r"\+kubebuilder:altName=(\w+)")
 # DescriptorProto field numbers in SourceCodeInfo paths
 MESSAGE_TYPE, NESTED_TYPE, FIELD = 4, 3, 2
+CRDS = "manifests/charts/base/files/crd-all.gen.yaml"
+# the proto packages a CRD's kind may be defined in (its spec message is PACKAGE.Kind)
+SPEC_PACKAGES = ("istio.networking.v1alpha3", "istio.networking.v1beta1", "istio.security.v1beta1")
+# the OpenAPI keywords the API server checks on a value, kept per field; CEL rules
+# (x-kubernetes-validations) are not data: app/config checks them as istiod's webhook does
+VALUE_KEYWORDS = (
+    "minimum", "maximum", "minLength", "maxLength", "pattern", "minItems", "maxItems", "minProperties", "maxProperties",
+)  # fmt: skip
 
 
 def module_dir(module: str) -> Path:
@@ -100,6 +114,110 @@ def alt_names(fds: descriptor_pb2.FileDescriptorSet) -> dict[str, dict[str, str]
     return found
 
 
+F = descriptor_pb2.FieldDescriptorProto
+# (minimum, maximum) of the integer types: a CRD bound that only restates one is protobuf's own check
+_TYPE_RANGES = {
+    F.TYPE_UINT32: (0, 2**32 - 1), F.TYPE_FIXED32: (0, 2**32 - 1), F.TYPE_UINT64: (0, 2**64 - 1),
+    F.TYPE_FIXED64: (0, 2**64 - 1), F.TYPE_INT32: (-(2**31), 2**31 - 1), F.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    F.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+}  # fmt: skip
+_WRAPPER_TYPES = {"google.protobuf.UInt32Value": F.TYPE_UINT32, "google.protobuf.Int32Value": F.TYPE_INT32,
+                  "google.protobuf.UInt64Value": F.TYPE_UINT64}  # fmt: skip
+
+
+def _fields(fds: descriptor_pb2.FileDescriptorSet) -> dict[str, dict[str, tuple[str, str, int]]]:
+    """Message full name -> {JSON name and proto name: (label, message type or "", scalar type)}."""
+    out: dict[str, dict[str, tuple[str, str, int]]] = {}
+
+    def add(prefix: str, msg: descriptor_pb2.DescriptorProto) -> None:
+        name = f"{prefix}.{msg.name}"
+        fields = out[name] = {}
+        for f in msg.field:
+            type_name = f.type_name.lstrip(".")
+            typed = (
+                (f.label == f.LABEL_REPEATED and "repeated") or "",
+                type_name,
+                _WRAPPER_TYPES.get(type_name, f.type),
+            )
+            fields[f.json_name] = fields[f.name] = typed
+        for nested in msg.nested_type:
+            add(name, nested)
+
+    for f in fds.file:
+        for msg in f.message_type:
+            add(f.package, msg)
+    return out
+
+
+def _keywords(schema: Mapping[str, Any], scalar: int = 0) -> dict[str, Any]:
+    """The bounds of ``schema``, less a minimum or maximum that is the range of the field's
+    integer type ``scalar`` (protobuf checks that one, with its own words)."""
+    out = {k: schema[k] for k in VALUE_KEYWORDS if k in schema}
+    if scalar in _TYPE_RANGES:
+        low, high = _TYPE_RANGES[scalar]
+        if out.get("minimum") == low:
+            del out["minimum"]
+        if out.get("maximum") == high:
+            del out["maximum"]
+    return out
+
+
+def crd_constraints(fds: descriptor_pb2.FileDescriptorSet, crds: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(message full name -> {field name as the CRD spells it: bounds}, message full name ->
+    [required field names]) from the ``spec`` schemas of every served version of the CRDs whose
+    spec message was compiled. A field's bounds are its OpenAPI keywords, with ``items`` for a
+    list's elements and ``values`` for a map's; a message reached on several paths (or kinds)
+    must get the same bounds on each, else the generator stops."""
+    messages = _fields(fds)
+    bounds: dict[str, dict[str, Any]] = {}
+    required: dict[str, list[str]] = {}
+
+    def merge(table: dict[str, Any], key: str, value: Any, where: str) -> None:
+        if table.setdefault(key, value) != value:
+            raise SystemExit(f"gen_istio_api: {where}: {value} differs from {table[key]} on another path")
+
+    def walk(schema: Mapping[str, Any], message: str, where: str) -> None:
+        if message not in messages:  # a well-known type (Duration, a wrapper, Struct): no fields
+            return
+        if schema.get("required"):
+            merge(required, message, sorted(schema["required"]), where)
+        for name, sub in schema.get("properties", {}).items():
+            if name not in messages[message]:
+                raise SystemExit(f"gen_istio_api: {where}.{name}: no such field of {message}")
+            label, field_type, scalar = messages[message][name]
+            values = sub.get("additionalProperties")
+            entry = messages.get(field_type, {}).get("value") if isinstance(values, Mapping) else None
+            field = _keywords(sub, 0 if label else scalar)
+            element = sub.get("items") if label else None
+            if isinstance(element, Mapping) and (inner := _keywords(element, scalar)):
+                field["items"] = inner
+            if isinstance(values, Mapping) and (inner := _keywords(values, entry[2] if entry else 0)):
+                field["values"] = inner
+            if field:
+                merge(bounds.setdefault(message, {}), name, field, f"{where}.{name}")
+            if isinstance(values, Mapping):  # a map: its value type is the entry's "value" field
+                if entry is not None and entry[1]:
+                    walk(values, entry[1], f"{where}.{name}{{}}")
+            elif isinstance(element, Mapping):
+                walk(element, field_type, f"{where}.{name}[]")
+            elif field_type:
+                walk(sub, field_type, f"{where}.{name}")
+
+    with crds.open() as f:
+        for crd in yaml.safe_load_all(f):
+            if not crd:
+                continue
+            kind = crd["spec"]["names"]["kind"]
+            spec_message = next((f"{p}.{kind}" for p in SPEC_PACKAGES if f"{p}.{kind}" in messages), None)
+            if spec_message is None:
+                continue
+            for version in crd["spec"]["versions"]:
+                if version.get("served"):
+                    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                    walk(spec, spec_message, f"{kind} {version['name']} spec")
+    return dict(sorted(bounds.items())), dict(sorted(required.items()))
+
+
 def rewrite_imports(root: Path) -> None:
     """Put protoc's top-level packages under PACKAGE, and give every directory an __init__.py."""
     tops = "|".join(sorted(p.name for p in root.iterdir() if p.is_dir()))
@@ -122,6 +240,17 @@ def generate(out: Path, api: Path, istio: Path) -> None:
             '"""Field names Istio\'s CRDs accept besides the JSON name (generated from the protos\' '
             '`+kubebuilder:altName`):\nmessage full name -> {alt name: proto field name}."""\n\n'
             f"ALT_NAMES: dict[str, dict[str, str]] = {alt_names(fds)!r}\n"
+        )
+        bounds, required = crd_constraints(fds, istio / CRDS)
+        (tmp / "crd_constraints.py").write_text(
+            '"""What the ``spec`` schemas of Istio\'s CRDs (istio.io/istio ' + CRDS + ") bound, per message\n"
+            "(generated): the API server refuses a value out of these bounds before istiod sees it.\n\n"
+            "BOUNDS: message full name -> {field name as the CRD spells it: {OpenAPI keyword: bound}}, with\n"
+            "``items`` for a list's elements and ``values`` for a map's. REQUIRED: message full name ->\n"
+            'the fields it must set."""\n\n'
+            "from typing import Any\n\n"
+            f"BOUNDS: dict[str, dict[str, dict[str, Any]]] = {bounds!r}\n\n"
+            f"REQUIRED: dict[str, list[str]] = {required!r}\n"
         )
         old = out.with_name(f"{tmp.name}-old")
         if out.exists():

@@ -8,29 +8,33 @@ checks every kind shares in istio_checks.py.
 
 from __future__ import annotations
 
-import ipaddress
-import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-import re2
 from google.protobuf.message import Message
 
 from app.api import networking as net
 from app.api import security as sec
 from app.config.host import is_ip_address, validate_fqdn
 from app.config.istio_checks import (
+    PROTOCOLS,
     check_address,
     check_export_to,
     check_host,
     check_labels,
     check_port_number,
     check_protocol,
+    check_workload_selector,
     fail,
     is_dns1123_label,
 )
+from app.config.istio_security import (
+    validate_authorization_policy,
+    validate_peer_authentication,
+    validate_request_authentication,
+)
 from app.config.istio_traffic import check_connection_pool, validate_destination_rule, validate_virtual_service
-from app.config.model import Kind
+from app.config.model import ConfigObject, Kind
 from app.config.not_applied import not_applied
 from app.config.schema import parse_message
 from app.errors import FieldError
@@ -49,13 +53,22 @@ SPEC_MESSAGES: Mapping[Kind, type[Message]] = {
 }
 
 
-def parse_istio_spec(kind: Kind, spec: Any, namespace: str) -> Message:
-    """Parse and validate the ``spec`` of an Istio networking object."""
+def parse_istio_spec(
+    kind: Kind, spec: Any, namespace: str, *, strict: bool = True, unknown: list[str] | None = None
+) -> Message:
+    """Parse and validate the ``spec`` of an Istio object; not ``strict``, a field Istio does
+    not define is dropped and its path appended to ``unknown``."""
     if spec is None:
         raise FieldError("spec", "is required")
-    msg = parse_message(spec, SPEC_MESSAGES[kind])
+    msg = parse_message(spec, SPEC_MESSAGES[kind], strict=strict, unknown=unknown)
     _VALIDATORS[kind](msg, namespace)
     return msg
+
+
+def object_warnings(obj: ConfigObject) -> list[str]:
+    """Every warning about an accepted object: what reading it ignored (an unknown field in a
+    file) and what pilotfish cannot honour yet (``istio_warnings``)."""
+    return [*obj.warnings, *istio_warnings(obj.spec)]
 
 
 def istio_warnings(spec: object) -> list[str]:
@@ -125,6 +138,7 @@ _HOST_AWARE_PROTOCOLS = frozenset({"HTTP", "HTTP2", "GRPC", "GRPC-WEB", "HTTPS",
 def _validate_service_entry(se: net.ServiceEntry, namespace: str) -> None:
     """istiod ValidateServiceEntry (its warnings are not errors here either)."""
     resolution = _SE.Resolution.Name(se.resolution)
+    check_workload_selector("workloadSelector.labels", se.workload_selector.labels)
     if se.endpoints and se.HasField("workload_selector"):
         raise fail("workloadSelector", "only one of workloadSelector or endpoints is allowed")
     if not se.hosts:
@@ -212,6 +226,7 @@ def _check_gateway_host(path: str, text: str) -> None:
 def _validate_sidecar(sc: net.Sidecar, namespace: str) -> None:
     """istiod validation.ValidateSidecar (an empty workloadSelector is accepted: istiod warns
     that it applies to the whole namespace)."""
+    check_workload_selector("workloadSelector.labels", sc.workload_selector.labels)
     policies = sc.HasField("outbound_traffic_policy") or sc.HasField("inbound_connection_pool")
     if not (sc.egress or sc.ingress or policies):
         raise fail("spec", "sidecar: empty configuration provided")
@@ -337,225 +352,92 @@ def _check_sidecar_ingress(here: str, ing: net.IstioIngressListener, ports: set[
                 raise fail(f"{here}.tls.caCertificates", "is required for MUTUAL")
 
 
+_TLS = net.ServerTLSSettings
+_TLS_PROTOCOLS = frozenset({"HTTPS", "TLS"})
+_HTTP_PROTOCOLS = frozenset({"HTTP", "HTTP2", "GRPC", "GRPC-WEB"})  # istio protocol.IsHTTP
+
+
 def _validate_gateway(gw: net.Gateway, namespace: str) -> None:
+    """istiod ValidateGateway and validateServer (a server's ``bind`` is not checked here)."""
     if not gw.servers:
         raise fail("servers", "at least one server is required")
     port_names: set[str] = set()
     for i, s in enumerate(gw.servers):
         here = f"servers[{i}]"
+        if not s.hosts:
+            raise fail(f"{here}.hosts", "at least one host is required")
+        for j, h in enumerate(s.hosts):
+            _check_gateway_host(f"{here}.hosts[{j}]", h)
         if not s.HasField("port"):
             raise fail(f"{here}.port", "is required")
         check_port_number(f"{here}.port.number", s.port.number)
         if not s.port.protocol:
             raise fail(f"{here}.port.protocol", "is required")
         check_protocol(f"{here}.port.protocol", s.port.protocol)
-        if s.port.name:
-            if s.port.name in port_names:
-                raise fail(f"{here}.port.name", f"port names in servers must be unique: {s.port.name!r} repeats")
-            port_names.add(s.port.name)
-        if not s.hosts:
-            raise fail(f"{here}.hosts", "at least one host is required")
-        for j, h in enumerate(s.hosts):
-            _check_gateway_host(f"{here}.hosts[{j}]", h)
+        if s.port.target_port:
+            raise fail(f"{here}.port.targetPort", "has no impact on Gateways")
+        if not s.port.name:
+            raise fail(f"{here}.port.name", "port name must be set")
+        if s.port.name in port_names:
+            raise fail(f"{here}.port.name", f"port names in servers must be unique: {s.port.name!r} repeats")
+        port_names.add(s.port.name)
+        if s.HasField("tls"):
+            _check_server_tls(f"{here}.tls", s.tls)
         proto = s.port.protocol.upper()
-        if proto == "HTTPS" and not s.HasField("tls"):
-            raise fail(f"{here}.tls", "is required for an HTTPS server")
-        needs_cert = s.HasField("tls") and s.tls.mode in (net.ServerTLSSettings.SIMPLE, net.ServerTLSSettings.MUTUAL)
-        if needs_cert and not s.tls.credential_name and not (s.tls.server_certificate and s.tls.private_key):
-            raise fail(f"{here}.tls", "SIMPLE and MUTUAL need credentialName or serverCertificate and privateKey")
+        if proto in _TLS_PROTOCOLS and not s.HasField("tls"):
+            raise fail(f"{here}.tls", "server must have TLS settings for HTTPS/TLS protocols")
+        if proto not in _TLS_PROTOCOLS and s.HasField("tls"):
+            if proto not in _HTTP_PROTOCOLS and proto in PROTOCOLS:
+                raise fail(f"{here}.tls", "server cannot have TLS settings for non HTTPS/TLS ports")
+            passthrough = s.tls.mode in (_TLS.PASSTHROUGH, _TLS.AUTO_PASSTHROUGH)
+            if not passthrough or s.tls.ca_certificates or s.tls.private_key or s.tls.server_certificate:
+                raise fail(f"{here}.tls", "server cannot have TLS settings for plain text HTTP ports")
 
 
-def _validate_peer_authentication(pa: sec.PeerAuthentication, namespace: str) -> None:
-    """istiod validation.ValidatePeerAuthentication: port-level modes need a workload selector
-    (a mesh or namespace policy has no workload ports), and port numbers are ports."""
-    # an empty selector is accepted as namespace-wide (istiod warns)
-    if len(pa.port_level_mtls) and not pa.selector.match_labels:
-        raise fail("portLevelMtls", "mesh/namespace peer authentication cannot have port level mTLS")
-    for port in pa.port_level_mtls:
-        if not 1 <= port <= 65535:
-            raise fail(f"portLevelMtls.{port}", "port must be in the range 1..65535")
-
-
-# istiod security/authz model.go: the attributes a `when` condition may name (a bracketed key
-# like request.headers[X] by its prefix)
-AUTHZ_KEYS = frozenset(
-    {
-        "source.ip",
-        "remote.ip",
-        "source.namespace",
-        "source.serviceAccount",
-        "source.trustDomain",
-        "source.principal",
-        "request.auth.principal",
-        "request.auth.audiences",
-        "request.auth.presenter",
-        "destination.ip",
-        "destination.port",
-        "connection.sni",
-    }
-)
-AUTHZ_KEY_PREFIXES = ("request.headers[", "request.auth.claims[", "experimental.envoy.filters.")
-_AUTHZ_IP_KEYS = frozenset({"source.ip", "remote.ip", "destination.ip"})
-
-
-def _check_cidrs(path: str, values: Iterable[str]) -> None:
-    for i, value in enumerate(values):
-        try:
-            ipaddress.ip_network(value, strict=False)
-        except ValueError:
-            raise fail(f"{path}[{i}]", f"{value!r} is not an IP address or CIDR") from None
-
-
-def _check_ports(path: str, values: Iterable[str]) -> None:
-    for i, value in enumerate(values):
-        if not value.isdigit() or not 0 <= int(value) <= 65535:
-            raise fail(f"{path}[{i}]", f"{value!r} is not a port number")
-
-
-def _check_not_empty(path: str, values: Iterable[str]) -> None:
-    """istiod CheckEmptyValues. A `*` anywhere is accepted, as istiod accepts it: only a
-    leading or trailing one is a wildcard, elsewhere it is matched as written."""
-    for i, value in enumerate(values):
-        if not value:
-            raise fail(f"{path}[{i}]", "empty value not allowed")
-
-
-def _check_trust_domains(path: str, values: Iterable[str]) -> None:
-    """istiod CheckTrustDomainValues: non-empty, at most one `*` and only at an end, no `/`."""
-    for i, value in enumerate(values):
-        inner = value[1:-1] if len(value) > 1 else ""
-        if not value or "/" in value or value.count("*") > 1 or "*" in inner:
-            raise fail(f"{path}[{i}]", f"{value!r}: a trust domain, with `*` only at its start or end")
-
-
-def _check_service_accounts(path: str, values: Sequence[str]) -> None:
-    """istiod CheckServiceAccount: at most 16, ``sa`` or ``namespace/sa``, no wildcard."""
-    if len(values) > 16:
-        raise fail(path, "may not have more than 16 values")
-    for i, value in enumerate(values):
-        ns, sep, sa = value.partition("/")
-        if not value or "*" in value or "/" in sa or len(value) > 320 or (sep and not (ns and sa)):
-            raise fail(f"{path}[{i}]", f"{value!r}: want 'serviceAccount' or 'namespace/serviceAccount' (no '*')")
-
-
-_MATCH_ONE, _MATCH_ANY = "{*}", "{**}"
-# RFC 3986 pchar, as istiod's validLiteral
-_PATH_LITERAL = re2.compile(r"^[a-zA-Z0-9\-._~%!$&'()+,;:@=]+$")
-
-
-def _check_path_templates(path: str, values: Iterable[str]) -> None:
-    """istiod CheckValidPathTemplate: ``{*}`` and ``{**}`` whole segments only, ``{**}`` last,
-    no other braces, and pchar-only literals in a path that has a template."""
-    for i, value in enumerate(values):
-        templated = _MATCH_ONE in value or _MATCH_ANY in value
-        seen_any = False
-        for glob in value.strip("/").split("/"):
-            if glob in (_MATCH_ONE, _MATCH_ANY):
-                if seen_any:
-                    raise fail(f"{path}[{i}]", f"{value!r}: {{**}} must be the last operator")
-                seen_any = glob == _MATCH_ANY
-                continue
-            if "{" in glob or "}" in glob:
-                raise fail(f"{path}[{i}]", f"{value!r}: '{{' or '}}' beyond a supported path template")
-            if templated and not _PATH_LITERAL.match(glob):
-                raise fail(f"{path}[{i}]", f"{value!r}: segment {glob!r} is not a valid literal")
-
-
-def _validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) -> None:
-    """istiod validation.ValidateAuthorizationPolicy, for what the RBAC builder reads."""
-    Action = sec.AuthorizationPolicy.Action
-    if ap.HasField("selector") and not ap.selector.match_labels:
-        raise fail("selector.matchLabels", "must not be empty (leave the selector out for every workload)")
-    if ap.action == Action.CUSTOM and not ap.provider.name:
-        raise fail("provider.name", "is required for action CUSTOM")
-    if ap.action != Action.CUSTOM and ap.HasField("provider"):
-        raise fail("provider", "is only allowed with action CUSTOM")
-    for r, rule in enumerate(ap.rules):
-        here = f"rules[{r}]"
-        for f, source in enumerate(getattr(rule, "from")):
-            where = f"{here}.from[{f}].source"
-            if not source.HasField("source") or not source.source.ListFields():
-                raise fail(where, "must set at least one field")
-            s = source.source
-            for name in ("ip_blocks", "not_ip_blocks", "remote_ip_blocks", "not_remote_ip_blocks"):
-                _check_cidrs(f"{where}.{_camel(name)}", getattr(s, name))
-            for name in (
-                "principals",
-                "not_principals",
-                "namespaces",
-                "not_namespaces",
-                "request_principals",
-                "not_request_principals",
-                "ip_blocks",
-                "not_ip_blocks",
-                "remote_ip_blocks",
-                "not_remote_ip_blocks",
-            ):
-                _check_not_empty(f"{where}.{_camel(name)}", getattr(s, name))
-            for name in ("service_accounts", "not_service_accounts"):
-                _check_service_accounts(f"{where}.{_camel(name)}", getattr(s, name))
-            for name in ("trust_domains", "not_trust_domains"):
-                _check_trust_domains(f"{where}.{_camel(name)}", getattr(s, name))
-        for t, to in enumerate(rule.to):
-            where = f"{here}.to[{t}].operation"
-            if not to.HasField("operation") or not to.operation.ListFields():
-                raise fail(where, "must set at least one field")
-            op = to.operation
-            _check_ports(f"{where}.ports", op.ports)
-            _check_ports(f"{where}.notPorts", op.not_ports)
-            for name in ("hosts", "not_hosts", "paths", "not_paths", "methods", "not_methods", "ports", "not_ports"):
-                _check_not_empty(f"{where}.{_camel(name)}", getattr(op, name))
-            _check_path_templates(f"{where}.paths", op.paths)
-            _check_path_templates(f"{where}.notPaths", op.not_paths)
-        for w, cond in enumerate(rule.when):
-            where = f"{here}.when[{w}]"
-            key = cond.key
+def _check_server_tls(path: str, tls: net.ServerTLSSettings) -> None:
+    """istiod validateTLSOptions (its warnings are not errors here either): ISTIO_MUTUAL takes no
+    certificates; one certificate source at most (credentialName, credentialNames,
+    serverCertificate and privateKey, tlsCertificates); SIMPLE and MUTUAL without a credential
+    need each certificate's file pair, and MUTUAL a CA bundle; a CRL neither with
+    credentialName nor with SIMPLE."""
+    if tls.mode == _TLS.ISTIO_MUTUAL:
+        for name, is_set in (
+            ("serverCertificate", bool(tls.server_certificate)),
+            ("privateKey", bool(tls.private_key)),
+            ("caCertificates", bool(tls.ca_certificates)),
+            ("tlsCertificates", len(tls.tls_certificates) > 0),
+            ("credentialName", bool(tls.credential_name)),
+            ("credentialNames", len(tls.credential_names) > 0),
+        ):
+            if is_set:
+                raise fail(f"{path}.{name}", "ISTIO_MUTUAL TLS cannot have associated certificates")
+        return
+    sources = [
+        bool(tls.server_certificate and tls.private_key),
+        bool(tls.credential_name),
+        len(tls.credential_names) > 0,
+        len(tls.tls_certificates) > 0,
+    ]
+    if sum(sources) > 1:
+        sources_named = "credentialName, credentialNames, serverCertificate/privateKey, tlsCertificates"
+        raise fail(path, f"only one of {sources_named} should be specified")
+    terminating = tls.mode in (_TLS.SIMPLE, _TLS.MUTUAL, _TLS.OPTIONAL_MUTUAL)
+    if terminating and not (tls.credential_name or tls.credential_names):  # else fetched by name
+        prefix = "SIMPLE TLS" if tls.mode == _TLS.SIMPLE else "MUTUAL TLS"
+        if tls.mode != _TLS.SIMPLE and not tls.ca_certificates:
+            raise fail(f"{path}.caCertificates", f"{prefix} requires a client CA bundle")
+        pairs = [(c.server_certificate, c.private_key) for c in tls.tls_certificates]
+        for j, (certificate, key) in enumerate(pairs or [(tls.server_certificate, tls.private_key)]):
+            where = f"{path}.tlsCertificates[{j}]." if pairs else f"{path}."
+            if not certificate:
+                raise fail(f"{where}serverCertificate", f"{prefix} requires a server certificate")
             if not key:
-                raise fail(f"{where}.key", "is required")
-            if key not in AUTHZ_KEYS and not key.startswith(AUTHZ_KEY_PREFIXES):
-                raise fail(f"{where}.key", f"unknown attribute {key!r}")
-            if key.startswith(AUTHZ_KEY_PREFIXES[:2]) and not (key.endswith("]") and len(key) > key.index("[") + 2):
-                raise fail(f"{where}.key", f"{key!r}: the name goes in brackets, e.g. request.headers[User-Agent]")
-            if not len(cond.values) and not len(cond.not_values):
-                raise fail(where, "values or notValues is required")
-            if key in _AUTHZ_IP_KEYS:
-                _check_cidrs(f"{where}.values", cond.values)
-                _check_cidrs(f"{where}.notValues", cond.not_values)
-            if key == "destination.port":
-                _check_ports(f"{where}.values", cond.values)
-                _check_ports(f"{where}.notValues", cond.not_values)
-
-
-def _validate_request_authentication(ra: sec.RequestAuthentication, namespace: str) -> None:
-    """istiod validation.ValidateRequestAuthentication: an issuer per rule, issuers unique, a
-    jwksUri that is an http(s) URL, JWKS text that parses, header names."""
-    if ra.HasField("selector") and not ra.selector.match_labels:
-        raise fail("selector.matchLabels", "must not be empty (leave the selector out for every workload)")
-    issuers: set[str] = set()
-    for i, rule in enumerate(ra.jwt_rules):
-        here = f"jwtRules[{i}]"
-        if not rule.issuer:
-            raise fail(f"{here}.issuer", "is required")
-        if rule.issuer in issuers:
-            raise fail(f"{here}.issuer", f"{rule.issuer!r} is used by another rule")
-        issuers.add(rule.issuer)
-        if rule.jwks_uri and not rule.jwks_uri.startswith(("http://", "https://")):
-            raise fail(f"{here}.jwksUri", f"{rule.jwks_uri!r} is not an http or https URL")
-        if rule.jwks:
-            try:
-                keys = json.loads(rule.jwks)
-            except ValueError:
-                raise fail(f"{here}.jwks", "is not JSON") from None
-            if not isinstance(keys, dict) or not isinstance(keys.get("keys"), list):
-                raise fail(f"{here}.jwks", "must be a JWKS: an object with a 'keys' list")
-        for j, header in enumerate(rule.from_headers):
-            if not header.name:
-                raise fail(f"{here}.fromHeaders[{j}].name", "is required")
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
+                raise fail(f"{where}privateKey", f"{prefix} requires a private key")
+    if tls.ca_crl:
+        if tls.credential_name:
+            raise fail(f"{path}.caCrl", "CRL is not supported with credentialName: it has to be in the credential")
+        if tls.mode == _TLS.SIMPLE:
+            raise fail(f"{path}.caCrl", "CRL is not supported with SIMPLE TLS")
 
 
 _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
@@ -564,8 +446,8 @@ _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.SERVICE_ENTRY: _validate_service_entry,
     Kind.WORKLOAD_ENTRY: _validate_workload_entry_object,
     Kind.SIDECAR: _validate_sidecar,
-    Kind.PEER_AUTHENTICATION: _validate_peer_authentication,
-    Kind.AUTHORIZATION_POLICY: _validate_authorization_policy,
-    Kind.REQUEST_AUTHENTICATION: _validate_request_authentication,
+    Kind.PEER_AUTHENTICATION: validate_peer_authentication,
+    Kind.AUTHORIZATION_POLICY: validate_authorization_policy,
+    Kind.REQUEST_AUTHENTICATION: validate_request_authentication,
     Kind.GATEWAY: _validate_gateway,
 }

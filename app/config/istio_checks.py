@@ -149,6 +149,20 @@ def check_labels(path: str, labels: Mapping[str, str]) -> None:
             raise fail(f"{path}.{key}", f"invalid label value {quoted(value)}: {reason}")
 
 
+def check_workload_selector(path: str, labels: Mapping[str, str]) -> None:
+    """istiod validateWorkloadSelector and ValidateAlphaWorkloadSelector: no empty key and no
+    ``*`` in a key or a value (a selector without labels is istiod's warning, not an error: it
+    selects every workload of the namespace)."""
+    if not labels:
+        return
+    for key in sorted(labels):
+        value = labels[key]
+        if not key:
+            raise fail(path, f"empty key is not supported in selector: {quoted('=' + value)}")
+        if "*" in key or "*" in value:
+            raise fail(f"{path}.{key}", f"wildcard is not supported in selector: {quoted(f'{key}={value}')}")
+
+
 def quoted(text: str, limit: int = 64) -> str:
     """A value as a rejection quotes it: repr'd, cut at ``limit`` characters."""
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"

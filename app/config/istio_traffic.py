@@ -26,6 +26,7 @@ from app.config.istio_checks import (
     check_percent,
     check_percentage,
     check_port_number,
+    check_workload_selector,
     fail,
     is_dns1123_label,
 )
@@ -56,6 +57,7 @@ def validate_destination_rule(dr: net.DestinationRule, namespace: str) -> None:
             _check_traffic_policy(subset.traffic_policy, f"{here}.trafficPolicy")
     if dr.HasField("workload_selector") and not dr.workload_selector.match_labels:
         raise fail("workloadSelector.matchLabels", "must not be empty")
+    check_workload_selector("workloadSelector.matchLabels", dr.workload_selector.match_labels)
 
 
 def _check_traffic_policy(tp: net.TrafficPolicy, path: str) -> None:
@@ -65,6 +67,9 @@ def _check_traffic_policy(tp: net.TrafficPolicy, path: str) -> None:
         if not pls.HasField("port") or pls.port.number == 0:
             raise fail(f"{here}.port", "is required")
         check_port_number(f"{here}.port.number", pls.port.number)
+        parts = ("outlier_detection", "connection_pool", "load_balancer", "tls")
+        if not any(pls.HasField(part) for part in parts):
+            raise fail(here, "port traffic policy must have at least one field")
         _check_policy_parts(pls, here)
 
 
@@ -73,8 +78,8 @@ def _check_policy_parts(tp: net.TrafficPolicy | net.TrafficPolicy.PortTrafficPol
         check_outlier_detection(f"{path}.outlierDetection", tp.outlier_detection)
     if tp.HasField("connection_pool"):
         check_connection_pool(f"{path}.connectionPool", tp.connection_pool)
-    if tp.HasField("load_balancer") and tp.load_balancer.HasField("locality_lb_setting"):
-        check_locality_lb_setting(f"{path}.loadBalancer.localityLbSetting", tp.load_balancer.locality_lb_setting)
+    if tp.HasField("load_balancer"):
+        check_load_balancer(f"{path}.loadBalancer", tp.load_balancer)
     if tp.HasField("tls"):
         tls = tp.tls
         if tls.mode == net.ClientTLSSettings.MUTUAL and not tls.credential_name:
@@ -82,6 +87,72 @@ def _check_policy_parts(tp: net.TrafficPolicy | net.TrafficPolicy.PortTrafficPol
                 raise fail(f"{path}.tls.clientCertificate", "is required for mode MUTUAL")
             if not tls.private_key:
                 raise fail(f"{path}.tls.privateKey", "is required for mode MUTUAL")
+
+
+_MAGLEV_TABLE_SIZE_BELOW = 5_000_011
+
+
+def check_load_balancer(path: str, lb: net.LoadBalancerSettings) -> None:
+    """validateLoadBalancer: a consistent hash's cookie has a name and uniquely named
+    attributes, a ring size is not set both ways, a Maglev table size is a prime below
+    5,000,011; locality and zone-aware settings are not both set (the locality setting as
+    agent.ValidateLocalityLbSetting); a warmup has a duration (ValidateDuration), a
+    minimumPercent of at most 100 and a positive aggression, and is not set beside
+    warmupDurationSecs (the CRD's rule)."""
+    if lb.HasField("consistent_hash"):
+        ch = lb.consistent_hash
+        here = f"{path}.consistentHash"
+        if ch.HasField("http_cookie"):
+            if not ch.http_cookie.name:
+                raise fail(f"{here}.httpCookie.name", "name required for HttpCookie")
+            names: set[str] = set()
+            for i, attribute in enumerate(ch.http_cookie.attributes):
+                where = f"{here}.httpCookie.attributes[{i}].name"
+                if not attribute.name:
+                    raise fail(where, "cookie attribute name cannot be empty")
+                if attribute.name in names:
+                    raise fail(where, f"duplicate cookie attribute name: {attribute.name}")
+                names.add(attribute.name)
+        if ch.minimum_ring_size and ch.WhichOneof("hash_algorithm") is not None:
+            raise fail(f"{here}.minimumRingSize", "only one of MinimumRingSize or Maglev/Ringhash can be specified")
+        if ch.HasField("maglev"):
+            size = ch.maglev.table_size
+            where = f"{here}.maglev.tableSize"
+            if size == 0:
+                raise fail(where, "tableSize must be set for maglev")
+            if size >= _MAGLEV_TABLE_SIZE_BELOW:
+                raise fail(where, f"tableSize must be less than {_MAGLEV_TABLE_SIZE_BELOW} for maglev")
+            if not _is_prime(size):
+                raise fail(where, "tableSize must be a prime number for maglev")
+    if lb.HasField("locality_lb_setting"):
+        if lb.HasField("zone_aware_lb_setting"):
+            raise fail(path, "only one of localityLbSetting and zoneAwareLbSetting can be set")
+        check_locality_lb_setting(f"{path}.localityLbSetting", lb.locality_lb_setting)
+    if lb.HasField("warmup"):
+        warmup = lb.warmup
+        if lb.HasField("warmup_duration_secs"):
+            raise fail(f"{path}.warmup", "only one of warmupDurationSecs or warmup can be set")
+        if not warmup.HasField("duration"):
+            raise fail(f"{path}.warmup.duration", "duration is required")
+        check_duration(f"{path}.warmup.duration", warmup.duration)
+        if warmup.minimum_percent.value > 100:
+            raise fail(f"{path}.warmup.minimumPercent", "minimumPercent value should be less than or equal to 100")
+        if warmup.HasField("aggression") and warmup.aggression.value <= 0:
+            raise fail(f"{path}.warmup.aggression", "aggression should be greater than 0")
+
+
+def _is_prime(x: int) -> bool:
+    """istiod isPrime, Envoy's (source/common/common/utility.cc)."""
+    if 0 < x < 4:
+        return True
+    if x % 2 == 0:
+        return False
+    factor = 3
+    while factor * factor <= x:
+        if x % factor == 0:
+            return False
+        factor += 2
+    return True
 
 
 def check_outlier_detection(path: str, od: net.OutlierDetection) -> None:
@@ -120,6 +191,12 @@ def check_connection_pool(path: str, cp: net.ConnectionPoolSettings) -> None:
         upgrade = net.ConnectionPoolSettings.HTTPSettings.UPGRADE
         if http.h2_upgrade_policy == upgrade and http.use_client_protocol:
             raise fail(f"{path}.http.useClientProtocol", "must not be true when h2UpgradePolicy is UPGRADE")
+        if http.HasField("http2_keep_alive"):
+            ping = http.http2_keep_alive
+            for name in ("interval", "timeout"):
+                if not ping.HasField(name):
+                    raise fail(f"{path}.http.http2KeepAlive.{name}", f"http2 keepalive {name} is required")
+                check_duration(f"{path}.http.http2KeepAlive.{name}", getattr(ping, name))
     if cp.HasField("tcp"):
         tcp = cp.tcp
         _check_counts(f"{path}.tcp", (("maxConnections", tcp.max_connections),))
@@ -268,6 +345,8 @@ def validate_virtual_service(vs: net.VirtualService, namespace: str) -> None:
     if overlap is not None:
         i, j = overlap
         raise fail(f"hosts[{i}]", f"{vs.hosts[i]!r} overlaps hosts[{j}] {vs.hosts[j]!r}")
+    if not vs.http and not vs.tcp and not vs.tls:
+        raise fail("http", "http, tcp or tls must be provided in virtual service")
     check_export_to(vs.export_to, "exportTo", namespace)
     for i, g in enumerate(vs.gateways):
         if not g:

@@ -3,55 +3,60 @@
 A bad document is rejected with a ConfigError naming file, kind, namespace/name, field and
 reason; the other documents of the file still load. A file that is not valid YAML at all
 yields one file-level error and no objects (``LoadResult.parsed`` is False), so the source
-can keep what the file held before.
+can keep what the file held before; so does a file of more than ``MAX_DOCUMENTS`` documents,
+read no further. A document too large to read (app/config/yaml_documents.py) is refused alone.
+
+Kinds are matched by API group and kind (``networking.istio.io`` Gateway, not a Gateway API
+``gateway.networking.k8s.io`` one): a kind pilotfish does not read is skipped, whatever its
+name.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import yaml
-from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.error import Mark, MarkedYAMLError
-from yaml.events import MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from yaml.reader import ReaderError
-from yaml.resolver import Resolver
 
 from app.config.host import is_ip_address
 from app.config.istio import parse_istio_spec
 from app.config.istio_checks import quoted
 from app.config.kube import parse_kube_spec, string_map
 from app.config.mesh import parse_mesh_config
-from app.config.model import INTERNAL_KINDS, ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
-from app.config.schema import type_name
+from app.config.model import ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
+from app.config.schema import printable_path, type_name
+from app.config.yaml_documents import (
+    MAX_DOCUMENT_BYTES,
+    MAX_DOCUMENTS,
+    KubeYamlLoader,
+    TooLarge,
+    YamlTextError,
+    yaml_documents,
+    yaml_error_text,
+)
 from app.errors import ConfigError, FieldError
 
 logger = logging.getLogger(__name__)
 
-# apiVersion accepted per kind; Istio serves networking v1, v1beta1 and v1alpha3 with one schema,
-# security v1 and v1beta1
-_ISTIO_VERSIONS = frozenset({"networking.istio.io/v1", "networking.istio.io/v1beta1", "networking.istio.io/v1alpha3"})
-_SECURITY_VERSIONS = frozenset({"security.istio.io/v1", "security.istio.io/v1beta1"})
-_API_VERSIONS: Mapping[Kind, frozenset[str]] = {
-    **{k: _ISTIO_VERSIONS for k in ISTIO_KINDS},
-    Kind.PEER_AUTHENTICATION: _SECURITY_VERSIONS,
-    Kind.AUTHORIZATION_POLICY: _SECURITY_VERSIONS,
-    Kind.REQUEST_AUTHENTICATION: _SECURITY_VERSIONS,
-    Kind.SERVICE: frozenset({"v1"}),
-    Kind.POD: frozenset({"v1"}),
-    Kind.NAMESPACE: frozenset({"v1"}),
-    Kind.CONFIG_MAP: frozenset({"v1"}),
-    Kind.SECRET: frozenset({"v1"}),
-    Kind.ENDPOINT_SLICE: frozenset({"discovery.k8s.io/v1"}),
+# the API group of each kind pilotfish reads, and the versions of it served; Istio serves
+# networking v1, v1beta1 and v1alpha3 with one schema, security v1 and v1beta1
+_NETWORKING, _SECURITY = "networking.istio.io", "security.istio.io"
+_SECURITY_KINDS = frozenset({Kind.PEER_AUTHENTICATION, Kind.AUTHORIZATION_POLICY, Kind.REQUEST_AUTHENTICATION})
+_GROUPS: Mapping[Kind, tuple[str, frozenset[str]]] = {
+    **{k: (_NETWORKING, frozenset({"v1", "v1beta1", "v1alpha3"})) for k in ISTIO_KINDS - _SECURITY_KINDS},
+    **{k: (_SECURITY, frozenset({"v1", "v1beta1"})) for k in _SECURITY_KINDS},
+    **{k: ("", frozenset({"v1"})) for k in (Kind.SERVICE, Kind.POD, Kind.NAMESPACE, Kind.CONFIG_MAP, Kind.SECRET)},
+    Kind.ENDPOINT_SLICE: ("discovery.k8s.io", frozenset({"v1"})),
 }
+# (API group, kind) -> the Kind pilotfish reads
+_KINDS: Mapping[tuple[str, str], Kind] = {(group, str(kind)): kind for kind, (group, _) in _GROUPS.items()}
+# what istiod's webhook and istioctl validate allow at the top of an Istio object (validFields)
+TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 _CLUSTER_SCOPED = frozenset({Kind.NAMESPACE})
-_END = object()  # end of a document stream
+_END = object()  # no document yet
 MESH_CONFIGMAP_NAME = "istio"
 MESH_CONFIGMAP_KEY = "mesh"
 MESH_OBJECT_NAME = "mesh"
@@ -61,167 +66,9 @@ _DNS_LABEL_TEXT = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL = re.compile(_DNS_LABEL_TEXT)
 _DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL_TEXT}(?:\.{_DNS_LABEL_TEXT})*")
 _MAX_NAME, _MAX_NAMESPACE = 253, 63
-
-
-# bounds on what a document may make the loader build (Kubernetes objects nest ~10 levels)
-MAX_NESTING = 100
-MAX_EXPANDED_NODES = 1_000_000  # collections and values, aliases counted once per reference
-
-_STR = "tag:yaml.org,2002:str"
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
-_MERGE = frozenset({"tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"})  # `<<` and `=` keys
-# YAML 1.1 implicit typing as PyYAML's safe loader does it: first character -> (tag, pattern)
-# rules, tried in order (PyYAML registers no rule without a first character)
-_IMPLICIT: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {
-    first: tuple(rules) for first, rules in Resolver.yaml_implicit_resolvers.items() if first is not None
-}
-_SCALAR_CONSTRUCTORS = {
-    tag: SafeConstructor.yaml_constructors[tag]
-    for tag in ("tag:yaml.org,2002:null", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-}
-
-
-def _implicit_tag(value: str) -> str:
-    for tag, pattern in _IMPLICIT[value[:1]]:
-        if pattern.match(value):
-            return tag
-    return _STR
-
-
-class KubeYamlLoader(yaml.CSafeLoader):
-    """PyYAML's CSafeLoader, giving the same values with less Python per node.
-
-    libyaml parses and composes in C; what is left in Python, tag resolution and construction,
-    took most of the load time. Tags come from a first-character table of PyYAML's own YAML 1.1
-    rules (so ``80`` is an int, ``"80"`` a string, ``true``/``on`` booleans, ``~`` null), and
-    plain strings, numbers, booleans, nulls, mappings and sequences are built inline. Anything
-    else (merge keys, explicit tags, timestamps, sets) goes through SafeConstructor unchanged."""
-
-    def __init__(self, stream: str) -> None:
-        _check_nesting(stream)
-        super().__init__(stream)
-        self._implicit_tags: dict[str, str] = {}  # plain scalar -> tag; values repeat a lot
-        self._depth = 0  # collections being built, one inside the other
-        self._aliases = 0  # alias references resolved in the document being built
-
-    def resolve(self, kind: type[Node], value: str, implicit: tuple[bool, bool]) -> str:
-        if kind is ScalarNode:
-            if implicit[0] and value[:1] in _IMPLICIT:
-                tag = self._implicit_tags.get(value)
-                if tag is None:
-                    tag = self._implicit_tags[value] = _implicit_tag(value)
-                return tag
-            return _STR
-        return _SEQ if kind is SequenceNode else _MAP
-
-    def construct_object(self, node: Node, deep: bool = False) -> Any:
-        cls = node.__class__
-        tag = node.tag
-        if cls is ScalarNode:
-            if tag == _STR:
-                return node.value
-            scalar = _SCALAR_CONSTRUCTORS.get(tag)
-            if scalar is not None:
-                return scalar(self, node)
-        elif node in self.constructed_objects:  # an alias of a node already built
-            self._aliases += 1
-            return self.constructed_objects[node]
-        if self._depth >= MAX_NESTING:  # construction recurses: bound it before Python's stack does
-            raise ConstructorError(None, None, f"nested deeper than {MAX_NESTING} levels", node.start_mark)
-        self._depth += 1
-        try:
-            if cls is MappingNode and tag == _MAP:
-                return self._mapping(node)
-            if cls is SequenceNode and tag == _SEQ:
-                return self._sequence(node)
-            return super().construct_object(node, deep)
-        finally:
-            self._depth -= 1
-
-    def construct_document(self, node: Node) -> Any:
-        self._aliases = 0
-        data = super().construct_document(node)
-        if self._aliases:  # shared parts are read once per reference: a "billion laughs" bomb
-            _check_expansion(data, node)
-        return data
-
-    def _mapping(self, node: Node) -> Any:
-        data: dict[Any, Any] = {}
-        self.constructed_objects[node] = data  # registered first, as SafeConstructor does
-        for key_node, value_node in node.value:
-            if key_node.__class__ is ScalarNode and key_node.tag == _STR:
-                key = key_node.value
-            elif key_node.tag in _MERGE:  # `<<: *base`: SafeConstructor flattens the merge
-                del self.constructed_objects[node]
-                return super().construct_object(node, deep=True)
-            else:
-                key = self.construct_object(key_node, deep=True)
-                if not isinstance(key, Hashable):
-                    raise ConstructorError(
-                        "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
-                    )
-            if value_node.__class__ is ScalarNode and value_node.tag == _STR:
-                data[key] = value_node.value
-            else:
-                data[key] = self.construct_object(value_node, deep=True)
-        return data
-
-    def _sequence(self, node: Node) -> list[Any]:
-        data: list[Any] = []
-        self.constructed_objects[node] = data
-        data.extend(
-            [
-                item.value if item.__class__ is ScalarNode and item.tag == _STR else self.construct_object(item, True)
-                for item in node.value
-            ]
-        )
-        return data
-
-
-# libyaml's composer (in C) recurses once per level of nesting: tens of thousands of levels
-# overflow the C stack and kill the process before construction can refuse them. A document is
-# only scanned (events, no recursion) when a cheap bound on its depth passes this
-_SCAN_DEPTH_ABOVE = 1000
-
-
-def _check_nesting(text: str) -> None:
-    """Raise a YAMLError when a document of ``text`` nests deeper than MAX_NESTING, before any
-    composing. Each level of nesting takes a '[', '{', '-' or '?' or, in block style, a line
-    indented further than the last (k such levels take k(k+1)/2 characters of indentation): so
-    a document whose count of those characters plus sqrt(2 * length) stays under
-    _SCAN_DEPTH_ABOVE cannot nest that deep, and is not scanned (nearly every document)."""
-    for chunk in text.split("\n---"):  # documents, or more text than one: the bound still holds
-        bound = sum(chunk.count(c) for c in "[{-?") + math.isqrt(2 * len(chunk))
-        if bound > _SCAN_DEPTH_ABOVE:
-            break
-    else:
-        return
-    depth = 0
-    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
-        cls = event.__class__
-        if cls is MappingStartEvent or cls is SequenceStartEvent:
-            depth += 1
-            if depth > MAX_NESTING:
-                mark = cast(Mark, event.start_mark)  # libyaml's Mark: line and column alike
-                raise ConstructorError(None, None, f"nested deeper than {MAX_NESTING} levels", mark)
-        elif cls is MappingEndEvent or cls is SequenceEndEvent:
-            depth -= 1
-
-
-def _check_expansion(data: Any, node: Node) -> None:
-    """Raise when ``data`` read as a tree (every alias expanded) has too many nodes."""
-    seen = 0
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        seen += 1
-        if seen > MAX_EXPANDED_NODES:
-            raise ConstructorError(None, None, f"expands to more than {MAX_EXPANDED_NODES} values", node.start_mark)
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+# namespaces already found valid: a few, named by many objects (bounded: names are input)
+_NAMESPACES_SEEN: set[str] = set()
+_NAMESPACES_SEEN_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,48 +89,81 @@ class LoadResult:
     ignored: int = 0
 
 
-def load_documents(text: str, source: str, *, system_namespace: str = "istio-system") -> LoadResult:
-    """Parse a multi-document YAML file of Kubernetes-style objects."""
+def load_documents(
+    text: str, source: str, *, system_namespace: str = "istio-system", strict: bool = True
+) -> LoadResult:
+    """Parse a multi-document YAML file of Kubernetes-style objects.
+
+    ``strict`` (``pilotfish validate``, as ``istioctl validate``): a field Istio's CRDs do not
+    define is refused, and so is a top-level key of an Istio object other than apiVersion,
+    kind, metadata, spec and status. Not strict (the file source, as istiod's): the field is
+    ignored with a warning on the object (``ConfigObject.warnings``), the key ignored."""
+    return read_documents((text,), source, system_namespace=system_namespace, strict=strict)
+
+
+def read_documents(
+    blocks: Iterable[str], source: str, *, system_namespace: str = "istio-system", strict: bool = True
+) -> LoadResult:
+    """``load_documents`` of a text given a block at a time (a file as it is read): at most one
+    document of it is held at once, and a file past MAX_DOCUMENTS is read no further."""
     result = LoadResult()
     # documents are validated as they are parsed, so the raw dicts of a big file are never all
     # alive at once; the first waits for the second, since its name says whether there is one
-    docs = yaml.load_all(text, Loader=KubeYamlLoader)
-    first: Any = None
+    first: Any = _END
     index = -1
-    while True:
-        try:
-            doc = next(docs, _END)
-        except yaml.YAMLError as e:
-            error = ConfigError(source, "", "", "", yaml_error_text(e, text))
-            return LoadResult(parsed=False, rejected=[Rejection(None, error)])
-        if doc is _END:
-            break
-        index += 1
-        if index == 0:
-            first = doc
-            continue
-        if index == 1 and first is not None:
-            _load_one(first, f"{source}#0", result, system_namespace)
-        if doc is not None:
-            _load_one(doc, f"{source}#{index}", result, system_namespace)
-    if index == 0 and first is not None:
-        _load_one(first, source, result, system_namespace)
+    try:
+        for doc in yaml_documents(blocks):
+            index += 1
+            if index == MAX_DOCUMENTS:
+                reason = (
+                    f"holds more than {MAX_DOCUMENTS:,} documents, the most a file may hold: not read "
+                    "further; what it held before stays in force"
+                )
+                return LoadResult(parsed=False, rejected=[Rejection(None, ConfigError(source, "", "", "", reason))])
+            if index == 0:
+                first = doc
+                continue
+            if index == 1:
+                _load_item(first, f"{source}#0", result, system_namespace, strict)
+            if doc.__class__ is dict:  # nearly always (a call less)
+                _load_one(doc, f"{source}#{index}", result, system_namespace, strict=strict, top_level=strict)
+            else:
+                _load_item(doc, f"{source}#{index}", result, system_namespace, strict)
+    except yaml.YAMLError as e:
+        reason = str(e.args[0]) if isinstance(e, YamlTextError) else yaml_error_text(e, "")
+        return LoadResult(parsed=False, rejected=[Rejection(None, ConfigError(source, "", "", "", reason))])
+    if index == 0:
+        _load_item(first, source, result, system_namespace, strict)
     return result
 
 
-def load_object(doc: Mapping[str, Any], source: str, *, system_namespace: str = "istio-system") -> LoadResult:
+def _load_item(item: Any, source: str, result: LoadResult, system_namespace: str, strict: bool) -> None:
+    if item.__class__ is TooLarge:
+        reason = (
+            f"a document of at least {item.size:,} bytes (from line {item.line}): more than the "
+            f"{MAX_DOCUMENT_BYTES // 2**20} MiB an object may hold, not read"
+        )
+        result.rejected.append(Rejection(None, ConfigError(source, "", "", "", reason)))
+    elif item is not None:
+        _load_one(item, source, result, system_namespace, strict=strict, top_level=strict)
+
+
+def load_object(
+    doc: Mapping[str, Any], source: str, *, system_namespace: str = "istio-system", strict: bool = True
+) -> LoadResult:
     """One object already decoded (as an API server sends it), through the same checks as a
-    document of a file."""
+    document of a file (its top-level keys are the caller's: the webhook checks them as
+    istiod's does, and the API server sends no others)."""
     result = LoadResult()
-    _load_one(doc, source, result, system_namespace)
+    _load_one(doc, source, result, system_namespace, strict=strict, top_level=False)
     return result
 
 
 def load_objects(
-    docs: Sequence[tuple[Mapping[str, Any], str]], system_namespace: str = "istio-system"
+    docs: Sequence[tuple[Mapping[str, Any], str]], system_namespace: str = "istio-system", strict: bool = True
 ) -> list[LoadResult]:
     """``load_object`` of each (object, source): what a worker process runs for a batch."""
-    return [load_object(doc, source, system_namespace=system_namespace) for doc, source in docs]
+    return [load_object(doc, source, system_namespace=system_namespace, strict=strict) for doc, source in docs]
 
 
 def load_mesh_file(text: str, source: str) -> LoadResult:
@@ -300,39 +180,6 @@ def load_mesh_file(text: str, source: str) -> LoadResult:
     return result
 
 
-def yaml_error_text(error: yaml.YAMLError, text: str) -> str:
-    """PyYAML's error on one line, saying where (line and column, from 1) and what: its own
-    text spans several, with a mark (and the document's name) on lines of their own."""
-    if isinstance(error, MarkedYAMLError):
-        mark = error.problem_mark or error.context_mark
-        problem = _one_line(error.problem or error.context or "cannot be parsed")
-        context = ""
-        if error.problem and error.context:
-            start = error.context_mark
-            context = _one_line(error.context)
-            if start is not None and mark is not None and (start.line, start.column) != (mark.line, mark.column):
-                context += f" started at {_at(start)}"
-            context = f" ({context})"
-        return f"invalid YAML{' at ' + _at(mark) if mark is not None else ''}: {problem}{context}"
-    if isinstance(error, ReaderError):
-        position = error.position
-        line = text.count("\n", 0, position) + 1
-        column = position - (text.rfind("\n", 0, position) + 1) + 1
-        character = error.character
-        shown = f"#x{character:04x}" if isinstance(character, int) else repr(character)
-        reason = _one_line(error.reason)
-        return f"invalid YAML at line {line}, column {column}: unacceptable character {shown}: {reason}"
-    return f"invalid YAML: {_one_line(str(error))}"
-
-
-def _at(mark: Mark) -> str:
-    return f"line {mark.line + 1}, column {mark.column + 1}"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _load_mesh(body: Any, source: str, result: LoadResult, namespace: str) -> None:
     try:
         spec = parse_mesh_config(body)
@@ -344,10 +191,12 @@ def _load_mesh(body: Any, source: str, result: LoadResult, namespace: str) -> No
     result.objects.append(ConfigObject(Kind.MESH_CONFIG, meta, spec, source, "meshconfig"))
 
 
-def _load_one(doc: Any, source: str, result: LoadResult, system_namespace: str) -> None:
+def _load_one(
+    doc: Any, source: str, result: LoadResult, system_namespace: str, *, strict: bool, top_level: bool
+) -> None:
     before = len(result.rejected)
     try:
-        _load_document(doc, source, result, system_namespace)
+        _load_document(doc, source, result, system_namespace, strict, top_level)
     except Exception as e:  # a bug, not bad input: the document is refused, the rest still loads
         logger.exception("loading a document of %s failed", source)
         reason = f"internal error reading this document ({type(e).__name__}); please report it"
@@ -377,8 +226,10 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() and ch not in _LINE_BREAKS else repr(ch)[1:-1] for ch in text)
 
 
-def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: str) -> None:
-    if not isinstance(doc, Mapping):
+def _load_document(
+    doc: Any, source: str, result: LoadResult, system_namespace: str, strict: bool, top_level: bool
+) -> None:
+    if type(doc) is not dict and not isinstance(doc, Mapping):
         err = ConfigError(source, "", "", "", f"a document must be an object, got {type_name(doc)}")
         result.rejected.append(Rejection(None, err))
         return
@@ -389,16 +240,13 @@ def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: 
         err = ConfigError(source, kind_shown, "", "apiVersion/kind", "both are required strings")
         result.rejected.append(Rejection(None, err))
         return
-    try:
-        kind = Kind(kind_text)
-    except ValueError:
-        result.ignored += 1
-        return
-    if kind in INTERNAL_KINDS:
+    group, _, version = api_version.rpartition("/")
+    kind = _KINDS.get((group, kind_text))
+    if kind is None:  # not a kind pilotfish reads (a Gateway API Gateway, a Deployment...)
         result.ignored += 1
         return
     meta_raw = doc.get("metadata")
-    if not isinstance(meta_raw, Mapping):
+    if type(meta_raw) is not dict and not isinstance(meta_raw, Mapping):
         meta_raw = {}
     name = meta_raw.get("name")
     namespace = meta_raw.get("namespace")
@@ -418,10 +266,14 @@ def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: 
         err = ConfigError(source, kind, name, "metadata.namespace", "must be a string")
         result.rejected.append(Rejection(None, err))
         return
-    if namespace and (len(namespace) > _MAX_NAMESPACE or not _DNS_LABEL.fullmatch(namespace)):
-        reason = f"{quoted(namespace)} is not a valid namespace name (lower-case letters, digits and '-')"
-        result.rejected.append(Rejection(None, ConfigError(source, kind, name, "metadata.namespace", reason)))
-        return
+    if namespace and namespace not in _NAMESPACES_SEEN:
+        if len(namespace) > _MAX_NAMESPACE or not _DNS_LABEL.fullmatch(namespace):
+            reason = f"{quoted(namespace)} is not a valid namespace name (lower-case letters, digits and '-')"
+            result.rejected.append(Rejection(None, ConfigError(source, kind, name, "metadata.namespace", reason)))
+            return
+        if len(_NAMESPACES_SEEN) >= _NAMESPACES_SEEN_MAX:
+            _NAMESPACES_SEEN.clear()
+        _NAMESPACES_SEEN.add(namespace)
     key = ConfigKey(kind, namespace, name)
     display = f"{namespace}/{name}" if namespace else name
     mesh_map = kind is Kind.CONFIG_MAP and name == MESH_CONFIGMAP_NAME and namespace == system_namespace
@@ -429,9 +281,11 @@ def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: 
         # the ConfigMap is read as the MeshConfig it holds: rejected, it keeps the last good
         # mesh config in force (istiod keeps the previous one), so it is keyed as that
         key = MESH_KEY
+    warnings: tuple[str, ...] = ()
     try:
-        if api_version not in _API_VERSIONS[kind]:
-            allowed = ", ".join(sorted(_API_VERSIONS[kind]))
+        group, versions = _GROUPS[kind]
+        if version not in versions:
+            allowed = ", ".join(sorted(f"{group}/{v}" if group else v for v in versions))
             raise FieldError("apiVersion", f"{api_version!r} is not served for {kind} (want one of {allowed})")
         meta = _parse_meta(meta_raw, name, namespace)
         if kind is Kind.CONFIG_MAP:
@@ -448,7 +302,13 @@ def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: 
             return
         status = None
         if kind in ISTIO_KINDS:
-            spec: Any = parse_istio_spec(kind, doc.get("spec"), namespace)
+            unknown: list[str] | None = None if strict else []
+            spec: Any = parse_istio_spec(kind, doc.get("spec"), namespace, strict=strict, unknown=unknown)
+            if top_level and not TOP_LEVEL_FIELDS.issuperset(doc):  # istioctl validate's checkFields
+                extra = sorted(str(k) for k in doc if k not in TOP_LEVEL_FIELDS)
+                raise FieldError(printable_path(extra[0]), "unknown field")
+            if unknown:
+                warnings = tuple(f"{path}: {UNKNOWN_FIELD_WARNING}" for path in unknown)
             if kind is Kind.SERVICE_ENTRY:
                 status = allocated_addresses(doc.get("status"))
         else:
@@ -456,7 +316,12 @@ def _load_document(doc: Any, source: str, result: LoadResult, system_namespace: 
     except FieldError as e:
         result.rejected.append(Rejection(key, ConfigError(source, kind, display, e.field, e.reason)))
         return
-    result.objects.append(ConfigObject(kind, meta, spec, source, api_version, status))
+    result.objects.append(ConfigObject(kind, meta, spec, source, api_version, status, warnings))
+
+
+# what a field Istio's CRDs do not define is, outside ``strict`` (istiod ignores it in a file;
+# the API server refuses it, or drops it with a warning under fieldValidation=Warn)
+UNKNOWN_FIELD_WARNING = "unknown field, ignored (Istio defines no such field; `pilotfish validate` refuses it)"
 
 
 def allocated_addresses(status: Any) -> tuple[tuple[str, str], ...]:

@@ -91,6 +91,9 @@ class ConfigObject:
     # the part of ``status`` generators read, parsed (ServiceEntry: the addresses istiod's
     # allocation controller recorded, as (host, address) pairs); None for every other kind
     status: Any = None
+    # what reading it found and ignored, one line each ("http[0].websocketUpgrade: unknown
+    # field, ignored ..."): not config, so not compared by sources
+    warnings: tuple[str, ...] = ()
 
     @property
     def key(self) -> ConfigKey:

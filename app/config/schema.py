@@ -10,13 +10,21 @@ JSON name (camelCase), and for the few fields Istio marks ``+kubebuilder:altName
 Most real documents never reach ParseDict: ``build_message`` makes the same message through
 the upb constructor when every value already has its plain proto3 JSON type, and hands
 anything else (other JSON forms, every error) to the path above.
+
+Both paths also hold a document to the bounds the CRDs' OpenAPI schemas set (required fields,
+string lengths and patterns, number ranges, list and map sizes; app/api/istio/crd_constraints.py,
+generated from Istio's CRDs), which the Kubernetes API server checks before istiod sees an object.
+
+Not strict, a field the CRD does not define is dropped and its path reported (istiod's file
+source and webhook ignore one, as jsonpb with AllowUnknownFields, and take a field's proto name,
+``traffic_policy``, as its JSON name).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -27,6 +35,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from app.api.istio.alt_names import ALT_NAMES
+from app.api.istio.crd_constraints import BOUNDS, REQUIRED
+from app.config.crd_bounds import check_bound, within
 from app.errors import FieldError
 
 M = TypeVar("M", bound=Message)
@@ -54,20 +64,25 @@ _AT_PATH = re.compile(r" at \"?([A-Za-z0-9_.\[\]]+?)\"?\.*$")
 _FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
 
 
-def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = True) -> Any:
+def normalize(
+    doc: Any, descriptor: Descriptor, path: str, *, strict: bool = True, unknown: list[str] | None = None
+) -> Any:
     """Check ``doc`` against ``descriptor`` and return it ready for ParseDict.
 
     With ``strict``, a key that is not a field (by a name its CRD lists) is an error naming
-    its path; otherwise it is dropped. Every value is checked to have its field's JSON type
-    (an object for a message or a map, a list for a repeated field, a string, a number...), so
-    a type mismatch anywhere is a FieldError naming its path and what was wanted, never an
-    error from inside protobuf. Durations written Go-style (``5m``, ``1h30m``, ``250ms``),
-    which Istio accepts, are rewritten to proto3 JSON seconds (``300s``).
+    its path; otherwise it is dropped (its path appended to ``unknown``), and a field's proto
+    name is taken too. Every value is checked to have its field's JSON type (an object for a
+    message or a map, a list for a repeated field, a string, a number...) and to be within the
+    CRD's bounds, so a mismatch anywhere is a FieldError naming its path and what was wanted,
+    never an error from inside protobuf. Durations written Go-style (``5m``, ``1h30m``,
+    ``250ms``), which Istio accepts, are rewritten to proto3 JSON seconds (``300s``).
     """
-    if descriptor.full_name.startswith(_WKT_PREFIX):
+    name = descriptor.full_name
+    if name.startswith(_WKT_PREFIX):
         return _well_known(doc, descriptor, path)
     if not isinstance(doc, Mapping):
         raise FieldError(path, f"expected an object, got {type_name(doc)}")
+    bounds = BOUNDS.get(name)
     out: dict[str, Any] = {}
     for key, value in doc.items():
         here = f"{path}.{key}" if path else str(key)
@@ -75,9 +90,26 @@ def normalize(doc: Any, descriptor: Descriptor, path: str, *, strict: bool = Tru
         if fd is None:
             if strict:
                 raise FieldError(here, "unknown field")
+            fd = descriptor.fields_by_name.get(key) if isinstance(key, str) else None
+            if fd is None:
+                if unknown is not None:
+                    unknown.append(printable_path(here))
+                continue
+        if value is None:
+            out[key] = None
             continue
-        out[key] = value if value is None else _normalize_field(value, fd, here, strict)
+        out[key] = _normalize_field(value, fd, here, strict, unknown)
+        if bounds is not None and (bound := bounds.get(key)) is not None:
+            check_bound(bound, value, here)
+    for field in REQUIRED.get(name, ()):
+        if doc.get(field) is None:
+            raise FieldError(f"{path}.{field}" if path else field, "is required")
     return out
+
+
+def printable_path(path: str) -> str:
+    """A path as a warning quotes it: cut, so a hostile key cannot make the line huge."""
+    return path if len(path) <= 200 else f"{path[:200]}..."
 
 
 def _json_field(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
@@ -96,7 +128,7 @@ def _json_field(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
 _FIELD_NAMES: dict[str, dict[str, FieldDescriptor]] = {}
 
 
-def _normalize_field(value: Any, fd: FieldDescriptor, path: str, strict: bool) -> Any:
+def _normalize_field(value: Any, fd: FieldDescriptor, path: str, strict: bool, unknown: list[str] | None) -> Any:
     mt = fd.message_type
     if mt is not None and mt.GetOptions().map_entry:
         if not isinstance(value, Mapping):
@@ -108,7 +140,7 @@ def _normalize_field(value: Any, fd: FieldDescriptor, path: str, strict: bool) -
             _check_map_key(k, key_fd, here)
             if v is None and not _takes_null(value_fd):
                 raise FieldError(here, f"expected {_wanted(value_fd)}, got null")
-            out[k] = v if v is None else _normalize_one(v, value_fd, here, strict)
+            out[k] = v if v is None else _normalize_one(v, value_fd, here, strict, unknown)
         return out
     if fd.is_repeated:
         if not isinstance(value, list):
@@ -117,15 +149,15 @@ def _normalize_field(value: Any, fd: FieldDescriptor, path: str, strict: bool) -
         for i, item in enumerate(value):
             if item is None and not _takes_null(fd):
                 raise FieldError(f"{path}[{i}]", f"expected {_wanted(fd)}, got null")
-            items.append(item if item is None else _normalize_one(item, fd, f"{path}[{i}]", strict))
+            items.append(item if item is None else _normalize_one(item, fd, f"{path}[{i}]", strict, unknown))
         return items
-    return _normalize_one(value, fd, path, strict)
+    return _normalize_one(value, fd, path, strict, unknown)
 
 
-def _normalize_one(value: Any, fd: FieldDescriptor, path: str, strict: bool) -> Any:
+def _normalize_one(value: Any, fd: FieldDescriptor, path: str, strict: bool, unknown: list[str] | None) -> Any:
     """One value of the field's type (an element of a repeated field, a map's value)."""
     if fd.message_type is not None:
-        return normalize(value, fd.message_type, path, strict=strict)
+        return normalize(value, fd.message_type, path, strict=strict, unknown=unknown)
     _check_scalar(value, fd, path)
     return value
 
@@ -298,8 +330,9 @@ def _duration(text: str, path: str) -> str:
     return out
 
 
-def parse_message(doc: Any, message_type: type[M]) -> M:
-    """Parse ``doc`` into a new ``message_type``; unknown fields are errors.
+def parse_message(doc: Any, message_type: type[M], *, strict: bool = True, unknown: list[str] | None = None) -> M:
+    """Parse ``doc`` into a new ``message_type``; unknown fields are errors, or with ``strict``
+    false dropped and their paths appended to ``unknown``.
 
     Most documents take the fast path (``build_message``); the rest, including every invalid
     one, go through ``normalize`` + ``json_format.ParseDict`` so edge cases and error messages
@@ -308,7 +341,7 @@ def parse_message(doc: Any, message_type: type[M]) -> M:
     if fast is not None:
         return fast
     msg = message_type()
-    merge_message(doc, msg, strict=True)
+    merge_message(doc, msg, strict=strict, unknown=unknown)
     return msg
 
 
@@ -331,10 +364,10 @@ def build_message(doc: Any, message_type: type[M]) -> M | None:
         return None
 
 
-def merge_message(doc: Any, msg: Message, *, strict: bool) -> None:
+def merge_message(doc: Any, msg: Message, *, strict: bool, unknown: list[str] | None = None) -> None:
     """Parse ``doc`` over an existing message (used to apply user values over defaults)."""
     descriptor = cast(Descriptor, msg.DESCRIPTOR)
-    clean = normalize(doc, descriptor, "", strict=strict)
+    clean = normalize(doc, descriptor, "", strict=strict, unknown=unknown)
     try:
         json_format.ParseDict(clean, msg)
     except _PARSE_ERRORS as e:
@@ -366,7 +399,7 @@ def _locate(doc: Any, descriptor: Descriptor, path: str) -> str:
         return path
     for key, value in doc.items():
         here = f"{path}.{key}" if path else str(key)
-        fd = _json_field(descriptor, key) if isinstance(key, str) else None
+        fd = _json_field(descriptor, key) or descriptor.fields_by_name.get(key) if isinstance(key, str) else None
         if fd is None:
             return here
         if not _fails({key: value}, descriptor):
@@ -491,23 +524,33 @@ class _FieldPlan:
     kind: int
     repeated: bool = False
     oneof: str | None = None
-    message: Mapping[str, _FieldPlan] | None = None  # _K_MESSAGE: the sub-message's plan
+    message: _MessagePlan | None = None  # _K_MESSAGE: the sub-message's plan
     enum_names: frozenset[str] = frozenset()
     value: _FieldPlan | None = None  # _K_MAP, _K_WRAPPER: how to convert the value
+
+
+@dataclass(slots=True)
+class _MessagePlan:
+    fields: dict[str, _FieldPlan]  # by JSON name
+    required: tuple[str, ...] = ()  # fields the CRD requires
+    bounded: tuple[tuple[str, Callable[[Any], bool]], ...] = ()  # (JSON name, within its CRD bounds)
 
 
 # plans by message full name; a plan is registered before it is filled so recursive message
 # types terminate, and a half-filled plan seen from another thread only sends a document to
 # the slow path
-_PLANS: dict[str, dict[str, _FieldPlan]] = {}
+_PLANS: dict[str, _MessagePlan] = {}
 
 
-def _plan(descriptor: Descriptor) -> dict[str, _FieldPlan]:
+def _plan(descriptor: Descriptor) -> _MessagePlan:
     plan = _PLANS.get(descriptor.full_name)
     if plan is None:
-        plan = _PLANS[descriptor.full_name] = {}
+        plan = _PLANS[descriptor.full_name] = _MessagePlan({})
         for fd in descriptor.fields:  # by JSON name only: an alt name takes the slow path
-            plan[fd.json_name] = _field_plan(fd)
+            plan.fields[fd.json_name] = _field_plan(fd)
+        plan.required = tuple(REQUIRED.get(descriptor.full_name, ()))
+        bounds = BOUNDS.get(descriptor.full_name, {})
+        plan.bounded = tuple((name, within(bound)) for name, bound in bounds.items() if name in plan.fields)
     return plan
 
 
@@ -521,7 +564,8 @@ def _field_plan(fd: FieldDescriptor) -> _FieldPlan:
         if mt.full_name == _DURATION:
             return _FieldPlan(fd.name, _K_DURATION, fd.is_repeated, oneof)
         if mt.full_name in _WRAPPERS:
-            return _FieldPlan(fd.name, _K_WRAPPER, fd.is_repeated, oneof, value=_field_plan(mt.fields_by_name["value"]))
+            value = _field_plan(mt.fields_by_name["value"])
+            return _FieldPlan(fd.name, _K_WRAPPER, fd.is_repeated, oneof, value=value)
         if mt.full_name.startswith(_WKT_PREFIX):
             return _FieldPlan(fd.name, _K_OTHER)
         return _FieldPlan(fd.name, _K_MESSAGE, fd.is_repeated, oneof, message=_plan(mt))
@@ -533,13 +577,14 @@ def _field_plan(fd: FieldDescriptor) -> _FieldPlan:
     return _FieldPlan(fd.name, _SCALAR_KINDS.get(fd.type, _K_OTHER), fd.is_repeated, oneof)
 
 
-def _kwargs(doc: Any, plan: Mapping[str, _FieldPlan]) -> dict[str, Any]:
+def _kwargs(doc: Any, plan: _MessagePlan) -> dict[str, Any]:
     if type(doc) is not dict:
         raise _NeedsJsonFormat
     out: dict[str, Any] = {}
     oneofs: set[str] | None = None
+    fields = plan.fields
     for key, value in doc.items():
-        f = plan.get(key)
+        f = fields.get(key)
         if f is None:
             raise _NeedsJsonFormat
         if value is None:  # proto3 JSON: null leaves the field unset (but is a value for Value)
@@ -560,6 +605,15 @@ def _kwargs(doc: Any, plan: Mapping[str, _FieldPlan]) -> dict[str, Any]:
             out[f.name] = value
         else:
             out[f.name] = _convert(f, value)
+    if plan.required:  # what the CRD requires and bounds (the slow path names what is wrong)
+        for name in plan.required:
+            if doc.get(name) is None:
+                raise _NeedsJsonFormat
+    if plan.bounded:
+        for name, is_within in plan.bounded:
+            value = doc.get(name)
+            if value is not None and not is_within(value):
+                raise _NeedsJsonFormat
     return out
 
 

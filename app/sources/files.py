@@ -11,6 +11,13 @@ file into add / update / delete events under the bad-input rules of DESIGN §5:
 * a directory holding more than ``MAX_CONFIG_FILES`` config files is refused whole with one
   error naming it and the bound: none of its changes are read until it is back under the bound,
   so the last good config stays in force;
+* a directory below the config dir that cannot be listed is named once, as a rejection, and the
+  files below it keep what they held (they are not known to be gone);
+* a file is read a block at a time, whatever its size: what is bounded is a document
+  (``MAX_DOCUMENT_BYTES``: that one is refused unread) and the documents of a file
+  (``MAX_DOCUMENTS``: that file is refused whole and keeps what it held), app/config/loader.py;
+* a document is read as istiod's file source reads it: a field Istio does not define is
+  ignored, with a warning in the log (``pilotfish validate`` refuses it, as istioctl does);
 * while serving, files are parsed and validated in a worker process (app/workers.py), not
   in the thread that scans: pure Python in a thread holds the GIL, and the event loop with it. A
   file whose reading fails there (the worker died, or ran past ``_LOAD_DEADLINE``) is reported
@@ -24,6 +31,7 @@ follows it with ``watchfiles.awatch``.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
 import stat
@@ -35,7 +43,7 @@ from pathlib import Path, PurePath
 from watchfiles import awatch
 from watchfiles.main import FileChange
 
-from app.config.loader import LoadResult, Rejection, load_documents, load_mesh_file
+from app.config.loader import LoadResult, Rejection, load_mesh_file, read_documents
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
 from app.errors import ConfigError, SettingsError
 from app.workers import WorkerError, WorkerPool
@@ -43,8 +51,9 @@ from app.workers import WorkerError, WorkerPool
 logger = logging.getLogger(__name__)
 
 MESH_FILE = "mesh.yaml"
-# Kubernetes caps an object at ~1.5 MiB; a file of many objects stays well under this
-MAX_FILE_BYTES = 16 * 2**20
+# a mesh.yaml is one MeshConfig document, read whole: as large as any document may be
+MAX_MESH_FILE_BYTES = 3 * 2**20
+_READ_BLOCK = 1 << 20  # characters read from a config file at a time
 # a directory of one object per file stays far below this (10,000 objects parse in about 1 s);
 # past it, listing, stat-ing and reading on every change would stall the watch, so it is refused
 MAX_CONFIG_FILES = 10_000
@@ -60,6 +69,7 @@ _LOAD_DEADLINE = 120.0
 # the file itself.
 _Stat = tuple[int, int, int, int]
 _UNREADABLE: _Stat = (0, 0, 0, -1)  # a listed file whose stat fails
+_UNLISTABLE: _Stat = (0, 0, 0, -2)  # a directory below the config dir that cannot be listed
 
 
 def is_config_file(name: str) -> bool:
@@ -71,10 +81,6 @@ def is_config_file(name: str) -> bool:
     return name.endswith(_SUFFIXES) and not name.startswith((".", "#"))
 
 
-def _unlistable(error: OSError) -> None:
-    raise error  # an unreadable or vanished directory is unknown, not empty
-
-
 class TooManyFiles(Exception):
     """The walk found more config files (or directories) than it may read."""
 
@@ -84,15 +90,25 @@ class TooManyFiles(Exception):
         super().__init__(f"more than {bound:,} {what}")
 
 
-def list_config_files(config_dir: Path, *, max_files: int | None = None) -> list[Path]:
+def list_config_files(
+    config_dir: Path, *, max_files: int | None = None, unlistable: list[tuple[Path, OSError]] | None = None
+) -> list[Path]:
     """Every config file below ``config_dir``, hidden directories skipped, in sorted path order.
     Symlinked directories are followed, each directory read once (a symlink loop ends there).
-    Raises OSError when a directory cannot be listed: its files are not known to be gone, and
-    TooManyFiles as soon as more than ``max_files`` config files or directories are seen (the
-    walk stops there: a hostile tree costs no more than the bound)."""
+    Raises OSError when a directory cannot be listed (its files are not known to be gone), or
+    with ``unlistable`` given, when ``config_dir`` itself cannot: one below it is appended there
+    with its error, and the walk goes on. Raises TooManyFiles as soon as more than
+    ``max_files`` config files or directories are seen (the walk stops there: a hostile tree
+    costs no more than the bound)."""
     found: list[Path] = []
     seen: set[tuple[int, int]] = set()
-    for root, dirs, files in os.walk(config_dir, onerror=_unlistable, followlinks=True):
+
+    def onerror(error: OSError) -> None:
+        if unlistable is None or error.filename is None or Path(error.filename) == config_dir:
+            raise error  # an unreadable or vanished directory is unknown, not empty
+        unlistable.append((Path(error.filename), error))
+
+    for root, dirs, files in os.walk(config_dir, onerror=onerror, followlinks=True):
         st = os.stat(root)
         if (st.st_dev, st.st_ino) in seen:
             dirs[:] = []  # reached again through a symlink: a loop, or a second link to it
@@ -347,6 +363,12 @@ class FileSource:
         for error in applied.new_errors:
             logger.warning("%s", error)
         self._rejection_count += len(applied.new_errors)
+        for event in applied.events:  # what reading an object ignored (a field Istio does not define)
+            obj = event.obj
+            fresh = event.old is None or event.old.warnings != obj.warnings
+            if event.type is not EventType.DELETE and obj.warnings and fresh:
+                for warning in obj.warnings:
+                    logger.warning("%s: %s %s: %s", obj.source, obj.kind, _display(obj.key), warning)
         return applied.events
 
     def _scan(self, known: Mapping[str, _Stat], changed: set[str] | None, pool: WorkerPool | None = None) -> _Scan:
@@ -354,8 +376,9 @@ class FileSource:
         in ``pool``'s worker when given."""
         if not self._dir.is_dir():
             raise SettingsError(f"config dir {self._dir} is not a directory")
+        unlistable: list[tuple[Path, OSError]] = []
         try:
-            listed = list_config_files(self._dir, max_files=self._max_files)
+            listed = list_config_files(self._dir, max_files=self._max_files, unlistable=unlistable)
         except OSError as e:
             raise SettingsError(f"config dir {self._dir}: cannot list {e.filename}: {e.strerror}") from e
         except TooManyFiles as e:
@@ -378,8 +401,24 @@ class FileSource:
                 stats[str(file)] = _UNREADABLE
                 continue
             stats[str(file)] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        results: dict[str, LoadResult | None] = {path: None for path in known if path not in stats}
-        results.update((path, result) for path, result in unreadable.items() if known.get(path) != _UNREADABLE)
+        # a directory that cannot be listed is one rejection; what is below it is not known to be
+        # gone, nor to have changed: it keeps what it held, and its files are not read
+        hidden = tuple(str(directory) + os.sep for directory, _ in unlistable)
+        kept = {path: st for path, st in known.items() if path.startswith(hidden)} if hidden else {}
+        for directory, failure in unlistable:
+            path = str(directory)
+            kept[path] = _UNLISTABLE
+            if known.get(path) != _UNLISTABLE:
+                reason = (
+                    f"cannot list directory: {failure.strerror or failure}; "
+                    "the files below it keep their last good config"
+                )
+                rejection = Rejection(None, ConfigError(path, "", "", "", reason))
+                unreadable[path] = LoadResult(rejected=[rejection], parsed=False)
+        results: dict[str, LoadResult | None] = {path: None for path in known if path not in stats and path not in kept}
+        results.update(
+            (path, result) for path, result in unreadable.items() if known.get(path) not in (_UNREADABLE, _UNLISTABLE)
+        )
         to_read = [
             path
             for path, file_stat in stats.items()
@@ -392,10 +431,11 @@ class FileSource:
                 del stats[path]
         if not self._dir.is_dir():  # gone during the scan: what it missed is unknown, not deleted
             raise SettingsError(f"config dir {self._dir} is not a directory")
-        return _Scan(results, stats)
+        return _Scan(results, {**stats, **kept})
 
     def _load_file(self, path: Path) -> LoadResult | None:
-        return load_config_file(path, mesh=self._is_mesh(path), system_namespace=self._system_namespace)
+        mesh = self._is_mesh(path)
+        return load_config_file(path, mesh=mesh, system_namespace=self._system_namespace, strict=False)
 
     def _is_mesh(self, path: Path) -> bool:
         return path.name == MESH_FILE and path.parent == self._dir
@@ -423,7 +463,7 @@ class FileSource:
         files = [(path, self._is_mesh(Path(path))) for path in paths]
         deadline = time.monotonic() + _LOAD_DEADLINE
         try:
-            results = pool.submit(load_config_files, files, self._system_namespace, deadline=deadline).result()
+            results = pool.submit(load_config_files, files, self._system_namespace, False, deadline=deadline).result()
         except WorkerError as e:
             if len(paths) > 1:  # one of them failed it: each again, alone
                 return [item for path in paths for item in self._load_batch(pool, [path])]
@@ -432,17 +472,33 @@ class FileSource:
         return list(zip(paths, results, strict=True))
 
 
-def load_config_files(files: list[tuple[str, bool]], system_namespace: str = "istio-system") -> list[LoadResult | None]:
+def load_config_files(
+    files: list[tuple[str, bool]], system_namespace: str = "istio-system", strict: bool = True
+) -> list[LoadResult | None]:
     """``load_config_file`` of each (path, mesh): what a worker process runs for a batch."""
-    return [load_config_file(Path(path), mesh=mesh, system_namespace=system_namespace) for path, mesh in files]
+    return [
+        load_config_file(Path(path), mesh=mesh, system_namespace=system_namespace, strict=strict)
+        for path, mesh in files
+    ]
 
 
-def load_config_file(path: Path, *, mesh: bool, system_namespace: str = "istio-system") -> LoadResult | None:
+def load_config_file(
+    path: Path, *, mesh: bool, system_namespace: str = "istio-system", strict: bool = True
+) -> LoadResult | None:
     """One config file as every file reader takes it (the file source, ``--mesh-config``,
-    ``pilotfish validate``): refused unread when too large, a read error reported against it,
-    MeshConfig YAML when ``mesh``; None if it no longer exists."""
+    ``pilotfish validate``): read a block at a time (its documents bounded, not its size), a
+    read error reported against it, MeshConfig YAML when ``mesh``; None if it no longer exists.
+    ``strict`` as ``pilotfish validate`` reads it (istioctl validate), else as the file
+    source (istiod's file source): see ``load_documents``."""
     try:
-        text = _read_regular_file(path)
+        with _open_regular_file(path) as f:
+            if mesh:
+                text = f.read(MAX_MESH_FILE_BYTES + 1)
+                if len(text) > MAX_MESH_FILE_BYTES:
+                    raise _Refused(f"more than the {MAX_MESH_FILE_BYTES // 2**20} MiB a mesh config may hold")
+                return load_mesh_file(text, str(path))
+            blocks = iter(lambda: f.read(_READ_BLOCK), "")
+            return read_documents(blocks, str(path), system_namespace=system_namespace, strict=strict)
     except FileNotFoundError:
         return None
     except _Refused as e:
@@ -450,9 +506,6 @@ def load_config_file(path: Path, *, mesh: bool, system_namespace: str = "istio-s
     except (OSError, UnicodeDecodeError) as e:
         error = ConfigError(str(path), "", "", "", f"cannot read file: {e}")
         return LoadResult(rejected=[Rejection(None, error)], parsed=False)
-    if mesh:
-        return load_mesh_file(text, str(path))
-    return load_documents(text, str(path), system_namespace=system_namespace)
 
 
 class _Refused(Exception):
@@ -468,25 +521,27 @@ _NOT_REGULAR = (
 )
 
 
-def _read_regular_file(path: Path) -> str:
-    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES; raises _Refused for any
-    other (a FIFO, socket or device named *.yaml is never opened: opening or reading a FIFO
-    waits for a writer, which would stall the whole source), OSError, UnicodeDecodeError."""
+def _open_regular_file(path: Path) -> io.TextIOWrapper:
+    """A regular file opened for its UTF-8 text; raises _Refused for any other (a FIFO, socket
+    or device named *.yaml is never opened: opening or reading a FIFO waits for a writer, which
+    would stall the whole source), OSError; reading raises OSError, UnicodeDecodeError."""
     _check_readable(path.stat())
     # O_NONBLOCK: a file swapped for a FIFO since the stat still opens at once, and the fstat
     # refuses it before any read
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, encoding="utf-8") as f:
+    f = os.fdopen(fd, encoding="utf-8")
+    try:
         _check_readable(os.fstat(f.fileno()))
-        return f.read()
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _check_readable(st: os.stat_result) -> None:
     if not stat.S_ISREG(st.st_mode):
         what = next((name for test, name in _NOT_REGULAR if test(st.st_mode)), "not a file")
         raise _Refused(f"not a regular file ({what}): not read")
-    if st.st_size > MAX_FILE_BYTES:  # refused before it is read into memory
-        raise _Refused(f"{st.st_size} bytes, more than the {MAX_FILE_BYTES // 2**20} MiB a config file may hold")
 
 
 async def _next_batch(changes: AsyncIterator[set[FileChange]]) -> set[FileChange] | None:

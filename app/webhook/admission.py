@@ -3,10 +3,15 @@ the validation the file source applies (``load_object``): pure, no I/O.
 
 An AdmissionReview v1 comes in; the same review goes out with ``response`` set: allowed, or not
 with a message naming the object, the field and the reason. CREATE and UPDATE are validated,
-other operations allowed; a top-level field other than apiVersion, kind, metadata, spec and
-status is rejected, as istiod does. Kinds pilotfish does not read are allowed (istiod rejects
-types outside its schema set, but that set holds every Istio kind; pilotfish's does not yet,
-and must not block config istiod would accept).
+other operations allowed; once the object is valid, a top-level field other than apiVersion,
+kind, metadata, spec and status is rejected, as istiod does (after ValidateConfig, checkFields).
+Kinds are told apart by API group and kind: kinds pilotfish does not read are allowed (istiod
+rejects types outside its schema set, but that set holds every Istio kind; pilotfish's does not
+yet, and must not block config istiod would accept). A field the CRD does not define is refused
+(the API server has dropped or refused it before any webhook sees the object).
+
+A body naming a key twice in one JSON object is refused, as Kubernetes' strict decoding refuses
+it (Go's decoder, and Python's, would keep the last).
 
 Whatever the body holds, the answer is a review: a body that is not JSON (nested too deep for
 the decoder included), an envelope of the wrong shape (a list where the operation goes) or a
@@ -22,16 +27,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.config.istio import istio_warnings
-from app.config.loader import load_object
-from app.config.model import INTERNAL_KINDS, Kind
-from app.config.schema import type_name
+from app.config.istio import object_warnings
+from app.config.loader import TOP_LEVEL_FIELDS, load_object
+from app.config.model import ISTIO_KINDS
+from app.config.schema import printable_path, type_name
 
 logger = logging.getLogger(__name__)
 
 ADMISSION_V1 = "admission.k8s.io/v1"
 _API_VERSIONS = frozenset({ADMISSION_V1, "admission.k8s.io/v1beta1"})
-_TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 _VALIDATED = frozenset({"CREATE", "UPDATE"})
 
 
@@ -63,15 +67,34 @@ def review_body(body: bytes, system_namespace: str = "istio-system") -> dict[str
     """The AdmissionReview answering an HTTP body: ``review`` of its JSON, or a refusal saying
     why it could not be read (as istiod, with no uid when there is no request to take it from)."""
     try:
-        decoded = json.loads(body)
+        decoded = json.loads(body, object_pairs_hook=_object)
     except RecursionError:
         return undecodable("could not decode body: JSON nested too deeply")
+    except DuplicateKey as e:
+        return undecodable(f"could not decode body: {e}", uid_in(body))
     except ValueError as e:
         return undecodable(f"could not decode body: {e}")
     try:
         return review(decoded, system_namespace=system_namespace)
     except ReviewError as e:
         return undecodable(f"could not decode body: {e}")
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it names a key twice (sigs.k8s.io/json's strict decoding:
+    'duplicate field')."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"duplicate key {printable_path(json.dumps(key))} in a JSON object")
+            seen.add(key)
+    return out
 
 
 def answer(uid: str, decision: Mapping[str, Any], api_version: str = ADMISSION_V1) -> dict[str, Any]:
@@ -104,26 +127,22 @@ def _decide(request: Mapping[str, Any], system_namespace: str) -> dict[str, Any]
     obj = request.get("object")
     if not isinstance(obj, Mapping):
         return _denied("cannot decode configuration: the request carries no object")
-    kind = obj.get("kind")
-    try:
-        known = Kind(kind) if isinstance(kind, str) else None
-    except ValueError:
-        known = None
-    if known is None or known in INTERNAL_KINDS:
-        return {"allowed": True}  # not a kind pilotfish reads
     raw_meta = obj.get("metadata")
     meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
-    name = f"{meta.get('namespace') or request.get('namespace') or ''}/{meta.get('name', '')}".lstrip("/")
-    unknown = sorted(set(obj) - _TOP_LEVEL)
-    if unknown:
-        return _denied(f"unknown field {unknown[0]!r} on {kind} resource {name}")
     if not meta.get("namespace") and request.get("namespace"):
         obj = {**obj, "metadata": {**meta, "namespace": request["namespace"]}}
     result = load_object(obj, "", system_namespace=system_namespace)
     if result.rejected:
         return _denied(f"configuration is invalid: {result.rejected[0].error}")
+    if not result.objects:
+        return {"allowed": True}  # not a kind pilotfish reads (by API group and kind)
+    [read] = result.objects
+    unknown = sorted(str(key) for key in obj if key not in TOP_LEVEL_FIELDS) if read.kind in ISTIO_KINDS else []
+    if unknown:
+        name = f"{read.meta.namespace}/{read.meta.name}".lstrip("/")
+        return _denied(f"unknown field {printable_path(repr(unknown[0]))} on {read.kind} resource {name}")
     # what pilotfish cannot honour yet reaches the user as kubectl's "Warning:" lines
-    warnings = [w for o in result.objects for w in istio_warnings(o.spec)]
+    warnings = [w for o in result.objects for w in object_warnings(o)]
     return {"allowed": True, **({"warnings": warnings} if warnings else {})}
 
 

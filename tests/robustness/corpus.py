@@ -288,7 +288,10 @@ FILE_CASES = [
     state("we", "fs-dangling-symlink", _dangling, "cannot read file", **FILE),
     state("sidecar", "fs-symlink-loop", _loop, "cannot read file", **FILE),
     state("gw", "fs-unreadable", _unreadable, "cannot read file", **FILE),
-    state("pa", "fs-17MiB-file", _huge, "more than the 16 MiB a config file may hold", **FILE),
+    # a file's size is not bounded, a document's is (3 MiB, the API server's limit): this one
+    # document grows to 17 MiB and is refused unread
+    state("pa", "fs-17MiB-document", _huge, "more than the 3 MiB an object may hold, not read", **FILE),
+
     # never opened: a FIFO's open waits for a writer
     state("se", "fs-fifo", _fifo, "not a regular file (a FIFO)", **FILE),
 ]
@@ -319,7 +322,9 @@ DOCUMENT_CASES = [
 OBJECT_CASES = [
     # identity and metadata
     at("dr", "meta-wrong-api-version", "apiVersion", "networking.istio.io/v2", "is not served"),
-    at("pa", "meta-pa-wrong-group", "apiVersion", "networking.istio.io/v1", "is not served"),
+    # a kind is told by its API group: networking.istio.io has no PeerAuthentication, so this is no
+    # kind pilotfish reads and the file no longer holds the object (istiod's file source skips it too)
+    at("pa", "meta-pa-wrong-group", "apiVersion", "networking.istio.io/v1", expect="deleted"),
     at("eps", "meta-eps-wrong-version", "apiVersion", "discovery.k8s.io/v1beta2", "is not served"),
     at("pod", "meta-namespace-a-list", "metadata.namespace", ["a"], "metadata.namespace"),
     at("vs", "meta-label-an-int", "metadata.labels", {"version": 1}, "metadata.labels.version"),
@@ -329,8 +334,10 @@ OBJECT_CASES = [
     # DestinationRule
     at("dr", "dr-spec-missing", "spec", DELETE, "spec"),
     at("dr", "dr-spec-a-list", "spec", [1, 2], "expected an object"),
-    at("dr", "dr-unknown-field", "spec.hostt", "x", "hostt"),
-    at("dr", "dr-unknown-nested-field", "spec.trafficPolicy.loadBalancer.foo", "bar", "trafficPolicy.loadBalancer.foo"),
+    # a field Istio does not define is ignored, with a warning, as istiod's file source ignores it
+    # (jsonpb AllowUnknownFields); `pilotfish validate` refuses it, as istioctl validate does
+    at("dr", "dr-unknown-field", "spec.hostt", "x", expect="accepted"),
+    at("dr", "dr-unknown-nested-field", "spec.trafficPolicy.loadBalancer.foo", "bar", expect="accepted"),
     at("dr", "dr-host-a-list", "spec.host", ["a", "b"], "host: expected a string, got a list"),
     at("dr", "dr-host-a-bool", "spec.host", True, "host: expected a string, got true"),
     at("dr", "dr-host-empty", "spec.host", "", "host"),
@@ -367,16 +374,18 @@ OBJECT_CASES = [
        "outlierDetection.interval: duration must be greater than 1ms"),
     at("dr", "dr-outlier-ejection-time-sub-ms", "spec.trafficPolicy.outlierDetection.baseEjectionTime", "1.5ms",
        "outlierDetection.baseEjectionTime: only durations to ms precision"),
-    # a key written twice: the last value wins, as istiod's file reader (sigs.k8s.io/yaml, not
-    # strict) takes it; only the API server's strict field validation would refuse it
+    # a key written twice is refused, naming it, as Kubernetes' strict decoding refuses it
+    # (sigs.k8s.io/yaml YAMLToJSONStrict, kubectl's default): istiod's file reader would take the
+    # last value, silently. The whole file keeps what it held, as for any YAML error
     text("dr", "dr-duplicate-key", lambda t: t.replace("  host: ", "  host: x.corpus.svc.cluster.local\n  host: ", 1),
-         expect="accepted"),
+         "duplicate key 'host'", **FILE),
     # istiod validateSubset: labels.Instance(subset.Labels).Validate()
     at("dr", "dr-subset-label-key-invalid", "spec.subsets[0].labels", {"bad key!": "v1"},
        "subsets[0].labels: invalid label key"),
     at("dr", "dr-subset-label-value-invalid", "spec.subsets[0].labels", {"version": "v 1"},
        "subsets[0].labels.version: invalid label value"),
     # VirtualService
+    at("vs", "vs-no-routes", "spec.http", DELETE, "http, tcp or tls must be provided"),  # istiod's
     at("vs", "vs-bad-regex", "spec.http[0].match[0].uri", {"regex": "([a-z"}, "not a valid RE2 regex"),
     at("vs", "vs-empty-prefix", "spec.http[0].match[0].uri", {"prefix": ""}, "should not be empty"),
     at("vs", "vs-zero-total-weight", "spec.http[0].route",
@@ -480,6 +489,7 @@ OBJECT_CASES = [
     # whole Sidecar away
     at("sidecar", "sidecar-host-without-namespace", "spec.egress[0].hosts", ["foo.example.com"], expect="accepted"),
     # Gateway
+    at("gw", "gw-port-name-missing", "spec.servers[0].port.name", DELETE, "servers[0].port.name"),  # istiod's
     at("gw", "gw-no-servers", "spec.servers", [], "servers"),
     at("gw", "gw-server-without-port", "spec.servers[0].port", DELETE, "servers[0].port"),
     at("gw", "gw-https-without-tls", "spec.servers[0].port", {"number": 443, "name": "https", "protocol": "HTTPS"},
@@ -490,6 +500,7 @@ OBJECT_CASES = [
     at("gw", "gw-selector-a-list", "spec.selector", [{"istio": "ingressgateway"}], "selector: expected a map"),
 
     # PeerAuthentication
+    at("pa", "pa-empty-port-level-mtls", "spec.portLevelMtls", {}, "portLevelMtls: must not be empty"),  # the CRD's
     at("pa", "pa-bad-mode", "spec.mtls.mode", "SORTOF", "mtls"),
     at("pa", "pa-port-level-without-selector", "spec", {"mtls": {"mode": "STRICT"},
        "portLevelMtls": {"8080": {"mode": "DISABLE"}}}, "portLevelMtls"),

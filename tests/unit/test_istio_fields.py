@@ -4,7 +4,8 @@ The CRDs are Istio's own: manifests/charts/base/files/crd-all.gen.yaml of the is
 module tools/peers/istio pins, read where the Go module cache holds it. Every node of the ``spec``
 schema of every served version of each kind pilotfish reads (every field, object, list item and
 map value, at any depth) becomes a document that sets only that node, to a valid value of its
-type (so a oneOf is never set twice). pilotfish's strict parse must take the document whole, the
+type within the schema's bounds (so a oneOf is never set twice), and the fields the objects on
+its way require. pilotfish's strict parse must take the document whole, the
 loader must not refuse it as an unknown field or an unserved apiVersion, and the same document
 with ``notAnIstioField`` beside the node must be refused as unknown, naming its path.
 
@@ -14,6 +15,7 @@ Then the fields users found refused, through the validating webhook, in realisti
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -44,29 +46,47 @@ def crds() -> list[dict[str, Any]]:
     return found
 
 
-def nodes(schema: Mapping[str, Any], path: tuple[Step, ...] = ()) -> Iterator[tuple[tuple[Step, ...], Any]]:
-    """Every node below ``schema`` (itself first) with a valid value of its type."""
-    yield path, sample(schema)
+Chain = tuple[Mapping[str, Any], ...]  # the schemas from the spec's down to a node's
+
+
+def nodes(
+    schema: Mapping[str, Any], path: tuple[Step, ...] = (), chain: Chain = ()
+) -> Iterator[tuple[tuple[Step, ...], Any, Chain]]:
+    """Every node below ``schema`` (itself first) with a valid value of its type, and the
+    schemas on its way."""
+    chain = (*chain, schema)
+    yield path, sample(schema), chain
     for name, sub in schema.get("properties", {}).items():
-        yield from nodes(sub, (*path, ("field", name)))
+        yield from nodes(sub, (*path, ("field", name)), chain)
     if "items" in schema:
-        yield from nodes(schema["items"], (*path, ITEM))
+        yield from nodes(schema["items"], (*path, ITEM), chain)
     if isinstance(schema.get("additionalProperties"), Mapping):
-        yield from nodes(schema["additionalProperties"], (*path, VALUE))
+        yield from nodes(schema["additionalProperties"], (*path, VALUE), chain)
+
+
+# strings tried, in order, for one a string schema's pattern and lengths take (many of Istio's
+# strings are durations: "1s" first)
+_STRINGS = ("1s", "a", "Service")
 
 
 def sample(schema: Mapping[str, Any]) -> Any:
-    """A value the schema allows: its first enum name, an empty object or list, or a scalar of
-    its type (a string that is also a duration: many of Istio's strings are)."""
+    """A value the schema allows: its first enum name, an object with its required fields, a
+    list or map of the fewest items it needs, or a scalar of its type within its bounds."""
     kind = schema.get("type")
     if "enum" in schema:
         return schema["enum"][0]
     if kind == "object":
-        return {}
+        out = required(schema)
+        if len(out) < schema.get("minProperties", 0) and isinstance(schema.get("additionalProperties"), Mapping):
+            out["1"] = sample(schema["additionalProperties"])
+        return out
     if kind == "array":
-        return []
+        return [sample(schema["items"])] * schema.get("minItems", 0)
     if kind == "string":
-        return "AAAA" if schema.get("format") == "byte" else "1s"
+        if schema.get("format") == "byte":
+            return "AAAA"
+        pattern = re.compile(schema.get("pattern", ""))
+        return next(v for v in _STRINGS if pattern.search(v) and len(v) >= schema.get("minLength", 0))
     if kind == "integer":
         return min(max(1, schema.get("minimum", 1)), schema.get("maximum", 2**31))
     if kind == "number":
@@ -76,8 +96,14 @@ def sample(schema: Mapping[str, Any]) -> Any:
     raise AssertionError(f"no sample value for {schema}")
 
 
-def document(path: tuple[Step, ...], value: Any, *, beside: bool = False) -> Any:
-    """A spec setting only ``path`` to ``value``; ``beside``: with UNKNOWN next to its last field."""
+def required(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """An object of ``schema`` setting only the fields it requires (the CRD's ``required``)."""
+    return {name: sample(schema["properties"][name]) for name in schema.get("required", ())}
+
+
+def document(path: tuple[Step, ...], value: Any, chain: Chain, *, beside: bool = False) -> Any:
+    """A spec setting ``path`` to ``value`` (and what the objects on its way require);
+    ``beside``: with UNKNOWN next to its last field."""
     doc = value
     for i in reversed(range(len(path))):
         if path[i] == ITEM:
@@ -85,8 +111,10 @@ def document(path: tuple[Step, ...], value: Any, *, beside: bool = False) -> Any
         elif path[i] == VALUE:
             doc = {"1": doc}
         else:
-            doc = {path[i][1]: doc, UNKNOWN: True} if beside and i == len(path) - 1 else {path[i][1]: doc}
-    return {UNKNOWN: True} if beside and not path else doc
+            doc = {**required(chain[i]), path[i][1]: doc}
+            if beside and i == len(path) - 1:
+                doc[UNKNOWN] = True
+    return {**doc, UNKNOWN: True} if beside and not path else doc
 
 
 def rendered(path: tuple[Step, ...]) -> str:
@@ -113,10 +141,10 @@ def test_every_field_istio_defines_is_accepted_and_no_other(crds: list[dict[str,
         for version in (v for v in crd["spec"]["versions"] if v["served"]):
             api_version = f"{crd['spec']['group']}/{version['name']}"
             label = f"{kind} {api_version}"
-            for path, value in nodes(version["schema"]["openAPIV3Schema"]["properties"]["spec"]):
+            for path, value, chain in nodes(version["schema"]["openAPIV3Schema"]["properties"]["spec"]):
                 walked[kind] += 1
                 where = f"{label} spec.{rendered(path)}"
-                spec = document(path, value)
+                spec = document(path, value, chain)
                 try:
                     parse_message(spec, SPEC_MESSAGES[kind])
                 except FieldError as e:
@@ -132,7 +160,7 @@ def test_every_field_istio_defines_is_accepted_and_no_other(crds: list[dict[str,
                 if path and path[-1] in (ITEM, VALUE):
                     continue  # a list item or a map value has no fields beside it
                 extra = rendered((*path[:-1], ("field", UNKNOWN)))
-                got = refusals(api_version, kind, document(path, value, beside=True))
+                got = refusals(api_version, kind, document(path, value, chain, beside=True))
                 if got != [(extra, "unknown field")]:
                     failures.append(f"{where}: {UNKNOWN} beside it gave {got}, not {extra} unknown")
                     continue

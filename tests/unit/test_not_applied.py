@@ -29,7 +29,7 @@ metadata: {name: reviews, namespace: shop}
 spec:
   host: reviews
   trafficPolicy:
-    connectionPool: {http: {http2KeepAlive: {interval: 30s}}}
+    connectionPool: {http: {http2KeepAlive: {interval: 30s, timeout: 5s}}}
   subsets:
   - name: v1
     labels: {version: v1}
@@ -105,5 +105,6 @@ def test_the_webhook_admits_it_and_hands_the_warnings_to_kubectl() -> None:
 
 
 def test_a_rule_without_them_has_no_warning() -> None:
-    [rule] = load_documents(RULE.replace("http2KeepAlive: {interval: 30s}", "maxRetries: 3"), "r.yaml").objects
+    text = RULE.replace("http2KeepAlive: {interval: 30s, timeout: 5s}", "maxRetries: 3")
+    [rule] = load_documents(text, "r.yaml").objects
     assert [w for w in istio_warnings(rule.spec) if "http2KeepAlive" in w] == []

@@ -47,8 +47,8 @@ def nowhere_here(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(app.config.loader, "load_object", here)
     monkeypatch.setattr(app.sources.kube.source, "load_object", here)
-    monkeypatch.setattr(app.sources.files, "load_documents", here)
-    monkeypatch.setattr(app.config.loader, "load_documents", here)
+    monkeypatch.setattr(app.sources.files, "read_documents", here)
+    monkeypatch.setattr(app.config.loader, "read_documents", here)
 
 
 class _NoClient:

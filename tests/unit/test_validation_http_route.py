@@ -43,7 +43,7 @@ def check(extra: str, field: str, reason: str) -> None:
         ("mirror: {host: m}, mirrorPercent: 101", "http[0].mirrorPercent", "max value of 100 (it has 101)"),
         ("mirrors: [{destination: {host: m}, percentage: {value: 100.5}}]", "http[0].mirrors[0].percentage", "100"),
         ("mirrors: [{destination: {host: m}, percentage: {value: -3}}]", "http[0].mirrors[0].percentage", "min"),
-        ("mirrors: [{percentage: {value: 5}}]", "http[0].mirrors[0].destination", "is required for mirrors"),
+        ("mirrors: [{percentage: {value: 5}}]", "http[0].mirrors[0].destination", "is required"),
         ("mirrors: [{destination: {host: '*'}}]", "http[0].mirrors[0].destination.host", "invalid destination"),
         ("mirror: {host: m, subset: V_1}", "http[0].mirror.subset", "not a valid subset name"),
         ("mirror: {host: 'bad host!'}", "http[0].mirror.host", "not a valid DNS name"),

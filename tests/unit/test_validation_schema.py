@@ -123,7 +123,7 @@ SEC = "security.istio.io/v1"
         # a value protobuf itself refuses (out of range) is still named by its path
         (
             "Gateway",
-            "selector: {a: b}\nservers: [{port: {number: 1.0e+30, protocol: HTTP}, hosts: ['*']}]",
+            "selector: {a: b}\nservers: [{port: {number: 1.0e+30, protocol: HTTP, name: p}, hosts: ['*']}]",
             "servers[0].port.number: 1000000000000000019884624838656 is out of range",
         ),
         (
