@@ -105,7 +105,9 @@ def scene(kube: Cluster) -> Iterator[Scene]:
                       free_port())  # fmt: skip
         mesh = (TEMPLATES / "mesh.yaml").read_text()
         mesh = mesh.replace("rootNamespace: istio-system", f"rootNamespace: {scene.system}")
-        mesh += f"discoverySelectors:\n- matchLabels: {{pilotfish-e2e: {selected['pilotfish-e2e']}}}\n"
+        # quoted: a hex token of digits only (or like 1e5) would be a YAML number, which a label
+        # value may not be (istiod refuses such a mesh config too)
+        mesh += f"discoverySelectors:\n- matchLabels: {{pilotfish-e2e: '{selected['pilotfish-e2e']}'}}\n"
         kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": scene.system},
                     "data": {"mesh": mesh}})  # fmt: skip
         for name, selector in (("app", {}), *((f"app-{v}", {"version": v}) for v in VERSIONS)):
