@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from app.runtime import Runtime
 from app.settings import Settings
+from tests.support.runtime import running
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
 SOTW = ADS + "StreamAggregatedResources"
@@ -40,16 +40,8 @@ async def serving(config_dir: Path) -> AsyncIterator[Runtime]:
         gc_freeze=False,
         shutdown_grace=1.0,
     )
-    rt = Runtime(settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(rt.run(stop))
-    try:
-        await asyncio.wait_for(rt.started.wait(), 30)
+    async with running(settings) as rt:
         yield rt
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 15)
-        gc.unfreeze()
 
 
 async def get_json(rt: Runtime, path: str) -> Any:

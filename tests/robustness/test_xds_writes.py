@@ -11,7 +11,6 @@ that never reads), and with a context that fails as core does (no I/O)."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import shutil
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from app.xds.server import LARGE_RESPONSE, CallWriter, SendTimeout, XdsServer, _
 from app.xds.watch import WatchedResource
 from tests.robustness.serving import Client, with_node
 from tests.support.bookinfo import BOOKINFO, NODE
+from tests.support.runtime import running
 
 asyncio_module = pytest.mark.asyncio(loop_scope="module")
 SEND_TIMEOUT = 1.0
@@ -53,14 +53,8 @@ async def runtime(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run
         gc_freeze=False,
         shutdown_grace=1.0,
     )
-    rt = Runtime(settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(rt.run(stop))
-    await asyncio.wait_for(rt.started.wait(), 30)
-    yield rt
-    stop.set()
-    await asyncio.wait_for(task, 15)
-    gc.unfreeze()
+    async with running(settings) as rt:
+        yield rt
 
 
 def grpc_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
