@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import itertools
 import json
 import ssl
@@ -27,6 +26,7 @@ import yaml
 
 from app.runtime import Runtime
 from app.settings import Settings
+from tests.support.runtime import running
 
 # quadratic before (~13 s for 10,000 hosts on the loop); in a worker, tens of ms for the hosts,
 # and some hundred ms for the regexes, each just under Envoy's program size, up to the budget
@@ -65,19 +65,11 @@ async def serving(workdir: Path) -> AsyncIterator[tuple[Runtime, str, ssl.SSLCon
         gc_freeze=False,
         shutdown_grace=1.0,
     )
-    rt = Runtime(settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(rt.run(stop))
-    try:
-        await asyncio.wait_for(rt.started.wait(), 30)
+    async with running(settings) as rt:
         assert rt.webhook is not None
         client = ssl.create_default_context()
         ca.configure_trust(client)
         yield rt, f"https://127.0.0.1:{rt.webhook.port}/validate?timeout=30s", client
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        gc.unfreeze()
 
 
 async def probing_ready(rt: Runtime, work: Awaitable[Any]) -> tuple[Any, float, float]:

@@ -6,15 +6,16 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator
+from typing import Any
 
 from app.runtime import Runtime
 from app.settings import Settings
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Runtime]:
-    """``Runtime(settings)`` started (``/ready``) and, on the way out, stopped and awaited."""
-    rt = Runtime(settings)
+async def running(settings: Settings, *extra: Any) -> AsyncIterator[Runtime]:
+    """``Runtime(settings, *extra)`` started (``/ready``) and, on the way out, stopped and awaited."""
+    rt = Runtime(settings, *extra)
     stop = asyncio.Event()
     task = asyncio.create_task(rt.run(stop))
     try:

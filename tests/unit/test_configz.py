@@ -6,8 +6,6 @@ a content hash; pilotfish's source and warnings are annotations, its rejections 
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
 import re
 from collections.abc import AsyncIterator
@@ -21,6 +19,7 @@ from app.config.loader import load_documents
 from app.debug.configz import Configz, kube_object
 from app.runtime import Runtime
 from app.settings import Settings
+from tests.support.runtime import running
 
 RULE = """apiVersion: networking.istio.io/v1beta1
 kind: DestinationRule
@@ -154,14 +153,8 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
     (config / "rules.yaml").write_text(RULE + "---\n" + SERVICE)
     (config / "bad.yaml").write_text(BAD)
     settings = Settings(config_dir=config, xds_address="127.0.0.1:0", http_address="127.0.0.1:0", gc_freeze=False)
-    rt = Runtime(settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(rt.run(stop))
-    await asyncio.wait_for(rt.started.wait(), 30)
-    yield rt
-    stop.set()
-    await asyncio.wait_for(task, 15)
-    gc.unfreeze()
+    async with running(settings) as rt:
+        yield rt
 
 
 async def test_debug_configz_serves_istiods_array(runtime: Runtime) -> None:

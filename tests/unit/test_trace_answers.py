@@ -11,7 +11,6 @@ returns, which is as early as a real client's answer can be processed. Determini
 from __future__ import annotations
 
 import asyncio
-import gc
 import shutil
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -31,6 +30,7 @@ from app.settings import Settings
 from app.telemetry.tracing import PushTracer
 from app.xds.resources import CLUSTER, ENDPOINT
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
+from tests.support.runtime import running
 
 ADS = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 DELTA = f"/{ADS}/DeltaAggregatedResources"
@@ -108,14 +108,8 @@ async def runtime(tmp_path: Path, exported: InMemorySpanExporter) -> AsyncIterat
     settings = Settings(
         config_dir=config, xds_address="", http_address="127.0.0.1:0", debounce_after=0.01, file_debounce_ms=10
     )
-    rt = Runtime(settings, (PushTracer(provider.get_tracer("test"), TIMEOUT), provider.shutdown))
-    stop = asyncio.Event()
-    task = asyncio.create_task(rt.run(stop))
-    await asyncio.wait_for(rt.started.wait(), 30)
-    yield rt
-    stop.set()
-    await asyncio.wait_for(task, 15)
-    gc.unfreeze()  # the runtime froze the test process's heap (app/heap.py)
+    async with running(settings, (PushTracer(provider.get_tracer("test"), TIMEOUT), provider.shutdown)) as rt:
+        yield rt
 
 
 async def connect(rt: Runtime, client: EagerClient) -> asyncio.Task[None]:
