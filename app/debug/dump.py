@@ -5,7 +5,7 @@ NDS name table is proto3 JSON with its hosts sorted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -27,7 +27,7 @@ from app.xds.generators.lds import generate_listeners, route_names
 from app.xds.generators.nds import build_name_table
 from app.xds.generators.rds import generate_routes
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
-from app.xds.watch import WatchedResource
+from app.xds.watch import Resource, WatchedResource
 
 
 def to_json(msg: Message) -> dict[str, Any]:
@@ -81,22 +81,35 @@ _DECODE = {
 }
 
 
+def served(proxy: Proxy, source: ResourceSource, type_url: str, watch: WatchedResource) -> Sequence[Resource]:
+    """What a connected proxy is served of a type now, read from the shared cache (no regeneration)."""
+    return source.generate(type_url, proxy, watch) or []
+
+
+def decoded(type_url: str, resources: Sequence[Resource]) -> list[Any]:
+    return [_DECODE[type_url].FromString(r.body.value) for r in resources]
+
+
+def served_routes(proxy: Proxy, source: ResourceSource, listeners: Sequence[Any]) -> Sequence[Resource]:
+    """The route configurations the proxy's listeners name (what Envoy subscribes to)."""
+    return served(proxy, source, ROUTE, WatchedResource(ROUTE, False, set(route_names(listeners))))
+
+
 def dump_served(proxy: Proxy, source: ResourceSource) -> dict[str, Any]:
-    """What a connected proxy is served now, read from the shared cache (no regeneration):
-    every cluster and listener, the EDS clusters' assignments and the listeners' routes."""
+    """What a connected proxy is served now: every cluster and listener, the EDS clusters'
+    assignments and the listeners' routes."""
 
-    def served(type_url: str, watch: WatchedResource) -> list[Any]:
-        found = source.generate(type_url, proxy, watch) or []
-        return [_DECODE[type_url].FromString(r.body.value) for r in found]
+    def messages(type_url: str, watch: WatchedResource) -> list[Any]:
+        return decoded(type_url, served(proxy, source, type_url, watch))
 
-    clusters = served(CLUSTER, WatchedResource(CLUSTER, True))
-    listeners = served(LISTENER, WatchedResource(LISTENER, True))
-    tables = served(NAME_TABLE, WatchedResource(NAME_TABLE, True))
+    clusters = messages(CLUSTER, WatchedResource(CLUSTER, True))
+    listeners = messages(LISTENER, WatchedResource(LISTENER, True))
+    tables = messages(NAME_TABLE, WatchedResource(NAME_TABLE, True))
     return {
         "clusters": _json(clusters),
-        "endpoints": _json(served(ENDPOINT, WatchedResource(ENDPOINT, False, set(eds_cluster_names(clusters))))),
+        "endpoints": _json(messages(ENDPOINT, WatchedResource(ENDPOINT, False, set(eds_cluster_names(clusters))))),
         "listeners": _json(listeners),
-        "routes": _json(served(ROUTE, WatchedResource(ROUTE, False, set(route_names(listeners))))),
+        "routes": _json(decoded(ROUTE, served_routes(proxy, source, listeners))),
         "nameTable": _name_table_json(tables[0] if tables else None),
     }
 

@@ -21,17 +21,14 @@ import json
 from collections.abc import Sequence
 
 from envoy.admin.v3 import config_dump_pb2, config_dump_shared_pb2
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.listener.v3 import listener_pb2
-from envoy.config.route.v3 import route_pb2
 from envoy.service.status.v3 import csds_pb2
 from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
+from app.debug.dump import decoded, served, served_routes
 from app.security.authn import parse_spiffe
 from app.xds.generate import ResourceSource
-from app.xds.generators.lds import route_names
-from app.xds.resources import CLUSTER, DEBUG_PREFIX, LISTENER, ROUTE
+from app.xds.resources import CLUSTER, DEBUG_PREFIX, LISTENER
 from app.xds.server import Stream
 from app.xds.watch import WatchedResource
 
@@ -113,26 +110,19 @@ def config_dump(streams: Sequence[Stream], name: str, namespace: str | None, sou
     if stream is None or (namespace is not None and stream.connection.proxy.namespace != namespace):
         return []
     proxy = stream.connection.proxy
-
-    def served(type_url: str, watch: WatchedResource) -> list[tuple[str, bytes]]:
-        return [(r.version, r.body.value) for r in source.generate(type_url, proxy, watch) or []]
-
+    # the served resources' Anys are the dump's as they are: nothing decoded but the listeners
     clusters = config_dump_shared_pb2.ClustersConfigDump()
-    for version, body in served(CLUSTER, WatchedResource(CLUSTER, True)):
-        clusters.dynamic_active_clusters.add(version_info=version).cluster.Pack(cluster_pb2.Cluster.FromString(body))
+    for r in served(proxy, source, CLUSTER, WatchedResource(CLUSTER, True)):
+        clusters.dynamic_active_clusters.add(version_info=r.version).cluster.CopyFrom(r.body)
     listeners = config_dump_shared_pb2.ListenersConfigDump()
-    listener_messages = []
-    for version, body in served(LISTENER, WatchedResource(LISTENER, True)):
-        listener = listener_pb2.Listener.FromString(body)
-        listener_messages.append(listener)
-        dynamic = listeners.dynamic_listeners.add(name=listener.name)
-        dynamic.active_state.version_info = version
-        dynamic.active_state.listener.Pack(listener)
+    served_listeners = served(proxy, source, LISTENER, WatchedResource(LISTENER, True))
+    for r in served_listeners:
+        dynamic = listeners.dynamic_listeners.add(name=r.name)
+        dynamic.active_state.version_info = r.version
+        dynamic.active_state.listener.CopyFrom(r.body)
     routes = config_dump_shared_pb2.RoutesConfigDump()
-    wanted = WatchedResource(ROUTE, False, set(route_names(listener_messages)))
-    for version, body in served(ROUTE, wanted):
-        route = route_pb2.RouteConfiguration.FromString(body)
-        routes.dynamic_route_configs.add(version_info=version).route_config.Pack(route)
+    for r in served_routes(proxy, source, decoded(LISTENER, served_listeners)):
+        routes.dynamic_route_configs.add(version_info=r.version).route_config.CopyFrom(r.body)
     return [
         ("", config_dump_pb2.BootstrapConfigDump()),
         ("", clusters),
