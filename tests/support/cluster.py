@@ -73,6 +73,9 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "namespace-controller",
     "garbage-collector-controller",
+    # Deployments make their pods, which tests/support/kubelet.py binds and runs
+    "deployment-controller",
+    "replicaset-controller",
 )
 START_TIMEOUT = 120.0  # a loaded 2-core CI machine; polling returns as soon as it is up
 STOP_TIMEOUT = 10.0
@@ -452,6 +455,9 @@ def running_cluster(workdir: Path) -> Iterator[Cluster]:
             "--service-account-issuer", ISSUER, "--api-audiences", ",".join(AUDIENCES),
             "--authorization-mode", "RBAC",
             "--service-cluster-ip-range", SERVICE_CIDR,
+            # webhooks (and aggregated APIs) reached at a ready endpoint of their Service, not its
+            # ClusterIP: there is no kube-proxy to route a ClusterIP from the API server's host
+            "--enable-aggregator-routing=true",
             "--profiling=false",
         ])  # fmt: skip
         _wait_up(apiserver, "kube-apiserver /readyz", lambda: cluster.request("GET", "/readyz") == "ok")
