@@ -65,9 +65,11 @@ def deployment(namespace: str) -> dict[str, Any]:
                             {"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                             {"name": "MY_APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
                             {"name": "MY_ACCOUNT", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
-                            {"name": "MY_CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}},
-                            {"name": "MY_MEMORY_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
-                            {"name": "MY_GREETING", "valueFrom": {"configMapKeyRef": {"name": "echo", "key": "greeting"}}},
+                            {"name": "MY_CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                            {"name": "MY_MEMORY_MI", "valueFrom": {"resourceFieldRef": {
+                                "resource": "limits.memory", "divisor": "1Mi"}}},
+                            {"name": "MY_GREETING", "valueFrom": {"configMapKeyRef": {
+                                "name": "echo", "key": "greeting"}}},
                             {"name": "MY_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "echo", "key": "password"}}},
                             {"name": "MY_URL", "value": "http://$(MY_POD_IP):8080"},
                         ],
@@ -155,5 +157,8 @@ def test_a_deployments_pod_runs_with_its_environment_and_volumes(kube: Cluster, 
 
 
 def _get(running: Any, url: str) -> str | None:
-    result = running.exec("echo", ["python3", "-c", f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=3).read().decode())"])
+    result = running.exec(
+        "echo",
+        ["python3", "-c", f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=3).read().decode())"],
+    )
     return result.stdout if result.returncode == 0 else None

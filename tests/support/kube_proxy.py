@@ -1,10 +1,10 @@
 """Services for the test pods, as kube-proxy's userspace mode and the cluster's DNS provide them.
 
 There is no iptables here, so ClusterIPs cannot be rewritten in the kernel. Instead each
-ClusterIP is an address of the node's pod bridge (tests/support/pods.py; gone with it), and a listener there per Service port
-forwards every TCP connection to one ready endpoint from the Service's EndpointSlices (round
-robin), which is what kube-proxy's original userspace proxier did. The pods' default route is
-the node, so a pod reaches ``10.96.x.y:PORT`` as in a cluster. The master Service
+ClusterIP is an address of the node's pod bridge (tests/support/pods.py; gone with it), and
+a listener there per Service port forwards every TCP connection to one ready endpoint from the
+Service's EndpointSlices (round robin), which is what kube-proxy's original userspace proxier
+did. The pods' default route is the node, so a pod reaches ``10.96.x.y:PORT`` as in a cluster. The master Service
 (``default/kubernetes``, no endpoints here: the API server runs with ``--endpoint-reconciler-type
 none``) forwards to the API server on the node's loopback, which is what its endpoint would say.
 
@@ -34,7 +34,7 @@ CLUSTER_DOMAIN = "cluster.local"
 
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    if done.returncode != 0 and "File exists" not in done.stderr:
+    if done.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
@@ -69,7 +69,7 @@ class ServiceProxy:
         for sock in self._listeners.values():
             with contextlib.suppress(OSError):
                 sock.close()
-        for ip, _ in self._listeners:
+        for ip in {ip for ip, _ in self._listeners}:
             subprocess.run(["ip", "addr", "delete", f"{ip}/32", "dev", BRIDGE], capture_output=True, check=False)
         self._listeners.clear()
 
@@ -108,7 +108,8 @@ class ServiceProxy:
     def _listen(self, key: tuple[str, int]) -> None:
         if key in self._listeners:
             return
-        _ip("addr", "add", f"{key[0]}/32", "dev", BRIDGE)
+        if not any(ip == key[0] for ip, _ in self._listeners):
+            _ip("addr", "add", f"{key[0]}/32", "dev", BRIDGE)
         sock = socket.create_server(key, backlog=128)
         self._listeners[key] = sock
         threading.Thread(target=self._accept, args=(key, sock), name=f"svc-{key[0]}:{key[1]}", daemon=True).start()

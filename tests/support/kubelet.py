@@ -157,7 +157,9 @@ class Container:
         if self.process is not None and self.process.poll() is None:
             state = {"running": {"startedAt": self.started_at}}
         elif self.waiting is not None:
-            state = {"waiting": {"reason": self.waiting[0], **({"message": self.waiting[1]} if self.waiting[1] else {})}}
+            state = {
+                "waiting": {"reason": self.waiting[0], **({"message": self.waiting[1]} if self.waiting[1] else {})}
+            }
         else:
             state = {"terminated": self.last_exit or {"exitCode": 0, "reason": "Completed"}}
         out: dict[str, Any] = {
@@ -246,7 +248,8 @@ class RunningPod:
 
     def _start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.network = self.kubelet.network.add_pod(self.name[:12], self.namespace, self.dir / "root")
+        with self.kubelet.network_lock:  # PodNetwork numbers pods by count: one at a time
+            self.network = self.kubelet.network.add_pod(self.name[:12], self.namespace, self.dir / "root")
         status = self.pod.setdefault("status", {})
         status.update({"hostIP": self.network.node_ip, "hostIPs": [{"ip": self.network.node_ip}],
                        "podIP": self.network.ip, "podIPs": [{"ip": self.network.ip}]})  # fmt: skip
@@ -332,7 +335,7 @@ class RunningPod:
     def _restarts(self, c: Container) -> bool:
         if c.sidecar:
             return True
-        policy = self.pod["spec"].get("restartPolicy", "Always")
+        policy = str(self.pod["spec"].get("restartPolicy", "Always"))
         return policy == "Always" or (policy == "OnFailure" and (c.last_exit or {}).get("exitCode", 0) != 0)
 
     def _exited(self, c: Container, code: int) -> None:
@@ -348,9 +351,11 @@ class RunningPod:
         assert self.network is not None
         img = image(c.spec["image"], self.kubelet.workdir / "images")
         services = self.kubelet.service_env(self.namespace, self.pod["spec"].get("enableServiceLinks", True))
-        env = {**img.env, **container_env(self.pod, c.spec, services=services,
-                                          read=self.kubelet.read_text, allocatable=self.kubelet.allocatable)}  # fmt: skip
-        env.setdefault("HOSTNAME", self.pod["spec"].get("hostname") or self.name)
+        resolved = container_env(
+            self.pod, c.spec, services=services, read=self.kubelet.read_text, allocatable=self.kubelet.allocatable
+        )
+        env = {**img.env, **resolved}
+        env.setdefault("HOSTNAME", self.pod["spec"].get("hostname") or self.name)  # as the runtime sets it
         if argv is None:
             command = [expand(a, env) for a in c.spec.get("command") or []] or list(img.entrypoint)
             args = c.spec.get("args")
@@ -359,9 +364,14 @@ class RunningPod:
         if not argv:
             raise PodSpecError(f"container {c.name}: no command (neither the spec nor the image gives one)")
         mounts = [Mount(path, where) for where, path in img.files.items()] + mounts_for(c.spec, self.volumes)
-        etc = {"/etc/hosts": self.dir / "hosts", "/etc/resolv.conf": Path("/etc/netns") / self.network.netns / "resolv.conf"}
-        script = prologue(mounts, self.dir / "scratch", etc, c.spec.get("workingDir") or img.working_dir)
-        return self.network.argv([shutil.which("sh") or "/bin/sh", "-c", script, c.name, *argv]), env
+        etc = {
+            "/etc/hosts": self.dir / "hosts",
+            "/etc/resolv.conf": Path("/etc/netns") / self.network.netns / "resolv.conf",
+        }
+        hostname = self.pod["spec"].get("hostname") or self.name
+        script = prologue(mounts, self.dir / "scratch", etc, c.spec.get("workingDir") or img.working_dir, hostname)
+        shell = [shutil.which("unshare") or "unshare", "--uts", "--", shutil.which("sh") or "/bin/sh"]
+        return self.network.argv([*shell, "-c", script, c.name, *argv]), env
 
     def _launch(self, c: Container) -> None:
         try:
@@ -480,23 +490,32 @@ class RunningPod:
         now = _now()
         status = self.pod.setdefault("status", {})
         init_done = self.initialized or not self.init
-        containers_ready = init_done and all(c.ready for c in self.main) and all(c.ready for c in self.init if c.sidecar)
+        containers_ready = (
+            init_done and all(c.ready for c in self.main) and all(c.ready for c in self.init if c.sidecar)
+        )
         running = init_done and any(c.process is not None and c.process.poll() is None for c in self.main)
         conditions = {
             "PodScheduled": True, "Initialized": init_done, "ContainersReady": containers_ready,
             "Ready": containers_ready,
         }  # fmt: skip
         previous = {c["type"]: c for c in status.get("conditions") or []}
-        image_of = {c["name"]: c["image"] for c in [*(self.pod["spec"].get("initContainers") or []), *self.pod["spec"]["containers"]]}
+        image_of = {
+            c["name"]: c["image"]
+            for c in [*(self.pod["spec"].get("initContainers") or []), *self.pod["spec"]["containers"]]
+        }
         new = {
             "phase": "Running" if running else "Pending",
             "startTime": status.get("startTime") or now,
             "conditions": [
-                {"type": kind, "status": str(value),
-                 "lastTransitionTime": previous[kind]["lastTransitionTime"]
-                 if kind in previous and previous[kind]["status"] == str(value) else now}
+                {
+                    "type": kind,
+                    "status": str(value),
+                    "lastTransitionTime": previous[kind]["lastTransitionTime"]
+                    if kind in previous and previous[kind]["status"] == str(value)
+                    else now,
+                }
                 for kind, value in conditions.items()
-            ],  # fmt: skip
+            ],
             "initContainerStatuses": [c.status(image_of[c.name]) for c in self.init],
             "containerStatuses": [c.status(image_of[c.name]) for c in self.main],
         }
@@ -528,6 +547,7 @@ class Kubelet:
         self.services = ServiceProxy(cluster)
         self.allocatable = node_allocatable()
         self.pods: dict[str, RunningPod] = {}  # by uid
+        self.network_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kubelet", daemon=True)
         self._services_cache: list[dict[str, Any]] = []
@@ -553,7 +573,9 @@ class Kubelet:
 
     def _register_node(self) -> None:
         status = {
-            "addresses": [{"type": "InternalIP", "address": self.network.node_ip}, {"type": "Hostname", "address": NODE}],
+            "addresses": [
+                {"type": "InternalIP", "address": self.network.node_ip}, {"type": "Hostname", "address": NODE}
+            ],
             "capacity": self.allocatable, "allocatable": self.allocatable,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}],
@@ -589,7 +611,8 @@ class Kubelet:
                     running.pod["metadata"] = pod["metadata"]  # labels and annotations may change
                     if pod["metadata"].get("deletionTimestamp"):
                         running.pod["spec"]["terminationGracePeriodSeconds"] = pod["metadata"].get(
-                            "deletionGracePeriodSeconds", running.pod["spec"].get("terminationGracePeriodSeconds", 30))
+                            "deletionGracePeriodSeconds", running.pod["spec"].get("terminationGracePeriodSeconds", 30)
+                        )
                         running.deleting.set()
         for uid, running in self.pods.items():
             if uid not in seen:  # deleted for good elsewhere: stop what is left
@@ -612,7 +635,9 @@ class Kubelet:
         data = self.read(kind, namespace, name)
         return None if data is None else {k: v.decode(errors="replace") for k, v in data.items()}
 
-    def request_token(self, namespace: str, account: str, audience: str | None, seconds: int, pod: Mapping[str, Any]) -> str:
+    def request_token(
+        self, namespace: str, account: str, audience: str | None, seconds: int, pod: Mapping[str, Any]
+    ) -> str:
         """A TokenRequest bound to the pod (the token dies with it), as the kubelet's token manager."""
         meta = pod["metadata"]
         spec: dict[str, Any] = {
@@ -640,17 +665,22 @@ class Kubelet:
                     return running
             return None
 
-        return self.cluster.wait_for(f"the kubelet to run pod {namespace}/{name}", find, timeout)
+        try:
+            return self.cluster.wait_for(f"the kubelet to run pod {namespace}/{name}", find, timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the kubelet's last errors: {self.errors[-3:]}") from None
 
     def ready(self, namespace: str, name: str, timeout: float = 90.0) -> RunningPod:
         """The pod once its Ready condition is True in the API server."""
-        running = self.pod(namespace, name, timeout)
+        running = self.pod(namespace, name, min(timeout, 30.0))
 
         def is_ready() -> bool:
             if running.failure:
                 raise AssertionError(f"pod {namespace}/{name} cannot run: {running.failure}\n{self.describe(running)}")
             pod = self.cluster.get("v1", "Pod", namespace, name) or {}
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+            return any(
+                c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", [])
+            )
 
         try:
             self.cluster.wait_for(f"pod {namespace}/{name} to be Ready", is_ready, timeout)
@@ -662,7 +692,9 @@ class Kubelet:
         """Each container's state and the end of its log, for a failing assertion."""
         parts = [f"pod {running.namespace}/{running.name} {running.failure}"]
         for c in [*running.init, *running.main]:
-            parts.append(f"--- {c.name}: waiting={c.waiting} exit={c.last_exit} ready={c.ready}\n{running.log(c.name)[-tail:]}")
+            parts.append(
+                f"--- {c.name}: waiting={c.waiting} exit={c.last_exit} ready={c.ready}\n{running.log(c.name)[-tail:]}"
+            )
         return "\n".join(parts)
 
     def describe_all(self) -> str:

@@ -62,7 +62,7 @@ def expand(text: str, env: Mapping[str, str]) -> str:
                 i += 2
                 continue
             name = text[i + 2 : end]
-            out.append(env[name] if name in env else f"$({name})")
+            out.append(env.get(name, f"$({name})"))
             i = end + 1
         else:
             out.append("$" + following)
@@ -148,7 +148,11 @@ def service_env(services: Sequence[Mapping[str, Any]], namespace: str, links: bo
             protocol = port.get("protocol", "TCP")
             base = f"{prefix}_PORT_{port['port']}_{protocol}"
             env[base] = f"{protocol.lower()}://{cluster_ip}:{port['port']}"
-            env[f"{base}_PROTO"], env[f"{base}_PORT"], env[f"{base}_ADDR"] = protocol.lower(), str(port["port"]), cluster_ip
+            env[f"{base}_PROTO"], env[f"{base}_PORT"], env[f"{base}_ADDR"] = (
+                protocol.lower(),
+                str(port["port"]),
+                cluster_ip,
+            )
     return env
 
 
@@ -165,7 +169,9 @@ def container_env(
     namespace = pod["metadata"]["namespace"]
     env = dict(services)
     for source in container.get("envFrom") or []:
-        kind, ref = ("ConfigMap", source["configMapRef"]) if "configMapRef" in source else ("Secret", source["secretRef"])
+        kind, ref = (
+            ("ConfigMap", source["configMapRef"]) if "configMapRef" in source else ("Secret", source["secretRef"])
+        )
         data = read(kind, namespace, ref["name"])
         if data is None:
             if ref.get("optional"):
@@ -183,9 +189,8 @@ def container_env(
         elif "resourceFieldRef" in source:
             env[name] = resource_value(pod, container["name"], source["resourceFieldRef"], allocatable)
         else:
-            kind, ref = (
-                ("ConfigMap", source["configMapKeyRef"]) if "configMapKeyRef" in source else ("Secret", source["secretKeyRef"])
-            )  # fmt: skip
+            config_map = "configMapKeyRef" in source
+            kind, ref = ("ConfigMap", source["configMapKeyRef"]) if config_map else ("Secret", source["secretKeyRef"])
             data = read(kind, namespace, ref["name"])
             if data is None or ref["key"] not in data:
                 if ref.get("optional"):

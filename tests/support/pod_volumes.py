@@ -67,7 +67,7 @@ def materialize(
     allocatable: Mapping[str, str],
 ) -> Path:
     """Write ``volume`` of ``pod`` under ``directory``; its path on the node."""
-    name = volume["name"]
+    name = str(volume["name"])
     if "hostPath" in volume:
         return Path(volume["hostPath"]["path"])
     target = directory / name
@@ -171,11 +171,13 @@ def _existing_ancestor(path: PurePosixPath) -> PurePosixPath:
     return PurePosixPath(os.path.realpath(path))
 
 
-def prologue(mounts: Sequence[Mount], scratch: Path, etc_files: Mapping[str, Path], working_dir: str) -> str:
-    """The shell commands that give a container its filesystem view in its mount namespace, then
-    run ``"$@"`` (in ``working_dir``). ``scratch``: an empty directory of the pod for the tmpfs
-    that holds the overlays' upper layers; ``etc_files``: /etc files the kubelet manages
-    (hosts, resolv.conf) by container path."""
+def prologue(
+    mounts: Sequence[Mount], scratch: Path, etc_files: Mapping[str, Path], working_dir: str, hostname: str
+) -> str:
+    """The shell commands that give a container its filesystem view in its mount namespace and
+    its pod's hostname in its UTS namespace, then run ``"$@"`` (in ``working_dir``).
+    ``scratch``: an empty directory of the pod for the tmpfs that holds the overlays' upper
+    layers; ``etc_files``: /etc files the kubelet manages (hosts, resolv.conf) by path."""
     ordered = sorted(mounts, key=lambda m: len(PurePosixPath(m.path).parts))
     missing = [PurePosixPath(m.path) for m in ordered if not os.path.lexists(m.path)]
     # a mount point inside another volume is made in that volume's directory
@@ -185,11 +187,14 @@ def prologue(mounts: Sequence[Mount], scratch: Path, etc_files: Mapping[str, Pat
     if PurePosixPath("/") in overlays:
         raise PodSpecError(f"mount points {[str(p) for p in missing]}: one has no parent directory on the node but /")
     q = shlex.quote
-    lines = ["set -e", "mount --make-rprivate /", f"mount -t tmpfs tmpfs {q(str(scratch))}"]
+    lines = ["set -e", f"hostname {q(hostname)}", "mount --make-rprivate /", f"mount -t tmpfs tmpfs {q(str(scratch))}"]
     for i, base in enumerate(sorted(overlays)):
         upper, work = scratch / f"upper{i}", scratch / f"work{i}"
         options = f"lowerdir={base},upperdir={upper},workdir={work}"
-        lines += [f"mkdir -p {q(str(upper))} {q(str(work))}", f"mount -t overlay overlay -o {q(options)} {q(str(base))}"]
+        lines += [
+            f"mkdir -p {q(str(upper))} {q(str(work))}",
+            f"mount -t overlay overlay -o {q(options)} {q(str(base))}",
+        ]
     for mount in ordered:
         kind = "-p" if mount.source.is_dir() else ""
         make = f"mkdir -p {q(mount.path)}" if kind else f"[ -e {q(mount.path)} ] || touch {q(mount.path)}"
