@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -25,9 +27,12 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from kubernetes_asyncio.client import ApiClient
+
 from app import __version__
 from app.config.istio import istio_warnings
-from app.config.model import ISTIO_KINDS, ConfigEvent, EventType
+from app.config.model import ISTIO_KINDS, ConfigEvent, EventType, Kind
+from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug
 from app.debug.configz import Configz
 from app.debug.server import DebugServer
@@ -68,6 +73,9 @@ class Runtime:
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
+        # what pilotfish writes to the API server as the elected leader (app/controllers); the
+        # CA's root goes to it at start, a new root through ``controllers.set_root``
+        self.controllers: Controllers | None = None
         if settings.mesh_config_file is not None:
             self.sources.append(MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms))
         if settings.config_dir is not None:
@@ -207,6 +215,8 @@ class Runtime:
                 mesh_from_configmap=self.settings.mesh_config_file is None,
             )
             self.sources.append(self._kube)
+            if self.settings.kube_controllers:
+                self.controllers = self._controllers(client)
             if self._authenticator is not None and self._authenticator.tokens is None:
                 # service-account tokens, as istiod checks them in a cluster
                 self._authenticator.tokens = TokenReviewer(client)
@@ -238,6 +248,9 @@ class Runtime:
                         )
                     ),
                 ]
+                if self.controllers is not None:
+                    self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
+                    tasks.append(tg.create_task(supervise("kube controllers", self.controllers.run, forever=True)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()
@@ -269,6 +282,21 @@ class Runtime:
             if self._stop_tracing is not None:
                 await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
+    def _controllers(self, client: ApiClient) -> Controllers:
+        settings = self.settings
+        return Controllers(
+            client,
+            system_namespace=settings.system_namespace,
+            identity=settings.leader_identity or f"unknown-{socket.gethostname()}-{os.getpid()}",
+            root=self.ca_root(),
+            leader_election=settings.leader_election,
+            lease_duration=settings.leader_lease_duration,
+            ip_autoallocate=settings.features.enable_ip_autoallocate,
+            ipv4_prefix=settings.ip_autoallocate_ipv4_prefix,
+            ipv6_prefix=settings.ip_autoallocate_ipv6_prefix,
+            on_leading=self.metrics.leader_status,
+        )
+
     async def _watch_config(self, source: Source) -> None:
         async for events in source.watch():
             request = push_request(self._apply(source, events), len(events))
@@ -285,6 +313,8 @@ class Runtime:
             for warning in istio_warnings(obj.spec) if event.type is not EventType.DELETE else ():
                 logger.warning("%s: %s %s: %s", obj.source, obj.kind, obj.namespaced_name, warning)
         change = self.env.apply(events)
+        if self.controllers is not None and any(event.obj.kind is Kind.MESH_CONFIG for event in events):
+            self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
         if self._kube is not None and isinstance(source, MeshFileSource) and events:
             self._kube.use_mesh_config(self.env.store.mesh)
