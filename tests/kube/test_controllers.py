@@ -1,0 +1,195 @@
+"""What pilotfish writes to a real kube-apiserver as the elected leader (app/controllers):
+``istio-ca-root-cert`` in each selected namespace (created, put back, repaired, updated with the
+root, in new namespaces), ServiceEntry ``status.addresses`` (written, stable across a restart,
+conflicts resolved as istiod), and the Lease: two replicas, exactly one leads and writes; the
+leader stopping hands the lease over and writes resume. The discoverySelectors keep each test to
+namespaces of its own in the shared cluster; leases are short (2 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import secrets
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from app.controllers.leader import IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER
+from app.controllers.manager import Controllers
+from app.sources.kube.client import api_client
+from tests.support.cluster import Cluster
+
+ROOT_1 = "-----BEGIN CERTIFICATE-----\nroot one\n-----END CERTIFICATE-----\n"
+ROOT_2 = "-----BEGIN CERTIFICATE-----\nroot two\n-----END CERTIFICATE-----\n"
+LEASE = 2.0
+
+
+@contextlib.asynccontextmanager
+async def controllers(
+    kube: Cluster, system: str, team: str, identity: str, *, root: str | None = ROOT_1, ip: bool = True
+) -> AsyncIterator[Controllers]:
+    client = await api_client(kube.admin_kubeconfig)
+    made = Controllers(
+        client,
+        system_namespace=system,
+        identity=identity,
+        root=root,
+        selectors=[{"matchLabels": {"team": team}}],
+        lease_duration=LEASE,
+        ip_autoallocate=ip,
+        ipv4_prefix="240.240.0.0/16",
+        ipv6_prefix="2001:2::/48",
+    )
+    task = asyncio.create_task(made.run())
+    try:
+        yield made
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 15)
+        await client.close()
+
+
+async def eventually(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await asyncio.to_thread(check)
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def root_cert(kube: Cluster, ns: str) -> str | None:
+    cm = kube.get("v1", "ConfigMap", ns, "istio-ca-root-cert")
+    return None if cm is None else (cm.get("data") or {}).get("root-cert.pem")
+
+
+def holder(kube: Cluster, system: str, lock: str) -> str:
+    lease = kube.get("coordination.k8s.io/v1", "Lease", system, lock)
+    return "" if lease is None else str(lease["spec"].get("holderIdentity") or "")
+
+
+async def test_root_cert_in_selected_namespaces_kept_and_following_the_root(kube: Cluster) -> None:
+    team = secrets.token_hex(4)
+    system = kube.namespace("sys", {"team": team})
+    a, b = kube.namespace("rc", {"team": team}), kube.namespace("rc", {"team": team})
+    other = kube.namespace("rc")
+    async with controllers(kube, system, team, "replica-a", ip=False) as made:
+        for ns in (system, a, b):
+            assert await eventually(f"{ns}'s ConfigMap", lambda ns=ns: root_cert(kube, ns)) == ROOT_1
+        cm = kube.get("v1", "ConfigMap", a, "istio-ca-root-cert")
+        assert cm is not None and cm["metadata"]["labels"] == {"istio.io/config": "true"}
+        assert kube.get("v1", "ConfigMap", other, "istio-ca-root-cert") is None  # not selected
+        lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
+        assert lease is not None and lease["spec"]["holderIdentity"] == "replica-a"
+        assert lease["spec"]["leaseDurationSeconds"] == 2
+        assert lease["metadata"]["annotations"]["leader.istio.io/holder-key"] == "default"
+
+        kube.delete("v1", "ConfigMap", a, "istio-ca-root-cert")  # deleted: put back
+        await eventually("the deleted ConfigMap back", lambda: root_cert(kube, a) == ROOT_1)
+        kube.patch("v1", "ConfigMap", b, "istio-ca-root-cert", {"data": {"root-cert.pem": "edited", "extra": "kept"}})
+        await eventually("the edited ConfigMap repaired", lambda: root_cert(kube, b) == ROOT_1)
+        repaired = kube.get("v1", "ConfigMap", b, "istio-ca-root-cert")
+        assert repaired is not None and repaired["data"]["extra"] == "kept"  # only its key is istiod's
+
+        made.set_root(ROOT_2)
+        for ns in (system, a, b):
+            await eventually(f"{ns} on the new root", lambda ns=ns: root_cert(kube, ns) == ROOT_2)
+        c = kube.namespace("rc", {"team": team})  # a new namespace gets one
+        await eventually("the new namespace's ConfigMap", lambda: root_cert(kube, c) == ROOT_2)
+        kube.patch("v1", "Namespace", "", other, {"metadata": {"labels": {"team": team}}})  # now selected
+        await eventually("the relabelled namespace's ConfigMap", lambda: root_cert(kube, other) == ROOT_2)
+        made.set_selectors([{"matchLabels": {"team": "nobody"}}])  # out of scope: left alone, not deleted
+        kube.delete("v1", "ConfigMap", a, "istio-ca-root-cert")
+        await asyncio.sleep(1.0)
+        assert root_cert(kube, a) is None and root_cert(kube, b) == ROOT_2
+    # stopped: the lease is given up (client-go's ReleaseOnCancel)
+    assert holder(kube, system, NAMESPACE_CONTROLLER) == ""
+
+
+def service_entry(ns: str, name: str, host: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"hosts": [host], "resolution": "DNS", "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+                 **spec},
+    }  # fmt: skip
+
+
+def allocated(kube: Cluster, ns: str, name: str) -> list[dict[str, str]]:
+    se = kube.get("networking.istio.io/v1", "ServiceEntry", ns, name)
+    return list(((se or {}).get("status") or {}).get("addresses") or [])
+
+
+async def test_service_entry_addresses_written_stable_across_a_restart_and_conflicts_resolved(kube: Cluster) -> None:
+    team = secrets.token_hex(4)
+    system = kube.namespace("sys", {"team": team})
+    ns = kube.namespace("se", {"team": team})
+    kube.apply(service_entry(ns, "a", "a.example.com"))
+    kube.apply(service_entry(ns, "none", "n.example.com", resolution="NONE"))
+    async with controllers(kube, system, team, "replica-a", root=None):
+        first = await eventually("a's addresses", lambda: allocated(kube, ns, "a"))
+    assert [x["host"] for x in first] == ["a.example.com", "a.example.com"]
+    v4, v6 = (ipaddress.ip_address(x["value"]) for x in first)
+    assert v4 in ipaddress.ip_network("240.240.0.0/16") and v6 in ipaddress.ip_network("2001:2::/48")
+    assert allocated(kube, ns, "none") == []  # resolution NONE: nothing allocated
+
+    # another term (a restart, or a new leader): a keeps its addresses, b gets others
+    kube.apply(service_entry(ns, "b", "b.example.com"))
+    async with controllers(kube, system, team, "replica-b", root=None):
+        second = await eventually("b's addresses", lambda: allocated(kube, ns, "b"))
+        assert allocated(kube, ns, "a") == first
+        assert not {x["value"] for x in second} & {x["value"] for x in first}
+        # a status that claims a's address (a stale writer): the newer entry is reassigned
+        kube.apply(service_entry(ns, "c", "c.example.com"))
+        await eventually("c's addresses", lambda: allocated(kube, ns, "c"))
+        kube.patch_status("networking.istio.io/v1", "ServiceEntry", ns, "c", {"addresses": first[:1] and [
+            {"value": first[0]["value"], "host": "c.example.com"}]})  # fmt: skip
+        await eventually(
+            "c reassigned",
+            lambda: (got := allocated(kube, ns, "c")) and first[0]["value"] not in {x["value"] for x in got},
+        )
+        assert allocated(kube, ns, "a") == first  # the oldest keeps it
+        # opted out: the addresses are cleared
+        kube.patch("networking.istio.io/v1", "ServiceEntry", ns, "b",
+                   {"metadata": {"labels": {"networking.istio.io/enable-autoallocate-ip": "false"}}})  # fmt: skip
+        await eventually("b's addresses cleared", lambda: allocated(kube, ns, "b") == [])
+    assert holder(kube, system, IP_AUTOALLOCATE_CONTROLLER) == ""
+
+
+async def test_two_replicas_one_leader_writes_and_a_stopped_leader_hands_over(kube: Cluster) -> None:
+    team = secrets.token_hex(4)
+    system = kube.namespace("sys", {"team": team})
+    ns = kube.namespace("rc", {"team": team})
+    stacks = {name: contextlib.AsyncExitStack() for name in ("replica-a", "replica-b")}
+    try:
+        replicas = {
+            name: await stack.enter_async_context(controllers(kube, system, team, name, ip=False))
+            for name, stack in stacks.items()
+        }
+        await eventually("the ConfigMap", lambda: root_cert(kube, ns) == ROOT_1)
+        leaders = [name for name, made in replicas.items() if made.leading()[NAMESPACE_CONTROLLER]]
+        assert len(leaders) == 1 and holder(kube, system, NAMESPACE_CONTROLLER) == leaders[0]
+        leader, follower = leaders[0], next(n for n in replicas if n != leaders[0])
+        for _ in range(3):  # deleted again and again: only the leader puts it back
+            kube.delete("v1", "ConfigMap", ns, "istio-ca-root-cert")
+            await eventually("the ConfigMap back", lambda: root_cert(kube, ns) == ROOT_1)
+        assert replicas[follower].namespace_controller.writes == 0
+        assert replicas[leader].namespace_controller.writes >= 3
+        assert not replicas[follower].leading()[NAMESPACE_CONTROLLER]
+
+        # the leader stops (and releases the lease): the other takes it within the lease's time
+        await stacks[leader].aclose()
+        stopped = asyncio.get_running_loop().time()
+        await eventually("the follower leading", lambda: replicas[follower].leading()[NAMESPACE_CONTROLLER], LEASE * 3)
+        assert asyncio.get_running_loop().time() - stopped <= LEASE * 2
+        assert holder(kube, system, NAMESPACE_CONTROLLER) == follower
+        kube.delete("v1", "ConfigMap", ns, "istio-ca-root-cert")
+        await eventually("writes resumed", lambda: root_cert(kube, ns) == ROOT_1)
+        assert replicas[follower].namespace_controller.writes >= 1
+    finally:
+        for stack in stacks.values():
+            await stack.aclose()
