@@ -25,9 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
-
-from kubernetes_asyncio.client import ApiClient
+from typing import TYPE_CHECKING, Any
 
 from app import __version__
 from app.config.istio import istio_warnings
@@ -60,6 +58,9 @@ from app.xds.needs_push import update_types
 from app.xds.push import Debouncer, PushQueue, run_push_workers
 from app.xds.push_request import PushRequest, TriggerReason
 from app.xds.server import Stream, XdsServer
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 
 logger = logging.getLogger("pilotfish")
 
@@ -250,6 +251,8 @@ class Runtime:
                 ]
                 if self.controllers is not None:
                     self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
+                    if (root := self.ca_root()) is not None:
+                        self.controllers.set_root(root)
                     tasks.append(tg.create_task(supervise("kube controllers", self.controllers.run, forever=True)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
@@ -282,13 +285,18 @@ class Runtime:
             if self._stop_tracing is not None:
                 await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
+    def root_changed(self, pem: str) -> None:
+        """The CA's root changed: every namespace's istio-ca-root-cert follows (by the leader)."""
+        if self.controllers is not None:
+            self.controllers.set_root(pem)
+
     def _controllers(self, client: ApiClient) -> Controllers:
         settings = self.settings
         return Controllers(
             client,
             system_namespace=settings.system_namespace,
             identity=settings.leader_identity or f"unknown-{socket.gethostname()}-{os.getpid()}",
-            root=self.ca_root(),
+            root=None,  # the CA's, once serving starts (``root_changed`` after)
             leader_election=settings.leader_election,
             lease_duration=settings.leader_lease_duration,
             ip_autoallocate=settings.features.enable_ip_autoallocate,

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from app.controllers.api import ApiCallError
 from app.supervise import Backoff
 
 logger = logging.getLogger("pilotfish.controllers")
@@ -59,7 +60,9 @@ class WorkQueue(Generic[K]):
             self.failures += 1
             backoff = self._backoffs.setdefault(key, Backoff(self._initial, self._cap))
             delay = backoff.delay()
-            logger.warning("%s: %s failed (%s); retrying in %.2fs", self.name, key, e, delay)
+            # an API error is expected now and then; anything else is a bug: its traceback too
+            logger.warning("%s: %s failed (%s); retrying in %.2fs", self.name, key, e, delay,
+                           exc_info=None if isinstance(e, ApiCallError) else e)  # fmt: skip
             if key not in self._retries:
                 self._retries[key] = asyncio.get_running_loop().call_later(delay, self._retry, key)
         else:
