@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ipaddress
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -193,3 +194,34 @@ async def test_two_replicas_one_leader_writes_and_a_stopped_leader_hands_over(ku
     finally:
         for stack in stacks.values():
             await stack.aclose()
+
+
+async def test_a_lease_taken_by_another_stops_the_writes_until_it_is_released(kube: Cluster) -> None:
+    team = secrets.token_hex(4)
+    system = kube.namespace("sys", {"team": team})
+    ns = kube.namespace("rc", {"team": team})
+    path = kube.path("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
+    async with controllers(kube, system, team, "replica-a", ip=False) as made:
+        await eventually("the ConfigMap", lambda: root_cert(kube, ns) == ROOT_1)
+        lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
+        assert lease is not None
+        transitions = lease["spec"]["leaseTransitions"]
+        # another client-go replica takes the lease over (as istiod's default revision preempts)
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        taken = {**lease["spec"], "holderIdentity": "intruder", "leaseDurationSeconds": 3600,
+                 "acquireTime": now, "renewTime": now, "leaseTransitions": transitions + 1}  # fmt: skip
+        kube.request("PUT", path, {**lease, "spec": taken})
+        await eventually("replica-a no longer leading", lambda: not made.leading()[NAMESPACE_CONTROLLER], LEASE * 2)
+        writes = made.namespace_controller.writes
+        kube.delete("v1", "ConfigMap", ns, "istio-ca-root-cert")
+        await asyncio.sleep(LEASE)
+        assert root_cert(kube, ns) is None and made.namespace_controller.writes == writes  # stopped writing
+        # released as client-go releases (empty holder, 1 s): taken again, writes resume
+        held = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
+        assert held is not None and held["spec"]["holderIdentity"] == "intruder"
+        released = {**held["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
+        kube.request("PUT", path, {**held, "spec": released})
+        await eventually("the ConfigMap back", lambda: root_cert(kube, ns) == ROOT_1)
+        again = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
+        assert again is not None and again["spec"]["holderIdentity"] == "replica-a"
+        assert again["spec"]["leaseTransitions"] == transitions + 2
