@@ -13,12 +13,15 @@ import datetime
 import ipaddress
 import secrets
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from app.controllers.leader import IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER
 from app.controllers.manager import Controllers
+from app.settings import Settings
 from app.sources.kube.client import api_client
 from tests.support.cluster import Cluster
+from tests.support.runtime import running
 
 ROOT_1 = "-----BEGIN CERTIFICATE-----\nroot one\n-----END CERTIFICATE-----\n"
 ROOT_2 = "-----BEGIN CERTIFICATE-----\nroot two\n-----END CERTIFICATE-----\n"
@@ -225,3 +228,37 @@ async def test_a_lease_taken_by_another_stops_the_writes_until_it_is_released(ku
         again = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
         assert again is not None and again["spec"]["holderIdentity"] == "replica-a"
         assert again["spec"]["leaseTransitions"] == transitions + 2
+
+
+async def test_a_runtime_leads_writes_its_cas_root_and_serves_the_addresses_it_allocated(
+    kube: Cluster, tmp_path: Path
+) -> None:
+    """Allocation and use agree: the ServiceEntry's Service in the runtime's own PushContext
+    carries the addresses its controller wrote to the status."""
+    team = secrets.token_hex(4)
+    system = kube.namespace("sys", {"team": team})
+    ns = kube.namespace("se", {"team": team})
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": system},
+                "data": {"mesh": f"discoverySelectors: [{{matchLabels: {{team: '{team}'}}}}]\n"}})  # fmt: skip
+    kube.apply(service_entry(ns, "ext", "ext.example.com"))
+    settings = Settings(
+        config_dir=None, kubeconfig=kube.admin_kubeconfig, system_namespace=system, ca_dir=tmp_path,
+        xds_address="127.0.0.1:0", secure_xds_address="127.0.0.1:0", http_address="127.0.0.1:0",
+        leader_identity="runtime-1", leader_lease_duration=LEASE,
+    )  # fmt: skip
+    async with running(settings) as runtime:
+        assert runtime.controllers is not None
+        assert await eventually("the root ConfigMap", lambda: root_cert(kube, ns)) == runtime.ca_root()
+        written = await eventually("ext's addresses", lambda: allocated(kube, ns, "ext"))
+
+        def served() -> tuple[str, ...]:
+            service = runtime.push_context().service_index.by_hostname.get("ext.example.com", {}).get(ns)
+            return service.auto_addresses if service is not None else ()
+
+        assert await eventually("the allocated addresses served", served) == tuple(x["value"] for x in written)
+        assert runtime.controllers.leading() == {NAMESPACE_CONTROLLER: True, IP_AUTOALLOCATE_CONTROLLER: True}
+        assert runtime.metrics.leader.values == {  # leader_election_master_status{name}
+            (("name", NAMESPACE_CONTROLLER),): 1, (("name", IP_AUTOALLOCATE_CONTROLLER),): 1
+        }
+        runtime.root_changed(ROOT_2)  # the CA's root hook
+        await eventually("the new root written", lambda: root_cert(kube, ns) == ROOT_2)
