@@ -117,7 +117,7 @@ class PilotMetrics:
         self.config_rejections = Metric(
             "pilotfish_config_rejections", "Config objects rejected and not in force, by kind.", "gauge"
         )
-        # client-go's leader election gauge (k8s.io/client-go/tools/leaderelection metrics)
+        # client-go's leader election gauge (tools/leaderelection; istiod sets no provider for it)
         self.leader = Metric(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates "
