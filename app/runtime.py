@@ -75,7 +75,7 @@ class Runtime:
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
         # what pilotfish writes to the API server as the elected leader (app/controllers); the
-        # CA's root goes to it at start, a new root through ``controllers.set_root``
+        # CA's root goes to it at start, a new root through ``root_changed``
         self.controllers: Controllers | None = None
         if settings.mesh_config_file is not None:
             self.sources.append(MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms))

@@ -144,8 +144,12 @@ def _lease_seconds(key: str, text: str) -> float:
 
 
 def _prefix(key: str, text: str) -> str:
+    """An IPv4 (key ..._IPV4_PREFIX) or IPv6 prefix, as istiod refuses to start without one."""
     try:
-        ipaddress.ip_network(text.strip(), strict=False)
+        network = ipaddress.ip_network(text.strip(), strict=False)
     except ValueError as e:
         raise SettingsError(f"{key}={text!r}: {e}") from None
+    version = 6 if key.endswith("IPV6_PREFIX") else 4
+    if network.version != version:
+        raise SettingsError(f"{key}={text!r}: not an IPv{version} prefix")
     return text.strip()

@@ -32,6 +32,7 @@ def test_environment() -> None:
         ("PILOTFISH_LEADER_LEASE_DURATION", "500ms", "a Lease counts whole seconds"),
         ("PILOTFISH_LEADER_LEASE_DURATION", "1.5s", "a Lease counts whole seconds"),
         ("PILOT_IP_AUTOALLOCATE_IPV6_PREFIX", "2001:2::/200", "does not appear to be an IPv4 or IPv6 network"),
+        ("PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", "2001:2::/48", "not an IPv4 prefix"),
     ],
 )
 def test_bad_values_name_the_variable(key: str, value: str, reason: str) -> None:
