@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -48,6 +49,8 @@ from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
 from app.telemetry.tracing import PushTracer, Tracing
+from app.webhook.ca_bundle import CaBundlePatcher
+from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
@@ -101,7 +104,7 @@ class Runtime:
             ns = settings.system_namespace
             self.secure = SecurePort(
                 self.ca,
-                (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+                (*istiod_dns_names(ns, settings.revision), "localhost"),
                 ("127.0.0.1", "::1"),
                 on_refuse=self.metrics.secure_port_refused,
             )
@@ -122,10 +125,16 @@ class Runtime:
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
-        if settings.webhook_cert is not None and settings.webhook_key is not None:
+        # pilotfish's own webhook certificate, from its CA, when no files are given (istiod's)
+        self.webhook_certificate: ServingCertificate | None = None
+        self._patcher: CaBundlePatcher | None = None  # made once the API client is
+        kube = settings.kubeconfig is not None or settings.in_cluster
+        if settings.webhook_address and settings.webhook_cert is not None and settings.webhook_key is not None:
             self.webhook = WebhookServer(
                 settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
             )
+        elif settings.webhook_address and self.ca is not None and kube:
+            self.webhook = WebhookServer(tls=self._webhook_tls, system_namespace=settings.system_namespace)
         self.started = asyncio.Event()
 
     # --- what the debug server and the streams read -----------------------------------
@@ -165,6 +174,29 @@ class Runtime:
             root_namespace=self.env.store.mesh.root_namespace or self.settings.system_namespace,
             control_plane=xds_debug.control_plane_identifier(self.settings.pod_name, __version__),
         )  # fmt: skip
+
+    def _webhook_tls(self) -> ssl.SSLContext:
+        """The webhooks' TLS context, with a certificate of the CA for the names the API server
+        calls (made when the webhook server starts: the CA is in force by then)."""
+        ns, revision = self.settings.system_namespace, self.settings.revision
+        self.webhook_certificate = ServingCertificate(
+            self._current_ca, (*istiod_dns_names(ns, revision), "localhost"), ("127.0.0.1", "::1")
+        )
+        return self.webhook_certificate.context
+
+    def _webhook_ca_bundle(self) -> str:
+        return self.webhook_certificate.ca_bundle if self.webhook_certificate is not None else ""
+
+    def _current_ca(self) -> CertificateAuthority:
+        if self.ca is None:
+            raise RuntimeError("the webhook certificate needs the CA")
+        return self.ca
+
+    def ca_root_changed(self, root_pem: str) -> None:
+        """The CA's root is now ``root_pem`` (``self.ca`` replaced first): the webhook certificate
+        is re-issued under it and the webhook configurations' caBundle patched again."""
+        if self.webhook_certificate is not None:
+            self.webhook_certificate.set_root(root_pem)
 
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"
@@ -210,6 +242,8 @@ class Runtime:
             if self._authenticator is not None and self._authenticator.tokens is None:
                 # service-account tokens, as istiod checks them in a cluster
                 self._authenticator.tokens = TokenReviewer(client)
+            if self.webhook is not None and self.settings.webhook_cert is None:
+                self._patcher = CaBundlePatcher(client, self.settings.revision, self._webhook_ca_bundle)
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections
@@ -238,6 +272,12 @@ class Runtime:
                         )
                     ),
                 ]
+                if self._patcher is not None and self.webhook_certificate is not None:
+                    # every replica patches its webhook configurations, as istiod's patchers
+                    # (no leader election: the replicas share the CA, so they write one bundle)
+                    renewals = functools.partial(self.webhook_certificate.run, self._patcher.resync)
+                    tasks.append(tg.create_task(supervise("webhook caBundle patcher", self._patcher.run, forever=True)))
+                    tasks.append(tg.create_task(supervise("webhook certificate renewal", renewals)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()
