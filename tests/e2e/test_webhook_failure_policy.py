@@ -22,7 +22,9 @@ def virtual_service(name: str, hosts: int = 1, regex: str = "") -> dict[str, Any
     if regex:
         route["match"] = [{"uri": {"regex": regex}}]
     spec = {"hosts": [f"h{i:05d}.reviews.example.com" for i in range(hosts)], "http": [route]}
-    return {"apiVersion": "networking.istio.io/v1", "kind": "VirtualService", "metadata": {"name": name}, "spec": spec}
+    # labelled with the revision the chart's validator selects (istiod's per-revision objectSelector)
+    metadata = {"name": name, "labels": {"istio.io/rev": "default"}}
+    return {"apiVersion": "networking.istio.io/v1", "kind": "VirtualService", "metadata": metadata, "spec": spec}
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def test_an_object_pilotfish_cannot_review_is_refused_not_admitted(kube: Cluster
     with pytest.raises(ApiError) as refused:
         kube.apply(virtual_service("unreviewed"), namespace=unreachable)
     message = json.loads(refused.value.body)["message"]
-    assert 'failed calling webhook "validation.pilotfish.io"' in message, message
+    assert 'failed calling webhook "rev.validation.istio.io"' in message, message
     assert kube.get("networking.istio.io/v1", "VirtualService", unreachable, "unreviewed") is None
 
 
@@ -50,7 +52,7 @@ def test_an_object_over_a_mebibyte_is_reviewed(kube: Cluster, webhook: str) -> N
     with pytest.raises(ApiError) as refused:
         kube.apply(invalid, namespace=webhook)
     message = json.loads(refused.value.body)["message"]
-    assert 'admission webhook "validation.pilotfish.io" denied the request' in message, message[:500]
+    assert 'admission webhook "rev.validation.istio.io" denied the request' in message, message[:500]
     assert "/big-invalid: field http[0].match[0].uri.regex" in message, message[:500]
     assert kube.get("networking.istio.io/v1", "VirtualService", webhook, "big-invalid") is None
     [stored] = kube.apply(virtual_service("big-valid", hosts=40_000), namespace=webhook)
