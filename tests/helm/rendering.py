@@ -41,7 +41,9 @@ def render_text(*values: str, chart: Path = CHART, release: str = "pilotfish", n
     return helm("template", release, str(chart), "--namespace", namespace, *values)
 
 
-def render(*values: str, chart: Path = CHART, release: str = "pilotfish", namespace: str = "istio-system") -> list[dict[str, Any]]:
+def render(
+    *values: str, chart: Path = CHART, release: str = "pilotfish", namespace: str = "istio-system"
+) -> list[dict[str, Any]]:
     text = render_text(*values, chart=chart, release=release, namespace=namespace)
     return [doc for doc in yaml.safe_load_all(text) if doc]
 

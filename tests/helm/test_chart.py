@@ -66,7 +66,10 @@ def test_default_render_is_valid_and_matches_the_golden_file() -> None:
     volumes = {v["name"]: v["configMap"]["name"] for v in pod["spec"]["volumes"]}
     assert volumes[mounts["/etc/istio/config"]] == "istio" and args["--mesh-config"] == "/etc/istio/config/mesh"
     assert volumes[mounts["/var/lib/istio/inject"]] == "istio-sidecar-injector"
-    assert (args["--inject-config"], args["--inject-values"]) == ("/var/lib/istio/inject/config", "/var/lib/istio/inject/values")
+    assert (args["--inject-config"], args["--inject-values"]) == (
+        "/var/lib/istio/inject/config",
+        "/var/lib/istio/inject/values",
+    )
     assert args["--revision"] == "default"
     # the Service injected proxies reach, by the name Istio's injection template gives it
     assert kinds["Service"]["metadata"]["name"] == "istiod"

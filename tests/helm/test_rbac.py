@@ -16,7 +16,14 @@ CLUSTER_RULES = [
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
     {
         "apiGroups": ["networking.istio.io"],
-        "resources": ["destinationrules", "virtualservices", "serviceentries", "workloadentries", "sidecars", "gateways"],
+        "resources": [
+            "destinationrules",
+            "virtualservices",
+            "serviceentries",
+            "workloadentries",
+            "sidecars",
+            "gateways",
+        ],
         "verbs": READ,
     },
     {
@@ -39,11 +46,12 @@ WEBHOOK_READS = CLUSTER_RULES[-1]
 
 
 def webhook_updates(mutating: list[str], validating: list[str]) -> list[dict[str, Any]]:
+    kinds = (("mutatingwebhookconfigurations", mutating), ("validatingwebhookconfigurations", validating))
     group = ["admissionregistration.k8s.io"]
     return [
-        {"apiGroups": group, "resources": ["mutatingwebhookconfigurations"], "resourceNames": mutating, "verbs": ["update"]},
-        {"apiGroups": group, "resources": ["validatingwebhookconfigurations"], "resourceNames": validating, "verbs": ["update"]},
-    ]  # fmt: skip
+        {"apiGroups": group, "resources": [plural], "resourceNames": names, "verbs": ["update"]}
+        for plural, names in kinds
+    ]
 
 
 ROLE_RULES = [
@@ -81,7 +89,9 @@ def test_a_revisions_rules_name_its_own_webhook_configurations() -> None:
 
 
 def test_without_the_ca_no_secret_is_created_and_no_webhook_configuration_read_or_updated() -> None:
-    kinds = rbac("--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E=")
+    kinds = rbac(
+        "--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E="
+    )
     assert kinds["Role"]["rules"] == ROLE_RULES[:1]
     assert kinds["ClusterRole"]["rules"] == [rule for rule in CLUSTER_RULES if rule is not WEBHOOK_READS]
 
@@ -94,4 +104,7 @@ def test_without_an_injector_only_the_validators_are_updated() -> None:
 
 def test_a_revision_without_a_validator_updates_no_validating_configuration() -> None:
     kinds = rbac("--set", "revision=pilotfish", "--set", "global.configValidation=false")
-    assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, webhook_updates(["istio-sidecar-injector-pilotfish"], [])[0]]
+    assert kinds["ClusterRole"]["rules"] == [
+        *CLUSTER_RULES,
+        webhook_updates(["istio-sidecar-injector-pilotfish"], [])[0],
+    ]

@@ -33,5 +33,12 @@ def test_ignore_is_still_a_choice() -> None:
 
 
 def test_without_the_ca_the_given_bundle_is_trusted() -> None:
-    values = ("--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E=")
+    values = (
+        "--set",
+        "pilot.ca.enabled=false",
+        "--set",
+        "webhook.certSecretName=tls",
+        "--set",
+        "webhook.caBundle=Q0E=",
+    )
     assert [hook["clientConfig"]["caBundle"] for hook in validator(*values)] == ["Q0E="]

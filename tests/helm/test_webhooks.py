@@ -44,7 +44,10 @@ def test_the_injector_webhooks_are_istiods_for_the_same_values(values: tuple[str
 @pytest.mark.parametrize("values", REVISIONS[:2], ids=REVISION_IDS[:2])
 def test_the_validator_is_istiods_per_revision_one_failing_closed(values: tuple[str, ...]) -> None:
     ours, istiods = render(*values), render_istiod(*values)
-    [mine], [theirs] = webhooks(ours, "ValidatingWebhookConfiguration"), webhooks(istiods, "ValidatingWebhookConfiguration")
+    [mine], [theirs] = (
+        webhooks(ours, "ValidatingWebhookConfiguration"),
+        webhooks(istiods, "ValidatingWebhookConfiguration"),
+    )
     # istiod starts at Ignore and its controller switches to Fail once it serves; pilotfish starts at Fail
     assert (mine.pop("failurePolicy"), theirs.pop("failurePolicy")) == ("Fail", "Ignore")
     assert mine == theirs

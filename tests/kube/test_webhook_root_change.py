@@ -54,7 +54,9 @@ async def test_a_new_root_is_served_and_patched_into_the_ca_bundles(
     def bundles(pem: str) -> bool:
         encoded = base64.b64encode(pem.encode()).decode()
         configs = [kube.get(ADMISSION, KIND, "", name) for name in names]
-        return all(c is not None and [h["clientConfig"].get("caBundle") for h in c["webhooks"]] == [encoded] for c in configs)
+        return all(
+            c is not None and [h["clientConfig"].get("caBundle") for h in c["webhooks"]] == [encoded] for c in configs
+        )
 
     settings = Settings(
         config_dir=None,

@@ -27,7 +27,10 @@ def config(revision: str | None, *names: str, bundle: str | None = None) -> dict
     client: dict[str, Any] = {"service": {"name": "istiod", "namespace": "istio-system", "path": "/inject"}}
     if bundle is not None:
         client["caBundle"] = bundle
-    return {"metadata": {"name": "c", "labels": labels}, "webhooks": [{"name": n, "clientConfig": client} for n in names]}
+    return {
+        "metadata": {"name": "c", "labels": labels},
+        "webhooks": [{"name": n, "clientConfig": client} for n in names],
+    }
 
 
 def test_the_injectors_webhooks_of_its_revision_get_the_root_others_are_left_as_they_are() -> None:
@@ -43,7 +46,9 @@ def test_the_injectors_webhooks_of_its_revision_get_the_root_others_are_left_as_
 
 
 def test_every_webhook_of_a_validator_of_its_revision_gets_the_root() -> None:
-    hooks = patched_webhooks(VALIDATING.kind, config("canary", "rev.validation.istio.io", "x.example.com"), ROOT, "canary")
+    hooks = patched_webhooks(
+        VALIDATING.kind, config("canary", "rev.validation.istio.io", "x.example.com"), ROOT, "canary"
+    )
     assert hooks is not None and [h["clientConfig"]["caBundle"] for h in hooks] == [ENCODED, ENCODED]
 
 
