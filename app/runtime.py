@@ -133,7 +133,9 @@ class Runtime:
             self.webhook = WebhookServer(
                 settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
             )
-        elif settings.webhook_address and self.ca is not None and kube:
+        elif settings.webhook_address and self.ca is not None and kube and (settings.in_cluster or settings.revision):
+            # as istiod in its cluster; from outside one only with an explicit --revision, so a
+            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod
             self.webhook = WebhookServer(tls=self._webhook_tls, system_namespace=settings.system_namespace)
         self.started = asyncio.Event()
 

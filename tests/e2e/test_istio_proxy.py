@@ -105,7 +105,6 @@ class Mesh:
             "--ca-dir", str(self.tmp / "ca"),
             "--xds-address", "",
             "--secure-xds-address", f"{self.network.node_ip}:{self.secure_port}",
-            "--webhook-address", "127.0.0.1:0",
             "--mesh-config", str(self.tmp / "mesh.yaml"),
         )  # fmt: skip
         return run_pilotfish(None, self.tmp, kubeconfig=self.kubeconfig, ports=(0, self.http_port), extra_args=args)

@@ -104,6 +104,7 @@ def test_pilotfish_patches_its_root_into_its_webhook_configurations_and_the_api_
         "--ca-dir", str(tmp_path / "ca"),
         "--secure-xds-address", "127.0.0.1:0",
         "--webhook-address", f"127.0.0.1:{configs.port}",
+        "--revision", "default",  # outside a cluster pilotfish patches only when told its revision
     )  # fmt: skip
     with run_pilotfish(None, tmp_path, kubeconfig=pilotfish_kubeconfig, extra_args=args) as pilotfish:
         root = base64.b64encode((tmp_path / "ca" / "root-cert.pem").read_bytes()).decode()

@@ -133,3 +133,28 @@ def test_pilotfishs_own_pods_are_never_injected(values: tuple[str, ...]) -> None
     labels = by_kind(docs)["Deployment"]["spec"]["template"]["metadata"]["labels"]
     for namespace in ({"istio-injection": "enabled"}, {"istio.io/rev": labels["istio.io/rev"]}, {}):
         assert injecting(docs, {"kubernetes.io/metadata.name": "istio-system", **namespace}, labels) == []
+
+
+def test_istios_base_chart_validator_is_one_the_default_revision_serves_and_may_patch() -> None:
+    """Istio's base chart (the CRDs' chart) also installs ``istiod-default-validator`` for
+    unlabelled config: it calls the default revision's Service and carries its label, so
+    pilotfish installed without a revision patches its caBundle (RBAC names it) and serves it."""
+    docs = render(chart=istio_chart("base"), release="istio-base")
+    assert sum(doc["kind"] == "CustomResourceDefinition" for doc in docs) > 10
+    [base] = [doc for doc in docs if doc["kind"] == "ValidatingWebhookConfiguration"]
+    assert base["metadata"]["name"] == "istiod-default-validator"
+    assert base["metadata"]["labels"]["istio.io/rev"] == "default"
+    [hook] = base["webhooks"]
+    service = by_kind(render())["Service"]["metadata"]
+    assert hook["clientConfig"]["service"] == {
+        "name": service["name"],
+        "namespace": service["namespace"],
+        "path": "/validate",
+    }
+    assert "objectSelector" not in hook  # every Istio object, labelled or not
+    [update] = [
+        rule
+        for rule in by_kind(render())["ClusterRole"]["rules"]
+        if rule["resources"] == ["validatingwebhookconfigurations"] and "update" in rule["verbs"]
+    ]
+    assert "istiod-default-validator" in update["resourceNames"]

@@ -68,7 +68,6 @@ async def test_a_pilotfish_reading_kubernetes_issues_certificates_for_service_ac
         xds_address="127.0.0.1:0",
         http_address="127.0.0.1:0",
         secure_xds_address="127.0.0.1:0",
-        webhook_address="127.0.0.1:0",
         ca_dir=tmp_path / "ca",
     )
     runtime = Runtime(settings)

@@ -65,6 +65,7 @@ async def test_a_new_root_is_served_and_patched_into_the_ca_bundles(
         http_address="127.0.0.1:0",
         secure_xds_address="127.0.0.1:0",
         webhook_address="127.0.0.1:0",
+        revision="default",
         ca_dir=tmp_path / "ca",
     )
     try:

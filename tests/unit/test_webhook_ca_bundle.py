@@ -7,13 +7,16 @@ import asyncio
 import base64
 import datetime
 import ssl
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from cryptography import x509
 
+from app.runtime import Runtime
 from app.security.ca import CertificateAuthority
+from app.settings import Settings
 from app.webhook.ca_bundle import MUTATING, VALIDATING, patched_webhooks
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
@@ -129,3 +132,23 @@ async def test_the_webhook_server_presents_the_ca_issued_certificate(unused_tcp_
                 assert response.status == 400  # TLS verified against the root; an empty body refused
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize(
+    ("where", "revision", "served"),
+    [("in-cluster", "", True), ("kubeconfig", "", False), ("kubeconfig", "default", True), ("files", "default", False)],
+)
+def test_the_ca_issued_webhooks_run_in_a_cluster_or_with_an_explicit_revision(
+    tmp_path: Path, where: str, revision: str, served: bool
+) -> None:
+    """A pilotfish run from a laptop against a cluster (a kubeconfig) never patches the webhooks
+    of that cluster's istiod unless it is told its revision; without Kubernetes there is none."""
+    settings = Settings(
+        config_dir=tmp_path if where == "files" else None,
+        kubeconfig=tmp_path / "kubeconfig" if where == "kubeconfig" else None,
+        in_cluster=where == "in-cluster",
+        ca_dir=tmp_path / "ca",
+        revision=revision,
+    )
+    runtime = Runtime(settings)
+    assert (runtime.webhook is not None) is served
