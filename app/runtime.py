@@ -245,7 +245,9 @@ class Runtime:
                 # service-account tokens, as istiod checks them in a cluster
                 self._authenticator.tokens = TokenReviewer(client)
             if self.webhook is not None and self.settings.webhook_cert is None:
-                self._patcher = CaBundlePatcher(client, self.settings.revision, self._webhook_ca_bundle)
+                self._patcher = CaBundlePatcher(
+                    client, self.settings.revision, self._webhook_ca_bundle, namespace=self.settings.system_namespace
+                )
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections

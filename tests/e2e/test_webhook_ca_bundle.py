@@ -6,7 +6,9 @@ then pilotfish starts with its CA and without ``--webhook-cert``: it serves its 
 certificate of its CA, patches the CA's root into the caBundle of the configurations of its
 revision (istiod's webhook patcher and validation controller), patches it again when someone
 sets it back, leaves other revisions' configurations alone, and the API server then calls its
-validating webhook over TLS it verifies. pilotfish holds only the chart's RBAC.
+validating webhook over TLS it verifies; the validator, installed failing open as istiod's, is
+switched to Fail once a dry run of invalid config is refused. pilotfish holds only the chart's
+RBAC.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def bundles(kube: Cluster, kind: str, name: str) -> list[str | None]:
     config = kube.get(ADMISSION, kind, "", name)
     assert config is not None
     return [hook["clientConfig"].get("caBundle") for hook in config["webhooks"]]
+
+
+def policies(kube: Cluster, name: str) -> list[str]:
+    config = kube.get(ADMISSION, VALIDATING, "", name)
+    assert config is not None
+    return [hook["failurePolicy"] for hook in config["webhooks"]]
 
 
 @dataclass
@@ -111,6 +119,10 @@ def test_pilotfish_patches_its_root_into_its_webhook_configurations_and_the_api_
         # every webhook of both configurations of its revision trusts the CA's root
         kube.wait_for("the caBundles patched", lambda: bundles(kube, MUTATING, mutating) == [root] * 4)
         kube.wait_for("the caBundle patched", lambda: bundles(kube, VALIDATING, validating) == [root])
+        # installed failing open, as istiod's; switched to Fail once a dry run of an invalid
+        # Gateway was refused through pilotfish (istiod's validation controller)
+        assert chart[VALIDATING]["webhooks"][0]["failurePolicy"] == "Ignore"
+        kube.wait_for("the validator failing closed", lambda: policies(kube, validating) == ["Fail"])
         # the API server now calls the validating webhook over TLS it verifies against that root
         namespace = kube.namespace("webhook-ca")
         with pytest.raises(ApiError) as refused:
@@ -124,10 +136,13 @@ def test_pilotfish_patches_its_root_into_its_webhook_configurations_and_the_api_
         # set back by someone (a foreign CA, as a helm upgrade or a hand edit could): patched again
         foreign = base64.b64encode(trustme.CA().cert_pem.bytes()).decode()
         [hook] = chart[VALIDATING]["webhooks"]
-        set_back = {**hook, "clientConfig": {**hook["clientConfig"], "caBundle": foreign}}
+        set_back = {**hook, "clientConfig": {**hook["clientConfig"], "caBundle": foreign}}  # and Ignore
         patched = kube.patch(ADMISSION, VALIDATING, "", validating, {"webhooks": [set_back]})
-        assert patched["webhooks"][0]["clientConfig"]["caBundle"] == foreign
+        assert [(h["clientConfig"]["caBundle"], h["failurePolicy"]) for h in patched["webhooks"]] == [
+            (foreign, "Ignore")
+        ]
         kube.wait_for("the caBundle patched again", lambda: bundles(kube, VALIDATING, validating) == [root])
+        assert policies(kube, validating) == ["Fail"]
         # the webhooks replaced as the chart renders them: no caBundle
         patched = kube.patch(ADMISSION, MUTATING, "", mutating, {"webhooks": chart[MUTATING]["webhooks"]})
         assert [hook["clientConfig"].get("caBundle") for hook in patched["webhooks"]] == [None] * 4
@@ -139,3 +154,4 @@ def test_pilotfish_patches_its_root_into_its_webhook_configurations_and_the_api_
         assert bundles(kube, MUTATING, "istio-sidecar-injector-canary") == [None] * 4
         log = pilotfish.log()
         assert "caBundle patched" in log and "istio-sidecar-injector-canary" not in log, log
+        assert "invalid config refused through the webhook; failing closed" in log, log

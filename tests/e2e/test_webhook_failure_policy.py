@@ -1,5 +1,6 @@
 """The chart's webhook fails closed, as istiod's once it serves (issue 24, item 7), against the real
-kube-apiserver: with the chart's ValidatingWebhookConfiguration (only the address and CA changed)
+kube-apiserver: with the chart's ValidatingWebhookConfiguration (only the address and CA changed,
+and the failurePolicy pilotfish switches it to once it serves: tests/e2e/test_webhook_ca_bundle.py)
 an Istio object is refused when pilotfish cannot review it, instead of admitted unvalidated; and
 an object over 1 MiB, which aiohttp's default body limit answered with 413 (admitted under the
 old ``Ignore``), is reviewed like any other: refused with pilotfish's message when invalid."""
@@ -31,6 +32,8 @@ def virtual_service(name: str, hosts: int = 1, regex: str = "") -> dict[str, Any
 def unreachable(kube: Cluster) -> Iterator[str]:
     """The chart's webhook registered for an address nothing serves; the namespace to apply in."""
     config = chart_webhook(f"https://127.0.0.1:{free_port()}/validate", trustme.CA().cert_pem.bytes())
+    for hook in config["webhooks"]:  # as pilotfish leaves it once it has served (the chart installs Ignore)
+        hook["failurePolicy"] = "Fail"
     kube.apply(config)
     try:
         yield kube.namespace("unreviewed")

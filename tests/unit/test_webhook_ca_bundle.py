@@ -17,7 +17,8 @@ from cryptography import x509
 from app.runtime import Runtime
 from app.security.ca import CertificateAuthority
 from app.settings import Settings
-from app.webhook.ca_bundle import MUTATING, VALIDATING, patched_webhooks
+from app.webhook.admission import review
+from app.webhook.ca_bundle import MUTATING, VALIDATING, dry_run_verdict, fails_open, invalid_gateway, patched_webhooks
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 
@@ -71,6 +72,43 @@ def test_nothing_is_written_when_the_configuration_is_not_its_or_holds_the_root(
     kind: str, doc: dict[str, Any], revision: str
 ) -> None:
     assert patched_webhooks(kind, doc, ROOT, revision) is None
+
+
+def test_a_validator_fails_closed_only_once_told_and_an_injector_never_changes_policy() -> None:
+    validator = config("default", "rev.validation.istio.io", bundle=ENCODED)
+    validator["webhooks"][0]["failurePolicy"] = "Ignore"
+    assert fails_open(validator)
+    assert patched_webhooks(VALIDATING.kind, validator, ROOT, "") is None  # the bundle is there; not ready
+    hooks = patched_webhooks(VALIDATING.kind, validator, ROOT, "", fail_closed=True)
+    assert hooks is not None and hooks[0]["failurePolicy"] == "Fail"
+    assert not fails_open({"webhooks": [{"name": "x"}]})  # unset is the API server's default, Fail
+    injector = config("default", "namespace.sidecar-injector.istio.io", bundle=ENCODED)
+    injector["webhooks"][0]["failurePolicy"] = "Ignore"
+    assert patched_webhooks(MUTATING.kind, injector, ROOT, "", fail_closed=True) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "ready"),
+    [
+        (400, 'admission webhook "rev.validation.istio.io" denied the request: configuration is invalid', True),
+        (404, "the server could not find the requested resource", True),
+        (400, 'admission webhook "x" does not support dry run', True),
+        (201, "", False),  # admitted: the webhook was not called (Ignore, unreachable) or did not refuse
+        (403, "gateways.networking.istio.io is forbidden", False),
+        (0, "Cannot connect to host", False),
+    ],
+    ids=["refused", "no-gateway-kind", "no-dry-run", "admitted", "forbidden", "unreachable"],
+)
+def test_the_dry_run_is_read_as_istiod_reads_it(status: int, message: str, ready: bool) -> None:
+    assert dry_run_verdict(status, message)[0] is ready
+
+
+def test_the_dry_runs_gateway_is_invalid_and_of_the_revision() -> None:
+    gateway = invalid_gateway("istio-system", "canary")
+    assert gateway["metadata"]["labels"] == {"istio.io/rev": "canary"} and gateway["spec"] == {}
+    request = {"uid": "u", "operation": "CREATE", "namespace": "istio-system", "object": gateway}
+    answer = review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    assert answer["response"]["allowed"] is False
 
 
 def test_istiods_dns_names_and_the_revisions_service() -> None:
