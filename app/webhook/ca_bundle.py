@@ -114,7 +114,7 @@ def dry_run_verdict(status: int, message: str) -> tuple[bool, str]:
     or a webhook that cannot take dry runs (no point in asking again) all mean ready."""
     if "denied the request" in message:
         return True, ""
-    if "the server could not find the requested resource" in message or status == 404:
+    if "the server could not find the requested resource" in message:
         return True, "no Gateway kind to check validation with; assuming it is ready"
     if "does not support dry run" in message:
         return True, "a validating webhook does not support dry runs; assuming validation is ready"

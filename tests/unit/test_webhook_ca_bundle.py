@@ -95,9 +95,10 @@ def test_a_validator_fails_closed_only_once_told_and_an_injector_never_changes_p
         (400, 'admission webhook "x" does not support dry run', True),
         (201, "", False),  # admitted: the webhook was not called (Ignore, unreachable) or did not refuse
         (403, "gateways.networking.istio.io is forbidden", False),
+        (404, 'namespaces "istio-system" not found', False),
         (0, "Cannot connect to host", False),
     ],
-    ids=["refused", "no-gateway-kind", "no-dry-run", "admitted", "forbidden", "unreachable"],
+    ids=["refused", "no-gateway-kind", "no-dry-run", "admitted", "forbidden", "no-namespace", "unreachable"],
 )
 def test_the_dry_run_is_read_as_istiod_reads_it(status: int, message: str, ready: bool) -> None:
     assert dry_run_verdict(status, message)[0] is ready
