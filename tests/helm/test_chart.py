@@ -146,6 +146,7 @@ def test_non_default_values() -> None:
         "--set", "webhook.caBundle=Q0E=",
         "--set-string", "pilot.env.PILOT_DEBOUNCE_AFTER=200ms",
         "--set", "pilot.hub=registry.example/mesh",
+        "--set-json", 'global.imagePullSecrets=["registry-login"]',
     )  # fmt: skip
     assert_valid(docs)
     kinds = by_kind(docs)
@@ -157,6 +158,7 @@ def test_non_default_values() -> None:
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example/mesh/pilotfish:0.1.0"
     assert {"name": "PILOT_DEBOUNCE_AFTER", "value": "200ms"} in container["env"]
+    assert kinds["ServiceAccount"]["imagePullSecrets"] == [{"name": "registry-login"}]
     # without the CA the webhooks are served with the given Secret
     assert not any(arg.startswith("--ca") for arg in container["args"])
     assert "--webhook-cert=/var/run/secrets/istiod/tls/tls.crt" in container["args"]
