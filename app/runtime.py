@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import socket
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
 from app.telemetry.tracing import PushTracer, Tracing
+from app.webhook.ca_bundle import CaBundlePatcher
+from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
@@ -110,7 +113,7 @@ class Runtime:
             ns = settings.system_namespace
             self.secure = SecurePort(
                 self.ca,
-                (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+                (*istiod_dns_names(ns, settings.revision), "localhost"),
                 ("127.0.0.1", "::1"),
                 on_refuse=self.metrics.secure_port_refused,
             )
@@ -131,10 +134,18 @@ class Runtime:
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
-        if settings.webhook_cert is not None and settings.webhook_key is not None:
+        # pilotfish's own webhook certificate, from its CA, when no files are given (istiod's)
+        self.webhook_certificate: ServingCertificate | None = None
+        self._patcher: CaBundlePatcher | None = None  # made once the API client is
+        kube = settings.kubeconfig is not None or settings.in_cluster
+        if settings.webhook_address and settings.webhook_cert is not None and settings.webhook_key is not None:
             self.webhook = WebhookServer(
                 settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
             )
+        elif settings.webhook_address and self.ca is not None and kube and (settings.in_cluster or settings.revision):
+            # as istiod in its cluster; from outside one only with an explicit --revision, so a
+            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod
+            self.webhook = WebhookServer(tls=self._webhook_tls, system_namespace=settings.system_namespace)
         self.started = asyncio.Event()
 
     # --- what the debug server and the streams read -----------------------------------
@@ -174,6 +185,23 @@ class Runtime:
             root_namespace=self.env.store.mesh.root_namespace or self.settings.system_namespace,
             control_plane=xds_debug.control_plane_identifier(self.settings.pod_name, __version__),
         )  # fmt: skip
+
+    def _webhook_tls(self) -> ssl.SSLContext:
+        """The webhooks' TLS context, with a certificate of the CA for the names the API server
+        calls (made when the webhook server starts: the CA is in force by then)."""
+        ns, revision = self.settings.system_namespace, self.settings.revision
+        self.webhook_certificate = ServingCertificate(
+            self._current_ca, (*istiod_dns_names(ns, revision), "localhost"), ("127.0.0.1", "::1")
+        )
+        return self.webhook_certificate.context
+
+    def _webhook_ca_bundle(self) -> str:
+        return self.webhook_certificate.ca_bundle if self.webhook_certificate is not None else ""
+
+    def _current_ca(self) -> CertificateAuthority:
+        if self.ca is None:
+            raise RuntimeError("the webhook certificate needs the CA")
+        return self.ca
 
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"
@@ -221,6 +249,10 @@ class Runtime:
             if self._authenticator is not None and self._authenticator.tokens is None:
                 # service-account tokens, as istiod checks them in a cluster
                 self._authenticator.tokens = TokenReviewer(client)
+            if self.webhook is not None and self.settings.webhook_cert is None:
+                self._patcher = CaBundlePatcher(
+                    client, self.settings.revision, self._webhook_ca_bundle, namespace=self.settings.system_namespace
+                )
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections
@@ -254,6 +286,12 @@ class Runtime:
                     if (root := self.ca_root()) is not None:
                         self.controllers.set_root(root)
                     tasks.append(tg.create_task(supervise("kube controllers", self.controllers.run, forever=True)))
+                if self._patcher is not None and self.webhook_certificate is not None:
+                    # every replica patches its webhook configurations, as istiod's patchers
+                    # (no leader election: the replicas share the CA, so they write one bundle)
+                    renewals = functools.partial(self.webhook_certificate.run, self._patcher.resync)
+                    tasks.append(tg.create_task(supervise("webhook caBundle patcher", self._patcher.run, forever=True)))
+                    tasks.append(tg.create_task(supervise("webhook certificate renewal", renewals)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()
@@ -286,9 +324,13 @@ class Runtime:
                 await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
     def root_changed(self, pem: str) -> None:
-        """The CA's root changed: every namespace's istio-ca-root-cert follows (by the leader)."""
+        """The CA's root is now ``pem`` (``self.ca`` replaced first): every namespace's
+        istio-ca-root-cert follows (written by the leader), the webhook certificate is re-issued
+        under it and the webhook configurations' caBundle patched again."""
         if self.controllers is not None:
             self.controllers.set_root(pem)
+        if self.webhook_certificate is not None:
+            self.webhook_certificate.set_root(pem)
 
     def _controllers(self, client: ApiClient) -> Controllers:
         settings = self.settings

@@ -36,11 +36,16 @@ class Settings:
     # lines "TOKEN NAMESPACE SERVICEACCOUNT"
     trusted_token_file: Path | None = None
     http_address: str = "0.0.0.0:15014"  # monitoring and debug
-    # the validating admission webhook (HTTPS), served when a certificate and key are given
+    # the admission webhooks (HTTPS; "" for none), served with the certificate and key given, or
+    # else, with the CA in a cluster (or with an explicit revision), with a certificate of the CA
+    # whose root pilotfish patches into its revision's webhook configurations (app/webhook/ca_bundle.py)
     webhook_address: str = "0.0.0.0:15017"
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
     system_namespace: str = "istio-system"
+    # the control-plane revision (istiod's REVISION): its istio.io/rev label value ("": not given,
+    # the label value is then "default")
+    revision: str = ""
     # POD_NAME: this replica's name, as istiod reports it to istioctl (ControlPlane identifier)
     pod_name: str = "pilotfish"
     domain_suffix: str = "cluster.local"
