@@ -101,7 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--http-address", default=None, help="monitoring and debug HTTP (default 0.0.0.0:15014)")
     serve.add_argument("--system-namespace", default=None, help="the root namespace (default istio-system)")
-    serve.add_argument("--webhook-address", default=None, help="validating webhook HTTPS (default 0.0.0.0:15017)")
+    serve.add_argument(
+        "--webhook-address", default=None, help="admission webhooks HTTPS (default 0.0.0.0:15017; '' for none)"
+    )
+    serve.add_argument(
+        "--revision", default=None, help="the control-plane revision, its istio.io/rev label (default: default)"
+    )
     serve.add_argument("--webhook-cert", type=Path, help="the webhook's TLS certificate (PEM); with --webhook-key")
     serve.add_argument("--webhook-key", type=Path, help="the webhook's TLS private key (PEM)")
     dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
@@ -268,6 +273,7 @@ def serve(args: argparse.Namespace) -> None:
         xds_address=args.xds_address,
         http_address=args.http_address,
         system_namespace=args.system_namespace,
+        revision=args.revision,
         webhook_address=args.webhook_address,
         webhook_cert=args.webhook_cert,
         webhook_key=args.webhook_key,

@@ -18,16 +18,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import socket
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import __version__
 from app.config.istio import istio_warnings
-from app.config.model import ISTIO_KINDS, ConfigEvent, EventType
+from app.config.model import ISTIO_KINDS, ConfigEvent, EventType, Kind
+from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug
 from app.debug.configz import Configz
 from app.debug.server import DebugServer
@@ -48,6 +52,8 @@ from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
 from app.telemetry.tracing import PushTracer, Tracing
+from app.webhook.ca_bundle import CaBundlePatcher
+from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.generate import ResourceSource, XdsGenerator
@@ -55,6 +61,9 @@ from app.xds.needs_push import update_types
 from app.xds.push import Debouncer, PushQueue, run_push_workers
 from app.xds.push_request import PushRequest, TriggerReason
 from app.xds.server import Stream, XdsServer
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 
 logger = logging.getLogger("pilotfish")
 
@@ -68,6 +77,9 @@ class Runtime:
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
+        # what pilotfish writes to the API server as the elected leader (app/controllers); the
+        # CA's root goes to it at start, a new root through ``root_changed``
+        self.controllers: Controllers | None = None
         if settings.mesh_config_file is not None:
             self.sources.append(MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms))
         if settings.config_dir is not None:
@@ -101,7 +113,7 @@ class Runtime:
             ns = settings.system_namespace
             self.secure = SecurePort(
                 self.ca,
-                (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+                (*istiod_dns_names(ns, settings.revision), "localhost"),
                 ("127.0.0.1", "::1"),
                 on_refuse=self.metrics.secure_port_refused,
             )
@@ -122,10 +134,18 @@ class Runtime:
         )
         self.http = DebugServer(self)
         self.webhook: WebhookServer | None = None
-        if settings.webhook_cert is not None and settings.webhook_key is not None:
+        # pilotfish's own webhook certificate, from its CA, when no files are given (istiod's)
+        self.webhook_certificate: ServingCertificate | None = None
+        self._patcher: CaBundlePatcher | None = None  # made once the API client is
+        kube = settings.kubeconfig is not None or settings.in_cluster
+        if settings.webhook_address and settings.webhook_cert is not None and settings.webhook_key is not None:
             self.webhook = WebhookServer(
                 settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
             )
+        elif settings.webhook_address and self.ca is not None and kube and (settings.in_cluster or settings.revision):
+            # as istiod in its cluster; from outside one only with an explicit --revision, so a
+            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod
+            self.webhook = WebhookServer(tls=self._webhook_tls, system_namespace=settings.system_namespace)
         self.started = asyncio.Event()
 
     # --- what the debug server and the streams read -----------------------------------
@@ -165,6 +185,23 @@ class Runtime:
             root_namespace=self.env.store.mesh.root_namespace or self.settings.system_namespace,
             control_plane=xds_debug.control_plane_identifier(self.settings.pod_name, __version__),
         )  # fmt: skip
+
+    def _webhook_tls(self) -> ssl.SSLContext:
+        """The webhooks' TLS context, with a certificate of the CA for the names the API server
+        calls (made when the webhook server starts: the CA is in force by then)."""
+        ns, revision = self.settings.system_namespace, self.settings.revision
+        self.webhook_certificate = ServingCertificate(
+            self._current_ca, (*istiod_dns_names(ns, revision), "localhost"), ("127.0.0.1", "::1")
+        )
+        return self.webhook_certificate.context
+
+    def _webhook_ca_bundle(self) -> str:
+        return self.webhook_certificate.ca_bundle if self.webhook_certificate is not None else ""
+
+    def _current_ca(self) -> CertificateAuthority:
+        if self.ca is None:
+            raise RuntimeError("the webhook certificate needs the CA")
+        return self.ca
 
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"
@@ -207,9 +244,15 @@ class Runtime:
                 mesh_from_configmap=self.settings.mesh_config_file is None,
             )
             self.sources.append(self._kube)
+            if self.settings.kube_controllers:
+                self.controllers = self._controllers(client)
             if self._authenticator is not None and self._authenticator.tokens is None:
                 # service-account tokens, as istiod checks them in a cluster
                 self._authenticator.tokens = TokenReviewer(client)
+            if self.webhook is not None and self.settings.webhook_cert is None:
+                self._patcher = CaBundlePatcher(
+                    client, self.settings.revision, self._webhook_ca_bundle, namespace=self.settings.system_namespace
+                )
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections
@@ -238,6 +281,17 @@ class Runtime:
                         )
                     ),
                 ]
+                if self.controllers is not None:
+                    self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
+                    if (root := self.ca_root()) is not None:
+                        self.controllers.set_root(root)
+                    tasks.append(tg.create_task(supervise("kube controllers", self.controllers.run, forever=True)))
+                if self._patcher is not None and self.webhook_certificate is not None:
+                    # every replica patches its webhook configurations, as istiod's patchers
+                    # (no leader election: the replicas share the CA, so they write one bundle)
+                    renewals = functools.partial(self.webhook_certificate.run, self._patcher.resync)
+                    tasks.append(tg.create_task(supervise("webhook caBundle patcher", self._patcher.run, forever=True)))
+                    tasks.append(tg.create_task(supervise("webhook certificate renewal", renewals)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()
@@ -269,6 +323,30 @@ class Runtime:
             if self._stop_tracing is not None:
                 await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
+    def root_changed(self, pem: str) -> None:
+        """The CA's root is now ``pem`` (``self.ca`` replaced first): every namespace's
+        istio-ca-root-cert follows (written by the leader), the webhook certificate is re-issued
+        under it and the webhook configurations' caBundle patched again."""
+        if self.controllers is not None:
+            self.controllers.set_root(pem)
+        if self.webhook_certificate is not None:
+            self.webhook_certificate.set_root(pem)
+
+    def _controllers(self, client: ApiClient) -> Controllers:
+        settings = self.settings
+        return Controllers(
+            client,
+            system_namespace=settings.system_namespace,
+            identity=settings.leader_identity or f"unknown-{socket.gethostname()}-{os.getpid()}",
+            root=None,  # the CA's, once serving starts (``root_changed`` after)
+            leader_election=settings.leader_election,
+            lease_duration=settings.leader_lease_duration,
+            ip_autoallocate=settings.features.enable_ip_autoallocate,
+            ipv4_prefix=settings.ip_autoallocate_ipv4_prefix,
+            ipv6_prefix=settings.ip_autoallocate_ipv6_prefix,
+            on_leading=self.metrics.leader_status,
+        )
+
     async def _watch_config(self, source: Source) -> None:
         async for events in source.watch():
             request = push_request(self._apply(source, events), len(events))
@@ -285,6 +363,8 @@ class Runtime:
             for warning in istio_warnings(obj.spec) if event.type is not EventType.DELETE else ():
                 logger.warning("%s: %s %s: %s", obj.source, obj.kind, obj.namespaced_name, warning)
         change = self.env.apply(events)
+        if self.controllers is not None and any(event.obj.kind is Kind.MESH_CONFIG for event in events):
+            self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
         if self._kube is not None and isinstance(source, MeshFileSource) and events:
             self._kube.use_mesh_config(self.env.store.mesh)

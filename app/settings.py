@@ -6,6 +6,7 @@ Defaults follow istiod's; the environment variables keep istiod's names where on
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -35,11 +36,16 @@ class Settings:
     # lines "TOKEN NAMESPACE SERVICEACCOUNT"
     trusted_token_file: Path | None = None
     http_address: str = "0.0.0.0:15014"  # monitoring and debug
-    # the validating admission webhook (HTTPS), served when a certificate and key are given
+    # the admission webhooks (HTTPS; "" for none), served with the certificate and key given, or
+    # else, with the CA in a cluster (or with an explicit revision), with a certificate of the CA
+    # whose root pilotfish patches into its revision's webhook configurations (app/webhook/ca_bundle.py)
     webhook_address: str = "0.0.0.0:15017"
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
     system_namespace: str = "istio-system"
+    # the control-plane revision (istiod's REVISION): its istio.io/rev label value ("": not given,
+    # the label value is then "default")
+    revision: str = ""
     # POD_NAME: this replica's name, as istiod reports it to istioctl (ControlPlane identifier)
     pod_name: str = "pilotfish"
     domain_suffix: str = "cluster.local"
@@ -60,6 +66,19 @@ class Settings:
     trace_timeout: float = 30.0
     # istiod feature flags that change generated config (PILOT_ENABLE_IP_AUTOALLOCATE, ...)
     features: Features = field(default_factory=Features)
+    # with Kubernetes, what pilotfish writes as the elected leader (app/controllers): the
+    # istio-ca-root-cert ConfigMaps and ServiceEntry address allocation (when
+    # PILOT_ENABLE_IP_AUTOALLOCATE). PILOTFISH_KUBE_CONTROLLERS=false writes nothing, e.g. beside
+    # an istiod that already does (istiod's locks for these are ConfigMaps, not these Leases)
+    kube_controllers: bool = True
+    leader_election: bool = True  # ENABLE_LEADER_ELECTION: false leads without a Lease (one replica)
+    # PILOTFISH_LEADER_LEASE_DURATION: istiod's 30s ttl (whole seconds, at least 1s); renew
+    # deadline half of it, retry period a quarter, as istiod
+    leader_lease_duration: float = 30.0
+    # this replica in the Leases: POD_NAME, as istiod; else unknown-HOST-PID
+    leader_identity: str = ""
+    ip_autoallocate_ipv4_prefix: str = "240.240.0.0/16"  # PILOT_IP_AUTOALLOCATE_IPV4_PREFIX
+    ip_autoallocate_ipv6_prefix: str = "2001:2::/48"  # PILOT_IP_AUTOALLOCATE_IPV6_PREFIX
 
     @classmethod
     def from_env(cls, config_dir: Path | None, env: Mapping[str, str], **overrides: Any) -> Settings:
@@ -74,11 +93,16 @@ class Settings:
             ("gc_freeze", "PILOTFISH_GC_FREEZE", _boolean),
             ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", parse_seconds),
             ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", parse_seconds),
+            ("kube_controllers", "PILOTFISH_KUBE_CONTROLLERS", _boolean),
+            ("leader_election", "ENABLE_LEADER_ELECTION", _boolean),
+            ("leader_lease_duration", "PILOTFISH_LEADER_LEASE_DURATION", _lease_seconds),
+            ("ip_autoallocate_ipv4_prefix", "PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", _prefix),
+            ("ip_autoallocate_ipv6_prefix", "PILOT_IP_AUTOALLOCATE_IPV6_PREFIX", _prefix),
         ):
             if key in env:
                 values[name] = parse(key, env[key])
         if env.get("POD_NAME"):
-            values["pod_name"] = env["POD_NAME"]
+            values["pod_name"] = values["leader_identity"] = env["POD_NAME"]
         values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})
@@ -115,3 +139,22 @@ def _positive_int(key: str, text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise SettingsError(f"{key}={text!r}: want a positive integer")
     return int(text)
+
+
+def _lease_seconds(key: str, text: str) -> float:
+    seconds = parse_seconds(key, text)
+    if seconds < 1 or seconds != int(seconds):
+        raise SettingsError(f"{key}={text!r}: a Lease counts whole seconds; want 1s or more")
+    return seconds
+
+
+def _prefix(key: str, text: str) -> str:
+    """An IPv4 (key ..._IPV4_PREFIX) or IPv6 prefix, as istiod refuses to start without one."""
+    try:
+        network = ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError as e:
+        raise SettingsError(f"{key}={text!r}: {e}") from None
+    version = 6 if key.endswith("IPV6_PREFIX") else 4
+    if network.version != version:
+        raise SettingsError(f"{key}={text!r}: not an IPv{version} prefix")
+    return text.strip()

@@ -117,6 +117,13 @@ class PilotMetrics:
         self.config_rejections = Metric(
             "pilotfish_config_rejections", "Config objects rejected and not in force, by kind.", "gauge"
         )
+        # client-go's leader election gauge (tools/leaderelection; istiod sets no provider for it)
+        self.leader = Metric(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates "
+            "master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            "gauge",
+        )
         # process_* (CPU, memory, file descriptors, start time), python_gc_*, python_info
         self._process = CollectorRegistry()
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
@@ -186,6 +193,10 @@ class PilotMetrics:
         self.cache_misses.set(misses)
         self.cache_evictions.set(evictions)
 
+    def leader_status(self, lock: str, leading: bool) -> None:
+        """This replica started or stopped leading the lease ``lock``."""
+        self.leader.set(1 if leading else 0, name=lock)
+
     def rejections(self, by_kind: Mapping[str, int]) -> None:
         self.config_rejections.values.clear()
         for kind, count in by_kind.items():
@@ -225,5 +236,6 @@ class PilotMetrics:
                 self.cache_misses,
                 self.cache_evictions,
                 self.config_rejections,
+                self.leader,
             ]
         ) + generate_latest(self._process).decode()

@@ -15,10 +15,12 @@ when its first bytes hold it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +49,34 @@ _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
+def file_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server context with the certificate and key of ``--webhook-cert`` / ``--webhook-key``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise SettingsError(f"--webhook-cert {cert} / --webhook-key {key}: {e}") from e
+    return context
+
+
 class WebhookServer:
     def __init__(
         self,
-        cert: Path,
-        key: Path,
+        cert: Path | None = None,
+        key: Path | None = None,
         *,
+        tls: Callable[[], ssl.SSLContext] | None = None,
         system_namespace: str = "istio-system",
         pool: WorkerPool | None = None,
     ) -> None:
-        """``pool``: where reviews are validated (by default, ``WORKERS`` processes of its own)."""
-        self._cert, self._key = cert, key
+        """TLS with the PEM files ``cert`` and ``key``, or the context ``tls()`` gives at start
+        (pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
+        validated (by default, ``WORKERS`` processes of its own)."""
+        if tls is None:
+            if cert is None or key is None:
+                raise ValueError("WebhookServer: want cert and key, or tls")
+            tls = functools.partial(file_context, cert, key)
+        self._tls = tls
         self._system_namespace = system_namespace
         self._runner: web.AppRunner | None = None
         self._pool = pool
@@ -66,11 +85,7 @@ class WebhookServer:
         self.port = 0
 
     async def start(self, address: str) -> None:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            context.load_cert_chain(self._cert, self._key)
-        except (OSError, ssl.SSLError) as e:
-            raise SettingsError(f"--webhook-cert {self._cert} / --webhook-key {self._key}: {e}") from e
+        context = self._tls()
         if self._pool is None:
             self._pool = WorkerPool(WORKERS, name="webhook", preload=("app.webhook.admission",))
         self._pool.start()  # the workers import the validation while the server comes up

@@ -1,7 +1,8 @@
 """The validating webhook as the real API server calls it: the chart's ValidatingWebhookConfiguration
-(its rules, failure policy and review versions; only the address and CA changed to reach a local
-``pilotfish serve``), registered in kube-apiserver, which then sends pilotfish an AdmissionReview for
-every Istio object a client applies. Valid config with fields Istio defines is admitted (the
+(its rules, failure policy, review versions and revision selector; only the address and CA changed
+to reach a local ``pilotfish serve``), registered in kube-apiserver, which then sends pilotfish an
+AdmissionReview for every Istio object of its revision (labelled ``istio.io/rev: default``, as
+istiod's per-revision validator selects them) a client applies. Valid config with fields Istio defines is admitted (the
 hand-written protos once vetoed these cluster-wide), invalid config is refused with pilotfish's
 message naming the field."""
 
@@ -59,7 +60,7 @@ def webhook(kube: Cluster, pilotfish_kubeconfig: Path, tmp_path: Path) -> Iterat
 REQUEST_AUTHENTICATION = """
 apiVersion: security.istio.io/v1
 kind: RequestAuthentication
-metadata: {name: jwt}
+metadata: {name: jwt, labels: {istio.io/rev: default}}
 spec:
   jwtRules:
   - issuer: https://issuer.example.com
@@ -69,7 +70,7 @@ spec:
 MIRROR_PERCENT = """
 apiVersion: networking.istio.io/v1
 kind: VirtualService
-metadata: {name: mirror}
+metadata: {name: mirror, labels: {istio.io/rev: default}}
 spec:
   hosts: [reviews]
   http:
@@ -81,7 +82,7 @@ spec:
 LOOKBEHIND = """
 apiVersion: networking.istio.io/v1
 kind: VirtualService
-metadata: {name: lookbehind}
+metadata: {name: lookbehind, labels: {istio.io/rev: default}}
 spec:
   hosts: [reviews]
   http:
@@ -102,6 +103,6 @@ def test_the_api_server_refuses_invalid_istio_config_with_pilotfishs_message(kub
         kube.apply(yaml.safe_load(LOOKBEHIND), namespace=webhook)
     assert refused.value.status == 400
     message = json.loads(refused.value.body)["message"]
-    assert 'admission webhook "validation.pilotfish.io" denied the request' in message, message
+    assert 'admission webhook "rev.validation.istio.io" denied the request' in message, message
     assert "VirtualService" in message and "/lookbehind: field http[0].match[0].uri.regex" in message, message
     assert kube.get("networking.istio.io/v1", "VirtualService", webhook, "lookbehind") is None

@@ -1,66 +1,26 @@
 """The Helm chart (charts/pilotfish) and the Dockerfile: ``helm lint``; ``helm template`` with
 default and non-default values, every manifest valid against the Kubernetes schemas
-(kubernetes-validate, strict); a golden file of the default render (regenerate with
-UPDATE_GOLDEN=1); hadolint on the Dockerfile."""
+(kubernetes-validate, strict); the same render twice is the same text (nothing generated at
+render time); a golden file of the default render (regenerate with UPDATE_GOLDEN=1); the
+revision's names; hadolint on the Dockerfile."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "pilotfish"
+from app.config.istio import istio_warnings
+from app.sources.files import load_config_file
+from tests.helm.rendering import CHART, ROOT, assert_valid, by_kind, helm, named, render, render_text, tool
+
 GOLDEN = ROOT / "tests" / "golden" / "helm" / "default.yaml"
 DASHBOARD = CHART / "dashboards" / "pilotfish.json"
-KUBERNETES_VERSION = "1.31.0"
-
-
-def tool(name: str) -> str:
-    beside = Path(sys.executable).parent / name  # installed into the venv by make
-    found = shutil.which(name) or (str(beside) if beside.exists() else None)
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{name} not found (CI requires it; make test installs it)")
-    pytest.skip(f"{name} not found")
-
-
-def helm(*args: str) -> str:
-    done = subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-def render(*values: str) -> list[dict[str, Any]]:
-    out = helm("template", "pilotfish", str(CHART), "--namespace", "istio-system", *values)
-    return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
-def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {doc["kind"]: doc for doc in docs}
-
-
-def config_maps(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "ConfigMap"}
-
-
-def assert_valid(docs: list[dict[str, Any]]) -> None:
-    for doc in docs:
-        try:
-            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as e:
-            raise AssertionError(f"{doc['kind']} {doc['metadata']['name']}: {e.message} at {list(e.path)}") from None
 
 
 def test_helm_lint() -> None:
@@ -75,89 +35,153 @@ def test_default_render_is_valid_and_matches_the_golden_file() -> None:
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "ConfigMap",
         "Service",
         "Deployment",
-        "Secret",
+        "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
         "HorizontalPodAutoscaler",
-    }  # no PodDisruptionBudget with autoscaleMin 1, as istiod's (tests/helm/test_pdb.py)
-    container = kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    }  # no PodDisruptionBudget with autoscaleMin 1, as istiod's (tests/helm/test_pdb.py); no Secret
+    pod = kinds["Deployment"]["spec"]["template"]
+    [container] = pod["spec"]["containers"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "grpc-xds": 15010,
+        "tls-xds": 15012,
+        "https-webhooks": 15017,
         "http-monitoring": 15014,
-        "https-webhook": 15017,
     }
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 15014}
     assert "replicas" not in kinds["Deployment"]["spec"]  # the autoscaler owns it
-    # read-only RBAC, but for TokenReviews of agents' service-account tokens
-    rules = kinds["ClusterRole"]["rules"]
-    writes = [rule for rule in rules if set(rule["verbs"]) - {"get", "list", "watch"}]
-    assert writes == [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]
-    # the webhook trusts the CA that signed the served certificate
-    secret, hook = kinds["Secret"], kinds["ValidatingWebhookConfiguration"]["webhooks"][0]
-    assert base64.b64decode(hook["clientConfig"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE-----")
-    assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN RSA PRIVATE KEY-----")
-    service = {"name": "pilotfish", "namespace": "istio-system", "path": "/validate", "port": 443}
-    assert hook["clientConfig"]["service"] == service
-    maps = config_maps(docs)
-    assert set(maps) == {"istio", "pilotfish-dashboard"}
-    assert yaml.safe_load(maps["istio"]["data"]["mesh"])["rootNamespace"] == "istio-system"
+    # the control plane's own pods are never injected, whatever their namespace says
+    assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+    assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    # the CA is on, as istiod's, and keeps no key in the pod: no emptyDir, nothing writable
+    assert "--ca-secret=istio-ca-secret" in container["args"]
+    assert not any("emptyDir" in volume for volume in pod["spec"]["volumes"])
+    assert all(mount["readOnly"] for mount in container["volumeMounts"])
+    args = dict(arg.split("=", 1) for arg in container["args"] if "=" in arg)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["configMap"]["name"] for v in pod["spec"]["volumes"]}
+    assert volumes[mounts["/etc/istio/config"]] == "istio" and args["--mesh-config"] == "/etc/istio/config/mesh"
+    assert volumes[mounts["/var/lib/istio/inject"]] == "istio-sidecar-injector"
+    assert (args["--inject-config"], args["--inject-values"]) == (
+        "/var/lib/istio/inject/config",
+        "/var/lib/istio/inject/values",
+    )
+    assert args["--revision"] == "default"
+    # the Service injected proxies reach, by the name Istio's injection template gives it
+    assert kinds["Service"]["metadata"]["name"] == "istiod"
+    assert {p["name"]: p["port"] for p in kinds["Service"]["spec"]["ports"]}["https-dns"] == 15012
+    maps = named(docs, "ConfigMap")
+    assert set(maps) == {"istio", "istio-sidecar-injector", "pilotfish-dashboard"}
+    mesh = yaml.safe_load(maps["istio"]["data"]["mesh"])
+    assert mesh["rootNamespace"] == "istio-system"
+    assert mesh["defaultConfig"]["discoveryAddress"] == "istiod.istio-system.svc:15012"
     dashboard = maps["pilotfish-dashboard"]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["pilotfish.json"]) == json.loads(DASHBOARD.read_text())
-    text = _masked(helm("template", "pilotfish", str(CHART), "--namespace", "istio-system"))
+    text = render_text()
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "the default render changed; UPDATE_GOLDEN=1 and read the diff"
 
 
+@pytest.mark.parametrize(
+    "values",
+    [(), ("--set", "revision=pilotfish"), ("--set", "pilot.autoscaleMin=3", "--set", "pilot.ca.enabled=false",
+      "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E=")],
+    ids=["default", "revision", "no-ca"],
+)  # fmt: skip
+def test_two_renders_are_the_same_text(values: tuple[str, ...]) -> None:
+    """Nothing is generated at render time (no genCA, no random names): an upgrade with the same
+    values changes nothing, and no certificate differs between what is served and trusted."""
+    assert render_text(*values) == render_text(*values)
+
+
+def test_a_revision_beside_istiod_names_everything_after_it() -> None:
+    docs = render("--set", "revision=pilotfish")
+    assert_valid(docs)
+    kinds = by_kind(docs)
+    assert kinds["Service"]["metadata"]["name"] == "istiod-pilotfish"  # Istio's template: istiod-REV
+    assert kinds["Service"]["spec"]["selector"] == {"app": "pilotfish", "istio.io/rev": "pilotfish"}
+    assert kinds["Deployment"]["metadata"]["name"] == "pilotfish-pilotfish"
+    for doc in docs:  # every object carries the revision
+        assert doc["metadata"]["labels"]["istio.io/rev"] == "pilotfish", doc["metadata"]["name"]
+    maps = named(docs, "ConfigMap")
+    assert set(maps) == {"istio-pilotfish", "istio-sidecar-injector-pilotfish", "pilotfish-pilotfish-dashboard"}
+    mesh = yaml.safe_load(maps["istio-pilotfish"]["data"]["mesh"])
+    assert mesh["defaultConfig"]["discoveryAddress"] == "istiod-pilotfish.istio-system.svc:15012"
+    assert json.loads(maps["istio-sidecar-injector-pilotfish"]["data"]["values"])["revision"] == "pilotfish"
+    assert set(named(docs, "MutatingWebhookConfiguration")) == {"istio-sidecar-injector-pilotfish"}
+    assert set(named(docs, "ValidatingWebhookConfiguration")) == {"istio-validator-pilotfish-istio-system"}
+    [container] = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert "--revision=pilotfish" in container["args"]
+
+
+@pytest.mark.parametrize("values", [(), ("--set", "revision=pilotfish")], ids=["default", "revision"])
+def test_the_mesh_config_is_one_pilotfish_takes_without_a_warning(values: tuple[str, ...], tmp_path: Path) -> None:
+    [mesh_map] = [doc for name, doc in named(render(*values), "ConfigMap").items() if name.startswith("istio")
+                  and "mesh" in doc["data"]]  # fmt: skip
+    (tmp_path / "mesh").write_text(mesh_map["data"]["mesh"])
+    result = load_config_file(tmp_path / "mesh", mesh=True)
+    assert result is not None and not result.rejected
+    [mesh] = result.objects
+    assert not istio_warnings(mesh.spec)
+
+
 def test_non_default_values() -> None:
     docs = render(
         "--set", "pilot.autoscaleEnabled=false",
         "--set", "pilot.replicaCount=3",
-        "--set", "webhook.enabled=false",
+        "--set", "global.configValidation=false",
+        "--set", "global.operatorManageWebhooks=true",
         "--set", "global.defaultPodDisruptionBudget.enabled=false",
-        "--set", "configMap=true",
+        "--set", "configMap=false",
         "--set", "dashboards.enabled=false",
-        "--set", "pilot.ca.enabled=true",
-        "--set", "pilot.ca.secretName=cacerts",
+        "--set", "pilot.ca.enabled=false",
+        "--set", "webhook.certSecretName=pilotfish-tls",
+        "--set", "webhook.caBundle=Q0E=",
         "--set-string", "pilot.env.PILOT_DEBOUNCE_AFTER=200ms",
-        "--set", "global.hub=registry.example/mesh",
-        "--set-json", 'meshConfig={"rootNamespace":"istio-system","discoverySelectors":[{"matchLabels":{"m":"on"}}]}',
+        "--set", "pilot.hub=registry.example/mesh",
+        "--set-json", 'global.imagePullSecrets=["registry-login"]',
     )  # fmt: skip
     assert_valid(docs)
     kinds = by_kind(docs)
-    left_out = {"HorizontalPodAutoscaler", "ValidatingWebhookConfiguration", "Secret", "PodDisruptionBudget"}
+    left_out = {"HorizontalPodAutoscaler", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
     assert not left_out & set(kinds)
+    assert not {"Secret", "PodDisruptionBudget"} & set(kinds)
     deployment = kinds["Deployment"]
     assert deployment["spec"]["replicas"] == 3
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example/mesh/pilotfish:0.1.0"
     assert {"name": "PILOT_DEBOUNCE_AFTER", "value": "200ms"} in container["env"]
-    assert not any(arg.startswith("--webhook") for arg in container["args"])
-    # three replicas share one plugged-in CA (istiod's cacerts Secret), mounted read-only
-    volumes = deployment["spec"]["template"]["spec"]["volumes"]
-    assert volumes == [{"name": "cacerts", "secret": {"secretName": "cacerts"}}]
-    assert container["volumeMounts"] == [{"name": "cacerts", "mountPath": "/etc/cacerts", "readOnly": True}]
-    assert "--ca-dir=/etc/cacerts" in container["args"]
-    assert {p["name"]: p["containerPort"] for p in container["ports"]}["grpc-xds-tls"] == 15012
-    maps = config_maps(docs)
-    assert set(maps) == {"istio"}  # dashboards.enabled=false
-    assert yaml.safe_load(maps["istio"]["data"]["mesh"])["discoverySelectors"] == [{"matchLabels": {"m": "on"}}]
-    assert "https-webhook" not in {p["name"] for p in kinds["Service"]["spec"]["ports"]}
+    assert kinds["ServiceAccount"]["imagePullSecrets"] == [{"name": "registry-login"}]
+    # without the CA the webhooks are served with the given Secret
+    assert not any(arg.startswith("--ca") for arg in container["args"])
+    assert "--webhook-cert=/var/run/secrets/istiod/tls/tls.crt" in container["args"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-cert"] == {"name": "webhook-cert", "secret": {"secretName": "pilotfish-tls"}}
+    assert "tls-xds" not in {p["name"] for p in container["ports"]}
+    # configMap=false: the mesh ConfigMap is the user's, mounted all the same
+    assert set(named(docs, "ConfigMap")) == {"istio-sidecar-injector"}
+    assert volumes["config-volume"]["configMap"] == {"name": "istio"}
+
+
+def test_without_the_ca_the_webhooks_need_a_certificate() -> None:
+    done = subprocess.run(
+        [tool("helm"), "template", "pilotfish", str(CHART), "--set", "pilot.ca.enabled=false"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "webhook.certSecretName" in done.stderr
 
 
 def test_dockerfile_passes_hadolint() -> None:
     done = subprocess.run([tool("hadolint"), str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def _masked(text: str) -> str:
-    """The render with the generated certificate material replaced (it is new on every render)."""
-    text = re.sub(r"(tls\.crt|tls\.key|caBundle): \S+", r"\1: <generated>", text)
-    return re.sub(r"(checksum/webhook-certs): \S+", r"\1: <generated>", text)
 
 
 def test_dashboard_queries_only_metrics_pilotfish_exposes() -> None:

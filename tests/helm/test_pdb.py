@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helm.test_chart import assert_valid, render
+from tests.helm.rendering import assert_valid, render
 
 
 def budgets(*values: str) -> list[dict[str, Any]]:
@@ -43,7 +43,7 @@ def test_a_budget_of_one_available_pod_with_more_than_one_replica(values: tuple[
     assert pdb["metadata"]["name"] == "pilotfish"
     assert pdb["spec"] == {
         "minAvailable": 1,
-        "selector": {"matchLabels": {"app": "pilotfish", "app.kubernetes.io/instance": "pilotfish"}},
+        "selector": {"matchLabels": {"app": "pilotfish", "istio.io/rev": "default"}},
     }
 
 

@@ -1,30 +1,45 @@
-"""The chart's validating webhook fails closed, as istiod's once it serves (issue 24, item 7).
+"""The chart's validator fails open only until pilotfish serves it, as istiod's (issue 24, item 7).
 
-istiod's chart renders ``failurePolicy: Ignore`` only until its webhook controller, having patched
-in the caBundle, sees a dry-run of an invalid Gateway refused and switches every webhook to
-``Fail`` (pkg/webhooks/validation/controller); given a caBundle at install, the chart renders
-``Fail`` itself. This chart always sets the caBundle and pilotfish patches nothing, so it renders
-``Fail``: a review pilotfish cannot give refuses the object rather than admitting it unvalidated.
-``webhook.failurePolicy`` still chooses otherwise."""
+As istiod's chart, it is installed with ``failurePolicy: Ignore`` (Istio config can be written
+while the control plane starts) and without a caBundle; pilotfish patches in its CA's root and,
+once the API server refuses a dry run of an invalid Gateway through it, switches the policy to
+``Fail`` (app/webhook/ca_bundle.py, istiod's validation controller; tests/e2e/
+test_webhook_ca_bundle.py). An upgrade leaves the policy out (the API server's default, Fail), so
+it does not reopen; ``webhook.failurePolicy=Fail`` fails closed from the start; without the CA
+(nothing patched or switched) it is Fail."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.helm.test_chart import assert_valid, render
+import pytest
+
+from tests.helm.rendering import assert_valid, render
+
+NO_CA = ("--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E=")
 
 
-def policies(*values: str) -> list[Any]:
+def validator(*values: str) -> list[dict[str, Any]]:
     docs = render(*values)
     assert_valid(docs)
     [config] = [doc for doc in docs if doc["kind"] == "ValidatingWebhookConfiguration"]
-    assert all(hook["clientConfig"].get("caBundle") for hook in config["webhooks"])
-    return [hook["failurePolicy"] for hook in config["webhooks"]]
+    return list(config["webhooks"])
 
 
-def test_the_webhook_fails_closed_by_default() -> None:
-    assert policies() == ["Fail"]
+@pytest.mark.parametrize(
+    ("values", "policy"),
+    [
+        ((), "Ignore"),
+        (("--is-upgrade",), None),
+        (("--set", "webhook.failurePolicy=Fail"), "Fail"),
+        (NO_CA, "Fail"),
+    ],
+    ids=["install", "upgrade", "fail-from-the-start", "no-ca"],
+)
+def test_the_failure_policy(values: tuple[str, ...], policy: str | None) -> None:
+    assert [hook.get("failurePolicy") for hook in validator(*values)] == [policy]
 
 
-def test_ignore_is_still_a_choice() -> None:
-    assert policies("--set", "webhook.failurePolicy=Ignore") == ["Ignore"]
+def test_the_ca_bundle_is_left_to_pilotfish_or_given_without_the_ca() -> None:
+    assert [hook["clientConfig"].get("caBundle") for hook in validator()] == [None]
+    assert [hook["clientConfig"]["caBundle"] for hook in validator(*NO_CA)] == ["Q0E="]

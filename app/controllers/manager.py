@@ -1,0 +1,99 @@
+"""The controllers that write to the API server, each under its own leader election as in
+istiod (pilot/pkg/bootstrap): the namespace controller (``istio-ca-root-cert``) under
+``istio-namespace-controller-election``, IP auto-allocation under ``istio-ip-autoallocate``,
+both Leases in the system namespace. One Namespace informer (the discoverySelectors' scope)
+serves both and runs on every replica; a controller's own informers run only while it leads.
+With leader election off (istiod's ENABLE_LEADER_ELECTION=false) this replica simply leads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from google.protobuf import json_format
+from kubernetes_asyncio.client import ApiClient
+
+from app.config.mesh import MeshConfig
+from app.controllers.ip_allocate_controller import IPAllocateController
+from app.controllers.leader import IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER, LeaderElection
+from app.controllers.namespace_controller import NamespaceController
+from app.controllers.namespaces import NamespaceFilter
+from app.supervise import supervise
+
+logger = logging.getLogger("pilotfish.controllers")
+
+
+def mesh_selectors(mesh: MeshConfig) -> list[Mapping[str, Any]]:
+    """MeshConfig discoverySelectors as LabelSelector JSON."""
+    return [json_format.MessageToDict(s) for s in mesh.discovery_selectors]
+
+
+class Controllers:
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        system_namespace: str,
+        identity: str,
+        root: str | None,
+        selectors: Sequence[Mapping[str, Any]] = (),
+        leader_election: bool = True,
+        lease_duration: float = 30.0,
+        ip_autoallocate: bool = True,
+        ipv4_prefix: str,
+        ipv6_prefix: str,
+        on_leading: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        """``identity``: this replica in the leases (istiod's POD_NAME); ``on_leading(lock,
+        leading)`` is told when this replica starts or stops leading a lock. Raises ValueError
+        for an allocation prefix that is not one."""
+        self.namespaces = NamespaceFilter(client, selectors)
+        self.namespace_controller = NamespaceController(client, self.namespaces, root)
+        runs: list[tuple[str, str, Callable[[], Any]]] = [
+            (NAMESPACE_CONTROLLER, "namespace controller", self.namespace_controller.run)
+        ]
+        self.ip_allocate: IPAllocateController | None = None
+        if ip_autoallocate:
+            self.ip_allocate = IPAllocateController(
+                client, self.namespaces, ipv4_prefix=ipv4_prefix, ipv6_prefix=ipv6_prefix
+            )
+            runs.append((IP_AUTOALLOCATE_CONTROLLER, "ip autoallocate controller", self.ip_allocate.run))
+        self._leader_election = leader_election
+        self._on_leading = on_leading
+        self._runs = runs
+        self.elections = [
+            LeaderElection(
+                client, system_namespace, lock, identity, lease_duration=lease_duration, on_change=on_leading
+            ).add_run_function(name, run)
+            for lock, name, run in runs
+        ]
+
+    def set_root(self, pem: str) -> None:
+        """The CA's root changed: every namespace's ``istio-ca-root-cert`` follows (when leading)."""
+        self.namespace_controller.set_root(pem)
+
+    def set_selectors(self, selectors: Sequence[Mapping[str, Any]]) -> None:
+        """The mesh config's discoverySelectors changed."""
+        self.namespaces.set_selectors(selectors)
+
+    def leading(self) -> dict[str, bool]:
+        """By lock name: whether this replica leads it."""
+        if not self._leader_election:
+            return {lock: True for lock, _, _ in self._runs}
+        return {election.name: election.leading for election in self.elections}
+
+    async def run(self) -> None:
+        """Until cancelled (a leader then gives its leases up)."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(supervise("namespace informer (controllers)", self.namespaces.run, forever=True))
+            if self._leader_election:
+                for election in self.elections:
+                    tg.create_task(supervise(f"leader election {election}", election.run, forever=True))
+                return
+            logger.info("bypassing leader election: %s", ", ".join(lock for lock, _, _ in self._runs))
+            for lock, name, run in self._runs:
+                if self._on_leading is not None:
+                    self._on_leading(lock, True)
+                tg.create_task(supervise(name, run, forever=True))

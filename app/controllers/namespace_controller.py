@@ -1,0 +1,132 @@
+"""The ``istio-ca-root-cert`` ConfigMap in every namespace, as istiod's NamespaceController
+(pilot/pkg/serviceregistry/kube/controller/namespacecontroller.go, security/pkg/k8s
+InsertDataToConfigMap): key ``root-cert.pem`` holding the CA's root, label
+``istio.io/config: "true"``, in each namespace the discoverySelectors take in.
+
+* Reconciled per namespace: a namespace added (or selected), its ConfigMap deleted or edited, or
+  the root changed (``set_root``: every namespace again). Missing: created; present with another
+  ``root-cert.pem``: that key put back (other keys and the labels are left as they are, as
+  istiod's updateDataInConfigMap merges only its key).
+* Skipped as istiod skips them: kube-public, kube-node-lease, local-path-storage (istiod's
+  injector's ignored namespaces, kube-system excepted), and terminating namespaces; a create into
+  a namespace that is going (NotFound, NamespaceTerminating) or forbidden is let go, as istiod
+  does. Any other failure (a 409 on update, the API server away) is retried with backoff.
+* Namespaces outside the selectors are left alone: a ConfigMap written there before stays.
+
+It reads ConfigMaps named ``istio-ca-root-cert`` only (a field selector on metadata.name, as
+istiod's filtered informer) and runs only while this replica leads (app/controllers/leader.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from kubernetes_asyncio.client import ApiClient
+
+from app.config.model import Kind
+from app.controllers.api import ApiCallError, call
+from app.controllers.namespaces import NamespaceFilter
+from app.controllers.queue import WorkQueue
+from app.sources.kube.informer import Informer
+from app.sources.kube.resources import KubeResource
+from app.sources.kube.store import Delta
+
+logger = logging.getLogger("pilotfish.controllers")
+
+CA_ROOT_CONFIGMAP = "istio-ca-root-cert"  # istiod's CACertNamespaceConfigMap (PILOT_CA_CERT_CONFIGMAP)
+CA_ROOT_KEY = "root-cert.pem"  # constants.CACertNamespaceConfigMapDataName
+CONFIG_LABEL = {"istio.io/config": "true"}
+# inject.IgnoredNamespaces without kube-system (istiod writes there for ztunnel)
+IGNORED_NAMESPACES = frozenset({"kube-public", "kube-node-lease", "local-path-storage"})
+CONFIGMAPS = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
+
+
+class NamespaceController:
+    def __init__(self, client: ApiClient, namespaces: NamespaceFilter, root: str | None = None) -> None:
+        self._client = client
+        self._namespaces = namespaces
+        self._root = root
+        self._queue: WorkQueue[str] = WorkQueue("namespace controller", self._reconcile)
+        self._configmaps: Informer | None = None
+        self.writes = 0  # ConfigMaps created or updated
+
+    @property
+    def root(self) -> str | None:
+        return self._root
+
+    def set_root(self, pem: str) -> None:
+        """The CA's root changed: every namespace's ConfigMap is brought up to it."""
+        if pem == self._root:
+            return
+        self._root = pem
+        self._enqueue(self._namespaces.names())
+
+    async def run(self) -> None:
+        """Reconcile until cancelled (while leading)."""
+        configmaps = Informer(
+            self._client, CONFIGMAPS, "v1", self._on_configmaps, field_selector=f"metadata.name={CA_ROOT_CONFIGMAP}"
+        )
+        unsubscribe = self._namespaces.subscribe(self._enqueue)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(configmaps.run(), name="informer istio-ca-root-cert")]
+                await self._namespaces.synced.wait()
+                await configmaps.synced.wait()
+                self._configmaps = configmaps
+                if self._root is None:
+                    logger.warning("namespace controller: no CA root yet; %s written once there is", CA_ROOT_CONFIGMAP)
+                self._enqueue(self._namespaces.names())
+                tasks.append(tg.create_task(self._queue.run(), name="namespace controller queue"))
+        finally:
+            unsubscribe()
+            self._configmaps = None
+
+    def _on_configmaps(self, _resource: KubeResource, deltas: list[Delta]) -> None:
+        self._enqueue(str((d.obj.get("metadata") or {}).get("namespace", "")) for d in deltas)
+
+    def _enqueue(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name and name not in IGNORED_NAMESPACES:
+                self._queue.add(name)
+
+    async def _reconcile(self, namespace: str) -> None:
+        root, configmaps = self._root, self._configmaps
+        if root is None or configmaps is None:
+            return
+        ns = self._namespaces.namespace(namespace)
+        if ns is None or (ns.get("status") or {}).get("phase") == "Terminating":
+            return
+        if not self._namespaces.selected(namespace):
+            return
+        current = configmaps.store.get(f"{namespace}/{CA_ROOT_CONFIGMAP}")
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        if current is None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CA_ROOT_CONFIGMAP, "namespace": namespace, "labels": dict(CONFIG_LABEL)},
+                "data": {CA_ROOT_KEY: root},
+            }
+            try:
+                await call(self._client, "POST", path, body)
+            except ApiCallError as e:
+                if e.status in (404, 409) or "NamespaceTerminating" in e.causes:
+                    return  # the namespace is going, or the informer is about to show the ConfigMap
+                if e.status == 403:
+                    logger.info("skip writing ConfigMap %s/%s as we do not have permissions to do so: %s",
+                                namespace, CA_ROOT_CONFIGMAP, e)  # fmt: skip
+                    return
+                raise
+            self.writes += 1
+            logger.info("created ConfigMap %s/%s", namespace, CA_ROOT_CONFIGMAP)
+            return
+        data = dict(current.get("data") or {})
+        if data.get(CA_ROOT_KEY) == root:
+            return
+        data[CA_ROOT_KEY] = root
+        # replaced as read: its resourceVersion makes a concurrent change a 409, retried
+        await call(self._client, "PUT", f"{path}/{CA_ROOT_CONFIGMAP}", {**current, "data": data})
+        self.writes += 1
+        logger.info("updated ConfigMap %s/%s", namespace, CA_ROOT_CONFIGMAP)

@@ -1,0 +1,155 @@
+"""The chart's webhook configurations against istiod's, both rendered by helm (istiod's chart from
+the pinned istio.io/istio module): the injector's webhooks (names, selectors, rules, policies)
+are istiod's for the same revision, the validator is istiod's per-revision one; and which pods
+the injector then selects, evaluated as the API server evaluates label selectors: Istio's own
+gateway chart's pods (for the default revision and for a revision beside istiod), never
+pilotfish's own pods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from tests.helm.rendering import by_kind, istio_chart, render, render_istiod
+
+REVISIONS = [(), ("--set", "revision=pilotfish"), ("--set", "sidecarInjectorWebhook.enableNamespacesByDefault=true")]
+REVISION_IDS = ["default", "revision", "namespaces-by-default"]
+
+
+def normalized(hook: Mapping[str, Any]) -> dict[str, Any]:
+    """A webhook as the API server stores it, for comparing renders: defaults filled in
+    (service port 443, timeout 10 s), the caBundle (patched in later by either) left out."""
+    client = dict(hook["clientConfig"])
+    client.pop("caBundle", None)
+    client["service"] = {"port": 443, **client["service"]}
+    return {"timeoutSeconds": 10, **hook, "clientConfig": client}
+
+
+def webhooks(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    [config] = [doc for doc in docs if doc["kind"] == kind]
+    return [normalized(hook) for hook in config["webhooks"]]
+
+
+@pytest.mark.parametrize("values", REVISIONS, ids=REVISION_IDS)
+def test_the_injector_webhooks_are_istiods_for_the_same_values(values: tuple[str, ...]) -> None:
+    ours, istiods = render(*values), render_istiod(*values)
+    assert webhooks(ours, "MutatingWebhookConfiguration") == webhooks(istiods, "MutatingWebhookConfiguration")
+    mine, theirs = by_kind(ours)["MutatingWebhookConfiguration"], by_kind(istiods)["MutatingWebhookConfiguration"]
+    assert mine["metadata"]["name"] == theirs["metadata"]["name"]
+    assert mine["metadata"]["labels"]["istio.io/rev"] == theirs["metadata"]["labels"]["istio.io/rev"]
+
+
+@pytest.mark.parametrize("values", [*REVISIONS[:2], ("--is-upgrade",)], ids=[*REVISION_IDS[:2], "upgrade"])
+def test_the_validator_is_istiods_per_revision_one(values: tuple[str, ...]) -> None:
+    """The same webhook, failing open at install until pilotfish switches it (as istiod), its
+    policy left out on upgrades."""
+    ours, istiods = render(*values), render_istiod(*values)
+    kind = "ValidatingWebhookConfiguration"
+    assert webhooks(ours, kind) == webhooks(istiods, kind)
+    assert by_kind(ours)[kind]["metadata"]["name"] == by_kind(istiods)[kind]["metadata"]["name"]
+
+
+# --- which pods are selected ------------------------------------------------------------------
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A label selector as the API server evaluates it (an absent selector selects everything)."""
+    selector = selector or {}
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or ():
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        held = key in labels
+        if not {
+            "In": held and labels.get(key) in values,
+            "NotIn": not held or labels.get(key) not in values,
+            "Exists": held,
+            "DoesNotExist": not held,
+        }[operator]:
+            return False
+    return True
+
+
+def injecting(docs: list[dict[str, Any]], namespace: Mapping[str, str], pod: Mapping[str, str]) -> list[str]:
+    """The injector webhooks of a render that a pod with labels ``pod`` in a namespace with
+    labels ``namespace`` goes to."""
+    return [
+        hook["name"]
+        for hook in webhooks(docs, "MutatingWebhookConfiguration")
+        if selects(hook.get("namespaceSelector"), namespace) and selects(hook.get("objectSelector"), pod)
+    ]
+
+
+def gateway_pod(*values: str) -> dict[str, Any]:
+    """The pod template of Istio's gateway chart (manifests/charts/gateway in the pinned module)."""
+    docs = render(*values, chart=istio_chart("gateway"), release="istio-ingressgateway", namespace="istio-ingress")
+    template: dict[str, Any] = by_kind(docs)["Deployment"]["spec"]["template"]
+    return template
+
+
+INGRESS = {"kubernetes.io/metadata.name": "istio-ingress"}
+
+
+def test_istios_gateway_chart_is_injected_by_pilotfish_replacing_istiod() -> None:
+    pod = gateway_pod()
+    # the gateway template, which the injector must serve (inject.istio.io/templates)
+    assert pod["metadata"]["annotations"]["inject.istio.io/templates"] == "gateway"
+    assert injecting(render(), INGRESS, pod["metadata"]["labels"]) == ["object.sidecar-injector.istio.io"]
+
+
+def test_istios_gateway_chart_with_the_revision_is_injected_by_pilotfish_beside_istiod_and_not_by_istiod() -> None:
+    labels = gateway_pod("--set", "revision=pilotfish")["metadata"]["labels"]
+    assert injecting(render("--set", "revision=pilotfish"), INGRESS, labels) == ["rev.object.sidecar-injector.istio.io"]
+    assert injecting(render_istiod(), INGRESS, labels) == []  # the default istiod leaves it to pilotfish
+
+
+@pytest.mark.parametrize(
+    ("namespace", "pod", "expected"),
+    [
+        ({"istio-injection": "enabled"}, {"app": "web"}, ["namespace.sidecar-injector.istio.io"]),
+        ({"istio.io/rev": "default"}, {"app": "web"}, ["rev.namespace.sidecar-injector.istio.io"]),
+        ({"istio-injection": "enabled"}, {"app": "web", "sidecar.istio.io/inject": "false"}, []),
+        ({}, {"app": "web"}, []),
+        ({"istio.io/rev": "canary"}, {"app": "web"}, []),  # another revision's namespace
+    ],
+    ids=["istio-injection", "revision-label", "opted-out", "unlabelled", "other-revision"],
+)
+def test_namespaces_and_pods_selected_as_istiod_selects_them(
+    namespace: dict[str, str], pod: dict[str, str], expected: Sequence[str]
+) -> None:
+    assert injecting(render(), {"kubernetes.io/metadata.name": "shop", **namespace}, pod) == expected
+
+
+@pytest.mark.parametrize("values", REVISIONS, ids=REVISION_IDS)
+def test_pilotfishs_own_pods_are_never_injected(values: tuple[str, ...]) -> None:
+    docs = render(*values)
+    labels = by_kind(docs)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    for namespace in ({"istio-injection": "enabled"}, {"istio.io/rev": labels["istio.io/rev"]}, {}):
+        assert injecting(docs, {"kubernetes.io/metadata.name": "istio-system", **namespace}, labels) == []
+
+
+def test_istios_base_chart_validator_is_one_the_default_revision_serves_and_may_patch() -> None:
+    """Istio's base chart (the CRDs' chart) also installs ``istiod-default-validator`` for
+    unlabelled config: it calls the default revision's Service and carries its label, so
+    pilotfish installed without a revision patches its caBundle (RBAC names it) and serves it."""
+    docs = render(chart=istio_chart("base"), release="istio-base")
+    assert sum(doc["kind"] == "CustomResourceDefinition" for doc in docs) > 10
+    [base] = [doc for doc in docs if doc["kind"] == "ValidatingWebhookConfiguration"]
+    assert base["metadata"]["name"] == "istiod-default-validator"
+    assert base["metadata"]["labels"]["istio.io/rev"] == "default"
+    [hook] = base["webhooks"]
+    service = by_kind(render())["Service"]["metadata"]
+    assert hook["clientConfig"]["service"] == {
+        "name": service["name"],
+        "namespace": service["namespace"],
+        "path": "/validate",
+    }
+    assert "objectSelector" not in hook  # every Istio object, labelled or not
+    [update] = [
+        rule
+        for rule in by_kind(render())["ClusterRole"]["rules"]
+        if rule["resources"] == ["validatingwebhookconfigurations"] and "update" in rule["verbs"]
+    ]
+    assert "istiod-default-validator" in update["resourceNames"]
