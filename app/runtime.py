@@ -16,6 +16,7 @@ proxy is queued; each stream's Connection skips a push its proxy does not depend
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import logging
 import time
@@ -37,6 +38,8 @@ from app.heap import HeapKeeper
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
+from app.security.ca_store import KubeCaStore
+from app.security.secret_access import SecretAccessReviewer
 from app.security.server import Authenticator, CertificateService, SecurePort
 from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
@@ -95,20 +98,11 @@ class Runtime:
         self.ca: CertificateAuthority | None = None
         self.secure: SecurePort | None = None
         self._authenticator: Authenticator | None = None
-        handlers = []
+        self._issuing: CertificateService | None = None
+        self._ca_store: KubeCaStore | None = None  # the CA kept in the API server
+        self._root_hooks: list[Callable[[str], None]] = []
         if settings.ca_dir is not None:
-            self.ca = CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain())
-            ns = settings.system_namespace
-            self.secure = SecurePort(
-                self.ca,
-                (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
-                ("127.0.0.1", "::1"),
-                on_refuse=self.metrics.secure_port_refused,
-            )
-            tokens = TrustedTokenFile(settings.trusted_token_file) if settings.trusted_token_file else None
-            self._authenticator = Authenticator(self.secure, tokens, self._trust_domain)
-            issuing = CertificateService(self.ca, self._authenticator, self.metrics.certificate_request)
-            handlers.append(issuing.handler())
+            self._serve_ca(CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain()))
         self.xds = XdsServer(
             self.generator,
             on_disconnect=self._disconnected,
@@ -117,7 +111,7 @@ class Runtime:
             metrics=self.metrics,
             observer=self.tracer,
             authenticator=self._authenticator,
-            extra_handlers=handlers,
+            extra_handlers=[self._issuing.handler()] if self._issuing is not None else [],
             debug=self._debug_answers,
         )
         self.http = DebugServer(self)
@@ -166,6 +160,56 @@ class Runtime:
             control_plane=xds_debug.control_plane_identifier(self.settings.pod_name, __version__),
         )  # fmt: skip
 
+    # --- the CA -----------------------------------------------------------------------
+
+    def _serve_ca(self, ca: CertificateAuthority) -> None:
+        """The secure port, its authenticator and the certificate service, for ``ca``."""
+        self.ca = ca
+        ns = self.settings.system_namespace
+        self.secure = SecurePort(
+            ca,
+            (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+            ("127.0.0.1", "::1"),
+            on_refuse=self.metrics.secure_port_refused,
+        )
+        tokens = TrustedTokenFile(self.settings.trusted_token_file) if self.settings.trusted_token_file else None
+        self._authenticator = Authenticator(self.secure, tokens, self._trust_domain)
+        self._issuing = CertificateService(ca, self._authenticator, self.metrics.certificate_request)
+
+    def _new_root(self) -> CertificateAuthority:
+        """A self-signed root as istiod makes one: O = the mesh's trust domain."""
+        ttl = datetime.timedelta(seconds=self.settings.self_signed_ca_cert_ttl)
+        return CertificateAuthority.self_signed(
+            self._trust_domain(), ttl=ttl, key_size=self.settings.self_signed_ca_rsa_key_size
+        )
+
+    def on_root_changed(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(root_pem)`` with the mesh root now (when there is a CA already) and again
+        each time it changes (the CA's Secret reloaded or rotated): the istio-ca-root-cert
+        ConfigMaps, the webhooks' caBundle. A hook that raises is logged; the others still run."""
+        self._root_hooks.append(hook)
+        if self.ca is not None:
+            self._call_root_hook(hook, self.ca.root_pem)
+
+    def _call_root_hook(self, hook: Callable[[str], None], root: str) -> None:
+        try:
+            hook(root)
+        except Exception:
+            logger.exception("root certificate hook %r failed", hook)
+
+    def _ca_changed(self, ca: CertificateAuthority) -> None:
+        """A new CA from its Secret: it signs from now on, the secure port's new handshakes use
+        it, and a new root goes to every hook."""
+        previous, self.ca = self.ca, ca
+        if self._issuing is not None:
+            self._issuing.ca = ca
+        if self.secure is not None:
+            self.secure.use(ca)
+        if previous is None or previous.root_pem != ca.root_pem:
+            logger.info("CA: the mesh root changed")
+            for hook in list(self._root_hooks):
+                self._call_root_hook(hook, ca.root_pem)
+
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"
 
@@ -199,20 +243,38 @@ class Runtime:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain: GOAWAY to clients, in-flight pushes get
         ``shutdown_grace`` seconds."""
+        # with Kubernetes: service-account tokens checked by TokenReviews, and whether an
+        # account may read Secrets by SubjectAccessReviews, as istiod asks in a cluster
+        reviewers: tuple[TokenReviewer, SecretAccessReviewer] | None = None
         if self.settings.kubeconfig is not None or self.settings.in_cluster:
             client = await api_client(self.settings.kubeconfig)
+            reviewers = (TokenReviewer(client), SecretAccessReviewer(client))
             self._kube = KubeSource(
                 client,
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
             )
             self.sources.append(self._kube)
-            if self._authenticator is not None and self._authenticator.tokens is None:
-                # service-account tokens, as istiod checks them in a cluster
-                self._authenticator.tokens = TokenReviewer(client)
+            if self.ca is None and self.settings.ca_server:
+                self._ca_store = KubeCaStore(
+                    client, self.settings.system_namespace, self._new_root, multi_root=self.settings.multi_root_mesh
+                )
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections
+            if self._ca_store is not None:
+                # after the sources: the mesh config names the trust domain a new root is made for
+                ca = await self._ca_store.load()
+                self._serve_ca(ca)
+                self.xds.authenticator = self._authenticator
+                self.xds.extra_handlers = (self._issuing.handler(),) if self._issuing is not None else ()
+                for hook in list(self._root_hooks):  # those registered before there was a CA
+                    self._call_root_hook(hook, ca.root_pem)
+            if reviewers is not None and self._authenticator is not None:
+                tokens, secrets = reviewers
+                if self._authenticator.tokens is None:
+                    self._authenticator.tokens = tokens
+                self.xds.secret_access = secrets
             self._push = self.env.build_push_context(None)
             self.heap.settled()
             inner = await self.xds.start(self.settings.xds_address, inner=self.secure is not None)
@@ -238,6 +300,9 @@ class Runtime:
                         )
                     ),
                 ]
+                if self._ca_store is not None:
+                    watch = functools.partial(self._ca_store.watch, self._ca_changed)
+                    tasks.append(tg.create_task(supervise("CA Secret watch", watch, forever=True)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()

@@ -15,8 +15,9 @@ from typing import Any
 from app.errors import SettingsError
 from app.model.features import Features
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$|^\d+(?:\.\d+)?$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,17 @@ class Settings:
     # the workload CA and the secure port (TLS xDS + certificate service, istiod's 15012):
     # served when a CA directory is given (istiod's cacerts layout; generated when empty)
     ca_dir: Path | None = None
+    # ENABLE_CA_SERVER: without a CA directory but with Kubernetes, the CA kept in the API
+    # server as istiod keeps it (a plugged-in ``cacerts`` Secret, else ``istio-ca-secret``, made
+    # by the first replica). On for ``pilotfish serve`` as in istiod (``from_env``); a Settings
+    # made in code asks for it
+    ca_server: bool = False
+    # ISTIO_MULTIROOT_MESH: a reloaded ``cacerts`` may change the root bundle (adding or removing
+    # roots), as istiod allows only then
+    multi_root_mesh: bool = False
+    # CITADEL_SELF_SIGNED_CA_CERT_TTL / CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE: a new self-signed root
+    self_signed_ca_cert_ttl: float = 3650 * 24 * 3600.0
+    self_signed_ca_rsa_key_size: int = 2048
     secure_xds_address: str = "0.0.0.0:15012"
     # without Kubernetes, the bearer tokens the CA and the secure port accept:
     # lines "TOKEN NAMESPACE SERVICEACCOUNT"
@@ -74,9 +86,13 @@ class Settings:
             ("gc_freeze", "PILOTFISH_GC_FREEZE", _boolean),
             ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", parse_seconds),
             ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", parse_seconds),
+            ("multi_root_mesh", "ISTIO_MULTIROOT_MESH", _boolean),
+            ("self_signed_ca_cert_ttl", "CITADEL_SELF_SIGNED_CA_CERT_TTL", parse_seconds),
+            ("self_signed_ca_rsa_key_size", "CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", _rsa_key_size),
         ):
             if key in env:
                 values[name] = parse(key, env[key])
+        values["ca_server"] = _boolean("ENABLE_CA_SERVER", env.get("ENABLE_CA_SERVER", "true"))
         if env.get("POD_NAME"):
             values["pod_name"] = env["POD_NAME"]
         values["features"] = Features.from_env(env)
@@ -95,11 +111,20 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def parse_seconds(key: str, text: str) -> float:
-    """A duration as ``100ms``, ``1s``, ``2m``, ``24h`` or plain seconds."""
-    m = _DURATION.match(text.strip())
-    if not m:
+    """A duration as ``100ms``, ``1s``, ``2m``, ``24h``, Go's ``87600h0m0s``, or plain seconds."""
+    text = text.strip()
+    if not _DURATION.match(text):
         raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s, 2m or 24h")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    parts = _PART.findall(text)
+    return sum(float(n) * _UNITS[unit] for n, unit in parts) if parts else float(text)
+
+
+def _rsa_key_size(key: str, text: str) -> int:
+    """istiod refuses a self-signed root key under MinimumRsaKeySize (2048)."""
+    size = _positive_int(key, text)
+    if size < 2048:
+        raise SettingsError(f"{key}={text!r}: want at least 2048 bits")
+    return size
 
 
 def _boolean(key: str, text: str) -> bool:

@@ -156,9 +156,18 @@ class CertificateAuthority:
         return cls(cert, key, "".join(split_pem(chain_pem)), "".join(roots))
 
     @classmethod
-    def self_signed(cls, trust_domain: str, now: datetime.datetime | None = None) -> CertificateAuthority:
+    def self_signed(
+        cls,
+        trust_domain: str,
+        now: datetime.datetime | None = None,
+        *,
+        ttl: datetime.timedelta = ROOT_TTL,
+        key_size: int = MIN_RSA_BITS,
+    ) -> CertificateAuthority:
+        """A new root (istiod's self-signed CA: RSA, O = the trust domain; ``ttl`` and
+        ``key_size`` are its CITADEL_SELF_SIGNED_CA_CERT_TTL and _RSA_KEY_SIZE)."""
         now = now or _now()
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        key = rsa.generate_private_key(public_exponent=65537, key_size=key_size)
         name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, trust_domain)])
         public = key.public_key()
         cert = (
@@ -168,7 +177,7 @@ class CertificateAuthority:
             .public_key(public)
             .serial_number(_serial())
             .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(now + ROOT_TTL)
+            .not_valid_after(now + ttl)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(_key_usage(ca=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
