@@ -210,6 +210,17 @@ class Runtime:
             for hook in list(self._root_hooks):
                 self._call_root_hook(hook, ca.root_pem)
 
+    async def _rotate_root(self) -> None:
+        """istiod's self-signed root rotator on the CA Secret (app/security/ca_store.py)."""
+        assert self._ca_store is not None
+        await self._ca_store.rotate_root(
+            self._ca_changed,
+            check_interval=self.settings.root_cert_check_interval,
+            grace_percent=self.settings.root_cert_grace_percentile,
+            ttl=datetime.timedelta(seconds=self.settings.self_signed_ca_cert_ttl),
+            jitter=self.settings.root_cert_rotator_jitter,
+        )
+
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"
 
@@ -303,6 +314,8 @@ class Runtime:
                 if self._ca_store is not None:
                     watch = functools.partial(self._ca_store.watch, self._ca_changed)
                     tasks.append(tg.create_task(supervise("CA Secret watch", watch, forever=True)))
+                    if not self._ca_store.plugged_in and self.settings.root_cert_check_interval > 0:
+                        tasks.append(tg.create_task(supervise("CA root rotation", self._rotate_root, forever=True)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()

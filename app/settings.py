@@ -42,6 +42,11 @@ class Settings:
     # CITADEL_SELF_SIGNED_CA_CERT_TTL / CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE: a new self-signed root
     self_signed_ca_cert_ttl: float = 3650 * 24 * 3600.0
     self_signed_ca_rsa_key_size: int = 2048
+    # CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL (0: never), _GRACE_PERIOD_PERCENTILE and
+    # CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR: istiod's rotation of the istio-ca-secret root
+    root_cert_check_interval: float = 3600.0
+    root_cert_grace_percentile: int = 20
+    root_cert_rotator_jitter: bool = True
     secure_xds_address: str = "0.0.0.0:15012"
     # without Kubernetes, the bearer tokens the CA and the secure port accept:
     # lines "TOKEN NAMESPACE SERVICEACCOUNT"
@@ -89,6 +94,9 @@ class Settings:
             ("multi_root_mesh", "ISTIO_MULTIROOT_MESH", _boolean),
             ("self_signed_ca_cert_ttl", "CITADEL_SELF_SIGNED_CA_CERT_TTL", parse_seconds),
             ("self_signed_ca_rsa_key_size", "CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", _rsa_key_size),
+            ("root_cert_check_interval", "CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", _interval),
+            ("root_cert_grace_percentile", "CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", _percentile),
+            ("root_cert_rotator_jitter", "CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR", _boolean),
         ):
             if key in env:
                 values[name] = parse(key, env[key])
@@ -117,6 +125,20 @@ def parse_seconds(key: str, text: str) -> float:
         raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s, 2m or 24h")
     parts = _PART.findall(text)
     return sum(float(n) * _UNITS[unit] for n, unit in parts) if parts else float(text)
+
+
+def _interval(key: str, text: str) -> float:
+    """A duration, where zero or a negative one means never (istiod's check intervals)."""
+    text = text.strip()
+    if text.startswith("-") or text in ("0", "0s"):
+        return 0.0
+    return parse_seconds(key, text)
+
+
+def _percentile(key: str, text: str) -> int:
+    if not text.strip().isdigit() or not 0 <= int(text) <= 100:
+        raise SettingsError(f"{key}={text!r}: want a whole percentage, 0 to 100")
+    return int(text)
 
 
 def _rsa_key_size(key: str, text: str) -> int:

@@ -22,8 +22,11 @@ one clear error; an unreachable or failing server is retried with backoff, for a
 from __future__ import annotations
 
 import asyncio
+import base64
+import datetime
 import json
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -226,6 +229,68 @@ class KubeCaStore:
         self.ca = ca
         logger.info("CA: reloaded from Secret %s", where)
         on_change(ca)
+
+
+    # --- rotation of the self-signed root --------------------------------------------------
+
+    async def rotate_root(
+        self,
+        on_change: Callable[[CertificateAuthority], None],
+        *,
+        check_interval: float,
+        grace_percent: float,
+        ttl: datetime.timedelta,
+        jitter: bool = True,
+    ) -> None:
+        """istiod's SelfSignedCARootCertRotator for ``istio-ca-secret``, until cancelled: every
+        ``check_interval`` seconds (the first after a random part of one, with ``jitter``, so
+        replicas do not check together) read the Secret, and once its root is in the last
+        ``grace_percent`` of its life, renew it from its own key and write it back. The update
+        carries the Secret's resourceVersion: of replicas rotating at once one wins, the others
+        get 409 and read the winner's root through ``watch()``."""
+        if jitter:
+            await asyncio.sleep(random.uniform(0, check_interval))
+        while True:
+            await asyncio.sleep(check_interval)
+            try:
+                await self._check_root(on_change, grace_percent, ttl)
+            except (CaStoreError, _Retry) as e:
+                logger.error("CA: root rotation check failed, skipped: %s", e)
+
+    async def _check_root(
+        self, on_change: Callable[[CertificateAuthority], None], grace_percent: float, ttl: datetime.timedelta
+    ) -> None:
+        where = self._display(ISTIO_CA_SECRET)
+        found = await self._get(ISTIO_CA_SECRET)
+        if found is None:
+            logger.error("CA: Secret %s not found, root rotation skipped", where)
+            return
+        data = secret_data(found)
+        try:
+            ca = self_signed(where, data)
+        except CaSecretError as e:
+            logger.error("CA: %s; root rotation skipped", e)
+            return
+        if ca.rotation_due_in(grace_percent) > 0:
+            return  # not due; a root another replica changed reaches this one through watch()
+        renewed = ca.renewed_root(ttl=ttl)
+        # istiod updates ca-cert.pem (and ca-key.pem, the same key) of the Secret as it is
+        body = dict(found)
+        body["data"] = {**(found.get("data") or {}), "ca-cert.pem": _b64(renewed.root_pem.encode())}
+        status, answer = await self._request("PUT", f"{self._path()}/{ISTIO_CA_SECRET}", body)
+        if status == 409:
+            logger.info("CA: another replica rotated the root of Secret %s first", where)
+            return
+        if status != 200:
+            self._refused(status, answer, "update")
+        logger.info("CA: the self-signed root of Secret %s was about to expire: renewed until %s",
+                    where, renewed.signing_cert.not_valid_after_utc)  # fmt: skip
+        self.ca = renewed
+        on_change(renewed)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def _same(a: CertificateAuthority, b: CertificateAuthority) -> bool:

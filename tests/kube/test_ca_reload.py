@@ -3,12 +3,13 @@ and its ``istio-ca-secret``: a rotated ``cacerts`` (a new intermediate under a n
 root bundle holding both, ISTIO_MULTIROOT_MESH) is served by a running pilotfish at once: the
 secure port's serving certificate, issued workload certificates and the root-changed hook; a
 root replaced outright is refused as istiod refuses it; an ``istio-ca-secret`` another replica
-rotated is reloaded."""
+rotated is reloaded; a self-signed root near its end is renewed from its key, once."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import logging
 import socket
 import ssl
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.agent.certs import CaClient, CertificateManager, private_dir
+from app.agent.certs import CaClient, CertificateManager, build_csr, private_dir
 from app.runtime import Runtime
 from app.security.ca import CertificateAuthority
 from app.security.ca_secret import istio_ca_secret
@@ -181,3 +183,46 @@ async def test_without_multi_root_a_new_root_bundle_is_refused(
         await asyncio.gather(watching, return_exceptions=True)
     finally:
         await client.close()
+
+
+async def test_a_root_near_its_end_is_renewed_from_its_key_once_for_all_replicas(
+    kube: Cluster, system: str, pilotfish_kubeconfig: Path
+) -> None:
+    """istiod's root rotator: in the last 20 % of its life the root is renewed from its own key
+    and written back; what the old root signed verifies under the new one; of two replicas
+    checking at once, one writes (the other's update is refused: it reads the winner's)."""
+    now = datetime.datetime.now(datetime.UTC)
+    old = CertificateAuthority.self_signed(
+        TD, now=now - datetime.timedelta(seconds=80), ttl=datetime.timedelta(seconds=100)
+    )
+    kube.create(istio_ca_secret(old, "istio-ca-secret", system), system)
+    spiffe = f"spiffe://{TD}/ns/a/sa/b"
+    leaf = old.sign_csr(build_csr(ec.generate_private_key(ec.SECP256R1()), spiffe), [spiffe])[0]
+    clients = [await api_client(pilotfish_kubeconfig) for _ in range(2)]
+    changes: list[CertificateAuthority] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for client in clients:
+            store = KubeCaStore(client, system, lambda: pytest.fail("there is a root"))
+            assert (await store.load()).root_pem == old.root_pem
+            rotate = store.rotate_root(
+                changes.append, check_interval=0.3, grace_percent=20, ttl=datetime.timedelta(days=3650), jitter=False
+            )
+            tasks.append(asyncio.create_task(rotate))
+        await eventually("the root renewed", lambda: bool(changes))
+        await asyncio.sleep(1.0)  # further checks: not due any more, and the other replica lost
+        assert len(changes) == 1
+        renewed = changes[0]
+        assert renewed.signing_cert != old.signing_cert and renewed.signing_cert.subject == old.signing_cert.subject
+        assert renewed.signing_cert.not_valid_after_utc - now > datetime.timedelta(days=3649)
+        x509.load_pem_x509_certificate(leaf.encode()).verify_directly_issued_by(renewed.signing_cert)
+        secret = kube.get("v1", "Secret", system, "istio-ca-secret")
+        assert secret is not None
+        assert base64.b64decode(secret["data"]["ca-cert.pem"]).decode() == renewed.root_pem
+        assert secret["data"]["ca-key.pem"] == istio_ca_secret(old, "istio-ca-secret", system)["data"]["ca-key.pem"]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for client in clients:
+            await client.close()
