@@ -189,3 +189,32 @@ async def test_a_gateway_that_may_read_secrets_gets_its_credential_a_sidecar_tha
         assert response is None
     reviewer = rt.xds.secret_access
     assert isinstance(reviewer, SecretAccessReviewer) and reviewer.reviews == 2  # one per account
+
+
+async def test_a_changed_credential_is_pushed_to_the_gateway_that_may_read_it(
+    kube: Cluster, gateway_ns: str, pilotfish: Runtime
+) -> None:
+    ns, rt = gateway_ns, pilotfish
+    assert rt.ca is not None and rt.secure is not None
+    creds = grpc.ssl_channel_credentials(rt.ca.root_pem.encode())
+    options = [("grpc.ssl_target_name_override", "localhost")]
+    token = kube.token(ns, "gw", audiences=["istio-ca"])
+    async with grpc.aio.secure_channel(f"127.0.0.1:{rt.secure.port}", creds, options=options) as channel:
+        call = channel.stream_stream(
+            ADS,
+            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
+            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+        )(metadata=(("authorization", f"Bearer {token}"),))
+        req = secret_request(ns, "gw-0", "router", "gw")
+        await call.write(req)
+        first = await asyncio.wait_for(call.read(), 10)
+        ack = discovery_pb2.DiscoveryRequest(
+            type_url=SECRET, resource_names=req.resource_names, version_info=first.version_info,
+            response_nonce=first.nonce,
+        )  # fmt: skip
+        await call.write(ack)
+        kube.patch("v1", "Secret", ns, "gw-cert", {"data": tls_secret("gw-cert")["data"]})  # a renewed certificate
+        pushed = await asyncio.wait_for(call.read(), 20)
+        call.cancel()
+    before, after = (secret_pb2.Secret.FromString(r.resources[0].value) for r in (first, pushed))
+    assert after.tls_certificate.certificate_chain.inline_bytes != before.tls_certificate.certificate_chain.inline_bytes
