@@ -268,7 +268,11 @@ class Runtime:
             self.sources.append(self._kube)
             if self.ca is None and self.settings.ca_server:
                 self._ca_store = KubeCaStore(
-                    client, self.settings.system_namespace, self._new_root, multi_root=self.settings.multi_root_mesh
+                    client,
+                    self.settings.system_namespace,
+                    self._new_root,
+                    multi_root=self.settings.multi_root_mesh,
+                    use_cacerts=self.settings.use_cacerts_for_self_signed_ca,
                 )
         try:
             for source in self.sources:
@@ -314,7 +318,7 @@ class Runtime:
                 if self._ca_store is not None:
                     watch = functools.partial(self._ca_store.watch, self._ca_changed)
                     tasks.append(tg.create_task(supervise("CA Secret watch", watch, forever=True)))
-                    if not self._ca_store.plugged_in and self.settings.root_cert_check_interval > 0:
+                    if self._ca_store.self_signed and self.settings.root_cert_check_interval > 0:
                         tasks.append(tg.create_task(supervise("CA root rotation", self._rotate_root, forever=True)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))

@@ -39,6 +39,9 @@ class Settings:
     # ISTIO_MULTIROOT_MESH: a reloaded ``cacerts`` may change the root bundle (adding or removing
     # roots), as istiod allows only then
     multi_root_mesh: bool = False
+    # USE_CACERTS_FOR_SELF_SIGNED_CA: keep the self-signed root in ``cacerts`` (marked
+    # ``istio-generated``) rather than ``istio-ca-secret``
+    use_cacerts_for_self_signed_ca: bool = False
     # CITADEL_SELF_SIGNED_CA_CERT_TTL / CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE: a new self-signed root
     self_signed_ca_cert_ttl: float = 3650 * 24 * 3600.0
     self_signed_ca_rsa_key_size: int = 2048
@@ -92,6 +95,7 @@ class Settings:
             ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", parse_seconds),
             ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", parse_seconds),
             ("multi_root_mesh", "ISTIO_MULTIROOT_MESH", _boolean),
+            ("use_cacerts_for_self_signed_ca", "USE_CACERTS_FOR_SELF_SIGNED_CA", _boolean),
             ("self_signed_ca_cert_ttl", "CITADEL_SELF_SIGNED_CA_CERT_TTL", parse_seconds),
             ("self_signed_ca_rsa_key_size", "CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", _rsa_key_size),
             ("root_cert_check_interval", "CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", _interval),

@@ -29,6 +29,7 @@ from app.security.ca import CRL_FILE, CertificateAuthority
 CACERTS = "cacerts"  # istiod ca.CACertsSecret
 ISTIO_CA_SECRET = "istio-ca-secret"  # istiod ca.CASecret
 ISTIO_CA_SECRET_TYPE = "istio.io/ca-root"  # istiod istioCASecretType
+ISTIO_GENERATED = "istio-generated"  # istiod ca.IstioGenerated: a cacerts holding a self-signed root
 ISTIO_LAYOUT = ("ca-key.pem", "ca-cert.pem", "root-cert.pem", "cert-chain.pem")
 TLS_LAYOUT = ("tls.key", "tls.crt", "ca.crt")
 
@@ -151,7 +152,7 @@ def istio_ca_secret(ca: CertificateAuthority, name: str, namespace: str) -> dict
         "ca-key.pem": key_pem,
     }
     if name == CACERTS:
-        data["istio-generated"] = b""
+        data[ISTIO_GENERATED] = b""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -3,7 +3,8 @@ app/security/ca_secret.py).
 
 ``load()`` decides once, as istiod's createIstioCA: a complete ``cacerts`` Secret in the system
 namespace is a plugged-in CA; else the self-signed root of ``istio-ca-secret``, created by the
-first replica that finds none. Replicas race on an empty namespace: the API server takes one
+first replica that finds none (with USE_CACERTS_FOR_SELF_SIGNED_CA, of a ``cacerts`` marked
+``istio-generated``). Replicas race on an empty namespace: the API server takes one
 create, the others get 409 and read the winner's Secret (istiod NewSelfSignedIstioCAOptions
 retries the get), so every replica, istiod's included, signs with the same root.
 
@@ -40,6 +41,7 @@ from app.security.ca import CertificateAuthority
 from app.security.ca_secret import (
     CACERTS,
     ISTIO_CA_SECRET,
+    ISTIO_GENERATED,
     CaSecretError,
     istio_ca_secret,
     plugged_in,
@@ -74,23 +76,24 @@ class KubeCaStore:
         new_root: Callable[[], CertificateAuthority],
         *,
         multi_root: bool = False,
+        use_cacerts: bool = False,
         backoff: Backoff | None = None,
     ) -> None:
         """``new_root``: makes the self-signed root when there is none (istiod's options: the
         trust domain as organization, CITADEL_SELF_SIGNED_CA_*); ``multi_root``:
-        ISTIO_MULTIROOT_MESH, whether a reloaded ``cacerts`` may change the root bundle."""
+        ISTIO_MULTIROOT_MESH, whether a reloaded ``cacerts`` may change the root bundle;
+        ``use_cacerts``: USE_CACERTS_FOR_SELF_SIGNED_CA, the self-signed root kept in a
+        ``cacerts`` marked ``istio-generated`` instead of ``istio-ca-secret``."""
         self._client = client
         self.namespace = namespace
         self._new_root = new_root
         self._multi_root = multi_root
+        self._use_cacerts = use_cacerts
         self._backoff = backoff or Backoff()
         self.secret_name = ""  # the Secret the CA comes from, once loaded
+        self.self_signed = False  # a self-signed root (rotated by this side), not a plugged-in CA
         self.ca: CertificateAuthority | None = None
-        self.created = False  # whether this replica wrote istio-ca-secret
-
-    @property
-    def plugged_in(self) -> bool:
-        return self.secret_name == CACERTS
+        self.created = False  # whether this replica wrote the Secret
 
     # --- load -------------------------------------------------------------------------------
 
@@ -113,35 +116,41 @@ class KubeCaStore:
 
     async def _load_once(self) -> CertificateAuthority:
         plugged = await self._get(CACERTS)
-        if plugged is not None:
+        generated = plugged is not None and ISTIO_GENERATED in (plugged.get("data") or {})
+        if plugged is not None and not (self._use_cacerts and generated):
             try:
                 ca = plugged_in(self._display(CACERTS), secret_data(plugged))
             except CaSecretError as e:
                 raise CaStoreError(f"CA: {e}") from None
             if ca is not None:
-                self.secret_name = CACERTS
+                self.secret_name, self.self_signed = CACERTS, False
                 logger.info("CA: using the plugged-in CA of Secret %s", self._display(CACERTS))
                 return ca
-        found = await self._get(ISTIO_CA_SECRET)
+        # istiod NewSelfSignedIstioCAOptions: istio-ca-secret first, then (with
+        # USE_CACERTS_FOR_SELF_SIGNED_CA) an istio-generated cacerts, else a new one of those
+        name = ISTIO_CA_SECRET
+        found = await self._get(name)
+        if found is None and self._use_cacerts:
+            name, found = CACERTS, plugged if generated else None
         if found is None:
+            name = CACERTS if self._use_cacerts else ISTIO_CA_SECRET
             fresh = self._new_root()
-            body = istio_ca_secret(fresh, ISTIO_CA_SECRET, self.namespace)
-            status, answer = await self._request("POST", self._path(), body)
+            status, answer = await self._request("POST", self._path(), istio_ca_secret(fresh, name, self.namespace))
             if status in (200, 201):
-                self.secret_name, self.created = ISTIO_CA_SECRET, True
-                logger.info("CA: created Secret %s with a new self-signed root", self._display(ISTIO_CA_SECRET))
+                self.secret_name, self.self_signed, self.created = name, True, True
+                logger.info("CA: created Secret %s with a new self-signed root", self._display(name))
                 return fresh
             if status != 409:  # 409: another replica made it first; its root is the one
                 self._refused(status, answer, "create")
-            found = await self._get(ISTIO_CA_SECRET)
+            found = await self._get(name)
             if found is None:
-                raise _Retry(f"Secret {self._display(ISTIO_CA_SECRET)} was created and is gone again")
+                raise _Retry(f"Secret {self._display(name)} was created and is gone again")
         try:
-            ca = self_signed(self._display(ISTIO_CA_SECRET), secret_data(found))
+            ca = self_signed(self._display(name), secret_data(found))
         except CaSecretError as e:
             raise CaStoreError(f"CA: {e}") from None
-        self.secret_name = ISTIO_CA_SECRET
-        logger.info("CA: using the self-signed root of Secret %s", self._display(ISTIO_CA_SECRET))
+        self.secret_name, self.self_signed = name, True
+        logger.info("CA: using the self-signed root of Secret %s", self._display(name))
         return ca
 
     async def _get(self, name: str) -> Mapping[str, Any] | None:
@@ -212,7 +221,7 @@ class KubeCaStore:
             return
         data = secret_data(delta.obj)
         try:
-            ca = plugged_in(where, data) if name == CACERTS else self_signed(where, data)
+            ca = self_signed(where, data) if self.self_signed else plugged_in(where, data)
         except CaSecretError as e:
             logger.error("CA: %s; the CA in force stays", e)
             return
@@ -221,7 +230,7 @@ class KubeCaStore:
             return
         if _same(ca, current):
             return
-        if name == CACERTS:
+        if not self.self_signed:
             refusal = root_change_refusal(current.root_pem, ca.root_pem, self._multi_root)
             if refusal is not None:
                 logger.warning("CA: Secret %s changed its root: %s; the CA in force stays", where, refusal)
@@ -260,8 +269,9 @@ class KubeCaStore:
     async def _check_root(
         self, on_change: Callable[[CertificateAuthority], None], grace_percent: float, ttl: datetime.timedelta
     ) -> None:
-        where = self._display(ISTIO_CA_SECRET)
-        found = await self._get(ISTIO_CA_SECRET)
+        name = self.secret_name
+        where = self._display(name)
+        found = await self._get(name)
         if found is None:
             logger.error("CA: Secret %s not found, root rotation skipped", where)
             return
@@ -277,7 +287,7 @@ class KubeCaStore:
         # istiod updates ca-cert.pem (and ca-key.pem, the same key) of the Secret as it is
         body = dict(found)
         body["data"] = {**(found.get("data") or {}), "ca-cert.pem": _b64(renewed.root_pem.encode())}
-        status, answer = await self._request("PUT", f"{self._path()}/{ISTIO_CA_SECRET}", body)
+        status, answer = await self._request("PUT", f"{self._path()}/{name}", body)
         if status == 409:
             logger.info("CA: another replica rotated the root of Secret %s first", where)
             return

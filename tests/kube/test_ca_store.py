@@ -132,7 +132,7 @@ async def test_a_plugged_in_cacerts_signs_in_either_layout_istiod_reads(
     signer = intermediate(root, "intermediate A")
     kube.create(cacerts(layout, signer, [root[0]]), system)
     ca = await stores[0].load()
-    assert stores[0].secret_name == "cacerts" and stores[0].plugged_in
+    assert stores[0].secret_name == "cacerts" and not stores[0].self_signed
     assert ca.root_pem == pem(root[0]) and ca.signing_cert == signer[0]
     chain = ca.sign_csr(
         build_csr(ec.generate_private_key(ec.SECP256R1()), "spiffe://cluster.local/ns/a/sa/b"),
@@ -160,3 +160,25 @@ async def test_an_incomplete_or_foreign_cacerts_stops_the_load_naming_the_secret
     kube.create(cacerts("tls", signer, [other[0]]), system)  # signed by a root it does not carry
     with pytest.raises(CaStoreError, match=rf"Secret {system}/cacerts: cannot verify the cert with the provided root"):
         await stores[1].load()
+
+
+async def test_with_use_cacerts_the_self_signed_root_is_kept_in_an_istio_generated_cacerts(
+    kube: Cluster, system: str, pilotfish_kubeconfig: Path
+) -> None:
+    """USE_CACERTS_FOR_SELF_SIGNED_CA, as istiod: the new root goes to ``cacerts`` marked
+    ``istio-generated``; a replica with the flag reads it as its self-signed root (rotated by
+    it), one without takes the complete bundle as a plugged-in CA, as istiod does."""
+    client = await api_client(pilotfish_kubeconfig)
+    try:
+        first = KubeCaStore(client, system, lambda: CertificateAuthority.self_signed(TD), use_cacerts=True)
+        ca = await first.load()
+        assert (first.created, first.secret_name, first.self_signed) == (True, "cacerts", True)
+        secret = kube.get("v1", "Secret", system, "cacerts")
+        assert secret is not None and secret["type"] == "istio.io/ca-root" and "istio-generated" in secret["data"]
+        assert kube.get("v1", "Secret", system, "istio-ca-secret") is None
+        again = KubeCaStore(client, system, lambda: pytest.fail("there is a root"), use_cacerts=True)
+        assert (await again.load()).root_pem == ca.root_pem and again.self_signed and not again.created
+        plain = KubeCaStore(client, system, lambda: pytest.fail("there is a root"))
+        assert (await plain.load()).root_pem == ca.root_pem and not plain.self_signed
+    finally:
+        await client.close()
