@@ -239,7 +239,6 @@ class KubeCaStore:
         logger.info("CA: reloaded from Secret %s", where)
         on_change(ca)
 
-
     # --- rotation of the self-signed root --------------------------------------------------
 
     async def rotate_root(
@@ -251,7 +250,7 @@ class KubeCaStore:
         ttl: datetime.timedelta,
         jitter: bool = True,
     ) -> None:
-        """istiod's SelfSignedCARootCertRotator for ``istio-ca-secret``, until cancelled: every
+        """istiod's SelfSignedCARootCertRotator for the self-signed root's Secret, until cancelled: every
         ``check_interval`` seconds (the first after a random part of one, with ``jitter``, so
         replicas do not check together) read the Secret, and once its root is in the last
         ``grace_percent`` of its life, renew it from its own key and write it back. The update
