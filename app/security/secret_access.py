@@ -61,7 +61,11 @@ class SecretAccessReviewer:
             logger.warning("SubjectAccessReview for %s failed: %s", user, e)
         finally:
             self._inflight.pop(user, None)
-        self._cache[user] = (self._clock() + (REFUSED_TTL if refusal else ALLOWED_TTL), refusal)
+        now = self._clock()
+        # expired answers go, as istiod clears them (the cache holds no more than the accounts asking)
+        for stale in [u for u, (expires, _) in self._cache.items() if expires <= now]:
+            del self._cache[stale]
+        self._cache[user] = (now + (REFUSED_TTL if refusal else ALLOWED_TTL), refusal)
         return refusal
 
     async def _review(self, user: str, namespace: str, service_account: str) -> str | None:
