@@ -165,6 +165,7 @@ class Runtime:
     def _serve_ca(self, ca: CertificateAuthority) -> None:
         """The secure port, its authenticator and the certificate service, for ``ca``."""
         self.ca = ca
+        self.metrics.ca_expiry(*ca.expiry())
         ns = self.settings.system_namespace
         self.secure = SecurePort(
             ca,
@@ -201,6 +202,7 @@ class Runtime:
         """A new CA from its Secret: it signs from now on, the secure port's new handshakes use
         it, and a new root goes to every hook."""
         previous, self.ca = self.ca, ca
+        self.metrics.ca_expiry(*ca.expiry())
         if self._issuing is not None:
             self._issuing.ca = ca
         if self.secure is not None:

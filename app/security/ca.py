@@ -200,6 +200,15 @@ class CertificateAuthority:
         )
         return cls(cert, key, "", _pem(cert))
 
+    def expiry(self) -> tuple[float, float | None]:
+        """When (unix seconds) the first root expires, and the first certificate of the chain
+        (None without one), as istiod's RecordCertsExpiry reads its bundle."""
+        root = x509.load_pem_x509_certificates(self.root_pem.encode())[0].not_valid_after_utc.timestamp()
+        chain = split_pem(self.cert_chain_pem)
+        if not chain:
+            return root, None
+        return root, x509.load_pem_x509_certificate(chain[0].encode()).not_valid_after_utc.timestamp()
+
     def rotation_due_in(self, grace_percent: float, now: datetime.datetime | None = None) -> float:
         """Seconds until this root enters its grace period, the last ``grace_percent`` of its
         life, when istiod's rotator renews it; 0 once in it (istiod CertUtil.GetWaitTime)."""

@@ -98,6 +98,11 @@ async def test_a_rotated_cacerts_is_served_at_once_signing_port_and_hook(
     kube.patch("v1", "Secret", system, "cacerts", {"data": rotated["data"]})
     await eventually("the rotated root reported", lambda: roots[-1] == bundle)
     assert rt.ca.signing_cert == signer[0] and rt.ca.root_pem == bundle
+    # istiod's expiry gauges: the first root of the bundle (A), the first of the chain (B1)
+    metrics = rt.metrics_text()
+    root_expiry = int(root_a.not_valid_after_utc.timestamp())
+    assert f"citadel_server_root_cert_expiry_timestamp {root_expiry}" in metrics
+    assert f"citadel_server_cert_chain_expiry_timestamp {int(signer[0].not_valid_after_utc.timestamp())}" in metrics
     # the port presents a certificate of B1 to new handshakes
     assert await asyncio.to_thread(serving_issuer, rt.secure.port) == signer[0].subject
 
