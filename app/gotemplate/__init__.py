@@ -1,0 +1,36 @@
+"""Go's text/template, with the sprig functions, in Python: what istiod renders its injection
+templates with (``template.New("inject").Funcs(sprig.TxtFuncMap()).Funcs(funcs).Parse(text)``).
+
+    tmpl = Template.parse(name, text, {**SPRIG_FUNCS, **own_funcs})   # TemplateError
+    out = tmpl.execute(data)                                            # TemplateError
+
+The full syntax of text/template (lexer.py, parser.py -> nodes.py, executor.py), Go's builtins
+(builtins.py), fmt's printing (printing.py) and sprig v3's TxtFuncMap (sprig*.py). Errors read
+as Go's: ``template: NAME:LINE:COL: executing "NAME" at <.X>: reason``.
+
+The data model (values.py):
+
+* ``dict`` is a Go map (``map[string]interface {}``; ``StringMap`` for ``map[string]string``): a
+  missing key is nil, which prints ``<no value>`` at top level (Go's default missingkey);
+  ``list`` / ``tuple`` is a slice; ``str``, ``int`` (Go int), ``float`` (float64, as JSON numbers
+  decode in Go), ``bool``; ``None`` is nil.
+* An object with ``go_field(self, name: str) -> Any`` is a Go struct or pointer: ``.Name`` calls
+  ``go_field("Name")``, which raises ``KeyError`` when there is no such field or method (Go's
+  "can't evaluate field Name in type T"; T is the object's ``go_type`` attribute, else its class
+  name). A callable it returns is a method and is called with the arguments the template gives
+  (``{{ .Foo.Bar "x" }}``). Its ``str()`` is what the template prints for it.
+* A template function is any callable; ``@go_signature("int", "string")`` declares its Go
+  parameter types so arguments are converted and checked as Go does (else they are
+  ``interface {}``). It returns Go's error by raising ``GoError``.
+
+Deliberate differences: complex constants are refused at parse time, and nested ``{{template}}``
+calls stop at depth 150 (Go: 100000).
+"""
+
+from app.gotemplate.errors import GoError, TemplateError
+from app.gotemplate.signature import go_signature
+from app.gotemplate.sprig import SPRIG_FUNCS
+from app.gotemplate.template import Template
+from app.gotemplate.values import NIL, Int64, StringMap
+
+__all__ = ["NIL", "SPRIG_FUNCS", "GoError", "Int64", "StringMap", "Template", "TemplateError", "go_signature"]

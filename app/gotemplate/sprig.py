@@ -1,0 +1,26 @@
+"""SPRIG_FUNCS: github.com/Masterminds/sprig/v3's TxtFuncMap, the functions istiod adds to its
+injection templates before its own (Istio's funcmap overrides sprig's where names collide).
+
+Left out, being neither pure nor deterministic: the date, random, UUID, crypto, network and
+environment functions (now, date*, rand*, uuidv4, genCA..., getHostByName, env, expandenv).
+Also left out: semver, semverCompare, urlParse, urlJoin, wrap, wrapWith, and the xstrings case
+conversions (snakecase, camelcase, kebabcase, shuffle), which Istio's templates do not call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from app.gotemplate.sprig_collections import COLLECTION_FUNCS
+from app.gotemplate.sprig_misc import MISC_FUNCS
+from app.gotemplate.sprig_numbers import NUMBER_FUNCS
+from app.gotemplate.sprig_strings import STRING_FUNCS
+
+SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
+    "hello": lambda: "Hello!",
+    **STRING_FUNCS,
+    **NUMBER_FUNCS,
+    **COLLECTION_FUNCS,
+    **MISC_FUNCS,
+}

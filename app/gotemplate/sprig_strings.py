@@ -1,0 +1,336 @@
+"""sprig's string functions (strings.go and the string entries of functions.go)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import zlib
+from collections.abc import Callable
+from typing import Any, Final
+
+from app.gotemplate.errors import GoError
+from app.gotemplate.printing import sprint_value, sprintf
+from app.gotemplate.signature import ANY, INT, STRING, go_signature
+from app.gotemplate.sprig_convert import strval, to_strings
+from app.gotemplate.values import NIL, StringMap
+
+# unicode.IsSpace, which strings.TrimSpace and strings.Fields use
+GO_SPACE: Final = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # noqa: E501
+
+
+def _bytes(s: str) -> bytes:
+    return s.encode("utf-8", "surrogateescape")
+
+
+def _str(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+@go_signature(STRING)
+def trim(s: str) -> str:
+    return s.strip(GO_SPACE)
+
+
+@go_signature(STRING)
+def upper(s: str) -> str:
+    return s.upper()
+
+
+@go_signature(STRING)
+def lower(s: str) -> str:
+    return s.lower()
+
+
+def _is_separator(ch: str) -> bool:
+    if ch <= "\x7f":
+        return not (ch.isalnum() or ch == "_")
+    return not (ch.isalpha() or ch.isdigit()) and ch.isspace()
+
+
+@go_signature(STRING)
+def title(s: str) -> str:
+    """strings.Title: the first letter of each word upper-cased."""
+    out = []
+    prev = " "
+    for ch in s:
+        out.append(ch.upper() if _is_separator(prev) else ch)
+        prev = ch
+    return "".join(out)
+
+
+@go_signature(STRING)
+def untitle(s: str) -> str:
+    return s[:1].lower() + s[1:] if s else s
+
+
+@go_signature(STRING, STRING)
+def trim_all(cutset: str, s: str) -> str:
+    return s.strip(cutset) if cutset else s
+
+
+@go_signature(STRING, STRING)
+def trim_suffix(suffix: str, s: str) -> str:
+    return s[: -len(suffix)] if suffix and s.endswith(suffix) else s
+
+
+@go_signature(STRING, STRING)
+def trim_prefix(prefix: str, s: str) -> str:
+    return s[len(prefix) :] if s.startswith(prefix) else s
+
+
+@go_signature(STRING)
+def nospace(s: str) -> str:
+    return "".join(ch for ch in s if ch not in GO_SPACE)
+
+
+@go_signature(STRING, STRING)
+def contains(substr: str, s: str) -> bool:
+    return substr in s
+
+
+@go_signature(STRING, STRING)
+def has_prefix(prefix: str, s: str) -> bool:
+    return s.startswith(prefix)
+
+
+@go_signature(STRING, STRING)
+def has_suffix(suffix: str, s: str) -> bool:
+    return s.endswith(suffix)
+
+
+@go_signature(variadic=ANY)
+def quote(*args: Any) -> str:
+    return " ".join(sprintf("%q", strval(a)) for a in args if a is not None and a is not NIL)
+
+
+@go_signature(variadic=ANY)
+def squote(*args: Any) -> str:
+    return " ".join(f"'{sprint_value(a)}'" for a in args if a is not None and a is not NIL)
+
+
+@go_signature(variadic=ANY)
+def cat(*args: Any) -> str:
+    vals = [a for a in args if a is not None and a is not NIL]
+    return " ".join(sprint_value(a) for a in vals)
+
+
+@go_signature(INT, STRING)
+def indent(spaces: int, s: str) -> str:
+    pad = " " * max(spaces, 0)
+    return pad + s.replace("\n", "\n" + pad)
+
+
+@go_signature(INT, STRING)
+def nindent(spaces: int, s: str) -> str:
+    return "\n" + indent(spaces, s)
+
+
+@go_signature(STRING, STRING, STRING)
+def replace(old: str, new: str, src: str) -> str:
+    if old == "":  # strings.Replace with an empty old inserts new around every rune
+        return new + new.join(src) + new if src else new
+    return src.replace(old, new)
+
+
+@go_signature(STRING, STRING, INT)
+def plural(one: str, many: str, count: int) -> str:
+    return one if count == 1 else many
+
+
+@go_signature(INT, STRING)
+def repeat(count: int, s: str) -> str:
+    if count < 0:
+        raise GoError("strings: negative Repeat count")
+    return s * count
+
+
+@go_signature(INT, INT, STRING)
+def substr(start: int, end: int, s: str) -> str:
+    b = _bytes(s)
+    if start < 0:
+        return _str(_slice_bytes(b, 0, end))
+    if end < 0 or end > len(b):
+        return _str(_slice_bytes(b, start, len(b)))
+    return _str(_slice_bytes(b, start, end))
+
+
+def _slice_bytes(b: bytes, start: int, end: int) -> bytes:
+    if start < 0 or end < start or end > len(b):
+        raise GoError(f"runtime error: slice bounds out of range [{start}:{end}]")
+    return b[start:end]
+
+
+@go_signature(INT, STRING)
+def trunc(c: int, s: str) -> str:
+    b = _bytes(s)
+    if c < 0 and len(b) + c > 0:
+        return _str(b[len(b) + c :])
+    if c >= 0 and len(b) > c:
+        return _str(b[:c])
+    return s
+
+
+@go_signature(INT, STRING)
+def abbrev(width: int, s: str) -> str:
+    if width < 4 or len(s) <= width:
+        return s
+    return s[: width - 3] + "..."
+
+
+@go_signature(STRING)
+def initials(s: str) -> str:
+    return "".join(w[0] for w in s.split() if w)
+
+
+@go_signature(STRING)
+def swapcase(s: str) -> str:
+    return s.swapcase()
+
+
+@go_signature(ANY)
+def to_string(v: Any) -> str:
+    return strval(v)
+
+
+@go_signature(STRING)
+def b64enc(s: str) -> str:
+    return base64.b64encode(_bytes(s)).decode("ascii")
+
+
+@go_signature(STRING)
+def b64dec(s: str) -> str:
+    try:
+        return _str(base64.b64decode(s.encode("utf-8", "surrogateescape"), validate=True))
+    except (binascii.Error, ValueError):
+        return f"illegal base64 data at input byte {_bad_b64_byte(s)}"
+
+
+def _bad_b64_byte(s: str) -> int:
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    for i, ch in enumerate(s):
+        if ch not in alphabet:
+            return i
+    return len(s) - len(s) % 4 if len(s) % 4 else len(s)
+
+
+@go_signature(STRING)
+def b32enc(s: str) -> str:
+    return base64.b32encode(_bytes(s)).decode("ascii")
+
+
+@go_signature(STRING)
+def b32dec(s: str) -> str:
+    try:
+        return _str(base64.b32decode(s))
+    except (binascii.Error, ValueError) as e:
+        return str(e)
+
+
+@go_signature(STRING)
+def sha1sum(s: str) -> str:
+    return hashlib.sha1(_bytes(s)).hexdigest()
+
+
+@go_signature(STRING)
+def sha256sum(s: str) -> str:
+    return hashlib.sha256(_bytes(s)).hexdigest()
+
+
+@go_signature(STRING)
+def sha512sum(s: str) -> str:
+    return hashlib.sha512(_bytes(s)).hexdigest()
+
+
+@go_signature(STRING)
+def adler32sum(s: str) -> str:
+    return str(zlib.adler32(_bytes(s)))
+
+
+@go_signature(ANY)
+def to_strings_func(v: Any) -> list[Any]:
+    return list(to_strings(v))
+
+
+@go_signature(STRING, ANY)
+def join(sep: str, v: Any) -> str:
+    return sep.join(to_strings(v))
+
+
+@go_signature(STRING, STRING)
+def split(sep: str, s: str) -> StringMap:
+    return StringMap({f"_{i}": part for i, part in enumerate(_go_split(s, sep, -1))})
+
+
+@go_signature(STRING, INT, STRING)
+def splitn(sep: str, n: int, s: str) -> StringMap:
+    return StringMap({f"_{i}": part for i, part in enumerate(_go_split(s, sep, n))})
+
+
+@go_signature(STRING, STRING)
+def split_list(sep: str, s: str) -> list[Any]:
+    return list(_go_split(s, sep, -1))
+
+
+def _go_split(s: str, sep: str, n: int) -> list[str]:
+    """strings.SplitN: an empty separator splits after each rune; n < 0 is all."""
+    if n == 0:
+        return []
+    if sep == "":
+        parts = list(s)
+        if 0 < n < len(parts):
+            parts = [*parts[: n - 1], "".join(parts[n - 1 :])]
+        return parts
+    return s.split(sep) if n < 0 else s.split(sep, n - 1)
+
+
+@go_signature(ANY)
+def sort_alpha(v: Any) -> list[Any]:
+    if isinstance(v, (list, tuple)):
+        return sorted(to_strings(v), key=_bytes)
+    return [strval(v)]
+
+
+STRING_FUNCS: Final[dict[str, Callable[..., Any]]] = {
+    "trim": trim,
+    "upper": upper,
+    "lower": lower,
+    "title": title,
+    "untitle": untitle,
+    "substr": substr,
+    "repeat": repeat,
+    "trimall": trim_all,
+    "trimAll": trim_all,
+    "trimSuffix": trim_suffix,
+    "trimPrefix": trim_prefix,
+    "nospace": nospace,
+    "initials": initials,
+    "swapcase": swapcase,
+    "contains": contains,
+    "hasPrefix": has_prefix,
+    "hasSuffix": has_suffix,
+    "quote": quote,
+    "squote": squote,
+    "cat": cat,
+    "indent": indent,
+    "nindent": nindent,
+    "replace": replace,
+    "plural": plural,
+    "sha1sum": sha1sum,
+    "sha256sum": sha256sum,
+    "sha512sum": sha512sum,
+    "adler32sum": adler32sum,
+    "toString": to_string,
+    "trunc": trunc,
+    "abbrev": abbrev,
+    "b64enc": b64enc,
+    "b64dec": b64dec,
+    "b32enc": b32enc,
+    "b32dec": b32dec,
+    "toStrings": to_strings_func,
+    "join": join,
+    "split": split,
+    "splitn": splitn,
+    "splitList": split_list,
+    "sortAlpha": sort_alpha,
+}

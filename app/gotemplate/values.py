@@ -1,0 +1,115 @@
+"""Go's values as Python values: the data model the engine executes on.
+
+* None is Go's nil (an invalid reflect.Value once a pipeline has produced it); ``NIL`` is a nil
+  *interface* still inside a container (a map's ``null``, a function's nil ``interface{}``
+  result): it prints ``<no value>`` like nil, but ``.x`` on it is Go's "nil pointer evaluating".
+* bool, int (Go int), ``Int64`` (sprig's int64 results), float (float64), str (string).
+* dict is ``map[string]interface {}`` (``StringMap`` is ``map[string]string``: a missing key
+  indexes to ""), list/tuple is ``[]interface {}``.
+* An object with ``go_field(name)`` is a Go struct (see the package docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, Protocol, runtime_checkable
+
+
+class _Nil:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NIL"
+
+
+NIL: Final = _Nil()
+
+
+class Int64(int):
+    """A Go int64 (what sprig's arithmetic returns); prints and compares as int."""
+
+    __slots__ = ()
+
+
+class StringMap(dict[str, str]):
+    """A Go map[string]string (a Kubernetes object's labels and annotations)."""
+
+    __slots__ = ()
+
+
+@runtime_checkable
+class GoStruct(Protocol):
+    def go_field(self, name: str) -> Any: ...
+
+
+def type_name(v: Any) -> str:
+    """The Go type name errors and %T print."""
+    if v is None or v is NIL:
+        return "<nil>"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, Int64):
+        return "int64"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float64"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, StringMap):
+        return "map[string]string"
+    if isinstance(v, dict):
+        return "map[string]interface {}"
+    if isinstance(v, (list, tuple)):
+        return "[]interface {}"
+    name = getattr(v, "go_type", None)
+    if isinstance(name, str):
+        return name
+    if callable(v) and not isinstance(v, GoStruct):
+        return "func"
+    return type(v).__name__
+
+
+def kind_name(v: Any) -> str:
+    """reflect.Kind's name (sprig's kindOf)."""
+    if v is None or v is NIL:
+        return "invalid"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, Int64):
+        return "int64"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float64"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, dict):
+        return "map"
+    if isinstance(v, (list, tuple)):
+        return "slice"
+    if callable(v) and not isinstance(v, GoStruct):
+        return "func"
+    return "ptr"
+
+
+def is_true(v: Any) -> bool:
+    """template.IsTrue: the zero value of a type (and nil) is false, a struct is true."""
+    if v is None or v is NIL:
+        return False
+    if isinstance(v, (bool, int, float, str, dict, list, tuple)):
+        return bool(v)
+    return True
+
+
+def unwrap(v: Any) -> Any:
+    """A pipeline's value: a nil interface becomes plain nil."""
+    return None if v is NIL else v
+
+
+def go_len(v: Any) -> int:
+    """len() of a string counts bytes, as Go's."""
+    return len(v.encode("utf-8", "surrogateescape")) if isinstance(v, str) else len(v)
+
+
+Func = Callable[..., Any]
