@@ -5,7 +5,7 @@ inject, minus the HTTP), ``patch`` is the JSON patch the webhook answers with.""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +44,13 @@ class Injector:
     mesh: MeshConfig  # defaultConfig complete
     revision: str = "default"
     native_sidecars: bool = False
+    compliance_policy: str = ""  # istiod's COMPLIANCE_POLICY (fips-140-3)
 
     @classmethod
-    def build(cls, config: InjectionConfig, values: Mapping[str, Any], mesh: MeshConfig, *,
-              revision: str = "default", native_sidecars: bool = False) -> Injector:  # fmt: skip
-        return cls(config, parse_templates(config.templates), values, injection_mesh(mesh), revision, native_sidecars)
+    def build(cls, config: InjectionConfig, values: Mapping[str, Any], mesh: MeshConfig, *, revision: str = "default",
+              native_sidecars: bool = False, compliance_policy: str = "") -> Injector:  # fmt: skip
+        templates = parse_templates(config.templates)
+        return cls(config, templates, values, injection_mesh(mesh), revision, native_sidecars, compliance_policy)
 
     def inject(self, pod: Mapping[str, Any], namespace: str, path: str = "/inject") -> dict[str, Any] | None:
         """The injected pod, or None when policy says the pod gets no sidecar (webhook.inject)."""
@@ -69,6 +71,7 @@ class Injector:
             proxy_config=proxy_config, values=self.values, default_templates=self.config.default_templates,
             aliases=self.config.aliases, revision=self.revision, native_sidecar=self.native_sidecars,
             proxy_envs=inject_envs(path), injected_annotations=self.config.injected_annotations,
+            compliance_policy=self.compliance_policy,
         ))  # fmt: skip
 
 
@@ -96,3 +99,31 @@ def inject_envs(path: str) -> dict[str, str]:
     if len(items) % 2:
         logger.warning("odd number of inject env entries, ignoring the last key %s", items[-1])
     return envs
+
+
+def kube_inject_pod(injector: Injector, pod: Mapping[str, Any], deploy: Mapping[str, str],
+                    type_meta: Mapping[str, str], full_name: str, warn: Callable[[str], None]) -> dict[str, Any] | None:  # fmt: skip
+    """inject.IntoObject for one pod template, as istioctl kube-inject runs it: the default
+    policy (enabled, no selectors), the sidecar template unless the pod names others, the pod's
+    proxy.istio.io/config applied to the mesh config itself. None: not injected (``warn`` says why)."""
+    kind = type_meta.get("kind", "")
+    what = f'{kind} "{full_name}"' if kind else f'"{full_name}"'
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if spec.get("hostNetwork"):
+        warn(f"===> Skipping injection because {what} has host networking enabled\n")
+        return None
+    mesh = injector.mesh
+    annotation = (meta.get("annotations") or {}).get(PROXY_CONFIG_ANNOTATION)
+    if annotation is not None:
+        mesh = MeshConfig()
+        mesh.CopyFrom(injector.mesh)
+        mesh.default_config.CopyFrom(apply_proxy_config(annotation, injector.mesh.default_config))
+    if not inject_required(InjectionConfig(), spec, meta):
+        warn(f"===> Skipping injection because {what} has sidecar injection disabled\n")
+        return None
+    return inject_pod(InjectionParameters(
+        pod=pod, deploy_meta=deploy, type_meta=type_meta, templates=injector.templates, mesh=mesh,
+        proxy_config=mesh.default_config, values=injector.values, revision=injector.revision,
+        native_sidecar=injector.native_sidecars, compliance_policy=injector.compliance_policy,
+    ))  # fmt: skip

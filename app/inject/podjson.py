@@ -35,6 +35,8 @@ def _shape(value: Any, key: str) -> Any:
     if isinstance(value, Mapping):
         if key in _QUANTITIES:
             return {k: _quantity(v) for k, v in value.items() if v is not None}
+        if key in _MAPS:  # a map's entries are kept, empty strings too
+            return dict(value)
         out: dict[str, Any] = {}
         for k, v in value.items():
             shaped = _shape(v, k)
