@@ -31,6 +31,16 @@ from app.gotemplate.errors import GoError, TemplateError
 from app.gotemplate.signature import go_signature
 from app.gotemplate.sprig import SPRIG_FUNCS
 from app.gotemplate.template import Template
-from app.gotemplate.values import NIL, Int64, StringMap
+from app.gotemplate.values import NIL, Int64, NilPointer, StringMap
 
-__all__ = ["NIL", "SPRIG_FUNCS", "GoError", "Int64", "StringMap", "Template", "TemplateError", "go_signature"]
+__all__ = [
+    "NIL",
+    "SPRIG_FUNCS",
+    "GoError",
+    "Int64",
+    "NilPointer",
+    "StringMap",
+    "Template",
+    "TemplateError",
+    "go_signature",
+]

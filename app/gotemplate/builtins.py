@@ -15,7 +15,7 @@ from app.gotemplate.errors import GoError
 from app.gotemplate.printing import FormatSpec, format_value, sprint, sprint_value, sprintf, sprintln
 from app.gotemplate.quoting import is_print
 from app.gotemplate.signature import ANY, STRING, VALUE, go_signature
-from app.gotemplate.values import NIL, GoStruct, StringMap, go_len, is_true, type_name
+from app.gotemplate.values import NIL, GoStruct, StringMap, go_len, is_nil, is_true, type_name
 
 
 @go_signature(VALUE, variadic=VALUE)
@@ -67,16 +67,14 @@ def _index(item: Any, *indexes: Any) -> Any:
         if isinstance(item, (list, tuple, str)):
             n = go_len(item)
             x = _index_arg(index, n)
-            if x == n:
-                raise GoError(f"index out of range: {x}")
+            if x == n:  # indexArg allows len, reflect's Index then panics
+                raise GoError(f"reflect: {'string' if isinstance(item, str) else 'slice'} index out of range")
             item = item.encode("utf-8", "surrogateescape")[x] if isinstance(item, str) else item[x]
         elif isinstance(item, dict):
             if index is None:
-                item = NIL if not isinstance(item, StringMap) else ""
-                continue
-            key_type = "string"
+                raise GoError("value is nil; should be of type string")
             if not isinstance(index, str):
-                raise GoError(f"value has type {type_name(index)}; should be {key_type}")
+                raise GoError(f"value has type {type_name(index)}; should be string")
             if index in item:
                 item = item[index]
                 if item is None:
@@ -161,8 +159,8 @@ def _eq(arg1: Any, *arg2: Any) -> bool:
                     f"non-comparable types {format_value(arg1, 's', FormatSpec())}: {type_name(arg1)}, "
                     f"{type_name(arg)}: {sprint_value(arg)}"
                 )
-            if arg1 is None or arg is None:
-                truth = arg1 is None and arg is None
+            if is_nil(arg1) or is_nil(arg):
+                truth = is_nil(arg1) and is_nil(arg)
             else:
                 if not _comparable(arg):
                     raise GoError(f"non-comparable type {format_value(arg, 's', FormatSpec())}: {type_name(arg)}")

@@ -49,7 +49,7 @@ from app.gotemplate.signature import (
     Signature,
     signature_of,
 )
-from app.gotemplate.values import NIL, GoStruct, Int64, StringMap, is_true, type_name
+from app.gotemplate.values import NIL, GoStruct, Int64, NilPointer, StringMap, is_true, type_name
 
 MAX_EXEC_DEPTH: Final = 150  # Go allows 100000 nested {{template}} calls; Python's stack fewer
 
@@ -87,8 +87,11 @@ class Executor:
         self.signatures = signatures
         self.builtins = builtins
         self.out: list[str] = []
-        self.vars: list[list[Any]] = []
+        self.vars: list[list[Any]] = []  # [name, value, whether its static type is interface {}]
         self.node: Node | None = None
+        # whether dot's static Go type is interface {} (a map value or slice element): Go names
+        # that type, not the dynamic one, in "can't evaluate field X in type T"
+        self.dot_iface = False
         self.depth = 0
 
     # -- errors ------------------------------------------------------------------------------
@@ -111,15 +114,15 @@ class Executor:
                 return
         raise self.error(f"undefined variable: {name}")
 
-    def var_value(self, name: str) -> Any:
+    def var_entry(self, name: str) -> list[Any]:
         for var in reversed(self.vars):
             if var[0] == name:
-                return var[1]
+                return var
         raise self.error(f"undefined variable: {name}")
 
     # -- walking -----------------------------------------------------------------------------
     def run(self, root: ListNode, data: Any) -> str:
-        self.vars = [["$", data]]
+        self.vars = [["$", data, False]]
         self.walk(data, root)
         return "".join(self.out)
 
@@ -151,8 +154,14 @@ class Executor:
         mark = len(self.vars)
         try:
             val = self.eval_pipeline(dot, node.pipe)
-            if is_true(val):
-                self.walk(val if isinstance(node, WithNode) else dot, node.list)
+            if is_true(val) and isinstance(node, WithNode):
+                saved, self.dot_iface = self.dot_iface, False
+                try:
+                    self.walk(val, node.list)
+                finally:
+                    self.dot_iface = saved
+            elif is_true(val):
+                self.walk(dot, node.list)
             elif node.else_list is not None:
                 self.walk(dot, node.else_list)
         finally:
@@ -161,11 +170,13 @@ class Executor:
     def walk_range(self, dot: Any, r: RangeNode) -> None:
         self.node = r
         outer = len(self.vars)
+        saved_iface = self.dot_iface
         try:
             val = self.eval_pipeline(dot, r.pipe)
             mark = len(self.vars)
             decl = r.pipe.decl
             items: list[tuple[Any, Any]]
+            elem_iface = isinstance(val, (list, tuple, dict)) and not isinstance(val, StringMap)
             if isinstance(val, int) and not isinstance(val, bool):
                 if len(decl) > 1:
                     raise self.error(f"can't use {val} to iterate over more than one variable")
@@ -183,12 +194,13 @@ class Executor:
                     if r.pipe.is_assign:
                         self.set_var(decl[0].ident[0], index if len(decl) > 1 else elem)
                     else:
-                        self.vars[mark - 1][1] = elem
+                        self.vars[mark - 1][1:] = [elem, elem_iface]
                 if len(decl) > 1:
                     if r.pipe.is_assign:
                         self.set_var(decl[1].ident[0], elem)
                     else:
-                        self.vars[mark - 2][1] = index
+                        self.vars[mark - 2][1:] = [index, False]
+                self.dot_iface = elem_iface
                 try:
                     self.walk(elem, r.list)
                 except _Continue:
@@ -197,10 +209,12 @@ class Executor:
                     return
                 finally:
                     del self.vars[mark:]
+                    self.dot_iface = saved_iface
             if not items and r.else_list is not None:
                 self.walk(dot, r.else_list)
         finally:
             del self.vars[outer:]
+            self.dot_iface = saved_iface
 
     def walk_template(self, dot: Any, t: TemplateNode) -> None:
         self.node = t
@@ -210,14 +224,14 @@ class Executor:
         if self.depth >= MAX_EXEC_DEPTH:
             raise self.error(f"exceeded maximum template depth ({MAX_EXEC_DEPTH})")
         dot = self.eval_pipeline(dot, t.pipe) if t.pipe is not None else None
-        saved = (self.name, self.vars)
-        self.name, self.vars = t.name, [["$", dot]]
+        saved = (self.name, self.vars, self.dot_iface)
+        self.name, self.vars, self.dot_iface = t.name, [["$", dot, False]], False
         self.depth += 1
         try:
             self.walk(dot, tree)
         finally:
             self.depth -= 1
-            self.name, self.vars = saved
+            self.name, self.vars, self.dot_iface = saved
 
     def print_value(self, node: Node, v: Any) -> None:
         self.node = node
@@ -240,7 +254,7 @@ class Executor:
             if pipe.is_assign:
                 self.set_var(var.ident[0], value)
             else:
-                self.vars.append([var.ident[0], value])
+                self.vars.append([var.ident[0], value, False])
         return value
 
     def not_a_function(self, args: list[Node], final: Any) -> None:
@@ -251,7 +265,7 @@ class Executor:
         first = cmd.args[0]
         if isinstance(first, FieldNode):
             self.node = first
-            return self.eval_field_chain(dot, dot, first, first.ident, cmd.args, final)
+            return self.eval_field_chain(dot, dot, self.dot_iface, first, first.ident, cmd.args, final)
         if isinstance(first, ChainNode):
             return self.eval_chain(dot, first, cmd.args, final)
         if isinstance(first, IdentifierNode):
@@ -292,48 +306,52 @@ class Executor:
         if isinstance(chain.node, NilNode):
             raise self.error(f"indirection through explicit nil in {chain}")
         pipe = self.eval_arg(dot, None, chain.node)
-        return self.eval_field_chain(dot, pipe, chain, chain.fields, args, final)
+        return self.eval_field_chain(dot, pipe, False, chain, chain.fields, args, final)
 
     def eval_variable(self, dot: Any, var: VariableNode, args: list[Node] | None, final: Any) -> Any:
         self.node = var
-        value = self.var_value(var.ident[0])
+        _, value, iface = self.var_entry(var.ident[0])
         if len(var.ident) == 1:
             if args is not None:
                 self.not_a_function(args, final)
             return value
-        return self.eval_field_chain(dot, value, var, var.ident[1:], args, final)
+        return self.eval_field_chain(dot, value, iface, var, var.ident[1:], args, final)
 
     def eval_field_chain(
-        self, dot: Any, receiver: Any, node: Node, ident: list[str], args: list[Node] | None, final: Any
+        self, dot: Any, receiver: Any, iface: bool, node: Node, ident: list[str], args: list[Node] | None, final: Any
     ) -> Any:
         for name in ident[:-1]:
-            receiver = self.eval_field(dot, name, node, None, MISSING, receiver)
-        return self.eval_field(dot, ident[-1], node, args, final, receiver)
+            receiver, iface = self.eval_field(dot, name, node, None, MISSING, receiver, iface)
+        return self.eval_field(dot, ident[-1], node, args, final, receiver, iface)[0]
 
-    def eval_field(self, dot: Any, name: str, node: Node, args: list[Node] | None, final: Any, receiver: Any) -> Any:
+    def eval_field(
+        self, dot: Any, name: str, node: Node, args: list[Node] | None, final: Any, receiver: Any, iface: bool
+    ) -> tuple[Any, bool]:
+        """``receiver.name`` (called when a method) and whether its static type is interface {}."""
         if receiver is None:
-            return None
-        if receiver is NIL:
-            raise self.error(f"nil pointer evaluating interface {{}}.{name}")
+            return None, False
+        static_type = "interface {}" if iface or receiver is NIL else type_name(receiver)
+        if receiver is NIL or isinstance(receiver, NilPointer):
+            raise self.error(f"nil pointer evaluating {static_type}.{name}")
         has_args = (args is not None and len(args) > 1) or final is not MISSING
         if isinstance(receiver, GoStruct):
             try:
                 value = receiver.go_field(name)
             except KeyError:
-                raise self.error(f"can't evaluate field {name} in type {type_name(receiver)}") from None
+                raise self.error(f"can't evaluate field {name} in type {static_type}") from None
             if callable(value) and not isinstance(value, GoStruct):
-                return self.eval_call(dot, value, signature_of(value), False, node, name, args, final)
+                return self.eval_call(dot, value, signature_of(value), False, node, name, args, final), False
             if has_args:
                 raise self.error(f"{name} has arguments but cannot be invoked as function")
-            return NIL if value is None else value
+            return (NIL if value is None else value), False
         if isinstance(receiver, dict):
             if has_args:
                 raise self.error(f"{name} is not a method but has arguments")
             if name not in receiver:
-                return None
+                return None, False
             value = receiver[name]
-            return NIL if value is None else value
-        raise self.error(f"can't evaluate field {name} in type {type_name(receiver)}")
+            return (NIL if value is None else value), not isinstance(receiver, StringMap)
+        raise self.error(f"can't evaluate field {name} in type {static_type}")
 
     def eval_function(self, dot: Any, node: IdentifierNode, cmd: Node, args: list[Node] | None, final: Any) -> Any:
         self.node = node
@@ -409,7 +427,7 @@ class Executor:
                 return None
             raise self.error(f"cannot assign nil to {typ}")
         if isinstance(n, FieldNode):
-            return self.validate(self.eval_field_chain(dot, dot, n, n.ident, [n], MISSING), typ)
+            return self.validate(self.eval_field_chain(dot, dot, self.dot_iface, n, n.ident, [n], MISSING), typ)
         if isinstance(n, VariableNode):
             return self.validate(self.eval_variable(dot, n, None, MISSING), typ)
         if isinstance(n, PipeNode):

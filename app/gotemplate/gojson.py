@@ -9,7 +9,7 @@ from typing import Any
 
 from app.gotemplate.errors import GoError
 from app.gotemplate.printing import format_float, sorted_items
-from app.gotemplate.values import NIL, GoStruct, type_name
+from app.gotemplate.values import GoStruct, is_nil, type_name
 
 _HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 
@@ -48,7 +48,7 @@ def _float(f: float) -> str:
 
 def marshal(v: Any, *, escape_html: bool = True, indent: str = "", _level: int = 0) -> str:
     """json.Marshal (``indent``: json.MarshalIndent with prefix "")."""
-    if v is None or v is NIL:
+    if is_nil(v):
         return "null"
     if isinstance(v, bool):
         return "true" if v else "false"

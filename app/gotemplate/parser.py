@@ -474,9 +474,9 @@ def parse_go_float(text: str) -> float | None:
         except OverflowError:
             return None
     m = _DEC_FLOAT_RE.fullmatch(text)
-    if not m or "_" in text or not any(c.isdigit() for c in text.split("e")[0].split("E")[0]):
-        return None  # decimal floats take no underscores in ParseFloat
-    f = float(text)
+    if not m or not any(c.isdigit() for c in text.split("e")[0].split("E")[0]):
+        return None
+    f = float(text.replace("_", ""))
     return None if f in (float("inf"), float("-inf")) else f
 
 

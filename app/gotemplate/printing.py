@@ -220,11 +220,12 @@ def _fmt_str(v: str, verb: str, spec: FormatSpec) -> str:
     return _bad(verb, v)
 
 
-def format_value(v: Any, verb: str, spec: FormatSpec) -> str:
+def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> str:
+    """One operand of Sprintf; inside a map or slice (``nested``) nil is <nil> whatever the verb."""
     if verb == "T":
         return _pad(type_name(v), spec)
     if v is None or v is NIL:
-        return _pad("<nil>", spec) if verb == "v" else _bad(verb, v)
+        return _pad("<nil>", spec) if verb == "v" or nested else _bad(verb, v)
     if isinstance(v, bool):
         return _pad("true" if v else "false", spec) if verb in "tv" else _bad(verb, v)
     if isinstance(v, int):
@@ -234,10 +235,12 @@ def format_value(v: Any, verb: str, spec: FormatSpec) -> str:
     if isinstance(v, str):
         return _fmt_str(v, verb, spec)
     if isinstance(v, dict):
-        inner = " ".join(f"{format_value(k, verb, spec)}:{format_value(x, verb, spec)}" for k, x in sorted_items(v))
+        inner = " ".join(
+            f"{format_value(k, verb, spec, True)}:{format_value(x, verb, spec, True)}" for k, x in sorted_items(v)
+        )
         return "map[" + inner + "]"
     if isinstance(v, (list, tuple)):
-        return "[" + " ".join(format_value(x, verb, spec) for x in v) + "]"
+        return "[" + " ".join(format_value(x, verb, spec, True) for x in v) + "]"
     if isinstance(v, GoStruct) or verb in "sv":
         return _pad(str(v), spec) if verb in "sv" else _bad(verb, v)
     return _bad(verb, v)

@@ -9,7 +9,7 @@ from typing import Any
 from app.gotemplate.errors import GoError
 from app.gotemplate.parser import parse_go_float, parse_go_int
 from app.gotemplate.printing import sprint_value
-from app.gotemplate.values import NIL, GoStruct, kind_name, type_name
+from app.gotemplate.values import NIL, GoStruct, is_nil, kind_name, type_name
 
 NIL_DEREFERENCE = "runtime error: invalid memory address or nil pointer dereference"
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -79,7 +79,7 @@ def to_float64(v: Any) -> float:
 
 def empty(v: Any) -> bool:
     """sprig's empty: nil and the zero value of a type (a struct is never empty)."""
-    if v is None or v is NIL:
+    if is_nil(v):
         return True
     if isinstance(v, (bool, int, float, str, dict, list, tuple)):
         return not v

@@ -37,6 +37,27 @@ class StringMap(dict[str, str]):
     __slots__ = ()
 
 
+class NilPointer:
+    """A Go nil pointer of a named type (``NilPointer("*v1.ObjectMeta")``): what a struct's
+    ``go_field`` returns for an unset pointer field. False, prints ``<nil>``, and ``.X`` on it is
+    Go's "nil pointer evaluating *v1.ObjectMeta.X"."""
+
+    __slots__ = ("go_type",)
+
+    def __init__(self, go_type: str) -> None:
+        self.go_type = go_type
+
+    def __repr__(self) -> str:
+        return f"NilPointer({self.go_type!r})"
+
+    def __str__(self) -> str:
+        return "<nil>"
+
+
+def is_nil(v: Any) -> bool:
+    return v is None or v is NIL or isinstance(v, NilPointer)
+
+
 @runtime_checkable
 class GoStruct(Protocol):
     def go_field(self, name: str) -> Any: ...
@@ -95,7 +116,7 @@ def kind_name(v: Any) -> str:
 
 def is_true(v: Any) -> bool:
     """template.IsTrue: the zero value of a type (and nil) is false, a struct is true."""
-    if v is None or v is NIL:
+    if is_nil(v):
         return False
     if isinstance(v, (bool, int, float, str, dict, list, tuple)):
         return bool(v)
