@@ -63,6 +63,18 @@ class _Missing:
 MISSING: Final = _Missing()
 
 
+class _Var:
+    """A variable: its name, value, and whether its static Go type is interface {} (a range
+    element of a map or slice)."""
+
+    __slots__ = ("iface", "name", "value")
+
+    def __init__(self, name: str, value: Any, iface: bool = False) -> None:
+        self.name = name
+        self.value = value
+        self.iface = iface
+
+
 class _Break(Exception):
     pass
 
@@ -87,7 +99,7 @@ class Executor:
         self.signatures = signatures
         self.builtins = builtins
         self.out: list[str] = []
-        self.vars: list[list[Any]] = []  # [name, value, whether its static type is interface {}]
+        self.vars: list[_Var] = []
         self.node: Node | None = None
         # whether dot's static Go type is interface {} (a map value or slice element): Go names
         # that type, not the dynamic one, in "can't evaluate field X in type T"
@@ -109,20 +121,20 @@ class Executor:
     # -- variables ---------------------------------------------------------------------------
     def set_var(self, name: str, value: Any) -> None:
         for var in reversed(self.vars):
-            if var[0] == name:
-                var[1] = value
+            if var.name == name:
+                var.value, var.iface = value, False
                 return
         raise self.error(f"undefined variable: {name}")
 
-    def var_entry(self, name: str) -> list[Any]:
+    def var_entry(self, name: str) -> _Var:
         for var in reversed(self.vars):
-            if var[0] == name:
+            if var.name == name:
                 return var
         raise self.error(f"undefined variable: {name}")
 
     # -- walking -----------------------------------------------------------------------------
     def run(self, root: ListNode, data: Any) -> str:
-        self.vars = [["$", data, False]]
+        self.vars = [_Var("$", data)]
         self.walk(data, root)
         return "".join(self.out)
 
@@ -194,12 +206,12 @@ class Executor:
                     if r.pipe.is_assign:
                         self.set_var(decl[0].ident[0], index if len(decl) > 1 else elem)
                     else:
-                        self.vars[mark - 1][1:] = [elem, elem_iface]
+                        self.vars[mark - 1].value, self.vars[mark - 1].iface = elem, elem_iface
                 if len(decl) > 1:
                     if r.pipe.is_assign:
                         self.set_var(decl[1].ident[0], elem)
                     else:
-                        self.vars[mark - 2][1:] = [index, False]
+                        self.vars[mark - 2].value = index
                 self.dot_iface = elem_iface
                 try:
                     self.walk(elem, r.list)
@@ -225,7 +237,7 @@ class Executor:
             raise self.error(f"exceeded maximum template depth ({MAX_EXEC_DEPTH})")
         dot = self.eval_pipeline(dot, t.pipe) if t.pipe is not None else None
         saved = (self.name, self.vars, self.dot_iface)
-        self.name, self.vars, self.dot_iface = t.name, [["$", dot, False]], False
+        self.name, self.vars, self.dot_iface = t.name, [_Var("$", dot)], False
         self.depth += 1
         try:
             self.walk(dot, tree)
@@ -254,7 +266,7 @@ class Executor:
             if pipe.is_assign:
                 self.set_var(var.ident[0], value)
             else:
-                self.vars.append([var.ident[0], value, False])
+                self.vars.append(_Var(var.ident[0], value))
         return value
 
     def not_a_function(self, args: list[Node], final: Any) -> None:
@@ -310,7 +322,8 @@ class Executor:
 
     def eval_variable(self, dot: Any, var: VariableNode, args: list[Node] | None, final: Any) -> Any:
         self.node = var
-        _, value, iface = self.var_entry(var.ident[0])
+        entry = self.var_entry(var.ident[0])
+        value, iface = entry.value, entry.iface
         if len(var.ident) == 1:
             if args is not None:
                 self.not_a_function(args, final)

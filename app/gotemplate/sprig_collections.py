@@ -51,14 +51,12 @@ def last(lst: Any) -> Any:
 
 @go_signature(ANY)
 def rest(lst: Any) -> Any:
-    items = as_list("Cannot find rest on type", lst)
-    return items[1:] if items else None
+    return as_list("Cannot find rest on type", lst)[1:]  # a nil []interface{} prints [] too
 
 
 @go_signature(ANY)
 def initial(lst: Any) -> Any:
-    items = as_list("Cannot find initial on type", lst)
-    return items[:-1] if items else None
+    return as_list("Cannot find initial on type", lst)[:-1]
 
 
 @go_signature(ANY)
@@ -100,7 +98,7 @@ def slice_(lst: Any, *indices: Any) -> Any:
     start = to_int64(indices[0]) if indices else 0
     end = to_int64(indices[1]) if len(indices) > 1 else len(items)
     if not 0 <= start <= end <= len(items):
-        raise GoError("reflect: slice index out of range")
+        raise GoError("reflect.Value.Slice: slice index out of bounds")
     return items[start:end]
 
 
@@ -113,7 +111,7 @@ def concat(*lists: Any) -> Any:
         if not isinstance(lst, (list, tuple)):
             raise GoError(f"{list_kind_error('Cannot concat type', lst)} as list")
         out.extend(as_list("", lst))
-    return out or None
+    return out
 
 
 @go_signature(variadic=ANY)
@@ -175,12 +173,20 @@ def values(d: dict[str, Any] | None) -> list[Any]:
 
 
 def _merge(dst: dict[str, Any], src: dict[str, Any], overwrite: bool) -> None:
-    """dario.cat/mergo's Merge (overwrite: MergeWithOverwrite) of map[string]interface{}."""
+    """dario.cat/mergo's Merge (overwrite: MergeWithOverwrite) of map[string]interface{}: maps
+    merge deeply; otherwise a source value replaces a missing or empty one, or any one when
+    overwriting (an empty source value too; a nil one only then)."""
     for k, sv in src.items():
+        if sv is None:
+            if overwrite:
+                dst[k] = None
+            continue
         dv = dst.get(k)
         if isinstance(dv, dict) and isinstance(sv, dict):
             _merge(dv, sv, overwrite)
-        elif k not in dst or (empty(dv) and not overwrite) or (overwrite and not empty(sv)):
+            if dv:
+                continue
+        if overwrite or k not in dst or empty(dv):
             dst[k] = sv
 
 

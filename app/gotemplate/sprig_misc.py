@@ -1,5 +1,9 @@
 """sprig's defaults, JSON, reflection, regular expression, path and flow-control functions
-(defaults.go, reflect.go, regex.go, functions.go). Regular expressions are RE2, as Go's."""
+(defaults.go, reflect.go, regex.go, functions.go). Regular expressions are RE2, as Go's.
+
+The wording of a JSON or regular-expression syntax error (mustFromJson, mustRegex*) is Python's
+and RE2's, not Go's; that such input is an error is as in Go.
+"""
 
 from __future__ import annotations
 
@@ -245,9 +249,9 @@ def regex_replace_all_literal(regex: str, s: str, repl: str) -> str:
 
 
 @go_signature(STRING, STRING, INT)
-def regex_split(regex: str, s: str, n: int) -> list[Any] | None:
+def regex_split(regex: str, s: str, n: int) -> list[Any]:
     if n == 0:
-        return None
+        return []  # a nil []string prints []
     r = _compile(regex)
     if regex and s == "":
         return [""]

@@ -117,7 +117,9 @@ def cat(*args: Any) -> str:
 
 @go_signature(INT, STRING)
 def indent(spaces: int, s: str) -> str:
-    pad = " " * max(spaces, 0)
+    if spaces < 0:
+        raise GoError("strings: negative Repeat count")
+    pad = " " * spaces
     return pad + s.replace("\n", "\n" + pad)
 
 
