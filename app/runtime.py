@@ -34,6 +34,7 @@ from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
+from app.inject.source import injection_source
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
@@ -124,7 +125,8 @@ class Runtime:
         self.webhook: WebhookServer | None = None
         if settings.webhook_cert is not None and settings.webhook_key is not None:
             self.webhook = WebhookServer(
-                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
+                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace,
+                injection=injection_source(settings, lambda: self.env.store.mesh),
             )
         self.started = asyncio.Event()
 

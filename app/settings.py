@@ -39,6 +39,14 @@ class Settings:
     webhook_address: str = "0.0.0.0:15017"
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
+    # sidecar injection (``/inject`` on the webhook port): istio-sidecar-injector's `config` and
+    # `values` (None: what istiod's chart installs by default), the revision served (REVISION)
+    inject_config: Path | None = None
+    inject_values: Path | None = None
+    revision: str = "default"
+    # ENABLE_NATIVE_SIDECARS: the proxy as a native sidecar (an init container that keeps
+    # running); istiod's "auto" asks every node's kubelet, pilotfish's takes them as >= 1.33
+    native_sidecars: bool = True
     system_namespace: str = "istio-system"
     # POD_NAME: this replica's name, as istiod reports it to istioctl (ControlPlane identifier)
     pod_name: str = "pilotfish"
@@ -79,6 +87,10 @@ class Settings:
                 values[name] = parse(key, env[key])
         if env.get("POD_NAME"):
             values["pod_name"] = env["POD_NAME"]
+        if env.get("REVISION"):
+            values["revision"] = env["REVISION"]
+        if env.get("ENABLE_NATIVE_SIDECARS", "auto") != "auto":
+            values["native_sidecars"] = _boolean("ENABLE_NATIVE_SIDECARS", env["ENABLE_NATIVE_SIDECARS"])
         values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})

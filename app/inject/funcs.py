@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from app.gotemplate.signature import ANY, STRING, STRING_MAP, go_signature

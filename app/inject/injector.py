@@ -101,8 +101,14 @@ def inject_envs(path: str) -> dict[str, str]:
     return envs
 
 
-def kube_inject_pod(injector: Injector, pod: Mapping[str, Any], deploy: Mapping[str, str],
-                    type_meta: Mapping[str, str], full_name: str, warn: Callable[[str], None]) -> dict[str, Any] | None:  # fmt: skip
+def kube_inject_pod(
+    injector: Injector,
+    pod: Mapping[str, Any],
+    deploy: Mapping[str, str],
+    type_meta: Mapping[str, str],
+    full_name: str,
+    warn: Callable[[str], None],
+) -> dict[str, Any] | None:
     """inject.IntoObject for one pod template, as istioctl kube-inject runs it: the default
     policy (enabled, no selectors), the sidecar template unless the pod names others, the pod's
     proxy.istio.io/config applied to the mesh config itself. None: not injected (``warn`` says why)."""

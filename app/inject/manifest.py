@@ -70,7 +70,10 @@ def inject_object(doc: Mapping[str, Any], injector: Injector, warn: Callable[[st
         holder, deploy = out, None
     elif kind == "CronJob":  # as istiod: the job template's metadata with the pod template's spec
         job = spec.setdefault("jobTemplate", {})  # type: ignore[union-attr]
-        holder = {"metadata": job.get("metadata") or {}, "spec": ((job.get("spec") or {}).get("template") or {}).get("spec") or {}}
+        holder = {
+            "metadata": job.get("metadata") or {},
+            "spec": ((job.get("spec") or {}).get("template") or {}).get("spec") or {},
+        }
         deploy = owner
     else:
         if spec.get("template") is None:  # type: ignore[union-attr]

@@ -48,14 +48,15 @@ def strategic_merge_pod(original: Mapping[str, Any], patch: Mapping[str, Any]) -
 def _merge_map(original: dict[str, Any], patch: dict[str, Any], kind: str) -> dict[str, Any]:
     directive = patch.pop(DIRECTIVE, None)
     if directive == "replace":
-        return _discard_nulls(patch)
+        replaced: dict[str, Any] = _discard_nulls(patch)
+        return replaced
     if directive == "delete":
         return {}
     for key, value in patch.items():
         if value is None:
             original.pop(key, None)
             continue
-        current = original.get(key)
+        current: Any = original.get(key)
         if key not in original or _shape_of(current) != _shape_of(value):
             original[key] = _discard_nulls(value)
         elif isinstance(value, dict):

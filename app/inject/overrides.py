@@ -14,8 +14,8 @@ from typing import Any
 from app.inject.gojson import go_json
 from app.inject.merge import strategic_merge_pod
 from app.inject.podjson import go_pod
-from app.inject.prometheus import find_container
 from app.inject.probes import PROXY_CONTAINER
+from app.inject.prometheus import find_container
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ def go_container(container: Mapping[str, Any]) -> dict[str, Any]:
 
 def _ordered(value: Mapping[str, Any], go_type: str) -> dict[str, Any]:
     order = _ORDERS.get(go_type)
-    keys = sorted(value) if order is None else [*(k for k in order if k in value), *(k for k in value if k not in order)]
+    keys = (
+        sorted(value) if order is None else [*(k for k in order if k in value), *(k for k in value if k not in order)]
+    )
     out: dict[str, Any] = {}
     for k in keys:
         v = value[k]

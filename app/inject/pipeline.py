@@ -142,8 +142,14 @@ def _run_templates(
         native_annotation = (merged["metadata"].get("annotations") or {}).get(NATIVE_SIDECAR_ANNOTATION)
         if native_annotation in ("true", "false"):
             native = native_annotation == "true"
-        in_template_inits = any(c.get("name") == PROXY_CONTAINER for c in template_pod.get("spec", {}).get("initContainers") or [])
-        if native and in_template_inits and any(c.get("name") == PROXY_CONTAINER for c in merged.get("spec", {}).get("containers") or []):
+        in_template_inits = any(
+            c.get("name") == PROXY_CONTAINER for c in template_pod.get("spec", {}).get("initContainers") or []
+        )
+        if (
+            native
+            and in_template_inits
+            and any(c.get("name") == PROXY_CONTAINER for c in merged.get("spec", {}).get("containers") or [])
+        ):
             merged = copy.deepcopy(merged)
             spec = merged["spec"]
             proxy = next(c for c in spec["containers"] if c.get("name") == PROXY_CONTAINER)
@@ -156,7 +162,11 @@ def _run_templates(
 def select_templates(annotations: Mapping[str, str], defaults: tuple[str, ...],
                      aliases: Mapping[str, tuple[str, ...]]) -> list[str]:  # fmt: skip
     """selectTemplates: the pod's inject.istio.io/templates, else the defaults, aliases expanded."""
-    names = [n.strip() for n in annotations[TEMPLATES_ANNOTATION].split(",")] if TEMPLATES_ANNOTATION in annotations else list(defaults)
+    names = (
+        [n.strip() for n in annotations[TEMPLATES_ANNOTATION].split(",")]
+        if TEMPLATES_ANNOTATION in annotations
+        else list(defaults)
+    )
     return [expanded for n in names for expanded in aliases.get(n, (n,))]
 
 
@@ -186,7 +196,9 @@ def _strip_pod(pod: dict[str, Any], status_port: int) -> dict[str, Any]:
     return pod
 
 
-def proxy_image(values: Mapping[str, Any], image_type: str, annotations: Mapping[str, str], *, init: bool = False) -> str:
+def proxy_image(
+    values: Mapping[str, Any], image_type: str, annotations: Mapping[str, str], *, init: bool = False
+) -> str:
     """ProxyImage / ProxyInitImage: HUB/NAME:TAG, with the variant (distroless, debug) in the tag."""
     name = lookup(values, "global", "proxy_init" if init else "proxy", "image") or "proxyv2"
     tag_value = lookup(values, "global", "tag")
@@ -215,7 +227,9 @@ def _post_process(pod: dict[str, Any], template_pod: Mapping[str, Any], params: 
         sidecar["env"] = [e for e in sidecar.get("env") or [] if e.get("name") not in envs]
         sidecar["env"] += [{"name": k, "value": envs[k]} for k in sorted(envs)]
     status_port = params.mesh.default_config.status_port
-    merge_setting = params.mesh.enable_prometheus_merge.value if params.mesh.HasField("enable_prometheus_merge") else None
+    merge_setting = (
+        params.mesh.enable_prometheus_merge.value if params.mesh.HasField("enable_prometheus_merge") else None
+    )
     apply_prometheus_merge(pod, status_port, merge_setting)
     apply_secure_port_annotation(pod)
     sidecar = find_container(spec, PROXY_CONTAINER)
@@ -223,7 +237,9 @@ def _post_process(pod: dict[str, Any], template_pod: Mapping[str, Any], params: 
     if sidecar is not None and should_rewrite(annotations, default_rewrite):
         probers = dump_app_probers(spec, status_port)
         if probers:
-            sidecar["env"] = merge_or_append_probers(STATUS_ANNOTATION in annotations, list(sidecar.get("env") or []), probers)
+            sidecar["env"] = merge_or_append_probers(
+                STATUS_ANNOTATION in annotations, list(sidecar.get("env") or []), probers
+            )
         rewrite_probes(spec, annotations, status_port)
     if "ISTIO_META_NETWORK" in envs:
         labels[NETWORK_LABEL] = envs["ISTIO_META_NETWORK"]

@@ -23,7 +23,9 @@ def canonical_quantity(text: str) -> str:
     """``text`` as resource.ParseQuantity(text).String() writes it."""
     m = _NUMBER.match(text.strip())
     if not m or not (m.group(2) or m.group(3)):
-        raise QuantityError(f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}")
+        raise QuantityError(
+            f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+        )
     sign, whole, fraction, suffix = m.groups()
     value = Fraction(int(whole or "0")) + (Fraction(int(fraction), 10 ** len(fraction)) if fraction else 0)
     if sign == "-":

@@ -102,7 +102,7 @@ class ProtoStruct:
 
     def __init__(self, message: Message) -> None:
         self.message = message
-        self._fields = {_go_name(f.name): f for f in message.DESCRIPTOR.fields}
+        self._fields: dict[str, Any] = {_go_name(f.name): f for f in message.DESCRIPTOR.fields}
 
     def go_field(self, name: str) -> Any:
         if name.startswith("Get") and name[3:] in self._fields:
@@ -126,7 +126,9 @@ class ProtoStruct:
 
 def _scalar(f: FieldDescriptor, value: Any) -> Any:
     if f.enum_type is not None:
-        return EnumValue(f.enum_type.values_by_number[value].name if value in f.enum_type.values_by_number else str(value))
+        return EnumValue(
+            f.enum_type.values_by_number[value].name if value in f.enum_type.values_by_number else str(value)
+        )
     if isinstance(value, Message):
         return ProtoStruct(value)
     if f.type in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED64):
@@ -160,24 +162,25 @@ class SidecarTemplateData:
     compliance_policy: str = ""
 
     def go_field(self, name: str) -> Any:
-        fields = {
-            "TypeMeta": lambda: Named({"Kind": self.type_meta.get("kind", ""),
-                                       "APIVersion": self.type_meta.get("apiVersion", "")}),
-            "DeploymentMeta": lambda: Named({"Name": self.deployment_meta.get("name", ""),
-                                             "Namespace": self.deployment_meta.get("namespace", "")}),
-            "ObjectMeta": lambda: KubeStruct("ObjectMeta", self.object_meta),
-            "Spec": lambda: KubeStruct("PodSpec", self.spec),
-            "ProxyConfig": lambda: ProtoStruct(self.proxy_config),
-            "MeshConfig": lambda: ProtoStruct(self.mesh_config),
-            "Values": lambda: self.values,
-            "Revision": lambda: self.revision,
-            "NativeSidecars": lambda: self.native_sidecars,
-            "ProxyImage": lambda: self.proxy_image,
-            "ProxyInitImage": lambda: self.proxy_init_image,
-            "ProxyUID": lambda: Int64(self.proxy_uid),
-            "ProxyGID": lambda: Int64(self.proxy_gid),
-            "InboundTrafficPolicyMode": lambda: self.inbound_traffic_policy_mode,
-            "CompliancePolicy": lambda: self.compliance_policy,
+        fields: dict[str, Any] = {
+            "TypeMeta": Named({
+                "Kind": self.type_meta.get("kind", ""), "APIVersion": self.type_meta.get("apiVersion", ""),
+            }),
+            "DeploymentMeta": Named({
+                "Name": self.deployment_meta.get("name", ""), "Namespace": self.deployment_meta.get("namespace", ""),
+            }),
+            "ObjectMeta": KubeStruct("ObjectMeta", self.object_meta),
+            "Spec": KubeStruct("PodSpec", self.spec),
+            "ProxyConfig": ProtoStruct(self.proxy_config),
+            "MeshConfig": ProtoStruct(self.mesh_config),
+            "Values": self.values,
+            "Revision": self.revision,
+            "NativeSidecars": self.native_sidecars,
+            "ProxyImage": self.proxy_image,
+            "ProxyInitImage": self.proxy_init_image,
+            "ProxyUID": Int64(self.proxy_uid),
+            "ProxyGID": Int64(self.proxy_gid),
+            "InboundTrafficPolicyMode": self.inbound_traffic_policy_mode,
+            "CompliancePolicy": self.compliance_policy,
         }  # fmt: skip
-        value = fields[name]()  # KeyError: no such field, as the engine expects
-        return value
+        return fields[name]  # KeyError: no such field, as the engine expects

@@ -38,7 +38,9 @@ def _helm_flag(flag: str) -> str:
 
 
 @functools.cache
-def injection_settings(flags: tuple[str, ...] = (), iop: str = "") -> tuple[InjectionConfig, dict[str, Any], MeshConfig]:
+def injection_settings(
+    flags: tuple[str, ...] = (), iop: str = ""
+) -> tuple[InjectionConfig, dict[str, Any], MeshConfig]:
     args = [str(helm()), "template", "istiod", str(istio_module_dir() / CHART), "--namespace", "istio-system",
             "--show-only", "templates/istiod-injector-configmap.yaml", "--show-only", "templates/configmap.yaml",
             "--set", "global.istioNamespace=istio-system", "--set", "global.configValidation=true"]  # fmt: skip

@@ -77,8 +77,12 @@ class Case:
 
 
 _CNI = ("components.cni.enabled=true",)
-_STATUS = ("values.global.proxy.statusPort=123", "values.global.proxy.readinessInitialDelaySeconds=100",
-           "values.global.proxy.readinessPeriodSeconds=200", "values.global.proxy.readinessFailureThreshold=300")
+_STATUS = (
+    "values.global.proxy.statusPort=123",
+    "values.global.proxy.readinessInitialDelaySeconds=100",
+    "values.global.proxy.readinessPeriodSeconds=200",
+    "values.global.proxy.readinessFailureThreshold=300",
+)
 _HOLD = ("values.global.proxy.holdApplicationUntilProxyStarts=true",)
 _MULTUS = ("components.cni.enabled=true", "values.cni.provider=multus")
 
@@ -230,7 +234,7 @@ ALL = cases()
 
 
 def _id(case: Case) -> str:
-    return case.error and case.input or _want(case) + ("" if case.native else " (no native sidecars)")
+    return (case.error and case.input) or _want(case) + ("" if case.native else " (no native sidecars)")
 
 
 @pytest.mark.parametrize("case", [c for c in ALL if not c.openshift], ids=_id)
