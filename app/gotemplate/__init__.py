@@ -31,12 +31,13 @@ from app.gotemplate.errors import GoError, TemplateError
 from app.gotemplate.signature import go_signature
 from app.gotemplate.sprig import SPRIG_FUNCS
 from app.gotemplate.template import Template
-from app.gotemplate.values import NIL, Int64, NilPointer, StringMap
+from app.gotemplate.values import NIL, GoStruct, Int64, NilPointer, StringMap
 
 __all__ = [
     "NIL",
     "SPRIG_FUNCS",
     "GoError",
+    "GoStruct",
     "Int64",
     "NilPointer",
     "StringMap",

@@ -15,7 +15,7 @@ from app.gotemplate.errors import GoError
 from app.gotemplate.printing import FormatSpec, format_value, sprint, sprint_value, sprintf, sprintln
 from app.gotemplate.quoting import is_print
 from app.gotemplate.signature import ANY, STRING, VALUE, go_signature
-from app.gotemplate.values import NIL, GoStruct, StringMap, go_len, is_nil, is_true, type_name
+from app.gotemplate.values import NIL, StringMap, go_len, is_nil, is_struct, is_true, type_name
 
 
 @go_signature(VALUE, variadic=VALUE)
@@ -129,7 +129,7 @@ def _basic_kind(v: Any) -> str | None:
 
 
 def _comparable(v: Any) -> bool:
-    return not isinstance(v, (dict, list, tuple)) and not (callable(v) and not isinstance(v, GoStruct))
+    return not isinstance(v, (dict, list, tuple)) and not (callable(v) and not is_struct(v))
 
 
 def _kind(v: Any) -> str:

@@ -49,7 +49,7 @@ from app.gotemplate.signature import (
     Signature,
     signature_of,
 )
-from app.gotemplate.values import NIL, GoStruct, Int64, NilPointer, StringMap, is_true, type_name
+from app.gotemplate.values import NIL, Int64, NilPointer, StringMap, is_struct, is_true, type_name
 
 MAX_EXEC_DEPTH: Final = 150  # Go allows 100000 nested {{template}} calls; Python's stack fewer
 
@@ -249,7 +249,7 @@ class Executor:
         self.node = node
         if v is None:
             self.out.append("<no value>")
-        elif callable(v) and not isinstance(v, GoStruct):
+        elif callable(v) and not is_struct(v):
             raise self.error(f"can't print {node} of type {type_name(v)}")
         else:
             self.out.append(sprint_value(v))
@@ -343,16 +343,15 @@ class Executor:
         """``receiver.name`` (called when a method) and whether its static type is interface {}."""
         if receiver is None:
             return None, False
-        static_type = "interface {}" if iface or receiver is NIL else type_name(receiver)
         if receiver is NIL or isinstance(receiver, NilPointer):
-            raise self.error(f"nil pointer evaluating {static_type}.{name}")
+            raise self.error(f"nil pointer evaluating {_static_type(receiver, iface)}.{name}")
         has_args = (args is not None and len(args) > 1) or final is not MISSING
-        if isinstance(receiver, GoStruct):
+        if is_struct(receiver):
             try:
                 value = receiver.go_field(name)
             except KeyError:
-                raise self.error(f"can't evaluate field {name} in type {static_type}") from None
-            if callable(value) and not isinstance(value, GoStruct):
+                raise self.error(f"can't evaluate field {name} in type {_static_type(receiver, iface)}") from None
+            if callable(value) and not is_struct(value):
                 return self.eval_call(dot, value, signature_of(value), False, node, name, args, final), False
             if has_args:
                 raise self.error(f"{name} has arguments but cannot be invoked as function")
@@ -364,7 +363,7 @@ class Executor:
                 return None, False
             value = receiver[name]
             return (NIL if value is None else value), not isinstance(receiver, StringMap)
-        raise self.error(f"can't evaluate field {name} in type {static_type}")
+        raise self.error(f"can't evaluate field {name} in type {_static_type(receiver, iface)}")
 
     def eval_function(self, dot: Any, node: IdentifierNode, cmd: Node, args: list[Node] | None, final: Any) -> Any:
         self.node = node
@@ -486,6 +485,10 @@ class Executor:
         raise self.error(f"wrong type for value; expected {typ}; got {got}")
 
 
+def _static_type(value: Any, iface: bool) -> str:
+    return "interface {}" if iface or value is NIL else type_name(value)
+
+
 def _assignable(value: Any, typ: str) -> bool:
     if typ == STRING:
         return isinstance(value, str)
@@ -510,7 +513,7 @@ def _call_builtin(name: str, fn: Any, *args: Any) -> Any:
     """The ``call`` builtin: calls its first argument with the rest."""
     if fn is None:
         raise GoError("call of nil")
-    if not callable(fn) or isinstance(fn, GoStruct):
+    if not callable(fn) or is_struct(fn):
         raise GoError(f"non-function {name} of type {type_name(fn)}")
     sig = signature_of(fn)
     if sig.variadic is not None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.gotemplate.errors import GoError
 from app.gotemplate.printing import format_float, sorted_items
-from app.gotemplate.values import GoStruct, is_nil, type_name
+from app.gotemplate.values import is_nil, is_struct, type_name
 
 _HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 
@@ -75,7 +75,7 @@ def marshal(v: Any, *, escape_html: bool = True, indent: str = "", _level: int =
         elems = [marshal(x, escape_html=escape_html, indent=indent, _level=_level + 1) for x in v]
         return "[" + nl + ("," + nl).join(elems) + end + "]"
     go_json = getattr(v, "go_json", None)
-    if isinstance(v, GoStruct) and callable(go_json):
+    if is_struct(v) and callable(go_json):
         return marshal(go_json(), escape_html=escape_html, indent=indent, _level=_level)
     raise GoError(f"json: unsupported type: {type_name(v)}")
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from app.gotemplate.quoting import go_quote
-from app.gotemplate.values import NIL, GoStruct, type_name
+from app.gotemplate.values import NIL, is_struct, type_name
 
 
 def shortest_digits(f: float) -> tuple[str, int]:
@@ -241,7 +241,7 @@ def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> s
         return "map[" + inner + "]"
     if isinstance(v, (list, tuple)):
         return "[" + " ".join(format_value(x, verb, spec, True) for x in v) + "]"
-    if isinstance(v, GoStruct) or verb in "sv":
+    if is_struct(v) or verb in "sv":
         return _pad(str(v), spec) if verb in "sv" else _bad(verb, v)
     return _bad(verb, v)
 

@@ -9,7 +9,7 @@ from typing import Any
 from app.gotemplate.errors import GoError
 from app.gotemplate.parser import parse_go_float, parse_go_int
 from app.gotemplate.printing import sprint_value
-from app.gotemplate.values import NIL, GoStruct, is_nil, kind_name, type_name
+from app.gotemplate.values import NIL, is_nil, is_struct, kind_name, type_name
 
 NIL_DEREFERENCE = "runtime error: invalid memory address or nil pointer dereference"
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -100,7 +100,7 @@ def deep_equal(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(deep_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, GoStruct):
+    if is_struct(a):
         return a is b or bool(a == b)
     return bool(a == b)
 
@@ -109,7 +109,7 @@ def list_kind_error(what: str, v: Any) -> GoError:
     """The error sprig's list functions return (or panic with) for a value that is no list."""
     if v is None or v is NIL:
         return GoError(NIL_DEREFERENCE)
-    kind = "ptr" if isinstance(v, GoStruct) else kind_name(v)
+    kind = "ptr" if is_struct(v) else kind_name(v)
     return GoError(f"{what} {kind}")
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol
 
 
 class _Nil:
@@ -58,9 +58,16 @@ def is_nil(v: Any) -> bool:
     return v is None or v is NIL or isinstance(v, NilPointer)
 
 
-@runtime_checkable
 class GoStruct(Protocol):
+    """A Go struct or pointer to one (see the package docstring)."""
+
     def go_field(self, name: str) -> Any: ...
+
+
+def is_struct(v: Any) -> bool:
+    """Whether ``v`` is a GoStruct (a class attribute look-up: a runtime_checkable Protocol's
+    isinstance costs tens of times more, and execution asks this at every field)."""
+    return getattr(type(v), "go_field", None) is not None
 
 
 def type_name(v: Any) -> str:
@@ -86,7 +93,7 @@ def type_name(v: Any) -> str:
     name = getattr(v, "go_type", None)
     if isinstance(name, str):
         return name
-    if callable(v) and not isinstance(v, GoStruct):
+    if callable(v) and not is_struct(v):
         return "func"
     return type(v).__name__
 
@@ -109,7 +116,7 @@ def kind_name(v: Any) -> str:
         return "map"
     if isinstance(v, (list, tuple)):
         return "slice"
-    if callable(v) and not isinstance(v, GoStruct):
+    if callable(v) and not is_struct(v):
         return "func"
     return "ptr"
 
