@@ -15,7 +15,7 @@ from app.gotemplate.errors import GoError
 from app.gotemplate.printing import FormatSpec, format_value, sprint, sprint_value, sprintf, sprintln
 from app.gotemplate.quoting import is_print
 from app.gotemplate.signature import ANY, STRING, VALUE, go_signature
-from app.gotemplate.values import NIL, StringMap, go_len, is_nil, is_struct, is_true, type_name
+from app.gotemplate.values import NIL, NilPointer, StringMap, Uint8, go_len, is_nil, is_struct, is_true, type_name
 
 
 @go_signature(VALUE, variadic=VALUE)
@@ -40,6 +40,8 @@ def _not(arg: Any) -> bool:
 
 @go_signature(VALUE)
 def _len(item: Any) -> int:
+    if item is NIL or isinstance(item, NilPointer):
+        raise GoError("len of nil pointer")
     if item is None:
         raise GoError("reflect: call of reflect.Value.Type on zero Value")
     if isinstance(item, (str, dict, list, tuple)):
@@ -59,17 +61,18 @@ def _index_arg(index: Any, cap: int) -> int:
 
 @go_signature(VALUE, variadic=VALUE)
 def _index(item: Any, *indexes: Any) -> Any:
-    if item is None:
+    if item is None or item is NIL:
         raise GoError("index of untyped nil")
     for index in indexes:
-        if item is None or item is NIL:
+        index = None if index is NIL else index
+        if is_nil(item):
             raise GoError("index of nil pointer")
         if isinstance(item, (list, tuple, str)):
             n = go_len(item)
             x = _index_arg(index, n)
             if x == n:  # indexArg allows len, reflect's Index then panics
                 raise GoError(f"reflect: {'string' if isinstance(item, str) else 'slice'} index out of range")
-            item = item.encode("utf-8", "surrogateescape")[x] if isinstance(item, str) else item[x]
+            item = Uint8(item.encode("utf-8", "surrogateescape")[x]) if isinstance(item, str) else item[x]
         elif isinstance(item, dict):
             if index is None:
                 raise GoError("value is nil; should be of type string")
@@ -88,8 +91,11 @@ def _index(item: Any, *indexes: Any) -> Any:
 
 @go_signature(VALUE, variadic=VALUE)
 def _slice(item: Any, *indexes: Any) -> Any:
-    if item is None:
+    if item is None or item is NIL:
         raise GoError("slice of untyped nil")
+    if isinstance(item, NilPointer):
+        raise GoError("slice of nil pointer")
+    indexes = tuple(None if i is NIL else i for i in indexes)
     if len(indexes) > 3:
         raise GoError(f"too many slice indexes: {len(indexes)}")
     if isinstance(item, str):
@@ -144,8 +150,10 @@ def _kind(v: Any) -> str:
 def _eq(arg1: Any, *arg2: Any) -> bool:
     if not arg2:
         raise GoError("missing argument for comparison")
+    arg1 = None if arg1 is NIL else arg1
     k1 = _basic_kind(arg1)
     for arg in arg2:
+        arg = None if arg is NIL else arg
         k2 = _basic_kind(arg)
         if k1 != k2:
             if arg1 is not None and arg is not None:
@@ -177,6 +185,8 @@ def _ne(arg1: Any, arg2: Any) -> bool:
 
 @go_signature(VALUE, VALUE)
 def _lt(arg1: Any, arg2: Any) -> bool:
+    arg1 = None if arg1 is NIL else arg1
+    arg2 = None if arg2 is NIL else arg2
     k1 = _basic_kind(arg1)
     if k1 is None:
         raise GoError("invalid type for comparison")
@@ -208,9 +218,10 @@ def _ge(arg1: Any, arg2: Any) -> bool:
 
 
 def _eval_args(args: tuple[Any, ...]) -> str:
+    """fmt.Sprint of the arguments, a nil one printed as <no value> (text/template's evalArgs)."""
     if len(args) == 1 and isinstance(args[0], str):
         return args[0]
-    return sprint(*args)
+    return sprint(*("<no value>" if a is None else a for a in args))
 
 
 @go_signature(variadic=ANY)

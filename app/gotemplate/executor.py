@@ -49,7 +49,16 @@ from app.gotemplate.signature import (
     Signature,
     signature_of,
 )
-from app.gotemplate.values import NIL, Int64, NilPointer, StringMap, is_struct, is_true, type_name
+from app.gotemplate.values import (
+    NIL,
+    Int64,
+    NilPointer,
+    StringMap,
+    has_interface_elements,
+    is_struct,
+    is_true,
+    type_name,
+)
 
 MAX_EXEC_DEPTH: Final = 150  # Go allows 100000 nested {{template}} calls; Python's stack fewer
 
@@ -188,11 +197,11 @@ class Executor:
             mark = len(self.vars)
             decl = r.pipe.decl
             items: list[tuple[Any, Any]]
-            elem_iface = isinstance(val, (list, tuple, dict)) and not isinstance(val, StringMap)
+            elem_iface = has_interface_elements(val)
             if isinstance(val, int) and not isinstance(val, bool):
                 if len(decl) > 1:
                     raise self.error(f"can't use {val} to iterate over more than one variable")
-                items = [(None, i) for i in range(val)]
+                items = [(None, type(val)(i)) for i in range(val)]  # an int64 counts in int64s
             elif isinstance(val, (list, tuple)):
                 items = [(i, NIL if e is None else e) for i, e in enumerate(val)]
             elif isinstance(val, dict):
@@ -362,7 +371,7 @@ class Executor:
             if name not in receiver:
                 return None, False
             value = receiver[name]
-            return (NIL if value is None else value), not isinstance(receiver, StringMap)
+            return (NIL if value is None else value), has_interface_elements(receiver)
         raise self.error(f"can't evaluate field {name} in type {_static_type(receiver, iface)}")
 
     def eval_function(self, dot: Any, node: IdentifierNode, cmd: Node, args: list[Node] | None, final: Any) -> Any:
@@ -409,7 +418,11 @@ class Executor:
         if final is not MISSING:
             typ = sig.params[num_in - 1] if num_in - 1 < len(sig.params) else sig.variadic
             argv.append(self.validate(final, typ))
-        argv = [None if a is NIL else a for a in argv]
+        # a nil interface reaches a function as nil, except as a reflect.Value, which keeps it
+        # (len of it is "len of nil pointer", of a missing value another error)
+        for i, a in enumerate(argv):
+            if a is NIL and (sig.params[i] if i < len(sig.params) else sig.variadic) != VALUE:
+                argv[i] = None
 
         if is_builtin and name == "call":
             callee = str(argn[0]) if argn else sprint_value(final)
@@ -511,8 +524,9 @@ def _assignable(value: Any, typ: str) -> bool:
 
 def _call_builtin(name: str, fn: Any, *args: Any) -> Any:
     """The ``call`` builtin: calls its first argument with the rest."""
-    if fn is None:
+    if fn is None or fn is NIL:
         raise GoError("call of nil")
+    args = tuple(None if a is NIL else a for a in args)
     if not callable(fn) or is_struct(fn):
         raise GoError(f"non-function {name} of type {type_name(fn)}")
     sig = signature_of(fn)

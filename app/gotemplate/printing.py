@@ -154,10 +154,17 @@ def _pad(s: str, spec: FormatSpec, numeric: bool = False) -> str:
     return " " * n + s
 
 
-def _bad(verb: str, v: Any) -> str:
+def _bad(verb: str, v: Any, spec: FormatSpec) -> str:
+    """fmt's report of a verb the operand's type does not take: the operand in %v, with the
+    verb's width and flags."""
     if v is None or v is NIL:
         return f"%!{verb}(<nil>)"
-    return f"%!{verb}({type_name(v)}={sprint_value(v)})"
+    return f"%!{verb}({type_name(v)}={format_value(v, 'v', spec)})"
+
+
+def _rune(v: int) -> str:
+    """The rune an integer is to %c and %q: an invalid one is U+FFFD."""
+    return chr(v) if 0 <= v <= 0x10FFFF and not 0xD800 <= v <= 0xDFFF else "\ufffd"
 
 
 def _fmt_int(v: int, verb: str, spec: FormatSpec) -> str:
@@ -176,13 +183,13 @@ def _fmt_int(v: int, verb: str, spec: FormatSpec) -> str:
     elif verb == "b":
         body = format(a, "b")
     elif verb == "c":
-        return _pad(chr(v) if 0 <= v <= 0x10FFFF else "\ufffd", spec)
+        return _pad(_rune(v), spec)
     elif verb == "q":
-        return _pad("'" + go_quote(chr(v))[1:-1].replace("'", "\\'").replace('\\"', '"') + "'", spec)
+        return _pad("'" + go_quote(_rune(v))[1:-1].replace("'", "\\'").replace('\\"', '"') + "'", spec)
     elif verb == "U":
         return _pad(f"U+{v:04X}", spec)
     else:
-        return _bad(verb, v)
+        return _bad(verb, v, spec)
     if spec.prec is not None:
         body = body.rjust(spec.prec, "0") if spec.prec > 0 or a != 0 else ""
     if spec.sharp:
@@ -191,13 +198,58 @@ def _fmt_int(v: int, verb: str, spec: FormatSpec) -> str:
     return _pad(sign + body, spec, numeric=spec.prec is None)
 
 
+def _hex_float(v: float, prec: int | None) -> str:
+    """strconv's 'x' format: 0x1.e848p+19 (the shortest mantissa unless a precision is given)."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    sign = "-" if math.copysign(1.0, v) < 0 else ""
+    if v == 0:
+        mant, exp = "0", 0
+    else:
+        h = float.hex(abs(v))  # 0x1.xxxxxxxxxxxxxp+N (or 0x0.xxx p-1022 when subnormal)
+        body, _, e = h[2:].partition("p")
+        lead, _, frac = body.partition(".")
+        exp = int(e)
+        if lead == "0":  # normalize a subnormal to 1.xxx
+            bits = int(frac, 16)
+            shift = 52 - bits.bit_length() + 1
+            bits = (bits << shift) & ((1 << 52) - 1)
+            exp -= shift
+            frac = f"{bits:013x}"
+        mant = "1"
+        if prec is not None:
+            if prec < 13:
+                bits = int(frac, 16)
+                drop = (13 - prec) * 4
+                q, r = divmod(bits, 1 << drop)
+                half = 1 << (drop - 1)
+                if r > half or (r == half and q & 1):
+                    q += 1
+                if q >> (prec * 4):
+                    q = 0
+                    exp += 1
+                frac = f"{q:0{prec}x}" if prec else ""
+            else:
+                frac = frac + "0" * (prec - 13)
+        else:
+            frac = frac.rstrip("0")
+        mant += "." + frac if frac else ""
+    esign = "-" if exp < 0 else "+"
+    return f"{sign}0x{mant}p{esign}{abs(exp):02d}"
+
+
 def _fmt_float(v: float, verb: str, spec: FormatSpec) -> str:
     if verb == "v":
         verb = "g"
-    if verb not in "eEfFgG":
-        return _bad(verb, v)
-    prec = spec.prec if spec.prec is not None else (-1 if verb in "gG" else 6)
-    s = format_float(v, verb, prec)
+    if verb in "xX":
+        s = _hex_float(v, spec.prec)
+        s = s.upper() if verb == "X" else s
+    elif verb in "eEfFgG":
+        s = format_float(v, verb, spec.prec if spec.prec is not None else (-1 if verb in "gG" else 6))
+    else:
+        return _bad(verb, v, spec)
     if spec.plus and not s.startswith("-"):
         s = "+" + s
     elif spec.space and not s.startswith("-"):
@@ -217,7 +269,7 @@ def _fmt_str(v: str, verb: str, spec: FormatSpec) -> str:
         if spec.space:
             h = " ".join(h[i : i + 2] for i in range(0, len(h), 2))
         return _pad(h.upper() if verb == "X" else h, spec)
-    return _bad(verb, v)
+    return _bad(verb, v, spec)
 
 
 def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> str:
@@ -225,9 +277,9 @@ def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> s
     if verb == "T":
         return _pad(type_name(v), spec)
     if v is None or v is NIL:
-        return _pad("<nil>", spec) if verb == "v" or nested else _bad(verb, v)
+        return _pad("<nil>", spec) if verb == "v" or nested else _bad(verb, v, spec)
     if isinstance(v, bool):
-        return _pad("true" if v else "false", spec) if verb in "tv" else _bad(verb, v)
+        return _pad("true" if v else "false", spec) if verb in "tv" else _bad(verb, v, spec)
     if isinstance(v, int):
         return _fmt_int(int(v), verb, spec)
     if isinstance(v, float):
@@ -242,8 +294,8 @@ def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> s
     if isinstance(v, (list, tuple)):
         return "[" + " ".join(format_value(x, verb, spec, True) for x in v) + "]"
     if is_struct(v) or verb in "sv":
-        return _pad(str(v), spec) if verb in "sv" else _bad(verb, v)
-    return _bad(verb, v)
+        return _pad(str(v), spec) if verb in "sv" else _bad(verb, v, spec)
+    return _bad(verb, v, spec)
 
 
 def sprintf(fmt: str, *args: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Final
 from app.gotemplate.errors import GoError
 from app.gotemplate.signature import ANY, INT, MAP, STRING, go_signature
 from app.gotemplate.sprig_convert import NIL_DEREFERENCE, as_list, deep_equal, empty, list_kind_error, strval, to_int64
-from app.gotemplate.values import type_name
+from app.gotemplate.values import StringSlice, type_name
 
 
 @go_signature(variadic=ANY)
@@ -153,8 +153,8 @@ def pluck(key: str, *dicts: dict[str, Any] | None) -> list[Any]:
 
 
 @go_signature(variadic=MAP)
-def keys(*dicts: dict[str, Any] | None) -> list[Any]:
-    return [k for d in dicts if d is not None for k in d]
+def keys(*dicts: dict[str, Any] | None) -> StringSlice:
+    return StringSlice(k for d in dicts if d is not None for k in d)
 
 
 @go_signature(MAP, variadic=STRING)

@@ -17,7 +17,7 @@ from app.gotemplate.errors import GoError
 from app.gotemplate.printing import FormatSpec, format_value
 from app.gotemplate.signature import ANY, BOOL, INT, STRING, go_signature
 from app.gotemplate.sprig_convert import deep_equal, empty
-from app.gotemplate.values import kind_name
+from app.gotemplate.values import StringSlice, kind_name
 
 
 @go_signature(ANY, variadic=ANY)
@@ -171,8 +171,8 @@ def must_regex_match(regex: str, s: str) -> bool:
 
 
 @go_signature(STRING, STRING, INT)
-def regex_find_all(regex: str, s: str, n: int) -> list[Any]:
-    return [m.group(0) for m in _find_all(_compile(regex), s, n)]
+def regex_find_all(regex: str, s: str, n: int) -> StringSlice:
+    return StringSlice(m.group(0) for m in _find_all(_compile(regex), s, n))
 
 
 @go_signature(STRING, STRING)
@@ -249,13 +249,13 @@ def regex_replace_all_literal(regex: str, s: str, repl: str) -> str:
 
 
 @go_signature(STRING, STRING, INT)
-def regex_split(regex: str, s: str, n: int) -> list[Any]:
+def regex_split(regex: str, s: str, n: int) -> StringSlice:
     if n == 0:
-        return []  # a nil []string prints []
+        return StringSlice()  # a nil []string prints []
     r = _compile(regex)
     if regex and s == "":
-        return [""]
-    parts: list[Any] = []
+        return StringSlice([""])
+    parts = StringSlice()
     beg = end = 0
     for m in _find_all(r, s, n):
         if n > 0 and len(parts) == n - 1:

@@ -12,7 +12,7 @@ from app.gotemplate.errors import GoError
 from app.gotemplate.printing import sprint_value
 from app.gotemplate.signature import ANY, FLOAT64, INT, STRING, go_signature
 from app.gotemplate.sprig_convert import to_float64, to_int64, wrap_int64
-from app.gotemplate.values import Int64
+from app.gotemplate.values import Int64, IntSlice
 
 
 @go_signature(STRING)
@@ -132,15 +132,15 @@ def round_(a: Any, places: int, *round_on: float) -> float:
 
 
 @go_signature(INT)
-def until(count: int) -> list[Any]:
+def until(count: int) -> IntSlice:
     return until_step(0, count, -1 if count < 0 else 1)
 
 
 @go_signature(INT, INT, INT)
-def until_step(start: int, stop: int, step: int) -> list[Any]:
+def until_step(start: int, stop: int, step: int) -> IntSlice:
     if stop < start:
-        return list(range(start, stop, step)) if step < 0 else []
-    return list(range(start, stop, step)) if step > 0 else []
+        return IntSlice(range(start, stop, step)) if step < 0 else IntSlice()
+    return IntSlice(range(start, stop, step)) if step > 0 else IntSlice()
 
 
 @go_signature(variadic=INT)

@@ -13,7 +13,7 @@ from app.gotemplate.errors import GoError
 from app.gotemplate.printing import sprint_value, sprintf
 from app.gotemplate.signature import ANY, INT, STRING, go_signature
 from app.gotemplate.sprig_convert import strval, to_strings
-from app.gotemplate.values import NIL, StringMap
+from app.gotemplate.values import NIL, StringMap, StringSlice
 
 # unicode.IsSpace, which strings.TrimSpace and strings.Fields use
 GO_SPACE: Final = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # noqa: E501
@@ -250,8 +250,8 @@ def adler32sum(s: str) -> str:
 
 
 @go_signature(ANY)
-def to_strings_func(v: Any) -> list[Any]:
-    return list(to_strings(v))
+def to_strings_func(v: Any) -> StringSlice:
+    return StringSlice(to_strings(v))
 
 
 @go_signature(STRING, ANY)
@@ -270,8 +270,8 @@ def splitn(sep: str, n: int, s: str) -> StringMap:
 
 
 @go_signature(STRING, STRING)
-def split_list(sep: str, s: str) -> list[Any]:
-    return list(_go_split(s, sep, -1))
+def split_list(sep: str, s: str) -> StringSlice:
+    return StringSlice(_go_split(s, sep, -1))
 
 
 def _go_split(s: str, sep: str, n: int) -> list[str]:
@@ -287,10 +287,10 @@ def _go_split(s: str, sep: str, n: int) -> list[str]:
 
 
 @go_signature(ANY)
-def sort_alpha(v: Any) -> list[Any]:
+def sort_alpha(v: Any) -> StringSlice:
     if isinstance(v, (list, tuple)):
-        return sorted(to_strings(v), key=_bytes)
-    return [strval(v)]
+        return StringSlice(sorted(to_strings(v), key=_bytes))
+    return StringSlice([strval(v)])
 
 
 STRING_FUNCS: Final[dict[str, Callable[..., Any]]] = {

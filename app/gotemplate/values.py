@@ -31,6 +31,25 @@ class Int64(int):
     __slots__ = ()
 
 
+class Uint8(int):
+    """A Go byte (what indexing a string gives)."""
+
+    __slots__ = ()
+
+
+class StringSlice(list[str]):
+    """A Go []string (what sprig's splitList, sortAlpha, toStrings... return): its elements'
+    static type is string, not interface {}."""
+
+    __slots__ = ()
+
+
+class IntSlice(list[int]):
+    """A Go []int (sprig's until, untilStep)."""
+
+    __slots__ = ()
+
+
 class StringMap(dict[str, str]):
     """A Go map[string]string (a Kubernetes object's labels and annotations)."""
 
@@ -78,6 +97,8 @@ def type_name(v: Any) -> str:
         return "bool"
     if isinstance(v, Int64):
         return "int64"
+    if isinstance(v, Uint8):
+        return "uint8"
     if isinstance(v, int):
         return "int"
     if isinstance(v, float):
@@ -88,6 +109,10 @@ def type_name(v: Any) -> str:
         return "map[string]string"
     if isinstance(v, dict):
         return "map[string]interface {}"
+    if isinstance(v, StringSlice):
+        return "[]string"
+    if isinstance(v, IntSlice):
+        return "[]int"
     if isinstance(v, (list, tuple)):
         return "[]interface {}"
     name = getattr(v, "go_type", None)
@@ -106,6 +131,8 @@ def kind_name(v: Any) -> str:
         return "bool"
     if isinstance(v, Int64):
         return "int64"
+    if isinstance(v, Uint8):
+        return "uint8"
     if isinstance(v, int):
         return "int"
     if isinstance(v, float):
@@ -128,6 +155,12 @@ def is_true(v: Any) -> bool:
     if isinstance(v, (bool, int, float, str, dict, list, tuple)):
         return bool(v)
     return True
+
+
+def has_interface_elements(v: Any) -> bool:
+    """Whether a collection's elements are interface {} to Go (not a []string, []int or
+    map[string]string)."""
+    return isinstance(v, (list, tuple, dict)) and not isinstance(v, (StringSlice, IntSlice, StringMap))
 
 
 def unwrap(v: Any) -> Any:

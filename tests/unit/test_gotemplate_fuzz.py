@@ -1,0 +1,113 @@
+"""Random templates (a seeded generator of text, trim markers, actions, pipelines, variables,
+control structures, builtins and sprig calls over a fixed data set) rendered by app/gotemplate
+and by Go (the gotemplate-oracle peer) must give the same output or the same error."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.support.gotemplate_oracle import Case, Rendered, go_render, py_render
+
+DATA = {
+    "a": "A", "s": "hello world", "i": 3, "f": 1.5, "fi": 15020.0, "z": 0, "e": "", "b": True, "nullv": None,
+    "l": [1, "two", None, 2.5], "strs": ["b", "a"], "el": [], "m": {"a": {"b": "B"}, "x": 1, "n": None}, "em": {},
+    "sm": {"$stringmap": {"app": "web"}}, "neg": -2, "big": 1e6,
+}  # fmt: skip
+
+OPERANDS = [
+    ".a", ".s", ".i", ".f", ".fi", ".z", ".e", ".b", ".nullv", ".l", ".strs", ".el", ".m", ".m.a", ".m.a.b", ".m.x",
+    ".m.n", ".em", ".sm", ".sm.app", ".missing", ".missing.x", ".neg", ".big", "1", "0", "-1", "2.5", "1e6", "0x10",
+    "'a'", '"x"', '""', '"a b"', "`r`", "true", "false", "nil", ".", "$", "$.a", "$v", "$v.a",
+]  # fmt: skip
+FUNCS = {  # name: arity (-1: any)
+    "len": 1, "index": -1, "slice": -1, "print": -1, "printf": -1, "println": -1, "eq": -1, "ne": 2, "lt": 2, "le": 2,
+    "gt": 2, "ge": 2, "and": -1, "or": -1, "not": 1, "html": -1, "js": -1, "urlquery": -1, "quote": -1, "squote": -1,
+    "default": 2, "empty": 1, "coalesce": -1, "ternary": 3, "upper": 1, "lower": 1, "trim": 1, "trunc": 2,
+    "nindent": 2, "indent": 2, "replace": 3, "toString": 1, "toJson": 1, "list": -1, "dict": -1, "first": 1,
+    "last": 1, "join": 2, "splitList": 2, "hasKey": 2, "add": -1, "sub": 2, "mul": -1, "int": 1,
+    "int64": 1, "float64": 1, "atoi": 1, "max": -1, "min": -1, "typeOf": 1, "kindOf": 1, "kindIs": 2, "contains": 2,
+    "hasPrefix": 2, "hasSuffix": 2, "cat": -1, "b64enc": 1, "toStrings": 1, "compact": 1, "uniq": 1, "has": 2,
+    "append": 2, "get": 2, "pick": -1, "omit": -1, "until": 1, "sortAlpha": 1, "title": 1, "repeat": 2, "substr": 3,
+    "trimAll": 2, "trimPrefix": 2, "trimSuffix": 2, "plural": 3, "split": 2,
+}  # fmt: skip
+TEXTS = ["", "x", " ", "\n", "  a\n", "\t", "b "]
+
+
+class Generator:
+    def __init__(self, seed: int) -> None:
+        self.rnd = random.Random(seed)
+
+    def operand(self, depth: int) -> str:
+        if depth < 2 and self.rnd.random() < 0.2:
+            return f"({self.pipeline(depth + 1)})"
+        return self.rnd.choice(OPERANDS)
+
+    def command(self, depth: int, piped: bool) -> str:
+        if not piped and self.rnd.random() < 0.3:
+            return self.operand(depth)
+        name = self.rnd.choice(list(FUNCS)).strip()
+        arity = FUNCS[name]
+        n = self.rnd.randint(0, 3) if arity < 0 else arity - (1 if piped else 0)
+        if self.rnd.random() < 0.1:
+            n = max(0, n + self.rnd.choice((-1, 1)))  # a wrong arity now and then
+        args = [self.operand(depth) for _ in range(n)]
+        if name == "printf":
+            args.insert(0, self.rnd.choice(['"%v"', '"%s-%d"', '"%q"', '"%5.2f|%x"', '"%T %v"']))
+        return " ".join([name, *args])
+
+    def pipeline(self, depth: int = 0) -> str:
+        cmds = [self.command(depth, False)]
+        while self.rnd.random() < 0.25:
+            cmds.append(self.command(depth, True))
+        return " | ".join(cmds)
+
+    def action(self) -> str:
+        left = self.rnd.choice(["{{", "{{", "{{- "])
+        right = self.rnd.choice(["}}", "}}", " -}}"])
+        pipe = self.pipeline()
+        if self.rnd.random() < 0.1:
+            pipe = f"$v := {pipe}" if self.rnd.random() < 0.5 else f"$v = {pipe}"
+        return f"{left} {pipe} {right}"
+
+    def body(self, depth: int) -> str:
+        parts = []
+        for _ in range(self.rnd.randint(1, 4)):
+            roll = self.rnd.random()
+            if roll < 0.35:
+                parts.append(self.rnd.choice(TEXTS))
+            elif roll < 0.75 or depth >= 2:
+                parts.append(self.action())
+            else:
+                parts.append(self.control(depth + 1))
+        return "".join(parts)
+
+    def control(self, depth: int) -> str:
+        kind = self.rnd.choice(["if", "with", "range", "range $k, $e :="])
+        out = "{{ " + kind + " " + self.pipeline() + " }}" + self.body(depth)
+        if kind.startswith("range") and self.rnd.random() < 0.2:
+            out += self.rnd.choice(["{{ break }}", "{{ continue }}"])
+        if self.rnd.random() < 0.4:
+            out += "{{ else }}" + self.body(depth)
+        return out + "{{ end }}"
+
+    def template(self) -> str:
+        return "{{ $v := 1 }}" + self.body(0)
+
+
+CASES = [Case(Generator(seed).template(), DATA, sprig=True) for seed in range(1500)]
+
+
+@pytest.fixture(scope="module")
+def go_results() -> list[Rendered]:
+    return go_render(CASES)
+
+
+def test_random_templates_render_as_in_go(go_results: list[Rendered]) -> None:
+    mismatches = [
+        f"{case.template!r}\n  go:     {want}\n  python: {got}"
+        for case, want in zip(CASES, go_results, strict=True)
+        if (got := py_render(case)) != want
+    ]
+    assert not mismatches, f"{len(mismatches)} of {len(CASES)} differ:\n" + "\n".join(mismatches[:15])
