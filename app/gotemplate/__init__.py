@@ -31,7 +31,7 @@ from app.gotemplate.errors import GoError, TemplateError
 from app.gotemplate.signature import go_signature
 from app.gotemplate.sprig import SPRIG_FUNCS
 from app.gotemplate.template import Template
-from app.gotemplate.values import NIL, GoStruct, Int64, NilPointer, StringMap
+from app.gotemplate.values import NIL, GoStruct, Int64, IntSlice, NilPointer, StringMap, StringSlice, Uint8
 
 __all__ = [
     "NIL",
@@ -39,9 +39,12 @@ __all__ = [
     "GoError",
     "GoStruct",
     "Int64",
+    "IntSlice",
     "NilPointer",
     "StringMap",
+    "StringSlice",
     "Template",
     "TemplateError",
+    "Uint8",
     "go_signature",
 ]

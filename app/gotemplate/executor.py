@@ -352,8 +352,10 @@ class Executor:
         """``receiver.name`` (called when a method) and whether its static type is interface {}."""
         if receiver is None:
             return None, False
-        if receiver is NIL or isinstance(receiver, NilPointer):
+        if receiver is NIL or (isinstance(receiver, NilPointer) and receiver.has_field(name)):
             raise self.error(f"nil pointer evaluating {_static_type(receiver, iface)}.{name}")
+        if isinstance(receiver, NilPointer):
+            raise self.error(f"can't evaluate field {name} in type {_static_type(receiver, iface)}")
         has_args = (args is not None and len(args) > 1) or final is not MISSING
         if is_struct(receiver):
             try:

@@ -46,8 +46,9 @@ def _float(f: float) -> str:
     return format_float(f, "f", -1)
 
 
-def marshal(v: Any, *, escape_html: bool = True, indent: str = "", _level: int = 0) -> str:
-    """json.Marshal (``indent``: json.MarshalIndent with prefix "")."""
+def marshal(v: Any, *, escape_html: bool = True, indent: str = "", _level: int = 0, struct: bool = False) -> str:
+    """json.Marshal (``indent``: json.MarshalIndent with prefix ""). A GoStruct marshals as the
+    dict its ``go_json()`` returns, keys in that dict's order (a struct's field order)."""
     if is_nil(v):
         return "null"
     if isinstance(v, bool):
@@ -64,9 +65,10 @@ def marshal(v: Any, *, escape_html: bool = True, indent: str = "", _level: int =
     if isinstance(v, dict):
         if not v:
             return "{}"
+        entries = v.items() if struct else sorted_items(v)  # a struct's fields stay in their order
         items = [
             _string(str(k), escape_html) + colon + marshal(x, escape_html=escape_html, indent=indent, _level=_level + 1)
-            for k, x in sorted_items(v)
+            for k, x in entries
         ]
         return "{" + nl + ("," + nl).join(items) + end + "}"
     if isinstance(v, (list, tuple)):
@@ -76,7 +78,7 @@ def marshal(v: Any, *, escape_html: bool = True, indent: str = "", _level: int =
         return "[" + nl + ("," + nl).join(elems) + end + "]"
     go_json = getattr(v, "go_json", None)
     if is_struct(v) and callable(go_json):
-        return marshal(go_json(), escape_html=escape_html, indent=indent, _level=_level)
+        return marshal(go_json(), escape_html=escape_html, indent=indent, _level=_level, struct=True)
     raise GoError(f"json: unsupported type: {type_name(v)}")
 
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from app.gotemplate.quoting import go_quote
-from app.gotemplate.values import NIL, is_struct, type_name
+from app.gotemplate.values import NIL, NilPointer, is_struct, type_name
 
 
 def shortest_digits(f: float) -> tuple[str, int]:
@@ -131,25 +131,28 @@ def sprintln(*args: Any) -> str:
 
 
 class FormatSpec:
-    __slots__ = ("minus", "plus", "prec", "sharp", "space", "width", "zero")
+    """A verb's flags, width and precision."""
+
+    __slots__ = ("minus", "plus", "prec", "sharp", "sharp_v", "space", "width", "zero")
 
     def __init__(self) -> None:
-        self.minus = self.plus = self.sharp = self.space = self.zero = False
+        self.minus = self.plus = self.sharp = self.sharp_v = self.space = self.zero = False
         self.width: int | None = None
         self.prec: int | None = None
 
 
-def _pad(s: str, spec: FormatSpec, numeric: bool = False) -> str:
+def _pad(s: str, spec: FormatSpec, zeros: str = "text") -> str:
+    """fmt's padding to the width: spaces, or with the 0 flag zeros (``zeros``: "text" puts them
+    before everything, "number" after the sign, "none" never: an integer with a precision,
+    Inf and NaN)."""
     if spec.width is None or len(s) >= spec.width:
         return s
     n = spec.width - len(s)
     if spec.minus:
         return s + " " * n
-    if spec.zero and numeric:
-        if s and s[0] in "+- ":
-            return s[0] + "0" * n + s[1:]
-        return "0" * n + s
-    if spec.zero and not numeric:
+    if spec.zero and zeros == "number" and s and s[0] in "+- ":
+        return s[0] + "0" * n + s[1:]
+    if spec.zero and zeros != "none":
         return "0" * n + s
     return " " * n + s
 
@@ -168,8 +171,9 @@ def _rune(v: int) -> str:
 
 
 def _fmt_int(v: int, verb: str, spec: FormatSpec) -> str:
+    """An integer (of whichever Go type: a bad verb reports it) in one of fmt's integer verbs."""
     neg = v < 0
-    a = abs(v)
+    a = abs(int(v))
     if verb == "d" or verb == "v":
         body = str(a)
     elif verb == "x":
@@ -187,7 +191,7 @@ def _fmt_int(v: int, verb: str, spec: FormatSpec) -> str:
     elif verb == "q":
         return _pad("'" + go_quote(_rune(v))[1:-1].replace("'", "\\'").replace('\\"', '"') + "'", spec)
     elif verb == "U":
-        return _pad(f"U+{v:04X}", spec)
+        return _pad(f"U+{int(v) & 0xFFFFFFFFFFFFFFFF:04X}", spec)
     else:
         return _bad(verb, v, spec)
     if spec.prec is not None:
@@ -195,7 +199,7 @@ def _fmt_int(v: int, verb: str, spec: FormatSpec) -> str:
     if spec.sharp:
         body = {"x": "0x", "X": "0X", "o": "0", "b": ""}.get(verb, "") + body
     sign = "-" if neg else ("+" if spec.plus else (" " if spec.space else ""))
-    return _pad(sign + body, spec, numeric=spec.prec is None)
+    return _pad(sign + body, spec, "number" if spec.prec is None else "none")
 
 
 def _hex_float(v: float, prec: int | None) -> str:
@@ -240,6 +244,30 @@ def _hex_float(v: float, prec: int | None) -> str:
     return f"{sign}0x{mant}p{esign}{abs(exp):02d}"
 
 
+def _sharp_float(num: str, verb: str, prec: int | None) -> str:
+    """The # flag on a float: a decimal point always, and %g's trailing zeros kept (fmt's
+    fmtFloat)."""
+    digits = (prec if prec is not None else 6) if verb in "gGxX" else 0
+    tail = ""
+    cut = next((i for i, c in enumerate(num) if c in ("pP" if verb in "xX" else "eEpP")), -1)
+    if cut >= 0:
+        num, tail = num[:cut], num[cut:]
+    saw_nonzero = False
+    body = num[2:] if verb in "xX" else num
+    for c in body.lstrip("-"):
+        if c == ".":
+            continue
+        if c != "0":
+            saw_nonzero = True
+        if saw_nonzero:
+            digits -= 1
+    if "." not in num:
+        if body.lstrip("-") == "0":
+            digits -= 1
+        num += "."
+    return num + "0" * max(digits, 0) + tail
+
+
 def _fmt_float(v: float, verb: str, spec: FormatSpec) -> str:
     if verb == "v":
         verb = "g"
@@ -250,11 +278,13 @@ def _fmt_float(v: float, verb: str, spec: FormatSpec) -> str:
         s = format_float(v, verb, spec.prec if spec.prec is not None else (-1 if verb in "gG" else 6))
     else:
         return _bad(verb, v, spec)
+    if spec.sharp and math.isfinite(v):
+        s = _sharp_float(s, verb, spec.prec)
     if spec.plus and not s.startswith("-"):
         s = "+" + s
     elif spec.space and not s.startswith("-"):
         s = " " + s
-    return _pad(s, spec, numeric=not math.isinf(v) and not math.isnan(v))
+    return _pad(s, spec, "none" if math.isinf(v) or math.isnan(v) else "number")
 
 
 def _fmt_str(v: str, verb: str, spec: FormatSpec) -> str:
@@ -265,9 +295,10 @@ def _fmt_str(v: str, verb: str, spec: FormatSpec) -> str:
     if verb == "q":
         return _pad("`" + v + "`" if spec.sharp and "`" not in v else go_quote(v), spec)
     if verb in "xX":
-        h = v.encode("utf-8", "surrogateescape").hex()
-        if spec.space:
-            h = " ".join(h[i : i + 2] for i in range(0, len(h), 2))
+        data = v.encode("utf-8", "surrogateescape")
+        prefix = "0x" if spec.sharp else ""
+        pairs = [prefix + f"{b:02x}" for b in data] if spec.space else [prefix + data.hex()] if data else []
+        h = " ".join(pairs)
         return _pad(h.upper() if verb == "X" else h, spec)
     return _bad(verb, v, spec)
 
@@ -280,11 +311,17 @@ def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> s
         return _pad("<nil>", spec) if verb == "v" or nested else _bad(verb, v, spec)
     if isinstance(v, bool):
         return _pad("true" if v else "false", spec) if verb in "tv" else _bad(verb, v, spec)
+    if isinstance(v, NilPointer):  # fmt prints a pointer's address: 0 in the integer verbs
+        if verb in "bodxX":
+            return _fmt_int(0, verb, spec)
+        return _pad("<nil>", spec) if verb == "v" else _bad(verb, v, spec)
     if isinstance(v, int):
-        return _fmt_int(int(v), verb, spec)
+        return _fmt_int(v, verb, spec)
     if isinstance(v, float):
         return _fmt_float(v, verb, spec)
     if isinstance(v, str):
+        if verb == "v" and spec.sharp_v:
+            return _pad(go_quote(v), spec)
         return _fmt_str(v, verb, spec)
     if isinstance(v, dict):
         inner = " ".join(
@@ -293,6 +330,8 @@ def format_value(v: Any, verb: str, spec: FormatSpec, nested: bool = False) -> s
         return "map[" + inner + "]"
     if isinstance(v, (list, tuple)):
         return "[" + " ".join(format_value(x, verb, spec, True) for x in v) + "]"
+    if is_struct(v) and nested:  # a pointer inside a collection: %v is its address, else a bad verb
+        return str(v) if verb == "v" else _bad(verb, v, spec)
     if is_struct(v) or verb in "sv":
         return _pad(str(v), spec) if verb in "sv" else _bad(verb, v, spec)
     return _bad(verb, v, spec)
@@ -360,6 +399,8 @@ def sprintf(fmt: str, *args: Any) -> str:
             break
         verb = fmt[i]
         i += 1
+        if verb == "v" and spec.sharp:  # %#v: Go syntax (fmt's sharpV), not the # flag
+            spec.sharp, spec.sharp_v = False, True
         if verb == "%":
             out.append("%")
             continue

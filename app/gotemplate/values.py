@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Final, Protocol
 
 
@@ -59,12 +59,17 @@ class StringMap(dict[str, str]):
 class NilPointer:
     """A Go nil pointer of a named type (``NilPointer("*v1.ObjectMeta")``): what a struct's
     ``go_field`` returns for an unset pointer field. False, prints ``<nil>``, and ``.X`` on it is
-    Go's "nil pointer evaluating *v1.ObjectMeta.X"."""
+    Go's "nil pointer evaluating *v1.ObjectMeta.X", or, when ``fields`` (the struct's field
+    names) is given and lacks X, "can't evaluate field X"."""
 
-    __slots__ = ("go_type",)
+    __slots__ = ("fields", "go_type")
 
-    def __init__(self, go_type: str) -> None:
+    def __init__(self, go_type: str, fields: Collection[str] | None = None) -> None:
         self.go_type = go_type
+        self.fields = fields
+
+    def has_field(self, name: str) -> bool:
+        return self.fields is None or name in self.fields
 
     def __repr__(self) -> str:
         return f"NilPointer({self.go_type!r})"

@@ -11,12 +11,22 @@ without fraction or exponent is a Go int, else a float64, on both sides.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.gotemplate import SPRIG_FUNCS, GoError, NilPointer, StringMap, Template, TemplateError, go_signature
+from app.gotemplate import (
+    SPRIG_FUNCS,
+    GoError,
+    NilPointer,
+    StringMap,
+    StringSlice,
+    Template,
+    TemplateError,
+    go_signature,
+)
 from tests.support.peers import peer_binary
 
 
@@ -59,15 +69,21 @@ def py_render(case: Case) -> Rendered:
         return Rendered(None, str(e))
 
 
+OBJ_FIELDS = ("Name", "Count", "Labels", "Values", "Items", "Child", "Any")
+
+
 class Obj:
-    """The oracle's *main.Obj as a Go struct of app/gotemplate's data model."""
+    """The oracle's *main.Obj as a Go struct of app/gotemplate's data model. Go prints a struct
+    pointer inside a map as its address (and at top level as &{...}): renderings are compared
+    after ``comparable`` replaces those with PTR."""
 
     go_type = "*main.Obj"
 
     def __init__(self, fields: dict[str, Any]) -> None:
+        self.given = set(fields)
         self.fields: dict[str, Any] = {
-            "Name": "", "Count": 0, "Labels": StringMap(), "Values": {}, "Items": [],
-            "Child": NilPointer("*main.Obj"), "Any": None,
+            "Name": "", "Count": 0, "Labels": StringMap(), "Values": {}, "Items": StringSlice(),
+            "Child": NilPointer("*main.Obj", OBJ_FIELDS), "Any": None,
         }  # fmt: skip
         self.fields.update(fields)
 
@@ -82,8 +98,26 @@ class Obj:
             return self._fail
         raise KeyError(name)
 
+    def go_json(self) -> dict[str, Any]:
+        """encoding/json of the struct: a nil map or slice field is null."""
+        unset_nil = ("Labels", "Values", "Items", "Child")
+        return {k: (None if k in unset_nil and k not in self.given else v) for k, v in self.fields.items()}
+
+    def __str__(self) -> str:
+        return "0xc000abcdef"  # an address, as Go prints one inside a map
+
     def _fail(self) -> str:
         raise GoError(f"failed on {self.fields['Name']}")
+
+
+_ADDRESS = re.compile(r"0x[0-9a-f]{8,}|&\{[^{}]*\}")
+
+
+def comparable(r: Rendered) -> Rendered:
+    """A rendering with struct pointers' addresses (and &{...} dumps) as PTR."""
+    return Rendered(
+        None if r.out is None else _ADDRESS.sub("PTR", r.out), None if r.err is None else _ADDRESS.sub("PTR", r.err)
+    )
 
 
 def to_python(v: Any) -> Any:
@@ -91,7 +125,10 @@ def to_python(v: Any) -> Any:
         if len(v) == 1 and "$stringmap" in v:
             return StringMap(v["$stringmap"])
         if len(v) == 1 and "$obj" in v:
-            return Obj({k: to_python(x) for k, x in v["$obj"].items()})
+            fields = {k: to_python(x) for k, x in v["$obj"].items()}
+            if "Items" in fields:
+                fields["Items"] = StringSlice(fields["Items"])
+            return Obj(fields)
         return {k: to_python(x) for k, x in v.items()}
     if isinstance(v, list):
         return [to_python(x) for x in v]
