@@ -1,8 +1,8 @@
 """Go's builtin template functions (text/template/funcs.go): and, or, not, len, index, slice,
 print, printf, println, eq, ne, lt, le, gt, ge, call, html, js, urlquery.
 
-``and``, ``or`` and ``call`` are evaluated by the executor (they short-circuit or call their
-argument); their entries here carry only their signatures.
+``and`` and ``or`` are evaluated by the executor (they short-circuit); their entries here carry
+only their signatures.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Final
 from app.gotemplate.errors import GoError
 from app.gotemplate.printing import FormatSpec, format_value, sprint, sprint_value, sprintf, sprintln
 from app.gotemplate.quoting import is_print
-from app.gotemplate.signature import ANY, STRING, VALUE, go_signature
+from app.gotemplate.signature import ANY, STRING, VALUE, go_signature, signature_of
 from app.gotemplate.values import NIL, NilPointer, StringMap, Uint8, go_len, is_nil, is_struct, is_true, type_name
 
 
@@ -29,8 +29,21 @@ def _or(*args: Any) -> Any:  # evaluated by the executor
 
 
 @go_signature(VALUE, variadic=VALUE)
-def _call(*args: Any) -> Any:  # evaluated by the executor
-    raise AssertionError("call is evaluated by the executor")
+def _call(name: str, fn: Any, *args: Any) -> Any:
+    """``call FN ARGS...``: FN called with ARGS. The executor passes FN's name first (the
+    signature is what the template sees: the function, then its arguments)."""
+    if fn is None or fn is NIL:
+        raise GoError("call of nil")
+    args = tuple(None if a is NIL else a for a in args)
+    if not callable(fn) or is_struct(fn):
+        raise GoError(f"non-function {name} of type {type_name(fn)}")
+    sig = signature_of(fn)
+    if sig.variadic is not None:
+        if len(args) < len(sig.params):
+            raise GoError(f"wrong number of args for {name}: got {len(args)} want at least {len(sig.params)}")
+    elif len(args) != len(sig.params):
+        raise GoError(f"wrong number of args for {name}: got {len(args)} want {len(sig.params)}")
+    return fn(*args)
 
 
 @go_signature(VALUE)

@@ -40,20 +40,17 @@ from app.gotemplate.signature import (
     FLOAT64,
     INT,
     INT64,
-    MAP,
     NILLABLE,
-    SLICE,
     STRING,
-    STRING_MAP,
     VALUE,
     Signature,
+    assignable,
     signature_of,
 )
 from app.gotemplate.values import (
     NIL,
     Int64,
     NilPointer,
-    StringMap,
     has_interface_elements,
     is_struct,
     is_true,
@@ -426,9 +423,9 @@ class Executor:
             if a is NIL and (sig.params[i] if i < len(sig.params) else sig.variadic) != VALUE:
                 argv[i] = None
 
-        if is_builtin and name == "call":
+        if is_builtin and name == "call":  # the callee's name goes first, for the errors
             callee = str(argn[0]) if argn else sprint_value(final)
-            return self._call(name, node, _call_builtin, [callee, *argv])
+            return self._call(name, node, fn, [callee, *argv])
         return self._call(name, node, fn, argv)
 
     def _call(self, name: str, node: Node, fn: Callable[..., Any], argv: list[Any]) -> Any:
@@ -494,7 +491,7 @@ class Executor:
             if typ is None or typ in NILLABLE:
                 return None
             raise self.error(f"invalid value; expected {typ}")
-        if typ is None or typ in (ANY, VALUE) or _assignable(value, typ):
+        if typ is None or typ in (ANY, VALUE) or assignable(value, typ):
             return value
         got = "interface {}" if value is NIL else type_name(value)
         raise self.error(f"wrong type for value; expected {typ}; got {got}")
@@ -502,39 +499,3 @@ class Executor:
 
 def _static_type(value: Any, iface: bool) -> str:
     return "interface {}" if iface or value is NIL else type_name(value)
-
-
-def _assignable(value: Any, typ: str) -> bool:
-    if typ == STRING:
-        return isinstance(value, str)
-    if typ == INT:
-        return isinstance(value, int) and not isinstance(value, (bool, Int64))
-    if typ == INT64:
-        return isinstance(value, Int64)
-    if typ == FLOAT64:
-        return isinstance(value, float)
-    if typ == BOOL:
-        return isinstance(value, bool)
-    if typ == MAP:
-        return isinstance(value, dict) and not isinstance(value, StringMap)
-    if typ == STRING_MAP:
-        return isinstance(value, StringMap)
-    if typ == SLICE:
-        return isinstance(value, (list, tuple))
-    return False
-
-
-def _call_builtin(name: str, fn: Any, *args: Any) -> Any:
-    """The ``call`` builtin: calls its first argument with the rest."""
-    if fn is None or fn is NIL:
-        raise GoError("call of nil")
-    args = tuple(None if a is NIL else a for a in args)
-    if not callable(fn) or is_struct(fn):
-        raise GoError(f"non-function {name} of type {type_name(fn)}")
-    sig = signature_of(fn)
-    if sig.variadic is not None:
-        if len(args) < len(sig.params):
-            raise GoError(f"wrong number of args for {name}: got {len(args)} want at least {len(sig.params)}")
-    elif len(args) != len(sig.params):
-        raise GoError(f"wrong number of args for {name}: got {len(args)} want {len(sig.params)}")
-    return fn(*args)

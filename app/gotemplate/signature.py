@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from app.gotemplate.values import Int64, StringMap
+
 ANY: Final = "interface {}"
 VALUE: Final = "reflect.Value"  # Go builtins that take any value, nil included
 STRING: Final = "string"
@@ -65,3 +67,24 @@ def signature_of(fn: Callable[..., Any]) -> Signature:
         elif p.kind is p.VAR_POSITIONAL:
             variadic = ANY
     return Signature((ANY,) * fixed, variadic)
+
+
+def assignable(value: Any, typ: str) -> bool:
+    """Whether a non-nil value is of the Go parameter type (reflect's AssignableTo)."""
+    if typ == STRING:
+        return isinstance(value, str)
+    if typ == INT:
+        return isinstance(value, int) and not isinstance(value, (bool, Int64))
+    if typ == INT64:
+        return isinstance(value, Int64)
+    if typ == FLOAT64:
+        return isinstance(value, float)
+    if typ == BOOL:
+        return isinstance(value, bool)
+    if typ == MAP:
+        return isinstance(value, dict) and not isinstance(value, StringMap)
+    if typ == STRING_MAP:
+        return isinstance(value, StringMap)
+    if typ == SLICE:
+        return isinstance(value, (list, tuple))
+    return False

@@ -7,12 +7,11 @@ import re
 from typing import Any
 
 from app.gotemplate.errors import GoError
-from app.gotemplate.parser import parse_go_float, parse_go_int
+from app.gotemplate.numeric import INT64_MAX, INT64_MIN, parse_go_float, parse_go_int
 from app.gotemplate.printing import sprint_value
 from app.gotemplate.values import NIL, is_nil, is_struct, kind_name, type_name
 
 NIL_DEREFERENCE = "runtime error: invalid memory address or nil pointer dereference"
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 _STRING_NUMBER = re.compile(r"([-+]?[0-9]*)(\.[0-9]*)?")
 
 
