@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ from app.gotemplate.errors import TemplateError
 from app.gotemplate.executor import Executor
 from app.gotemplate.nodes import ListNode
 from app.gotemplate.parser import parse
+from app.gotemplate.quoting import go_quote
 from app.gotemplate.signature import Signature, signature_of
 
 _BUILTIN_NAMES = frozenset(BUILTINS)
@@ -36,6 +38,11 @@ class Template:
     def parse(cls, name: str, text: str, funcs: Mapping[str, Callable[..., Any]] = {}) -> Template:
         """Parses ``text`` as Go's ``template.New(name).Funcs(funcs).Parse(text)``: a function in
         ``funcs`` overrides a builtin of the same name, as Go's FuncMap does."""
+        for fname, fn in funcs.items():  # Go's FuncMap checks (it panics)
+            if not _good_name(fname):
+                raise TemplateError(f"function name {go_quote(fname)} is not a valid identifier")
+            if not callable(fn):
+                raise TemplateError(f"value for {fname} not a function")
         all_funcs: dict[str, Callable[..., Any]] = {**BUILTINS, **funcs}
         signatures = {**_BUILTIN_SIGNATURES, **{n: signature_of(f) for n, f in funcs.items()}}
         builtins = _BUILTIN_NAMES - set(funcs)
@@ -47,11 +54,15 @@ class Template:
 
     def execute(self, data: Any) -> str:
         """The output for ``data``; TemplateError as Go words it when execution fails."""
-        root = self._trees.get(self.name)
         ex = Executor(self.name, self.name, self._text, self._trees, self._funcs, self._signatures, self._builtins)
-        if root is None:
-            raise TemplateError(f'template: {self.name}: "{self.name}" is an incomplete or empty template')
         try:
-            return ex.run(root, data)
+            return ex.run(self._trees[self.name], data)  # parsing always leaves the named tree
         except RecursionError:
             raise ex.error("exceeded maximum template depth") from None
+
+
+def _good_name(name: str) -> bool:
+    """text/template's goodName: a letter or underscore, then letters, digits, underscores."""
+    return bool(name) and all(
+        c == "_" or c.isalpha() or (i > 0 and unicodedata.category(c) == "Nd") for i, c in enumerate(name)
+    )

@@ -110,3 +110,10 @@ def test_defined_templates() -> None:
     tmpl = Template.parse("main", '{{ define "a" }}A{{ end }}{{ block "b" . }}B{{ end }}x', {})
     assert tmpl.defined_templates() == ["a", "b", "main"]
     assert tmpl.execute(None) == "Bx"
+
+
+def test_a_function_map_is_checked_as_go_checks_it() -> None:
+    with pytest.raises(TemplateError, match=r'^function name "a-b" is not a valid identifier$'):
+        Template.parse("t", "", {"a-b": len})
+    with pytest.raises(TemplateError, match=r"^value for x not a function$"):
+        Template.parse("t", "", {"x": "not callable"})
