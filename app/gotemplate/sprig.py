@@ -3,7 +3,7 @@ injection templates before its own (Istio's funcmap overrides sprig's where name
 
 Left out, being neither pure nor deterministic: the date, random, UUID, crypto, network and
 environment functions (now, date*, rand*, uuidv4, genCA..., getHostByName, env, expandenv).
-Also left out: semver, semverCompare, urlParse, urlJoin, wrap, wrapWith, and the xstrings case
+Also left out: urlParse, urlJoin, wrap, wrapWith, and the xstrings case
 conversions (snakecase, camelcase, kebabcase, shuffle), which Istio's templates do not call.
 """
 
@@ -15,6 +15,7 @@ from typing import Any, Final
 from app.gotemplate.sprig_collections import COLLECTION_FUNCS
 from app.gotemplate.sprig_misc import MISC_FUNCS
 from app.gotemplate.sprig_numbers import NUMBER_FUNCS
+from app.gotemplate.sprig_semver import SEMVER_FUNCS
 from app.gotemplate.sprig_strings import STRING_FUNCS
 
 SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
@@ -23,4 +24,5 @@ SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     **NUMBER_FUNCS,
     **COLLECTION_FUNCS,
     **MISC_FUNCS,
+    **SEMVER_FUNCS,
 }
