@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from app.gotemplate.errors import GoError, TemplateError
+from app.gotemplate.errors import TemplateError
 from app.gotemplate.nodes import (
     ActionNode,
     BoolNode,
@@ -433,13 +433,9 @@ class Executor:
             result = fn(*argv)
         except TemplateError:
             raise
-        except GoError as e:
+        except Exception as e:  # a GoError, or what a Go function's panic would be: safeCall recovers both
             self.node = node
-            raise self.error(f"error calling {name}: {e}") from None
-        except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as e:
-            # a panic in a Go function is an error of the call too (text/template's safeCall)
-            self.node = node
-            raise self.error(f"error calling {name}: {e}") from None
+            raise self.error(f"error calling {name}: {e}") from e
         return NIL if result is None else result
 
     def eval_arg(self, dot: Any, typ: str | None, n: Node) -> Any:
