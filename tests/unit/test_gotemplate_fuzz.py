@@ -108,7 +108,7 @@ class Generator:
         return out
 
 
-CASES = [Case(Generator(seed).template(), DATA, sprig=True) for seed in range(1500)]
+CASES = [Case(Generator(seed).template(), DATA, sprig=True) for seed in range(4000)]
 
 
 @pytest.fixture(scope="module")
