@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import unicodedata
 import zlib
 from collections.abc import Callable
 from typing import Any, Final
@@ -32,20 +33,53 @@ def trim(s: str) -> str:
     return s.strip(GO_SPACE)
 
 
+def to_upper(ch: str) -> str:
+    """unicode.ToUpper: the simple mapping of one rune (Python's str.upper is the full one:
+    "ß" -> "SS"; Go leaves ß)."""
+    full = ch.upper()
+    if len(full) == 1:
+        return full
+    title = ch.title()
+    return title if len(title) == 1 else ch
+
+
+def to_lower(ch: str) -> str:
+    """unicode.ToLower: the simple mapping of one rune (U+0130 -> i; a capital sigma is always the
+    medial small sigma)."""
+    full = ch.lower()
+    if len(full) == 1:
+        return full
+    return full[0] if ch == "\u0130" else ch
+
+
+def to_title(ch: str) -> str:
+    """unicode.ToTitle of one rune."""
+    title = ch.title()
+    return title if len(title) == 1 else ch
+
+
+def is_space(ch: str) -> bool:
+    """unicode.IsSpace."""
+    return ch in GO_SPACE
+
+
 @go_signature(STRING)
 def upper(s: str) -> str:
-    return s.upper()
+    return "".join(map(to_upper, s))
 
 
 @go_signature(STRING)
 def lower(s: str) -> str:
-    return s.lower()
+    return "".join(map(to_lower, s))
 
 
 def _is_separator(ch: str) -> bool:
+    """strings.Title's isSeparator."""
     if ch <= "\x7f":
         return not (ch.isalnum() or ch == "_")
-    return not (ch.isalpha() or ch.isdigit()) and ch.isspace()
+    if ch.isalpha() or unicodedata.category(ch) == "Nd":
+        return False
+    return is_space(ch)
 
 
 @go_signature(STRING)
@@ -54,14 +88,24 @@ def title(s: str) -> str:
     out = []
     prev = " "
     for ch in s:
-        out.append(ch.upper() if _is_separator(prev) else ch)
+        out.append(to_title(ch) if _is_separator(prev) else ch)
         prev = ch
     return "".join(out)
 
 
 @go_signature(STRING)
 def untitle(s: str) -> str:
-    return s[:1].lower() + s[1:] if s else s
+    """goutils.Uncapitalize: the first rune of each space-separated word lower-cased."""
+    out = []
+    after_space = True
+    for ch in s:
+        if is_space(ch):
+            after_space = True
+        elif after_space:
+            ch = to_lower(ch)
+            after_space = False
+        out.append(ch)
+    return "".join(out)
 
 
 @go_signature(STRING, STRING)
@@ -79,9 +123,17 @@ def trim_prefix(prefix: str, s: str) -> str:
     return s[len(prefix) :] if s.startswith(prefix) else s
 
 
+def _byte_runes(s: str) -> str:
+    """The string's bytes each taken as a rune, as goutils' byte loops take them (rune(str[i]))."""
+    return _bytes(s).decode("latin-1")
+
+
 @go_signature(STRING)
 def nospace(s: str) -> str:
-    return "".join(ch for ch in s if ch not in GO_SPACE)
+    """goutils.DeleteWhiteSpace, byte by byte: a string with a multi-byte rune and a space comes
+    back with that rune's bytes as Latin-1 runes, as in Go."""
+    kept = "".join(ch for ch in _byte_runes(s) if not is_space(ch))
+    return s if len(kept) == len(_bytes(s)) else kept
 
 
 @go_signature(STRING, STRING)
@@ -158,7 +210,14 @@ def substr(start: int, end: int, s: str) -> str:
 
 
 def _slice_bytes(b: bytes, start: int, end: int) -> bytes:
-    if start < 0 or end < start or end > len(b):
+    """b[start:end] with Go's runtime errors (the high bound is checked first)."""
+    if end < 0:
+        raise GoError(f"runtime error: slice bounds out of range [:{end}]")
+    if end > len(b):
+        raise GoError(f"runtime error: slice bounds out of range [:{end}] with length {len(b)}")
+    if start < 0:
+        raise GoError(f"runtime error: slice bounds out of range [{start}:]")
+    if start > end:
         raise GoError(f"runtime error: slice bounds out of range [{start}:{end}]")
     return b[start:end]
 
@@ -173,21 +232,69 @@ def trunc(c: int, s: str) -> str:
     return s
 
 
+def _abbreviate(s: str, offset: int, width: int) -> str:
+    """goutils.AbbreviateFull over the string's bytes."""
+    b = _bytes(s)
+    if not b:
+        return ""
+    if width < 4 or len(b) <= width:
+        return s if len(b) <= width else ""
+    offset = min(offset, len(b))
+    if len(b) - offset < width - 3:
+        offset = len(b) - (width - 3)
+    if offset <= 4:
+        return _str(b[: width - 3]) + "..."
+    if width < 7:
+        return ""
+    if offset + width - 3 < len(b):
+        return "..." + _abbreviate(_str(b[offset:]), 0, width - 3)
+    return "..." + _str(b[len(b) - (width - 3) :])
+
+
 @go_signature(INT, STRING)
 def abbrev(width: int, s: str) -> str:
-    if width < 4 or len(s) <= width:
+    return s if width < 4 else _abbreviate(s, 0, width)
+
+
+@go_signature(INT, INT, STRING)
+def abbrevboth(left: int, right: int, s: str) -> str:
+    if right < 4 or (left > 0 and right < 7):
         return s
-    return s[: width - 3] + "..."
+    return _abbreviate(s, left, right)
 
 
 @go_signature(STRING)
 def initials(s: str) -> str:
-    return "".join(w[0] for w in s.split() if w)
+    """goutils.Initials, byte by byte as Go's loop goes."""
+    out = []
+    gap = True
+    for ch in _byte_runes(s):
+        if is_space(ch):
+            gap = True
+        elif gap:
+            out.append(ch)
+            gap = False
+    return "".join(out)
 
 
 @go_signature(STRING)
 def swapcase(s: str) -> str:
-    return s.swapcase()
+    """goutils.SwapCase: upper and title case to lower; lower case to upper, or to title case
+    after a space."""
+    out = []
+    after_space = True
+    for ch in s:
+        cat = unicodedata.category(ch)
+        if cat in ("Lu", "Lt"):
+            ch = to_lower(ch)
+            after_space = False
+        elif cat == "Ll":
+            ch = to_title(ch) if after_space else to_upper(ch)
+            after_space = False
+        else:
+            after_space = is_space(ch)
+        out.append(ch)
+    return "".join(out)
 
 
 @go_signature(ANY)
@@ -308,6 +415,7 @@ STRING_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     "nospace": nospace,
     "initials": initials,
     "swapcase": swapcase,
+    "abbrevboth": abbrevboth,
     "contains": contains,
     "hasPrefix": has_prefix,
     "hasSuffix": has_suffix,

@@ -10,6 +10,7 @@ without fraction or exponent is a Go int, else a float64, on both sides.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -56,9 +57,14 @@ def go_render(cases: Sequence[Case]) -> list[Rendered]:
         [peer_binary("gotemplate-oracle")], input="\n".join(lines) + "\n", capture_output=True, text=True,
         timeout=120, check=True,
     )  # fmt: skip
-    results = [json.loads(line) for line in done.stdout.splitlines()]
+    results = [json.loads(line) for line in done.stdout.split("\n") if line]
     assert len(results) == len(cases), done.stderr
-    return [Rendered(r.get("out"), r.get("err")) for r in results]
+    return [Rendered(_text(r.get("out")), _text(r.get("err"))) for r in results]
+
+
+def _text(b64: str | None) -> str | None:
+    """The oracle's bytes as a Go string is here: UTF-8, an invalid byte as a lone surrogate."""
+    return None if b64 is None else base64.b64decode(b64).decode("utf-8", "surrogateescape")
 
 
 def py_render(case: Case) -> Rendered:

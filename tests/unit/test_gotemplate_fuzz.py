@@ -1,6 +1,8 @@
 """Random templates (a seeded generator of text, trim markers, actions, pipelines, variables,
-control structures, builtins and sprig calls over a fixed data set) rendered by app/gotemplate
-and by Go (the gotemplate-oracle peer) must give the same output or the same error."""
+control structures, builtins and sprig calls over a fixed data set), and sprig's string functions
+over random strings of tricky runes (case mappings with no one-rune counterpart, Unicode spaces,
+multi-byte runes cut by byte offsets), rendered by app/gotemplate and by Go (the
+gotemplate-oracle peer) must give the same output or the same error."""
 
 from __future__ import annotations
 
@@ -123,3 +125,45 @@ def test_random_templates_render_as_in_go(go_results: list[Rendered]) -> None:
         if (got := comparable(py_render(case))) != want
     ]
     assert not mismatches, f"{len(mismatches)} of {len(CASES)} differ:\n" + "\n".join(mismatches[:15])
+
+
+RUNES = [
+    *"aZ _-.,\t\n1", "\u00e9", "\u00df", "\u01c6", "\u01c5", "\u0130", "\u0131", "\u03a3", "\ufb01", "\u0149",
+    "\u00b5", "\u65e5", "\u0663", "\u00b2", "\u212a", "\u00a0", "\u0085", "\u2028",
+]  # fmt: skip
+STRING_FUNCS = {  # name: how its arguments are written around the random string .a (and .b)
+    "upper": "{} .a", "lower": "{} .a", "title": "{} .a", "untitle": "{} .a", "trim": "{} .a", "nospace": "{} .a",
+    "initials": "{} .a", "swapcase": "{} .a", "quote": "{} .a", "squote": "{} .a", "b64enc": "{} .a",
+    "toJson": "{} .a", "len": "{} .a", "html": "{} .a", "js": "{} .a", "urlquery": "{} .a", "sortAlpha": "{} .a",
+    "contains": "{} .b .a", "hasPrefix": "{} .b .a", "hasSuffix": "{} .b .a", "trimAll": "{} .b .a",
+    "trimPrefix": "{} .b .a", "trimSuffix": "{} .b .a", "splitList": "{} .b .a", "split": "{} .b .a",
+    "replace": "{} .b .b .a", "trunc": "{} N .a", "abbrev": "{} N .a", "repeat": "{} N .a", "indent": "{} N .a",
+    "nindent": "{} N .a", "substr": "{} N N .a", "abbrevboth": "{} N N .a", "regexQuoteMeta": "{} .a",
+}  # fmt: skip
+
+
+def string_case(rnd: random.Random) -> Case:
+    name = rnd.choice(list(STRING_FUNCS))
+    args = STRING_FUNCS[name].format(name)
+    while " N " in args:
+        args = args.replace(" N ", f" {rnd.randint(-3, 12)} ", 1)
+    data = {k: "".join(rnd.choice(RUNES) for _ in range(rnd.randint(0, n))) for k, n in (("a", 9), ("b", 2))}
+    return Case("{{ " + args + " }}", data, sprig=True)
+
+
+_rnd = random.Random(0)
+STRING_CASES = [string_case(_rnd) for _ in range(2000)]
+
+
+@pytest.fixture(scope="module")
+def go_string_results() -> list[Rendered]:
+    return go_render(STRING_CASES)
+
+
+def test_string_functions_over_random_strings_as_in_go(go_string_results: list[Rendered]) -> None:
+    mismatches = [
+        f"{case.template} {case.data!r}\n  go:     {want}\n  python: {got}"
+        for case, want in zip(STRING_CASES, go_string_results, strict=True)
+        if (got := py_render(case)) != want
+    ]
+    assert not mismatches, f"{len(mismatches)} of {len(STRING_CASES)} differ:\n" + "\n".join(mismatches[:15])

@@ -3,7 +3,8 @@
 // (app/gotemplate) can be compared with the real thing.
 //
 // Input: one JSON object per line: {"name", "template", "data", "sprig": bool}. Output: one JSON
-// object per line: {"out": "..."} or {"err": "..."} (the parse or execution error).
+// object per line: {"out": "..."} or {"err": "..."} (the parse or execution error), each the
+// base64 of its bytes (a template can write bytes that are not UTF-8, which JSON text cannot carry).
 //
 // Data is JSON with two extensions, so tests reach Go types JSON alone cannot: a number without
 // fraction or exponent is an int (else float64), {"$stringmap": {...}} is a map[string]string
@@ -47,8 +48,8 @@ type request struct {
 }
 
 type response struct {
-	Out *string `json:"out,omitempty"`
-	Err *string `json:"err,omitempty"`
+	Out []byte `json:"out"` // nil (JSON null) when there is an error
+	Err []byte `json:"err"`
 }
 
 func convert(v any) (any, error) {
@@ -159,13 +160,11 @@ func main() {
 		var req request
 		var resp response
 		if err := json.Unmarshal(in.Bytes(), &req); err != nil {
-			msg := "bad request: " + err.Error()
-			resp.Err = &msg
+			resp.Err = []byte("bad request: " + err.Error())
 		} else if out, err := render(req); err != nil {
-			msg := err.Error()
-			resp.Err = &msg
+			resp.Err = []byte(err.Error())
 		} else {
-			resp.Out = &out
+			resp.Out = []byte(out) // never nil, even when empty
 		}
 		if err := enc.Encode(resp); err != nil {
 			fmt.Fprintln(os.Stderr, err)
