@@ -3,7 +3,7 @@ injection templates before its own (Istio's funcmap overrides sprig's where name
 
 Left out, being neither pure nor deterministic: the date, random, UUID, crypto, network and
 environment functions (now, date*, rand*, uuidv4, genCA..., getHostByName, env, expandenv).
-Also left out: urlParse, urlJoin, wrap, wrapWith, and the xstrings case
+Also left out: urlParse, urlJoin and the xstrings case
 conversions (snakecase, camelcase, kebabcase, shuffle), which Istio's templates do not call.
 """
 

@@ -263,6 +263,49 @@ def abbrevboth(left: int, right: int, s: str) -> str:
     return _abbreviate(s, left, right)
 
 
+def _wrap(s: str, width: int, newline: str, wrap_long_words: bool) -> str:
+    """goutils.WrapCustom over the string's bytes: breaks at spaces, a line's leading spaces
+    dropped; a word longer than the width is cut only when ``wrap_long_words``."""
+    b = _bytes(s)
+    if not b:
+        return ""
+    nl = _bytes(newline or "\n")
+    width = max(width, 1)
+    out = bytearray()
+    offset = 0
+    while len(b) - offset > width:
+        if b[offset] == 0x20:
+            offset += 1
+            continue
+        space = b.rfind(b" ", offset, width + offset + 1)
+        if space >= offset:
+            out += b[offset:space] + nl
+            offset = space + 1
+        elif wrap_long_words:
+            out += b[offset : offset + width] + nl
+            offset += width
+        else:
+            space = b.find(b" ", width + offset)
+            if space == -1:
+                out += b[offset:]
+                offset = len(b)
+            else:
+                out += b[offset:space] + nl
+                offset = space + 1
+    out += b[offset:]
+    return _str(bytes(out))
+
+
+@go_signature(INT, STRING)
+def wrap(width: int, s: str) -> str:
+    return _wrap(s, width, "", False)
+
+
+@go_signature(INT, STRING, STRING)
+def wrap_with(width: int, sep: str, s: str) -> str:
+    return _wrap(s, width, sep, True)
+
+
 @go_signature(STRING)
 def initials(s: str) -> str:
     """goutils.Initials, byte by byte as Go's loop goes."""
@@ -416,6 +459,8 @@ STRING_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     "initials": initials,
     "swapcase": swapcase,
     "abbrevboth": abbrevboth,
+    "wrap": wrap,
+    "wrapWith": wrap_with,
     "contains": contains,
     "hasPrefix": has_prefix,
     "hasSuffix": has_suffix,

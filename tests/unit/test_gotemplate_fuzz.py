@@ -139,6 +139,7 @@ STRING_FUNCS = {  # name: how its arguments are written around the random string
     "trimPrefix": "{} .b .a", "trimSuffix": "{} .b .a", "splitList": "{} .b .a", "split": "{} .b .a",
     "replace": "{} .b .b .a", "trunc": "{} N .a", "abbrev": "{} N .a", "repeat": "{} N .a", "indent": "{} N .a",
     "nindent": "{} N .a", "substr": "{} N N .a", "abbrevboth": "{} N N .a", "regexQuoteMeta": "{} .a",
+    "wrap": "{} N .a", "wrapWith": "{} N .b .a",
 }  # fmt: skip
 
 

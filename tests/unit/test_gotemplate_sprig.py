@@ -104,6 +104,13 @@ CASES: list[Case] = [
     c('{{ adler32sum "hello" }}'),
     c("{{ hello }}"),
     c('{{ "a" | upper | quote }}'),
+    c('{{ wrap 5 "The quick brown fox jumps" }}'),
+    c('{{ wrap 3 "  abcdefgh ij" }}'),
+    c('{{ wrap 0 "a b" }}'),
+    c('{{ wrapWith 4 "<br>" "abcdefgh ij k" }}'),
+    c('{{ wrapWith 4 "" "abcdefgh" }}'),
+    c('{{ abbrevboth 5 10 "1234 5678 9123 456789" }}'),
+    c('{{ abbrevboth 0 6 "hello world" }}'),
     # split / join
     c('{{ splitList "," "a,b,,c" }}'),
     c('{{ splitList "" "abc" }}'),
