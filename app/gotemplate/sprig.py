@@ -2,9 +2,8 @@
 injection templates before its own (Istio's funcmap overrides sprig's where names collide).
 
 Left out, being neither pure nor deterministic: the date, random, UUID, crypto, network and
-environment functions (now, date*, rand*, uuidv4, genCA..., getHostByName, env, expandenv).
-Also left out: urlParse, urlJoin and the xstrings case
-conversions (snakecase, camelcase, kebabcase, shuffle), which Istio's templates do not call.
+environment functions (now, date*, rand*, shuffle, uuidv4, genCA..., getHostByName, env, expandenv).
+Also left out: urlParse and urlJoin, which Istio's templates do not call.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from app.gotemplate.sprig_case import CASE_FUNCS
 from app.gotemplate.sprig_collections import COLLECTION_FUNCS
 from app.gotemplate.sprig_misc import MISC_FUNCS
 from app.gotemplate.sprig_numbers import NUMBER_FUNCS
@@ -25,4 +25,5 @@ SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     **COLLECTION_FUNCS,
     **MISC_FUNCS,
     **SEMVER_FUNCS,
+    **CASE_FUNCS,
 }

@@ -128,7 +128,7 @@ def test_random_templates_render_as_in_go(go_results: list[Rendered]) -> None:
 
 
 RUNES = [
-    *"aZ _-.,\t\n1", "\u00e9", "\u00df", "\u01c6", "\u01c5", "\u0130", "\u0131", "\u03a3", "\ufb01", "\u0149",
+    *"aZ _-.,\t\n1BcH(", "\u00e9", "\u00df", "\u01c6", "\u01c5", "\u0130", "\u0131", "\u03a3", "\ufb01", "\u0149",
     "\u00b5", "\u65e5", "\u0663", "\u00b2", "\u212a", "\u00a0", "\u0085", "\u2028",
 ]  # fmt: skip
 STRING_FUNCS = {  # name: how its arguments are written around the random string .a (and .b)
@@ -139,7 +139,7 @@ STRING_FUNCS = {  # name: how its arguments are written around the random string
     "trimPrefix": "{} .b .a", "trimSuffix": "{} .b .a", "splitList": "{} .b .a", "split": "{} .b .a",
     "replace": "{} .b .b .a", "trunc": "{} N .a", "abbrev": "{} N .a", "repeat": "{} N .a", "indent": "{} N .a",
     "nindent": "{} N .a", "substr": "{} N N .a", "abbrevboth": "{} N N .a", "regexQuoteMeta": "{} .a",
-    "wrap": "{} N .a", "wrapWith": "{} N .b .a",
+    "wrap": "{} N .a", "wrapWith": "{} N .b .a", "camelcase": "{} .a", "snakecase": "{} .a", "kebabcase": "{} .a",
 }  # fmt: skip
 
 

@@ -111,6 +111,11 @@ CASES: list[Case] = [
     c('{{ wrapWith 4 "" "abcdefgh" }}'),
     c('{{ abbrevboth 5 10 "1234 5678 9123 456789" }}'),
     c('{{ abbrevboth 0 6 "hello world" }}'),
+    c('{{ camelcase "http_server-name x" }}'),
+    c('{{ snakecase "HTTPStatusCode2xx" }}'),
+    c('{{ kebabcase "someValue_with SPACES" }}'),
+    c('{{ snakecase "v1beta1" }}'),
+    c('{{ camelcase "__" }}'),
     # split / join
     c('{{ splitList "," "a,b,,c" }}'),
     c('{{ splitList "" "abc" }}'),
