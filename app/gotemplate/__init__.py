@@ -12,13 +12,16 @@ The data model (values.py):
 
 * ``dict`` is a Go map (``map[string]interface {}``; ``StringMap`` for ``map[string]string``): a
   missing key is nil, which prints ``<no value>`` at top level (Go's default missingkey);
-  ``list`` / ``tuple`` is a slice; ``str``, ``int`` (Go int), ``float`` (float64, as JSON numbers
-  decode in Go), ``bool``; ``None`` is nil.
+  ``list`` / ``tuple`` is a slice (``StringSlice``, ``IntSlice`` for ``[]string``, ``[]int``);
+  ``str``, ``int`` (Go int; ``Int64``, ``Uint8`` for those types), ``float`` (float64, as JSON
+  numbers decode in Go), ``bool``; ``None`` is nil; ``NilPointer("*v1.PodSpec")`` a typed nil
+  pointer.
 * An object with ``go_field(self, name: str) -> Any`` is a Go struct or pointer: ``.Name`` calls
   ``go_field("Name")``, which raises ``KeyError`` when there is no such field or method (Go's
   "can't evaluate field Name in type T"; T is the object's ``go_type`` attribute, else its class
   name). A callable it returns is a method and is called with the arguments the template gives
-  (``{{ .Foo.Bar "x" }}``). Its ``str()`` is what the template prints for it.
+  (``{{ .Foo.Bar "x" }}``). Its ``str()`` is what the template prints for it; an optional
+  ``go_json()`` returns what encoding/json would marshal (a dict in field order) for toJson.
 * A template function is any callable; ``@go_signature("int", "string")`` declares its Go
   parameter types so arguments are converted and checked as Go does (else they are
   ``interface {}``). It returns Go's error by raising ``GoError``.

@@ -36,10 +36,6 @@ class Signature:
     params: tuple[str, ...]  # the fixed parameters' Go types
     variadic: str | None = None  # the element type of a final ...T
 
-    @property
-    def num_in(self) -> int:
-        return len(self.params) + (1 if self.variadic is not None else 0)
-
 
 def go_signature(*params: str, variadic: str | None = None) -> Callable[[F], F]:
     """Declares a template function's Go parameter types."""

@@ -3,15 +3,17 @@
 * None is Go's nil (an invalid reflect.Value once a pipeline has produced it); ``NIL`` is a nil
   *interface* still inside a container (a map's ``null``, a function's nil ``interface{}``
   result): it prints ``<no value>`` like nil, but ``.x`` on it is Go's "nil pointer evaluating".
-* bool, int (Go int), ``Int64`` (sprig's int64 results), float (float64), str (string).
+  ``NilPointer(type)`` is a typed nil pointer (prints ``<nil>``).
+* bool, int (Go int), ``Int64`` (sprig's int64 results), ``Uint8`` (a byte of a string), float
+  (float64), str (string).
 * dict is ``map[string]interface {}`` (``StringMap`` is ``map[string]string``: a missing key
-  indexes to ""), list/tuple is ``[]interface {}``.
+  indexes to ""), list/tuple is ``[]interface {}`` (``StringSlice`` / ``IntSlice`` are
+  ``[]string`` / ``[]int``: their elements' static type is not interface {}).
 * An object with ``go_field(name)`` is a Go struct (see the package docstring).
 """
-
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any, Final, Protocol
 
 
@@ -168,14 +170,6 @@ def has_interface_elements(v: Any) -> bool:
     return isinstance(v, (list, tuple, dict)) and not isinstance(v, (StringSlice, IntSlice, StringMap))
 
 
-def unwrap(v: Any) -> Any:
-    """A pipeline's value: a nil interface becomes plain nil."""
-    return None if v is NIL else v
-
-
 def go_len(v: Any) -> int:
     """len() of a string counts bytes, as Go's."""
     return len(v.encode("utf-8", "surrogateescape")) if isinstance(v, str) else len(v)
-
-
-Func = Callable[..., Any]
