@@ -40,15 +40,21 @@ def to_int64(v: Any) -> int:
     if isinstance(v, int):
         return int(v)
     if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return INT64_MIN
-        return wrap_int64(int(v))
+        return float_to_int64(v)
     if isinstance(v, str):
         if v == "":
             return 0
         n = parse_go_int(_trim_decimal(v))
         return n if n is not None and INT64_MIN <= n <= INT64_MAX else 0
     return 0
+
+
+def float_to_int64(f: float) -> int:
+    """Go's int64(f) on amd64: truncation, and for NaN, infinities and values out of range the
+    CPU's "integer indefinite", the minimum int64 (istiod runs there; arm64 would saturate)."""
+    if f != f or not -9223372036854775808.0 <= f < 9223372036854775808.0:
+        return INT64_MIN
+    return int(f)
 
 
 def wrap_int64(n: int) -> int:

@@ -92,12 +92,45 @@ def min_(a: Any, *rest: Any) -> Int64:
     return Int64(min([to_int64(a), *(to_int64(b) for b in rest)]))
 
 
+def _go_max(x: float, y: float) -> float:
+    """math.Max: NaN wins, and +0 beats -0."""
+    if math.inf in (x, y):
+        return math.inf
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    if x == 0 and x == y:
+        return x if math.copysign(1, x) > 0 else y
+    return x if x > y else y
+
+
+def _go_min(x: float, y: float) -> float:
+    """math.Min: NaN wins, and -0 beats +0."""
+    if -math.inf in (x, y):
+        return -math.inf
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    if x == 0 and x == y:
+        return x if math.copysign(1, x) < 0 else y
+    return x if x < y else y
+
+
+def go_floor(f: float) -> float:
+    """math.Floor: a float, keeping -0, infinities and NaN."""
+    return f if f == 0 or not math.isfinite(f) else float(math.floor(f))
+
+
+def go_ceil(f: float) -> float:
+    """math.Ceil: a float, -0 for a value in (-1, 0)."""
+    if f == 0 or not math.isfinite(f):
+        return f
+    return math.copysign(float(math.ceil(f)), f)
+
+
 @go_signature(ANY, variadic=ANY)
 def maxf(a: Any, *rest: Any) -> float:
     v = to_float64(a)
     for b in rest:
-        w = to_float64(b)
-        v = math.nan if math.isnan(v) or math.isnan(w) else max(v, w)
+        v = _go_max(v, to_float64(b))
     return v
 
 
@@ -105,21 +138,18 @@ def maxf(a: Any, *rest: Any) -> float:
 def minf(a: Any, *rest: Any) -> float:
     v = to_float64(a)
     for b in rest:
-        w = to_float64(b)
-        v = math.nan if math.isnan(v) or math.isnan(w) else min(v, w)
+        v = _go_min(v, to_float64(b))
     return v
 
 
 @go_signature(ANY)
 def floor(a: Any) -> float:
-    f = to_float64(a)
-    return float(math.floor(f)) if math.isfinite(f) else f
+    return go_floor(to_float64(a))
 
 
 @go_signature(ANY)
 def ceil(a: Any) -> float:
-    f = to_float64(a)
-    return float(math.ceil(f)) if math.isfinite(f) else f
+    return go_ceil(to_float64(a))
 
 
 @go_signature(ANY, INT, variadic=FLOAT64)
@@ -127,8 +157,8 @@ def round_(a: Any, places: int, *round_on: float) -> float:
     on = round_on[0] if round_on else 0.5
     pow_ = math.pow(10, float(places))
     digit = pow_ * to_float64(a)
-    frac = math.modf(digit)[0]
-    return (math.ceil(digit) if frac >= on else math.floor(digit)) / pow_
+    frac = math.modf(digit)[0] if math.isfinite(digit) else (math.nan if math.isnan(digit) else 0.0)
+    return (go_ceil(digit) if frac >= on else go_floor(digit)) / pow_
 
 
 @go_signature(INT)
@@ -169,7 +199,7 @@ def seq(*params: int) -> str:
 @go_signature(ANY)
 def to_decimal(v: Any) -> Int64:
     text = sprint_value(v)
-    if text[:1] in "+-":
+    if text and text[0] in "+-":
         sign, body = text[0], text[1:]
     else:
         sign, body = "", text
@@ -184,7 +214,7 @@ def _decimal_op(a: Any, rest: tuple[Any, ...], op: Callable[[Decimal, Decimal], 
     acc = Decimal(repr(to_float64(a)))
     for x in rest:
         acc = op(acc, Decimal(repr(to_float64(x))))
-    return float(acc)
+    return float(acc) or 0.0  # a decimal has no negative zero
 
 
 @go_signature(variadic=ANY)

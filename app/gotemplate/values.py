@@ -11,6 +11,7 @@
   ``[]string`` / ``[]int``: their elements' static type is not interface {}).
 * An object with ``go_field(name)`` is a Go struct (see the package docstring).
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection

@@ -1,8 +1,9 @@
 """Random templates (a seeded generator of text, trim markers, actions, pipelines, variables,
 control structures, builtins and sprig calls over a fixed data set), and sprig's string functions
 over random strings of tricky runes (case mappings with no one-rune counterpart, Unicode spaces,
-multi-byte runes cut by byte offsets), rendered by app/gotemplate and by Go (the
-gotemplate-oracle peer) must give the same output or the same error."""
+multi-byte runes cut by byte offsets), and fixed templates over random values (float64 edges,
+int64 bounds, -0, nulls, nesting), rendered by app/gotemplate and by Go (the gotemplate-oracle
+peer) must give the same output or the same error."""
 
 from __future__ import annotations
 
@@ -168,3 +169,54 @@ def test_string_functions_over_random_strings_as_in_go(go_string_results: list[R
         if (got := py_render(case)) != want
     ]
     assert not mismatches, f"{len(mismatches)} of {len(STRING_CASES)} differ:\n" + "\n".join(mismatches[:15])
+
+
+SCALARS = [
+    None, True, False, 0, 1, -1, 2**62, -(2**63), 2**63 - 1, 0.0, -0.0, 1.5, 1e6, 1e20, 1e21, 1e-7, 123456.789,
+    5e-324, 1.7976931348623157e308, 0.1 + 0.2, 100.0, "", "x", "a b", "<&>", "\u00e9", "\t", "10", "0x1F", "1e3",
+    " 5", "true", "-3.7",
+]  # fmt: skip
+VALUE_TEMPLATES = [
+    "{{ . }}", "{{ .a }}", '{{ printf "%v|%d|%s|%q|%x|%e|%g|%T|%08.3f" .a .a .a .a .a .a .a .a .a }}', "{{ toJson . }}",
+    "{{ toPrettyJson .a }}", "{{ if .a }}T{{ else }}F{{ end }}", "{{ eq .a .b }}", "{{ lt .a .b }}", "{{ ge .a .b }}",
+    "{{ range $k, $v := . }}{{ $k }}={{ $v }};{{ end }}", "{{ len .a }}", '{{ index . "a" }}', '{{ default "d" .a }}',
+    "{{ empty .a }}", "{{ quote .a }}", "{{ toString .a }}", "{{ int .a }}", "{{ int64 .a }}", "{{ float64 .a }}",
+    "{{ add .a 1 }}", "{{ atoi .a }}", "{{ kindOf .a }}", "{{ typeOf .a }}", "{{ print .a .b }}", "{{ html .a }}",
+    "{{ js .a }}", "{{ urlquery .a }}", "{{ first .a }}", '{{ join "," .a }}', "{{ has .b .a }}", "{{ uniq .a }}",
+    "{{ compact .a }}", "{{ sortAlpha .a }}", "{{ coalesce .a .b }}", "{{ deepEqual .a .b }}", "{{ max .a .b }}",
+    "{{ maxf .a .b }}", "{{ minf .a .b }}", "{{ floor .a }}", "{{ ceil .a }}", "{{ round .a 2 }}", "{{ toDecimal .a }}",
+    "{{ with .a }}{{ . }}{{ end }}", "{{ .a.b }}", "{{ keys .a | sortAlpha }}", "{{ toStrings .a }}",
+    "{{ slice .a 1 }}", "{{ cat .a .b }}", "{{ mul .a 2 }}", "{{ div .a 3 }}", "{{ mod .a 3 }}", "{{ sub .a .b }}",
+    "{{ addf .a .b }}", "{{ mulf .a 2 }}", "{{ merge .a .b }}", "{{ mergeOverwrite .a .b }}",
+]  # fmt: skip
+
+
+def random_value(rnd: random.Random, depth: int = 0) -> object:
+    roll = rnd.random()
+    if depth < 2 and roll < 0.15:
+        return [random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 3))]
+    if depth < 2 and roll < 0.3:
+        keys = ["a", "b", "B", "_x", "10", "9", " "]
+        return {rnd.choice(keys): random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 3))}
+    return rnd.choice(SCALARS)
+
+
+_vrnd = random.Random(0)
+VALUE_CASES = [
+    Case(_vrnd.choice(VALUE_TEMPLATES), {"a": random_value(_vrnd), "b": random_value(_vrnd)}, sprig=True)
+    for _ in range(3000)
+]
+
+
+@pytest.fixture(scope="module")
+def go_value_results() -> list[Rendered]:
+    return go_render(VALUE_CASES)
+
+
+def test_templates_over_random_values_as_in_go(go_value_results: list[Rendered]) -> None:
+    mismatches = [
+        f"{case.template} {case.data!r}\n  go:     {want}\n  python: {got}"
+        for case, want in zip(VALUE_CASES, go_value_results, strict=True)
+        if (got := py_render(case)) != want
+    ]
+    assert not mismatches, f"{len(mismatches)} of {len(VALUE_CASES)} differ:\n" + "\n".join(mismatches[:15])
