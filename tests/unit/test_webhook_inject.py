@@ -1,0 +1,113 @@
+"""``POST /inject`` over HTTPS, as istiod answers it: an AdmissionReview of a Pod in, the review
+back with the JSONPatch that injects the sidecar (base64, patchType JSONPatch) and the request's
+uid; a pod the policy skips is allowed without a patch, one that cannot be injected refused with
+istiod's reason, a body that is not a review refused; ``/inject/cluster/ID`` names the cluster."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import trustme
+
+from app.config.mesh import default_mesh_config
+from app.inject.inputs import InjectionInputs
+from app.webhook.server import WebhookServer
+
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "hello", "labels": {"app": "hello"}},
+    "spec": {"containers": [{"name": "hello", "image": "example.com/hello:1"}]},
+}
+
+
+def review(pod: Any) -> dict[str, Any]:
+    request = {"uid": "u-7", "operation": "CREATE", "namespace": "shop", "object": pod}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 add, remove and replace: what the patch holds."""
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = int(last) if isinstance(node, list) else last
+        if op["op"] == "remove":
+            del node[key]
+        elif isinstance(node, list) and op["op"] == "add":
+            node.insert(key, op["value"])
+        else:
+            node[key] = op["value"]
+    return doc
+
+
+@pytest.fixture
+async def webhook(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext]]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    inputs = InjectionInputs(None, None, default_mesh_config().SerializeToString(), native_sidecars=False)
+    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", injection=lambda: inputs)
+    await server.start("127.0.0.1:0")
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    yield f"https://127.0.0.1:{server.port}", client
+    await server.stop()
+
+
+async def _post(session: aiohttp.ClientSession, url: str, tls: ssl.SSLContext, body: Any) -> dict[str, Any]:
+    async with session.post(url, json=body, ssl=tls) as resp:
+        assert resp.status == 200
+        answer: dict[str, Any] = (await resp.json())["response"]
+        return answer
+
+
+async def test_a_pod_review_is_answered_with_the_injecting_patch(webhook: tuple[str, ssl.SSLContext]) -> None:
+    base, tls = webhook
+    async with aiohttp.ClientSession() as session:
+        response = await _post(session, f"{base}/inject", tls, review(POD))
+        assert response["uid"] == "u-7" and response["allowed"] is True and response["patchType"] == "JSONPatch"
+        pod = apply_patch(json.loads(json.dumps(POD)), json.loads(base64.b64decode(response["patch"])))
+        assert [c["name"] for c in pod["spec"]["containers"]] == ["hello", "istio-proxy"]
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["istio-init"]
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][1]["env"]}
+        assert env["CA_ADDR"] == "pilotfish.istio-system.svc:15012"
+        assert env["ISTIO_META_OWNER"] == "kubernetes://apis/v1/namespaces/shop/pods/hello"
+        assert "namespace" not in pod["metadata"]  # the patch leaves alone what injection does not set
+
+        with_cluster = await _post(session, f"{base}/inject/cluster/east", tls, review(POD))
+        ops = json.loads(base64.b64decode(with_cluster["patch"]))
+        env = {
+            e["name"]: e.get("value")
+            for e in apply_patch(json.loads(json.dumps(POD)), ops)["spec"]["containers"][1]["env"]
+        }
+        assert env["ISTIO_META_CLUSTER_ID"] == "east"
+
+
+async def test_skipped_refused_and_malformed_reviews(webhook: tuple[str, ssl.SSLContext]) -> None:
+    base, tls = webhook
+    url = f"{base}/inject"
+    async with aiohttp.ClientSession() as session:
+        host_network = {**POD, "spec": {**POD["spec"], "hostNetwork": True}}
+        assert await _post(session, url, tls, review(host_network)) == {"uid": "u-7", "allowed": True}
+        bad = {**POD, "metadata": {"name": "hello", "annotations": {"status.sidecar.istio.io/port": "http"}}}
+        refused = await _post(session, url, tls, review(bad))
+        assert refused["allowed"] is False
+        assert "invalid value 'http' for annotation 'status.sidecar.istio.io/port'" in refused["status"]["message"]
+        not_a_pod = await _post(session, url, tls, review([1]))
+        assert not_a_pod["allowed"] is False and not_a_pod["uid"] == "u-7"
+        async with session.post(url, data=b"{", headers={"Content-Type": "application/json"}, ssl=tls) as resp:
+            answer = (await resp.json())["response"]
+            assert answer["allowed"] is False and answer["status"]["message"].startswith("could not decode body")
+        # the server keeps injecting
+        assert (await _post(session, url, tls, review(POD)))["allowed"] is True
