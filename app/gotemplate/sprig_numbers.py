@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, Final
 
 from app.gotemplate.errors import GoError
-from app.gotemplate.printing import sprint_value
+from app.gotemplate.printing import format_float, sprint_value
 from app.gotemplate.signature import ANY, FLOAT64, INT, STRING, go_signature
 from app.gotemplate.sprig_convert import to_float64, to_int64, wrap_int64
 from app.gotemplate.values import Int64, IntSlice
@@ -209,12 +209,28 @@ def to_decimal(v: Any) -> Int64:
     return Int64(n) if -(1 << 63) <= n < (1 << 63) else Int64(0)
 
 
+def _decimal(f: float) -> Decimal:
+    """decimal.NewFromFloat: the shortest decimal form of the float64."""
+    if not math.isfinite(f):
+        raise GoError(f"Cannot create a Decimal from {format_float(f)}")
+    return Decimal(repr(f))
+
+
 def _decimal_op(a: Any, rest: tuple[Any, ...], op: Callable[[Decimal, Decimal], Decimal]) -> float:
-    """shopspring/decimal over the shortest decimal form of each float64 (NewFromFloat)."""
-    acc = Decimal(repr(to_float64(a)))
-    for x in rest:
-        acc = op(acc, Decimal(repr(to_float64(x))))
-    return float(acc) or 0.0  # a decimal has no negative zero
+    """shopspring/decimal arithmetic over the arguments as float64s (sprig's execDecimalOp)."""
+    with localcontext() as ctx:
+        ctx.prec = 1000  # exact: a float64 has at most 767 significant decimal digits
+        acc = _decimal(to_float64(a))
+        for x in rest:
+            acc = op(acc, _decimal(to_float64(x)))
+        return float(acc) or 0.0  # a decimal has no negative zero
+
+
+def _decimal_div(x: Decimal, y: Decimal) -> Decimal:
+    """Decimal.Div: 16 places, the last rounded half away from zero."""
+    if y == 0:
+        raise GoError("decimal division by 0")
+    return (x / y).quantize(Decimal("1e-16"), rounding=ROUND_HALF_UP)
 
 
 @go_signature(variadic=ANY)
@@ -235,6 +251,11 @@ def subf(a: Any, *rest: Any) -> float:
 @go_signature(ANY, variadic=ANY)
 def mulf(a: Any, *rest: Any) -> float:
     return _decimal_op(a, rest, lambda x, y: x * y)
+
+
+@go_signature(ANY, variadic=ANY)
+def divf(a: Any, *rest: Any) -> float:
+    return _decimal_op(a, rest, _decimal_div)
 
 
 NUMBER_FUNCS: Final[dict[str, Callable[..., Any]]] = {
@@ -264,4 +285,5 @@ NUMBER_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     "add1f": add1f,
     "subf": subf,
     "mulf": mulf,
+    "divf": divf,
 }

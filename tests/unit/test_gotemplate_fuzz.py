@@ -187,7 +187,7 @@ VALUE_TEMPLATES = [
     "{{ maxf .a .b }}", "{{ minf .a .b }}", "{{ floor .a }}", "{{ ceil .a }}", "{{ round .a 2 }}", "{{ toDecimal .a }}",
     "{{ with .a }}{{ . }}{{ end }}", "{{ .a.b }}", "{{ keys .a | sortAlpha }}", "{{ toStrings .a }}",
     "{{ slice .a 1 }}", "{{ cat .a .b }}", "{{ mul .a 2 }}", "{{ div .a 3 }}", "{{ mod .a 3 }}", "{{ sub .a .b }}",
-    "{{ addf .a .b }}", "{{ mulf .a 2 }}", "{{ merge .a .b }}", "{{ mergeOverwrite .a .b }}",
+    "{{ addf .a .b }}", "{{ mulf .a 2 }}", "{{ divf .a .b }}", "{{ subf .a .b }}", "{{ merge .a .b }}", "{{ mergeOverwrite .a .b }}",
 ]  # fmt: skip
 
 
