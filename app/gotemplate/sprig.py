@@ -1,9 +1,11 @@
 """SPRIG_FUNCS: github.com/Masterminds/sprig/v3's TxtFuncMap, the functions istiod adds to its
 injection templates before its own (Istio's funcmap overrides sprig's where names collide).
 
-Left out, being neither pure nor deterministic: the date, random, UUID, crypto, network and
-environment functions (now, date*, rand*, shuffle, uuidv4, genCA..., getHostByName, env, expandenv).
-Also left out: urlParse and urlJoin, which Istio's templates do not call.
+Left out, being neither pure nor deterministic: the clock, random, UUID, crypto, network and
+environment functions (now, ago, date*, toDate, unixEpoch, rand*, shuffle, uuidv4, bcrypt,
+htpasswd, genCA..., encryptAES, derivePassword, getHostByName, env, expandenv). Also left out:
+urlParse, urlJoin and decryptAES, which Istio's templates do not call. The os* path functions
+are the path ones: istiod runs on Linux, where filepath is path.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Final
 
 from app.gotemplate.sprig_case import CASE_FUNCS
 from app.gotemplate.sprig_collections import COLLECTION_FUNCS
+from app.gotemplate.sprig_durations import DURATION_FUNCS
 from app.gotemplate.sprig_misc import MISC_FUNCS
 from app.gotemplate.sprig_numbers import NUMBER_FUNCS
 from app.gotemplate.sprig_semver import SEMVER_FUNCS
@@ -26,4 +29,5 @@ SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     **MISC_FUNCS,
     **SEMVER_FUNCS,
     **CASE_FUNCS,
+    **DURATION_FUNCS,
 }

@@ -368,4 +368,9 @@ MISC_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     "clean": path_clean,
     "ext": path_ext,
     "isAbs": path_is_abs,
+    "osBase": path_base,
+    "osClean": path_clean,
+    "osDir": path_dir,
+    "osExt": path_ext,
+    "osIsAbs": path_is_abs,
 }

@@ -442,6 +442,14 @@ CASES: list[Case] = [
     c('{{ (semver "1.2.3").Compare (semver "1.3.0") }} {{ (semver "1.2.3").LessThan (semver "1.3.0") }}'),
     c('{{ semver "bad" }}'),
     c('{{ semver "1.2.3" | typeOf }}'),
+    # durations
+    c('{{ duration "90" }} {{ duration (int64 3661) }} {{ duration 90 }} {{ duration "x" }} {{ duration "-5" }}'),
+    c('{{ duration "0" }} {{ duration "99999999999999999999" }} {{ duration (int64 -1) }} {{ duration " 5" }}'),
+    c('{{ durationRound "2h30m" }} {{ durationRound "1.5s" }} {{ durationRound "-90m" }} {{ durationRound "bad" }}'),
+    c('{{ durationRound "400d" }} {{ durationRound "800h" }} {{ durationRound (int64 1000000) }}'),
+    c("{{ durationRound 5 }}"),
+    c('{{ durationRound "1h0m0.5s" }} {{ durationRound ".5h" }} {{ durationRound "1µs" }} {{ durationRound "3m" }}'),
+    c('{{ osBase "/a/b" }} {{ osDir "/a/b" }} {{ osClean "a/../b" }} {{ osExt "x.tar" }} {{ osIsAbs "a" }}'),
     # paths
     c('{{ base "/a/b.txt" }}'),
     c('{{ base "" }}'),
