@@ -79,7 +79,7 @@ def _merge_list(original: list[Any], patch: list[Any], merge_key: str, kind: str
     if not all(isinstance(v, dict) for v in [*original, *patch]):
         if any(isinstance(v, dict | list) for v in [*original, *patch]):
             raise MergeError(f"{where}: a list mixing objects and values cannot be merged")
-        merged = list(dict.fromkeys(_hashable(v) for v in [*original, *patch]))
+        merged = list(dict.fromkeys([*original, *patch]))  # deduplicateScalars
         patch_items = [v for v in merged if v in patch]
         server_only = [v for v in merged if v not in patch]
         return _order(patch_items, server_only, patch, original, "")
@@ -147,10 +147,6 @@ def _order(patch_items: list[Any], server_only: list[Any], patch_order: list[Any
 
 def _shape_of(value: Any) -> type:
     return dict if isinstance(value, dict) else list if isinstance(value, list) else object
-
-
-def _hashable(value: Any) -> Any:
-    return value
 
 
 def _discard_nulls(value: Any) -> Any:

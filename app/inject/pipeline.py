@@ -29,7 +29,6 @@ from app.inject.overrides import (
 )
 from app.inject.podjson import go_pod
 from app.inject.probes import (
-    KUBE_APP_PROBERS,
     PROXY_CONTAINER,
     dump_app_probers,
     merge_or_append_probers,
@@ -318,6 +317,3 @@ def deploy_meta_from_pod(meta: Mapping[str, Any]) -> tuple[dict[str, str], dict[
                 name = m.group(1)
                 type_meta = {"kind": "CronJob", "apiVersion": "batch/v1"}
     return {"name": name or meta.get("name", ""), "namespace": namespace}, type_meta
-
-
-__all__ = ["KUBE_APP_PROBERS", "InjectionError", "InjectionParameters", "deploy_meta_from_pod", "inject_pod"]
