@@ -71,7 +71,6 @@ class Case:
     mesh: MeshChange | None = None
     native: bool = True
     error: str = ""
-    openshift: bool = False  # skipInjection: only istiod's webhook on OpenShift
     compliance: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -152,9 +151,9 @@ TABLE = [
     Case("hello-tracing-disabled.yaml", mesh=_tracing_disabled),
     Case("truncate-canonical-name-pod.yaml"),
     Case("truncate-canonical-name-custom-controller-pod.yaml"),
-    Case("hello-openshift.yaml", flags=_CNI, openshift=True),
-    Case("hello-openshift-custom-injection.yaml", flags=_CNI, openshift=True),
-    Case("hello-openshift-tproxy.yaml", flags=_CNI, openshift=True),
+    Case("hello-openshift.yaml", flags=_CNI),
+    Case("hello-openshift-custom-injection.yaml", flags=_CNI),
+    Case("hello-openshift-tproxy.yaml", flags=_CNI),
     Case("hello-probes-localhost.yaml", mesh=_inbound_localhost),
     Case("proxy-resources-null.yaml", iop="proxy-resources-null.iop.yaml"),
     Case("proxy-resources-null-no-init.yaml", iop="proxy-resources-null.iop.yaml"),
@@ -182,11 +181,15 @@ def cases() -> list[Case]:
     return [*TABLE, *extra]
 
 
-# what pilotfish deliberately or knowingly does not do as istiod does
-DIFFERENCES: dict[str, str] = {}
-NOT_RUN = {
-    "openshift": "istiod reads the OpenShift namespace's UID range (and TestInjection runs these through the "
-    "webhook only); pilotfish does not read namespaces for injection",
+# what pilotfish deliberately does not do as istiod does, by expected output
+_OPENSHIFT = (
+    "on OpenShift istiod runs the proxy (and the CNI validation) with the top of the namespace's "
+    "openshift.io/sa.scc.uid-range and supplemental-groups (GetProxyIDs; TestInjection runs these "
+    "through its webhook only); pilotfish does not read namespaces for injection and keeps 1337"
+)
+DIFFERENCES: dict[str, str] = {
+    "hello-openshift.yaml.injected": _OPENSHIFT,
+    "hello-openshift-custom-injection.yaml.injected": _OPENSHIFT,
 }
 
 
@@ -237,7 +240,7 @@ def _id(case: Case) -> str:
     return (case.error and case.input) or _want(case) + ("" if case.native else " (no native sidecars)")
 
 
-@pytest.mark.parametrize("case", [c for c in ALL if not c.openshift], ids=_id)
+@pytest.mark.parametrize("case", ALL, ids=_id)
 def test_injection_matches_istio(case: Case) -> None:
     if case.error:
         with pytest.raises(InjectionError) as raised:
@@ -260,7 +263,7 @@ def test_host_network_warning() -> None:
 
 
 def test_every_testdata_output_is_a_case() -> None:
-    """As TestInjection checks: no .injected file without a case (or a reason it is not run)."""
+    """As TestInjection checks: no .injected file without a case."""
     outputs = {p.name for p in injection_testdata().glob("*.injected")}
     covered = {_want(c) for c in ALL if not c.error}
     assert outputs == covered
