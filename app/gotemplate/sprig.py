@@ -3,9 +3,8 @@ injection templates before its own (Istio's funcmap overrides sprig's where name
 
 Left out, being neither pure nor deterministic: the clock, random, UUID, crypto, network and
 environment functions (now, ago, date*, toDate, unixEpoch, rand*, shuffle, uuidv4, bcrypt,
-htpasswd, genCA..., encryptAES, derivePassword, getHostByName, env, expandenv). Also left out:
-urlParse, urlJoin and decryptAES, which Istio's templates do not call. The os* path functions
-are the path ones: istiod runs on Linux, where filepath is path.
+htpasswd, genCA..., encryptAES, derivePassword, getHostByName, env, expandenv), and decryptAES.
+The os* path functions are the path ones: istiod runs on Linux, where filepath is path.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from app.gotemplate.sprig_misc import MISC_FUNCS
 from app.gotemplate.sprig_numbers import NUMBER_FUNCS
 from app.gotemplate.sprig_semver import SEMVER_FUNCS
 from app.gotemplate.sprig_strings import STRING_FUNCS
+from app.gotemplate.sprig_url import URL_FUNCS
 
 SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     "hello": lambda: "Hello!",
@@ -30,4 +30,5 @@ SPRIG_FUNCS: Final[dict[str, Callable[..., Any]]] = {
     **SEMVER_FUNCS,
     **CASE_FUNCS,
     **DURATION_FUNCS,
+    **URL_FUNCS,
 }

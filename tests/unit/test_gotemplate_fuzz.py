@@ -2,8 +2,9 @@
 control structures, builtins and sprig calls over a fixed data set), and sprig's string functions
 over random strings of tricky runes (case mappings with no one-rune counterpart, Unicode spaces,
 multi-byte runes cut by byte offsets), and fixed templates over random values (float64 edges,
-int64 bounds, -0, nulls, nesting), rendered by app/gotemplate and by Go (the gotemplate-oracle
-peer) must give the same output or the same error."""
+int64 bounds, -0, nulls, nesting), and random URLs through urlParse and urlJoin, rendered by
+app/gotemplate and by Go (the gotemplate-oracle peer) must give the same output or the same
+error."""
 
 from __future__ import annotations
 
@@ -187,7 +188,8 @@ VALUE_TEMPLATES = [
     "{{ maxf .a .b }}", "{{ minf .a .b }}", "{{ floor .a }}", "{{ ceil .a }}", "{{ round .a 2 }}", "{{ toDecimal .a }}",
     "{{ with .a }}{{ . }}{{ end }}", "{{ .a.b }}", "{{ keys .a | sortAlpha }}", "{{ toStrings .a }}",
     "{{ slice .a 1 }}", "{{ cat .a .b }}", "{{ mul .a 2 }}", "{{ div .a 3 }}", "{{ mod .a 3 }}", "{{ sub .a .b }}",
-    "{{ addf .a .b }}", "{{ mulf .a 2 }}", "{{ divf .a .b }}", "{{ subf .a .b }}", "{{ merge .a .b }}", "{{ mergeOverwrite .a .b }}",
+    "{{ addf .a .b }}", "{{ mulf .a 2 }}", "{{ divf .a .b }}", "{{ subf .a .b }}", "{{ merge .a .b }}",
+    "{{ mergeOverwrite .a .b }}",
 ]  # fmt: skip
 
 
@@ -220,3 +222,37 @@ def test_templates_over_random_values_as_in_go(go_value_results: list[Rendered])
         if (got := py_render(case)) != want
     ]
     assert not mismatches, f"{len(mismatches)} of {len(VALUE_CASES)} differ:\n" + "\n".join(mismatches[:15])
+
+
+URL_PIECES = [
+    "http", "https", "foo", "HTTP", ":", "//", "/", "?", "#", "@", "[", "]", "::1", "%25", "%2F", "%zz", "%41", "a",
+    "h", ":80", " ", "\u00e9", "!", "*", "+", "u:p", ".", "~", "=", "&", ";", "%20", "fe80::1", "1.2.3.4", "'", "\\",
+]  # fmt: skip
+URL_PARTS = ["scheme", "host", "path", "query", "opaque", "fragment", "userinfo"]
+
+
+def url_case(rnd: random.Random) -> Case:
+    def piece(n: int) -> str:
+        return "".join(rnd.choice(URL_PIECES) for _ in range(rnd.randint(0, n)))
+
+    if rnd.random() < 0.6:
+        return Case("{{ urlParse .a }}", {"a": piece(8)}, sprig=True)
+    return Case("{{ urlJoin .a }}", {"a": {k: piece(3) for k in rnd.sample(URL_PARTS, rnd.randint(0, 5))}}, sprig=True)
+
+
+_urnd = random.Random(0)
+URL_CASES = [url_case(_urnd) for _ in range(1500)]
+
+
+@pytest.fixture(scope="module")
+def go_url_results() -> list[Rendered]:
+    return go_render(URL_CASES)
+
+
+def test_urls_parse_and_join_as_in_go(go_url_results: list[Rendered]) -> None:
+    mismatches = [
+        f"{case.template} {case.data!r}\n  go:     {want}\n  python: {got}"
+        for case, want in zip(URL_CASES, go_url_results, strict=True)
+        if (got := py_render(case)) != want
+    ]
+    assert not mismatches, f"{len(mismatches)} of {len(URL_CASES)} differ:\n" + "\n".join(mismatches[:15])
