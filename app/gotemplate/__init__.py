@@ -26,8 +26,15 @@ The data model (values.py):
   parameter types so arguments are converted and checked as Go does (else they are
   ``interface {}``). It returns Go's error by raising ``GoError``.
 
-Deliberate differences: complex constants are refused at parse time, and nested ``{{template}}``
-calls stop at depth 150 (Go: 100000).
+Deliberate differences: complex constants are refused at parse time; nested ``{{template}}``
+calls stop at depth 150 (Go: 100000); a JSON or regular-expression syntax error (mustFromJson,
+mustRegex*) is worded by Python's json and RE2, not Go; sprig's clock, random, crypto, network
+and environment functions are not provided (sprig.py); Go's float-to-integer conversion is
+amd64's (out of range gives the minimum int64), where istiod runs.
+
+Verified against Go itself: tools/peers/gotemplate is a Go program rendering the same template
+over the same data with text/template and sprig at istiod's versions; tests/unit/test_gotemplate_*
+compare the two case by case and over random templates, strings, values and URLs.
 """
 
 from app.gotemplate.errors import GoError, TemplateError
