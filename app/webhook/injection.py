@@ -48,10 +48,11 @@ def inject_decision(request: Mapping[str, Any], inputs: InjectionInputs, path: s
     original = go_pod(pod)
     meta = original.setdefault("metadata", {})
     meta.pop("managedFields", None)
-    if not meta.get("namespace"):
-        meta["namespace"] = str(request.get("namespace") or "")
+    namespace = str(meta.get("namespace") or request.get("namespace") or "")
+    if namespace:
+        meta["namespace"] = namespace
     try:
-        injected = injector_for(inputs).inject(original, meta["namespace"], path)
+        injected = injector_for(inputs).inject(original, namespace, path)
     except (InjectionError, SettingsError, PilotfishError) as e:
         logger.info("pod injection failed: %s", e)
         return _refused(str(e))

@@ -1,6 +1,9 @@
 """Fidelity to istiod's injection: the inputs of Istio's own injection tests (TestInjection in
-pkg/kube/inject/inject_test.go of the pinned istio module) run through ``kube-inject``'s code with
-the settings those cases use must give the ``.injected`` files.
+pkg/kube/inject/inject_test.go of the pinned istio module) run with the settings those cases use
+must give the ``.injected`` files, both ways TestInjection runs them: through kube-inject's code
+(the whole manifest) and through the webhook's (each workload's pod as its controller would create
+it, the JSONPatch applied; compared without the status annotation, as TestInjection's webhook
+subtest compares).
 
 ``CASES`` mirrors TestInjection's case table (in, want, setFlags, inFilePath, mesh, the native
 sidecar feature its setup turns off, expectedError); files the table does not name run with the
@@ -29,8 +32,11 @@ import yaml
 from app.api.mesh import MeshConfig
 from app.inject.injector import Injector
 from app.inject.manifest import kube_inject
+from app.inject.patch import create_patch
 from app.inject.pipeline import InjectionError
+from app.inject.podjson import go_pod
 from tests.support.istio_injection import injection_settings, injection_testdata
+from tests.support.json_patch import apply_patch
 
 MeshChange = Callable[[MeshConfig], None]
 
@@ -267,3 +273,77 @@ def test_every_testdata_output_is_a_case() -> None:
     outputs = {p.name for p in injection_testdata().glob("*.injected")}
     covered = {_want(c) for c in ALL if not c.error}
     assert outputs == covered
+
+
+# --- the webhook path: TestInjection's "webhook" subtest -------------------------------------
+
+# TestInjection's skipWebhook cases: no pod (a Service), or a CronJob, whose pod the test cannot make
+_NO_WEBHOOK = frozenset({"hello-service.yaml.injected", "cronjob.yaml.injected", "cronjob-old-version.yaml.injected"})
+
+
+def _object_to_pod(doc: dict[str, Any]) -> dict[str, Any]:
+    """objectToPod: the pod the workload's controller would create (a generated name, the
+    controller as owner; a Deployment's pod is its ReplicaSet's, with the template hash label)."""
+    if doc["kind"] == "Pod":
+        return dict(doc)
+    api_version, kind, name = doc["apiVersion"], doc["kind"], doc["metadata"]["name"]
+    template = doc["spec"]["jobTemplate"]["spec"]["template"] if kind == "CronJob" else doc["spec"]["template"]
+    meta = dict(template.get("metadata") or {})
+    if kind == "Deployment":
+        api_version, kind, name = "apps/v1", "ReplicaSet", name + "-fake"
+        meta["labels"] = {**(meta.get("labels") or {}), "pod-template-hash": "fake"}
+    meta["generateName"] = name + ("-" if doc["kind"] == "Deployment" else "")
+    meta["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name, "controller": True}]
+    return {"metadata": meta, "spec": template.get("spec") or {}}
+
+
+def _pods(text: str) -> list[tuple[dict[str, Any], str]]:
+    """splitYamlFile: each injectable document (a List's items too) as (pod, its namespace)."""
+    out = []
+    for doc in yaml.safe_load_all(text):
+        items = doc.get("items") or [] if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
+        for item in items:
+            if isinstance(item, dict) and item.get("kind") in _WORKLOADS:
+                out.append((_object_to_pod(item), (item.get("metadata") or {}).get("namespace", "")))
+    return out
+
+
+_WORKLOADS = frozenset({"Deployment", "DeploymentConfig", "DaemonSet", "StatefulSet", "Job", "ReplicaSet",
+                        "ReplicationController", "CronJob", "Pod"})  # fmt: skip
+
+
+def _comparable(pod: dict[str, Any]) -> Any:
+    """normalizeAndCompareDeployments: the status annotation left out."""
+    pod = go_pod(pod)
+    (pod.get("metadata") or {}).get("annotations", {}).pop("sidecar.istio.io/status", None)
+    return _normalize(pod)
+
+
+WEBHOOK_CASES = [c for c in ALL if not c.error and _want(c) not in _NO_WEBHOOK]
+
+
+@pytest.mark.parametrize("case", WEBHOOK_CASES, ids=_id)
+def test_the_webhook_injects_as_istiod(case: Case) -> None:
+    config, values, mesh = injection_settings(tuple(case.flags), case.iop)
+    case_mesh = MeshConfig()
+    case_mesh.CopyFrom(mesh)
+    if case.mesh is not None:
+        case_mesh.default_config.SetInParent()
+        case.mesh(case_mesh)
+    injector = Injector.build(config, values, case_mesh, revision="default", native_sidecars=case.native,
+                              compliance_policy=case.compliance)  # fmt: skip
+    inputs = _pods((injection_testdata() / case.input).read_text())
+    wants = _pods((injection_testdata() / _want(case)).read_text())
+    assert len(inputs) == len(wants) and inputs
+    results = []
+    for (pod, namespace), (want, _) in zip(inputs, wants, strict=True):
+        original = go_pod(pod)
+        if namespace and not original["metadata"].get("namespace"):
+            original["metadata"]["namespace"] = namespace
+        injected = injector.inject(original, namespace)
+        got = pod if injected is None else apply_patch(pod, create_patch(original, injected))
+        results.append(_comparable(got) == _comparable(want))
+    if _want(case) in DIFFERENCES:
+        assert not all(results), f"{_want(case)} now matches istiod: remove it from DIFFERENCES"
+        return
+    assert all(results)

@@ -19,6 +19,7 @@ import trustme
 from app.config.mesh import default_mesh_config
 from app.inject.inputs import InjectionInputs
 from app.webhook.server import WebhookServer
+from tests.support.json_patch import apply_patch
 
 POD = {
     "apiVersion": "v1",
@@ -31,23 +32,6 @@ POD = {
 def review(pod: Any) -> dict[str, Any]:
     request = {"uid": "u-7", "operation": "CREATE", "namespace": "shop", "object": pod}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-
-
-def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """RFC 6902 add, remove and replace: what the patch holds."""
-    for op in ops:
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        node = doc
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        key: Any = int(last) if isinstance(node, list) else last
-        if op["op"] == "remove":
-            del node[key]
-        elif isinstance(node, list) and op["op"] == "add":
-            node.insert(key, op["value"])
-        else:
-            node[key] = op["value"]
-    return doc
 
 
 @pytest.fixture
@@ -77,7 +61,7 @@ async def test_a_pod_review_is_answered_with_the_injecting_patch(webhook: tuple[
     async with aiohttp.ClientSession() as session:
         response = await _post(session, f"{base}/inject", tls, review(POD))
         assert response["uid"] == "u-7" and response["allowed"] is True and response["patchType"] == "JSONPatch"
-        pod = apply_patch(json.loads(json.dumps(POD)), json.loads(base64.b64decode(response["patch"])))
+        pod = apply_patch(POD, json.loads(base64.b64decode(response["patch"])))
         assert [c["name"] for c in pod["spec"]["containers"]] == ["hello", "istio-proxy"]
         assert [c["name"] for c in pod["spec"]["initContainers"]] == ["istio-init"]
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][1]["env"]}
@@ -87,10 +71,7 @@ async def test_a_pod_review_is_answered_with_the_injecting_patch(webhook: tuple[
 
         with_cluster = await _post(session, f"{base}/inject/cluster/east", tls, review(POD))
         ops = json.loads(base64.b64decode(with_cluster["patch"]))
-        env = {
-            e["name"]: e.get("value")
-            for e in apply_patch(json.loads(json.dumps(POD)), ops)["spec"]["containers"][1]["env"]
-        }
+        env = {e["name"]: e.get("value") for e in apply_patch(POD, ops)["spec"]["containers"][1]["env"]}
         assert env["ISTIO_META_CLUSTER_ID"] == "east"
 
 
