@@ -27,8 +27,8 @@ The data model (values.py):
   ``interface {}``). It returns Go's error by raising ``GoError``.
 
 Deliberate differences: complex constants are refused at parse time; nested ``{{template}}``
-calls stop at depth 150 (Go: 100000); a JSON or regular-expression syntax error (mustFromJson,
-mustRegex*) is worded by Python's json and RE2, not Go; sprig's clock, random, crypto, network
+calls stop at depth 150 (Go: 100000); a regular-expression syntax error (mustRegex*) is worded
+by RE2, not Go's regexp/syntax; sprig's clock, random, crypto, network
 and environment functions are not provided (sprig.py); Go's float-to-integer conversion is
 amd64's (out of range gives the minimum int64), where istiod runs.
 

@@ -1,8 +1,8 @@
 """sprig's defaults, JSON, reflection, regular expression, path and flow-control functions
 (defaults.go, reflect.go, regex.go, functions.go). Regular expressions are RE2, as Go's.
 
-The wording of a JSON or regular-expression syntax error (mustFromJson, mustRegex*) is Python's
-and RE2's, not Go's; that such input is an error is as in Go.
+The wording of a regular-expression syntax error (mustRegex*) is RE2's, not Go's; that such a
+pattern is an error is as in Go.
 """
 
 from __future__ import annotations
@@ -55,17 +55,17 @@ def ternary(vt: Any, vf: Any, v: bool) -> Any:
 @go_signature(STRING)
 def from_json(s: str) -> Any:
     try:
-        return gojson.unmarshal(s)
-    except ValueError:
+        return gojson.unmarshal(s)[0]
+    except GoError:
         return None
 
 
 @go_signature(STRING)
 def must_from_json(s: str) -> Any:
-    try:
-        return gojson.unmarshal(s)
-    except ValueError as e:
-        raise GoError(str(e)) from None
+    value, error = gojson.unmarshal(s)
+    if error is not None:
+        raise error
+    return value
 
 
 @go_signature(ANY)

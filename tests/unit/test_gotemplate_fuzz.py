@@ -2,7 +2,8 @@
 control structures, builtins and sprig calls over a fixed data set), and sprig's string functions
 over random strings of tricky runes (case mappings with no one-rune counterpart, Unicode spaces,
 multi-byte runes cut by byte offsets), and fixed templates over random values (float64 edges,
-int64 bounds, -0, nulls, nesting), and random URLs through urlParse and urlJoin, rendered by
+int64 bounds, -0, nulls, nesting), random text through fromJson / mustFromJson (Go's syntax
+errors), and random URLs through urlParse and urlJoin, rendered by
 app/gotemplate and by Go (the gotemplate-oracle peer) must give the same output or the same
 error."""
 
@@ -256,3 +257,33 @@ def test_urls_parse_and_join_as_in_go(go_url_results: list[Rendered]) -> None:
         if (got := py_render(case)) != want
     ]
     assert not mismatches, f"{len(mismatches)} of {len(URL_CASES)} differ:\n" + "\n".join(mismatches[:15])
+
+
+JSON_PIECES = [
+    "{", "}", "[", "]", '"', ":", ",", " ", "\n", "1", "0", "-", ".", "e", "+", "true", "tru", "null", "x", "\\",
+    "\\u", "00e9", "\u00e9", "\\n", '"a"', "1e400", "-0", "\\ud800", "\x01", "'",
+]  # fmt: skip
+JSON_TEMPLATES = ["{{ mustFromJson .a }}", "{{ fromJson .a }}", "{{ mustFromJson .a | toJson }}"]
+_jrnd = random.Random(0)
+JSON_CASES = [
+    Case(
+        _jrnd.choice(JSON_TEMPLATES),
+        {"a": "".join(_jrnd.choice(JSON_PIECES) for _ in range(_jrnd.randint(0, 8)))},
+        True,
+    )
+    for _ in range(1500)
+]
+
+
+@pytest.fixture(scope="module")
+def go_json_results() -> list[Rendered]:
+    return go_render(JSON_CASES)
+
+
+def test_json_decodes_and_fails_as_in_go(go_json_results: list[Rendered]) -> None:
+    mismatches = [
+        f"{case.template} {case.data!r}\n  go:     {want}\n  python: {got}"
+        for case, want in zip(JSON_CASES, go_json_results, strict=True)
+        if (got := py_render(case)) != want
+    ]
+    assert not mismatches, f"{len(mismatches)} of {len(JSON_CASES)} differ:\n" + "\n".join(mismatches[:15])

@@ -275,6 +275,9 @@ CASES: list[Case] = [
     c('{{ (fromJson "{\\"a\\": 1}").a | typeOf }}'),
     c('{{ fromJson "nope" }}'),
     c('{{ mustFromJson "[1]" }}'),
+    c('{{ mustFromJson "nope" }}'),
+    c('{{ mustFromJson "{\\"a\\": 1e400}" }}'),
+    c('{{ fromJson "[1, 1e400]" }}'),
     c('{{ fromJson "[]" | len }}'),
     # reflection
     c("{{ typeOf .s }}"),
