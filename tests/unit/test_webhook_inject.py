@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,10 @@ import pytest
 import trustme
 
 from app.config.mesh import default_mesh_config
-from app.inject.inputs import InjectionInputs
+from app.errors import SettingsError
+from app.inject.inputs import InjectionInputs, injector_for
+from app.inject.source import injection_source
+from app.settings import Settings
 from app.webhook.server import WebhookServer
 from tests.support.json_patch import apply_patch
 
@@ -92,3 +96,27 @@ async def test_skipped_refused_and_malformed_reviews(webhook: tuple[str, ssl.SSL
             assert answer["allowed"] is False and answer["status"]["message"].startswith("could not decode body")
         # the server keeps injecting
         assert (await _post(session, url, tls, review(POD)))["allowed"] is True
+
+
+def test_the_injection_files_are_checked_at_start(tmp_path: Path) -> None:
+    """serve --inject-config / --inject-values: read once; a bad one stops pilotfish naming it."""
+    mesh = default_mesh_config()
+    (tmp_path / "config").write_text("policy: disabled\ntemplates:\n  sidecar: '{{ .Nope'\n")
+    settings = Settings(config_dir=None, inject_config=tmp_path / "config")
+    with pytest.raises(SettingsError, match="injection template 'sidecar'"):
+        injection_source(settings, lambda: mesh)
+    (tmp_path / "values").write_text("[1]")
+    refusal = re.escape(f"--inject-values {tmp_path / 'values'}: configuration values must be an object")
+    with pytest.raises(SettingsError, match=refusal):
+        injection_source(Settings(config_dir=None, inject_values=tmp_path / "values"), lambda: mesh)
+    with pytest.raises(SettingsError, match=r"--inject-config .*missing"):
+        injection_source(Settings(config_dir=None, inject_config=tmp_path / "missing"), lambda: mesh)
+    (tmp_path / "config").write_text("policy: disabled\n")
+    (tmp_path / "values").write_text('{"global": {"hub": "example.com", "tag": "1"}}')
+    source = injection_source(
+        Settings(config_dir=None, inject_config=tmp_path / "config", inject_values=tmp_path / "values"), lambda: mesh
+    )
+    injector = injector_for(source())
+    assert injector.config.policy == "disabled" and set(injector.templates) >= {"sidecar", "gateway"}
+    assert injector.inject(POD, "shop") is None  # policy disabled, no opt-in
+    assert injector.values["global"]["caAddress"] == "pilotfish.istio-system.svc:15012"
