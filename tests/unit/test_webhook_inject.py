@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import ssl
 from collections.abc import AsyncIterator
@@ -120,3 +121,19 @@ def test_the_injection_files_are_checked_at_start(tmp_path: Path) -> None:
     assert injector.config.policy == "disabled" and set(injector.templates) >= {"sidecar", "gateway"}
     assert injector.inject(POD, "shop") is None  # policy disabled, no opt-in
     assert injector.values["global"]["caAddress"] == "pilotfish.istio-system.svc:15012"
+
+
+def test_an_edited_injection_file_is_taken_up_and_a_bad_edit_ignored(tmp_path: Path) -> None:
+    """As istiod reloads its ConfigMap: the next review sees the new file; a broken one is
+    logged and the last good one stays."""
+    mesh = default_mesh_config()
+    config = tmp_path / "config"
+    config.write_text("policy: enabled\n")
+    source = injection_source(Settings(config_dir=None, inject_config=config), lambda: mesh)
+    assert injector_for(source()).config.policy == "enabled"
+    config.write_text("policy: disabled\n")
+    os.utime(config, ns=(1, 10**18))  # a later modification time, whatever the clock's resolution
+    assert injector_for(source()).config.policy == "disabled"
+    config.write_text("policy: enabled\ntemplates: {sidecar: '{{ end }}'}\n")
+    os.utime(config, ns=(1, 2 * 10**18))
+    assert injector_for(source()).config.policy == "disabled"
