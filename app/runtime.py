@@ -39,6 +39,7 @@ from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
+from app.inject.source import injection_source
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
@@ -135,7 +136,8 @@ class Runtime:
         ca_on = settings.ca_dir is not None or (kube and settings.ca_server)  # loaded in run() from its Secret
         if settings.webhook_address and settings.webhook_cert is not None and settings.webhook_key is not None:
             self.webhook = WebhookServer(
-                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
+                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace,
+                injection=injection_source(settings, lambda: self.env.store.mesh),
             )
         elif settings.webhook_address and ca_on and kube and (settings.in_cluster or settings.revision):
             # as istiod in its cluster; from outside one only with an explicit --revision, so a

@@ -62,6 +62,13 @@ class Settings:
     webhook_address: str = "0.0.0.0:15017"
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
+    # sidecar injection (``/inject`` on the webhook port): istio-sidecar-injector's `config` and
+    # `values` (None: what istiod's chart installs by default)
+    inject_config: Path | None = None
+    inject_values: Path | None = None
+    # ENABLE_NATIVE_SIDECARS: the proxy as a native sidecar (an init container that keeps
+    # running); istiod's "auto" asks every node's kubelet, pilotfish's takes them as >= 1.33
+    native_sidecars: bool = True
     system_namespace: str = "istio-system"
     # the control-plane revision (istiod's REVISION): its istio.io/rev label value ("": not given,
     # the label value is then "default")
@@ -131,6 +138,10 @@ class Settings:
         values["ca_server"] = _boolean("ENABLE_CA_SERVER", env.get("ENABLE_CA_SERVER", "true"))
         if env.get("POD_NAME"):
             values["pod_name"] = values["leader_identity"] = env["POD_NAME"]
+        if env.get("REVISION"):
+            values["revision"] = env["REVISION"]
+        if env.get("ENABLE_NATIVE_SIDECARS", "auto") != "auto":
+            values["native_sidecars"] = _boolean("ENABLE_NATIVE_SIDECARS", env["ENABLE_NATIVE_SIDECARS"])
         values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})
