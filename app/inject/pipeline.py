@@ -131,7 +131,7 @@ def _run_templates(
         if template is None:
             raise InjectionError(f"requested template {name!r} not found; have {', '.join(params.templates)}")
         rendered = template.execute(data)
-        overlay = yaml.safe_load(rendered) or {}
+        overlay = yaml.load(rendered, Loader=yaml.CSafeLoader) or {}  # libyaml: the same values, faster
         if not isinstance(overlay, dict):
             raise InjectionError(f"failed applying injection overlay: template {name} did not render an object")
         template_pod = go_pod(strategic_merge_pod(template_pod, overlay))

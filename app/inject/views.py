@@ -8,11 +8,12 @@ on it gives nil, as a getter on a nil message does in Go."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from app.gotemplate.values import Int64, StringMap
@@ -102,7 +103,7 @@ class ProtoStruct:
 
     def __init__(self, message: Message) -> None:
         self.message = message
-        self._fields: dict[str, Any] = {_go_name(f.name): f for f in message.DESCRIPTOR.fields}
+        self._fields = _go_fields(message.DESCRIPTOR)
 
     def go_field(self, name: str) -> Any:
         if name.startswith("Get") and name[3:] in self._fields:
@@ -122,6 +123,13 @@ class ProtoStruct:
 
     def __str__(self) -> str:
         return str(self.message)
+
+
+@functools.cache
+def _go_fields(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
+    """A message type's fields by their Go names (built once per type: a template reads
+    thousands of fields per pod)."""
+    return {_go_name(f.name): f for f in descriptor.fields}
 
 
 def _scalar(f: FieldDescriptor, value: Any) -> Any:
@@ -162,25 +170,26 @@ class SidecarTemplateData:
     compliance_policy: str = ""
 
     def go_field(self, name: str) -> Any:
-        fields: dict[str, Any] = {
-            "TypeMeta": Named({
-                "Kind": self.type_meta.get("kind", ""), "APIVersion": self.type_meta.get("apiVersion", ""),
-            }),
-            "DeploymentMeta": Named({
-                "Name": self.deployment_meta.get("name", ""), "Namespace": self.deployment_meta.get("namespace", ""),
-            }),
-            "ObjectMeta": KubeStruct("ObjectMeta", self.object_meta),
-            "Spec": KubeStruct("PodSpec", self.spec),
-            "ProxyConfig": ProtoStruct(self.proxy_config),
-            "MeshConfig": ProtoStruct(self.mesh_config),
-            "Values": self.values,
-            "Revision": self.revision,
-            "NativeSidecars": self.native_sidecars,
-            "ProxyImage": self.proxy_image,
-            "ProxyInitImage": self.proxy_init_image,
-            "ProxyUID": Int64(self.proxy_uid),
-            "ProxyGID": Int64(self.proxy_gid),
-            "InboundTrafficPolicyMode": self.inbound_traffic_policy_mode,
-            "CompliancePolicy": self.compliance_policy,
-        }  # fmt: skip
-        return fields[name]  # KeyError: no such field, as the engine expects
+        return _TEMPLATE_DATA_FIELDS[name](self)  # KeyError: no such field, as the engine expects
+
+
+# SidecarTemplateData's fields, each made when a template reads it
+_TEMPLATE_DATA_FIELDS: dict[str, Callable[[SidecarTemplateData], Any]] = {
+    "TypeMeta": lambda d: Named({"Kind": d.type_meta.get("kind", ""), "APIVersion": d.type_meta.get("apiVersion", "")}),
+    "DeploymentMeta": lambda d: Named({
+        "Name": d.deployment_meta.get("name", ""), "Namespace": d.deployment_meta.get("namespace", ""),
+    }),
+    "ObjectMeta": lambda d: KubeStruct("ObjectMeta", d.object_meta),
+    "Spec": lambda d: KubeStruct("PodSpec", d.spec),
+    "ProxyConfig": lambda d: ProtoStruct(d.proxy_config),
+    "MeshConfig": lambda d: ProtoStruct(d.mesh_config),
+    "Values": lambda d: d.values,
+    "Revision": lambda d: d.revision,
+    "NativeSidecars": lambda d: d.native_sidecars,
+    "ProxyImage": lambda d: d.proxy_image,
+    "ProxyInitImage": lambda d: d.proxy_init_image,
+    "ProxyUID": lambda d: Int64(d.proxy_uid),
+    "ProxyGID": lambda d: Int64(d.proxy_gid),
+    "InboundTrafficPolicyMode": lambda d: d.inbound_traffic_policy_mode,
+    "CompliancePolicy": lambda d: d.compliance_policy,
+}  # fmt: skip
