@@ -2,15 +2,19 @@
 # checkout with the pinned dependencies of pyproject.toml), as `make` and CI run it, minus the
 # test extras.
 
-# Istio's .proto files: istio.io/api and istio.io/istio's NDS, at the versions tools/peers/istio
+# Istio's .proto files: istio.io/api and istio.io/istio's NDS (with its CRDs and istiod's chart, whose
+# injection templates the script copies), at the versions tools/peers/istio
 # pins (its go.sum), from the Go module proxy as `make api` takes them from the module cache
 FROM golang:1.26-bookworm AS istio-protos
 WORKDIR /src
 COPY tools/peers/istio/go.mod tools/peers/istio/go.sum ./
 RUN go mod download istio.io/api istio.io/istio \
-    && mkdir -p /protos/istio/pkg/dns \
+    && istio="$(go list -m -f '{{.Dir}}' istio.io/istio)" \
+    && mkdir -p /protos/istio/pkg/dns /protos/istio/manifests/charts/base/files /protos/istio/manifests/charts/istio-control \
     && cp -r "$(go list -m -f '{{.Dir}}' istio.io/api)" /protos/api \
-    && cp -r "$(go list -m -f '{{.Dir}}' istio.io/istio)/pkg/dns/proto" /protos/istio/pkg/dns/
+    && cp -r "$istio/pkg/dns/proto" /protos/istio/pkg/dns/ \
+    && cp "$istio/manifests/charts/base/files/crd-all.gen.yaml" /protos/istio/manifests/charts/base/files/ \
+    && cp -r "$istio/manifests/charts/istio-control/istio-discovery" /protos/istio/manifests/charts/istio-control/
 
 # Istio's API as Python (app/api/istio), generated as `make api` does
 FROM python:3.11.7-slim-bookworm AS istio-api

@@ -39,6 +39,7 @@ from app.debug.proxy_config import SECTIONS, SHORT
 from app.debug.status import status_table
 from app.environment import Environment
 from app.errors import PilotfishError, SettingsError
+from app.inject.command import kube_inject_command
 from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
@@ -104,11 +105,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--webhook-address", default=None, help="admission webhooks HTTPS (default 0.0.0.0:15017; '' for none)"
     )
-    serve.add_argument(
-        "--revision", default=None, help="the control-plane revision, its istio.io/rev label (default: default)"
-    )
     serve.add_argument("--webhook-cert", type=Path, help="the webhook's TLS certificate (PEM); with --webhook-key")
     serve.add_argument("--webhook-key", type=Path, help="the webhook's TLS private key (PEM)")
+    serve.add_argument("--inject-config", type=Path, help="injection config (istio-sidecar-injector's `config`)")
+    serve.add_argument("--inject-values", type=Path, help="injection values (istio-sidecar-injector's `values`)")
+    serve.add_argument(
+        "--revision", default=None, help="the istio.io/rev this control plane serves (env REVISION; default: default)"
+    )
+    inject = sub.add_parser("kube-inject", help="inject sidecars into a manifest, like istioctl kube-inject")
+    inject.add_argument("-f", "--filename", type=Path, required=True, help="input manifest ('-' for stdin)")
+    inject.add_argument("-o", "--output", type=Path, help="write the injected manifest here (default stdout)")
+    inject.add_argument("--valuesFile", type=Path, help="injection values (istio-sidecar-injector's `values`)")
+    inject.add_argument("--meshConfigFile", type=Path, help="mesh config YAML")
+    inject.add_argument("--injectConfigFile", type=Path, help="injection config (istio-sidecar-injector's `config`)")
+    inject.add_argument("-r", "--revision", default="default", help="the control plane revision")
     dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
     dump.add_argument("--config-dir", required=True, type=Path)
     dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
@@ -273,10 +283,12 @@ def serve(args: argparse.Namespace) -> None:
         xds_address=args.xds_address,
         http_address=args.http_address,
         system_namespace=args.system_namespace,
-        revision=args.revision,
         webhook_address=args.webhook_address,
         webhook_cert=args.webhook_cert,
         webhook_key=args.webhook_key,
+        inject_config=args.inject_config,
+        inject_values=args.inject_values,
+        revision=args.revision,
         ca_dir=args.ca_dir,
         secure_xds_address=args.secure_xds_address,
         trusted_token_file=args.trusted_token_file,
@@ -353,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(proxy_config(args))
         elif args.command == "validate":
             return validate(args.paths)
+        elif args.command == "kube-inject":
+            kube_inject_command(args.filename, args.output, args.valuesFile, args.meshConfigFile,
+                                args.injectConfigFile, args.revision, os.environ)  # fmt: skip
         elif args.command == "config-dump":
             json.dump(config_dump(args), sys.stdout, indent=2, sort_keys=False)
             sys.stdout.write("\n")

@@ -16,6 +16,7 @@ proxy is queued; each stream's Connection skips a push its proxy does not depend
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import logging
 import os
@@ -38,9 +39,12 @@ from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
+from app.inject.source import injection_source
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
+from app.security.ca_store import KubeCaStore
+from app.security.secret_access import SecretAccessReviewer
 from app.security.server import Authenticator, CertificateService, SecurePort
 from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
@@ -107,20 +111,11 @@ class Runtime:
         self.ca: CertificateAuthority | None = None
         self.secure: SecurePort | None = None
         self._authenticator: Authenticator | None = None
-        handlers = []
+        self._issuing: CertificateService | None = None
+        self._ca_store: KubeCaStore | None = None  # the CA kept in the API server
+        self._root_hooks: list[Callable[[str], None]] = []
         if settings.ca_dir is not None:
-            self.ca = CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain())
-            ns = settings.system_namespace
-            self.secure = SecurePort(
-                self.ca,
-                (*istiod_dns_names(ns, settings.revision), "localhost"),
-                ("127.0.0.1", "::1"),
-                on_refuse=self.metrics.secure_port_refused,
-            )
-            tokens = TrustedTokenFile(settings.trusted_token_file) if settings.trusted_token_file else None
-            self._authenticator = Authenticator(self.secure, tokens, self._trust_domain)
-            issuing = CertificateService(self.ca, self._authenticator, self.metrics.certificate_request)
-            handlers.append(issuing.handler())
+            self._serve_ca(CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain()))
         self.xds = XdsServer(
             self.generator,
             on_disconnect=self._disconnected,
@@ -129,7 +124,7 @@ class Runtime:
             metrics=self.metrics,
             observer=self.tracer,
             authenticator=self._authenticator,
-            extra_handlers=handlers,
+            extra_handlers=[self._issuing.handler()] if self._issuing is not None else [],
             debug=self._debug_answers,
         )
         self.http = DebugServer(self)
@@ -138,11 +133,13 @@ class Runtime:
         self.webhook_certificate: ServingCertificate | None = None
         self._patcher: CaBundlePatcher | None = None  # made once the API client is
         kube = settings.kubeconfig is not None or settings.in_cluster
+        ca_on = settings.ca_dir is not None or (kube and settings.ca_server)  # loaded in run() from its Secret
         if settings.webhook_address and settings.webhook_cert is not None and settings.webhook_key is not None:
             self.webhook = WebhookServer(
-                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace
+                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace,
+                injection=injection_source(settings, lambda: self.env.store.mesh),
             )
-        elif settings.webhook_address and self.ca is not None and kube and (settings.in_cluster or settings.revision):
+        elif settings.webhook_address and ca_on and kube and (settings.in_cluster or settings.revision):
             # as istiod in its cluster; from outside one only with an explicit --revision, so a
             # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod
             self.webhook = WebhookServer(tls=self._webhook_tls, system_namespace=settings.system_namespace)
@@ -193,6 +190,7 @@ class Runtime:
         self.webhook_certificate = ServingCertificate(
             self._current_ca, (*istiod_dns_names(ns, revision), "localhost"), ("127.0.0.1", "::1")
         )
+        self._root_hooks.append(self.webhook_certificate.set_root)  # issued under the current root already
         return self.webhook_certificate.context
 
     def _webhook_ca_bundle(self) -> str:
@@ -202,6 +200,68 @@ class Runtime:
         if self.ca is None:
             raise RuntimeError("the webhook certificate needs the CA")
         return self.ca
+
+    # --- the CA -----------------------------------------------------------------------
+
+    def _serve_ca(self, ca: CertificateAuthority) -> None:
+        """The secure port, its authenticator and the certificate service, for ``ca``."""
+        self.ca = ca
+        self.metrics.ca_expiry(*ca.expiry())
+        ns = self.settings.system_namespace
+        self.secure = SecurePort(
+            ca,
+            (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+            ("127.0.0.1", "::1"),
+            on_refuse=self.metrics.secure_port_refused,
+        )
+        tokens = TrustedTokenFile(self.settings.trusted_token_file) if self.settings.trusted_token_file else None
+        self._authenticator = Authenticator(self.secure, tokens, self._trust_domain)
+        self._issuing = CertificateService(ca, self._authenticator, self.metrics.certificate_request)
+
+    def _new_root(self) -> CertificateAuthority:
+        """A self-signed root as istiod makes one: O = the mesh's trust domain."""
+        ttl = datetime.timedelta(seconds=self.settings.self_signed_ca_cert_ttl)
+        return CertificateAuthority.self_signed(
+            self._trust_domain(), ttl=ttl, key_size=self.settings.self_signed_ca_rsa_key_size
+        )
+
+    def on_root_changed(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(root_pem)`` with the mesh root now (when there is a CA already) and again
+        each time it changes (the CA's Secret reloaded or rotated): the istio-ca-root-cert
+        ConfigMaps, the webhooks' caBundle. A hook that raises is logged; the others still run."""
+        self._root_hooks.append(hook)
+        if self.ca is not None:
+            self._call_root_hook(hook, self.ca.root_pem)
+
+    def _call_root_hook(self, hook: Callable[[str], None], root: str) -> None:
+        try:
+            hook(root)
+        except Exception:
+            logger.exception("root certificate hook %r failed", hook)
+
+    def _ca_changed(self, ca: CertificateAuthority) -> None:
+        """A new CA from its Secret: it signs from now on, the secure port's new handshakes use
+        it, and a new root goes to every hook."""
+        previous, self.ca = self.ca, ca
+        self.metrics.ca_expiry(*ca.expiry())
+        if self._issuing is not None:
+            self._issuing.ca = ca
+        if self.secure is not None:
+            self.secure.use(ca)
+        if previous is None or previous.root_pem != ca.root_pem:
+            logger.info("CA: the mesh root changed")
+            self.root_changed(ca.root_pem)
+
+    async def _rotate_root(self) -> None:
+        """istiod's self-signed root rotator on the CA Secret (app/security/ca_store.py)."""
+        assert self._ca_store is not None
+        await self._ca_store.rotate_root(
+            self._ca_changed,
+            check_interval=self.settings.root_cert_check_interval,
+            grace_percent=self.settings.root_cert_grace_percentile,
+            ttl=datetime.timedelta(seconds=self.settings.self_signed_ca_cert_ttl),
+            jitter=self.settings.root_cert_rotator_jitter,
+        )
 
     def _trust_domain(self) -> str:
         return self.env.store.mesh.trust_domain or "cluster.local"
@@ -236,8 +296,12 @@ class Runtime:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain: GOAWAY to clients, in-flight pushes get
         ``shutdown_grace`` seconds."""
+        # with Kubernetes: service-account tokens checked by TokenReviews, and whether an
+        # account may read Secrets by SubjectAccessReviews, as istiod asks in a cluster
+        reviewers: tuple[TokenReviewer, SecretAccessReviewer] | None = None
         if self.settings.kubeconfig is not None or self.settings.in_cluster:
             client = await api_client(self.settings.kubeconfig)
+            reviewers = (TokenReviewer(client), SecretAccessReviewer(client))
             self._kube = KubeSource(
                 client,
                 system_namespace=self.settings.system_namespace,
@@ -246,16 +310,34 @@ class Runtime:
             self.sources.append(self._kube)
             if self.settings.kube_controllers:
                 self.controllers = self._controllers(client)
-            if self._authenticator is not None and self._authenticator.tokens is None:
-                # service-account tokens, as istiod checks them in a cluster
-                self._authenticator.tokens = TokenReviewer(client)
+                self.on_root_changed(self.controllers.set_root)
             if self.webhook is not None and self.settings.webhook_cert is None:
                 self._patcher = CaBundlePatcher(
                     client, self.settings.revision, self._webhook_ca_bundle, namespace=self.settings.system_namespace
                 )
+            if self.ca is None and self.settings.ca_server:
+                self._ca_store = KubeCaStore(
+                    client,
+                    self.settings.system_namespace,
+                    self._new_root,
+                    multi_root=self.settings.multi_root_mesh,
+                    use_cacerts=self.settings.use_cacerts_for_self_signed_ca,
+                )
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections
+            if self._ca_store is not None:
+                # after the sources: the mesh config names the trust domain a new root is made for
+                ca = await self._ca_store.load()
+                self._serve_ca(ca)
+                self.xds.authenticator = self._authenticator
+                self.xds.extra_handlers = (self._issuing.handler(),) if self._issuing is not None else ()
+                self.root_changed(ca.root_pem)  # hooks registered before there was a CA
+            if reviewers is not None and self._authenticator is not None:
+                tokens, secrets = reviewers
+                if self._authenticator.tokens is None:
+                    self._authenticator.tokens = tokens
+                self.xds.secret_access = secrets
             self._push = self.env.build_push_context(None)
             self.heap.settled()
             inner = await self.xds.start(self.settings.xds_address, inner=self.secure is not None)
@@ -283,8 +365,6 @@ class Runtime:
                 ]
                 if self.controllers is not None:
                     self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
-                    if (root := self.ca_root()) is not None:
-                        self.controllers.set_root(root)
                     tasks.append(tg.create_task(supervise("kube controllers", self.controllers.run, forever=True)))
                 if self._patcher is not None and self.webhook_certificate is not None:
                     # every replica patches its webhook configurations, as istiod's patchers
@@ -292,6 +372,11 @@ class Runtime:
                     renewals = functools.partial(self.webhook_certificate.run, self._patcher.resync)
                     tasks.append(tg.create_task(supervise("webhook caBundle patcher", self._patcher.run, forever=True)))
                     tasks.append(tg.create_task(supervise("webhook certificate renewal", renewals)))
+                if self._ca_store is not None:
+                    watch = functools.partial(self._ca_store.watch, self._ca_changed)
+                    tasks.append(tg.create_task(supervise("CA Secret watch", watch, forever=True)))
+                    if self._ca_store.self_signed and self.settings.root_cert_check_interval > 0:
+                        tasks.append(tg.create_task(supervise("CA root rotation", self._rotate_root, forever=True)))
                 if self.heap.enabled and self.settings.gc_sweep_interval > 0:
                     tasks.append(tg.create_task(self._sweep_heap(self.settings.gc_sweep_interval), name="heap-sweep"))
                 self.started.set()
@@ -324,13 +409,11 @@ class Runtime:
                 await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
     def root_changed(self, pem: str) -> None:
-        """The CA's root is now ``pem`` (``self.ca`` replaced first): every namespace's
-        istio-ca-root-cert follows (written by the leader), the webhook certificate is re-issued
-        under it and the webhook configurations' caBundle patched again."""
-        if self.controllers is not None:
-            self.controllers.set_root(pem)
-        if self.webhook_certificate is not None:
-            self.webhook_certificate.set_root(pem)
+        """The CA's root is now ``pem`` (``self.ca`` replaced first): every hook hears it (every
+        namespace's istio-ca-root-cert, written by the leader; the webhook certificate, re-issued
+        under it, and the webhook configurations' caBundle)."""
+        for hook in list(self._root_hooks):
+            self._call_root_hook(hook, pem)
 
     def _controllers(self, client: ApiClient) -> Controllers:
         settings = self.settings
@@ -338,7 +421,7 @@ class Runtime:
             client,
             system_namespace=settings.system_namespace,
             identity=settings.leader_identity or f"unknown-{socket.gethostname()}-{os.getpid()}",
-            root=None,  # the CA's, once serving starts (``root_changed`` after)
+            root=None,  # the CA's, through the root hook (``on_root_changed``)
             leader_election=settings.leader_election,
             lease_duration=settings.leader_lease_duration,
             ip_autoallocate=settings.features.enable_ip_autoallocate,

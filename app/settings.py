@@ -16,8 +16,9 @@ from typing import Any
 from app.errors import SettingsError
 from app.model.features import Features
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$|^\d+(?:\.\d+)?$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,25 @@ class Settings:
     # the workload CA and the secure port (TLS xDS + certificate service, istiod's 15012):
     # served when a CA directory is given (istiod's cacerts layout; generated when empty)
     ca_dir: Path | None = None
+    # ENABLE_CA_SERVER: without a CA directory but with Kubernetes, the CA kept in the API
+    # server as istiod keeps it (a plugged-in ``cacerts`` Secret, else ``istio-ca-secret``, made
+    # by the first replica). On for ``pilotfish serve`` as in istiod (``from_env``); a Settings
+    # made in code asks for it
+    ca_server: bool = False
+    # ISTIO_MULTIROOT_MESH: a reloaded ``cacerts`` may change the root bundle (adding or removing
+    # roots), as istiod allows only then
+    multi_root_mesh: bool = False
+    # USE_CACERTS_FOR_SELF_SIGNED_CA: keep the self-signed root in ``cacerts`` (marked
+    # ``istio-generated``) rather than ``istio-ca-secret``
+    use_cacerts_for_self_signed_ca: bool = False
+    # CITADEL_SELF_SIGNED_CA_CERT_TTL / CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE: a new self-signed root
+    self_signed_ca_cert_ttl: float = 3650 * 24 * 3600.0
+    self_signed_ca_rsa_key_size: int = 2048
+    # CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL (0: never), _GRACE_PERIOD_PERCENTILE and
+    # CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR: istiod's rotation of the istio-ca-secret root
+    root_cert_check_interval: float = 3600.0
+    root_cert_grace_percentile: int = 20
+    root_cert_rotator_jitter: bool = True
     secure_xds_address: str = "0.0.0.0:15012"
     # without Kubernetes, the bearer tokens the CA and the secure port accept:
     # lines "TOKEN NAMESPACE SERVICEACCOUNT"
@@ -42,6 +62,13 @@ class Settings:
     webhook_address: str = "0.0.0.0:15017"
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
+    # sidecar injection (``/inject`` on the webhook port): istio-sidecar-injector's `config` and
+    # `values` (None: what istiod's chart installs by default)
+    inject_config: Path | None = None
+    inject_values: Path | None = None
+    # ENABLE_NATIVE_SIDECARS: the proxy as a native sidecar (an init container that keeps
+    # running); istiod's "auto" asks every node's kubelet, pilotfish's takes them as >= 1.33
+    native_sidecars: bool = True
     system_namespace: str = "istio-system"
     # the control-plane revision (istiod's REVISION): its istio.io/rev label value ("": not given,
     # the label value is then "default")
@@ -98,11 +125,23 @@ class Settings:
             ("leader_lease_duration", "PILOTFISH_LEADER_LEASE_DURATION", _lease_seconds),
             ("ip_autoallocate_ipv4_prefix", "PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", _prefix),
             ("ip_autoallocate_ipv6_prefix", "PILOT_IP_AUTOALLOCATE_IPV6_PREFIX", _prefix),
+            ("multi_root_mesh", "ISTIO_MULTIROOT_MESH", _boolean),
+            ("use_cacerts_for_self_signed_ca", "USE_CACERTS_FOR_SELF_SIGNED_CA", _boolean),
+            ("self_signed_ca_cert_ttl", "CITADEL_SELF_SIGNED_CA_CERT_TTL", parse_seconds),
+            ("self_signed_ca_rsa_key_size", "CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", _rsa_key_size),
+            ("root_cert_check_interval", "CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", _interval),
+            ("root_cert_grace_percentile", "CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", _percentile),
+            ("root_cert_rotator_jitter", "CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR", _boolean),
         ):
             if key in env:
                 values[name] = parse(key, env[key])
+        values["ca_server"] = _boolean("ENABLE_CA_SERVER", env.get("ENABLE_CA_SERVER", "true"))
         if env.get("POD_NAME"):
             values["pod_name"] = values["leader_identity"] = env["POD_NAME"]
+        if env.get("REVISION"):
+            values["revision"] = env["REVISION"]
+        if env.get("ENABLE_NATIVE_SIDECARS", "auto") != "auto":
+            values["native_sidecars"] = _boolean("ENABLE_NATIVE_SIDECARS", env["ENABLE_NATIVE_SIDECARS"])
         values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})
@@ -119,11 +158,34 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def parse_seconds(key: str, text: str) -> float:
-    """A duration as ``100ms``, ``1s``, ``2m``, ``24h`` or plain seconds."""
-    m = _DURATION.match(text.strip())
-    if not m:
+    """A duration as ``100ms``, ``1s``, ``2m``, ``24h``, Go's ``87600h0m0s``, or plain seconds."""
+    text = text.strip()
+    if not _DURATION.match(text):
         raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s, 2m or 24h")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    parts = _PART.findall(text)
+    return sum(float(n) * _UNITS[unit] for n, unit in parts) if parts else float(text)
+
+
+def _interval(key: str, text: str) -> float:
+    """A duration, where zero or a negative one means never (istiod's check intervals)."""
+    text = text.strip()
+    if text.startswith("-") or text in ("0", "0s"):
+        return 0.0
+    return parse_seconds(key, text)
+
+
+def _percentile(key: str, text: str) -> int:
+    if not text.strip().isdigit() or not 0 <= int(text) <= 100:
+        raise SettingsError(f"{key}={text!r}: want a whole percentage, 0 to 100")
+    return int(text)
+
+
+def _rsa_key_size(key: str, text: str) -> int:
+    """istiod refuses a self-signed root key under MinimumRsaKeySize (2048)."""
+    size = _positive_int(key, text)
+    if size < 2048:
+        raise SettingsError(f"{key}={text!r}: want at least 2048 bits")
+    return size
 
 
 def _boolean(key: str, text: str) -> bool:

@@ -9,7 +9,9 @@ absolute imports (``from networking.v1alpha3 import ...``) are rewritten under t
 ``alt_names.py`` lists the extra field names Istio's CRDs accept (``+kubebuilder:altName``), and
 ``crd_constraints.py`` the OpenAPI bounds their schemas put on each field (required fields, lengths,
 patterns, ranges, item and property counts: what the Kubernetes API server refuses before
-istiod's webhook sees an object), read from istio.io/istio's CRDs.
+istiod's webhook sees an object), read from istio.io/istio's CRDs. ``inject/`` holds the sidecar
+injection templates istiod's chart ships (``INJECT_TEMPLATES``) and the chart's values.yaml, as
+package data for app/inject (never copied into the repository).
 
 The module directories come from ``go mod download -json`` in tools/peers/istio (the versions
 its go.sum pins) unless given. The tree is built in a temporary directory beside OUTDIR and
@@ -47,6 +49,14 @@ API_PROTOS = [
 ]
 ISTIO_PROTOS = ["pkg/dns/proto/nds.proto"]
 PACKAGE = "app.api.istio"
+# istiod's chart: its injection templates (the ConfigMap's `templates`, by name) and its values
+DISCOVERY_CHART = "manifests/charts/istio-control/istio-discovery"
+INJECT_TEMPLATES = {
+    "sidecar": "injection-template.yaml",
+    "gateway": "gateway-injection-template.yaml",
+    "grpc-simple": "grpc-simple.yaml",
+    "grpc-agent": "grpc-agent.yaml",
+}
 ALT_NAME = re.compile(r"\+kubebuilder:altName=(\w+)")
 # DescriptorProto field numbers in SourceCodeInfo paths
 MESSAGE_TYPE, NESTED_TYPE, FIELD = 4, 3, 2
@@ -230,6 +240,15 @@ def rewrite_imports(root: Path) -> None:
         (directory / "__init__.py").touch()
 
 
+def copy_injection_files(istio: Path, out: Path) -> None:
+    """istiod's injection templates as ``NAME.yaml`` (the template name) and the chart's values.yaml."""
+    out.mkdir()
+    for name, file in INJECT_TEMPLATES.items():
+        shutil.copyfile(istio / DISCOVERY_CHART / "files" / file, out / f"{name}.yaml")
+    shutil.copyfile(istio / DISCOVERY_CHART / "values.yaml", out / "values.yaml")
+    (out / "__init__.py").touch()
+
+
 def generate(out: Path, api: Path, istio: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
@@ -252,6 +271,7 @@ def generate(out: Path, api: Path, istio: Path) -> None:
             f"BOUNDS: dict[str, dict[str, dict[str, Any]]] = {bounds!r}\n\n"
             f"REQUIRED: dict[str, list[str]] = {required!r}\n"
         )
+        copy_injection_files(istio, tmp / "inject")
         old = out.with_name(f"{tmp.name}-old")
         if out.exists():
             out.rename(old)

@@ -48,6 +48,10 @@ class Proxy:
     # the secure port authenticated an identity of this proxy's namespace (istiod
     # VerifiedIdentity): only then may it have its namespace's credentialName secrets
     verified: bool = False
+    # why the API server says the verified service account may not list its namespace's
+    # Secrets (istiod Authorize's error, from a SubjectAccessReview the transport asked before
+    # generation); "" when it may, or when nobody is asked (no Kubernetes)
+    secrets_denied: str = ""
 
     @property
     def is_gateway(self) -> bool:

@@ -85,6 +85,12 @@ class TokenAuthenticator(Protocol):
         ...
 
 
+class SecretAccess(Protocol):
+    async def authorize(self, namespace: str, service_account: str) -> str | None:
+        """None when the service account may read its namespace's Secrets, else why not."""
+        ...
+
+
 class TrustedTokenFile:
     """``--trusted-token-file``: one ``TOKEN NAMESPACE SERVICEACCOUNT`` per line (``#`` starts a
     comment). Read again when the file changes; a bad file keeps the last good tokens."""
@@ -131,13 +137,20 @@ def parse_token_lines(lines: Sequence[str], where: str) -> dict[str, tuple[str, 
     return out
 
 
-def authorize_proxy(caller: Caller, namespace: str, service_account: str) -> str | None:
-    """istiod checkConnectionIdentity: some identity of the caller must be in the proxy's
-    namespace (and of its service account, when the proxy names one); the refusal names both."""
+def verified_identity(caller: Caller, namespace: str, service_account: str) -> SpiffeId | str:
+    """istiod checkConnectionIdentity: the first identity of the caller in the proxy's namespace
+    (and of its service account, when the proxy names one), istiod's VerifiedIdentity; else the
+    refusal, naming both."""
     for sid in caller.spiffe_ids():
         if namespace and sid.namespace != namespace:
             continue
         if service_account and sid.service_account != service_account:
             continue
-        return None
+        return sid
     return f"no identities ([{' '.join(caller.identities)}]) matched {namespace}/{service_account}"
+
+
+def authorize_proxy(caller: Caller, namespace: str, service_account: str) -> str | None:
+    """The refusal of ``verified_identity``, None when the caller may have the proxy's config."""
+    found = verified_identity(caller, namespace, service_account)
+    return found if isinstance(found, str) else None

@@ -156,10 +156,34 @@ class CertificateAuthority:
         return cls(cert, key, "".join(split_pem(chain_pem)), "".join(roots))
 
     @classmethod
-    def self_signed(cls, trust_domain: str, now: datetime.datetime | None = None) -> CertificateAuthority:
-        now = now or _now()
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, trust_domain)])
+    def self_signed(
+        cls,
+        trust_domain: str,
+        now: datetime.datetime | None = None,
+        *,
+        ttl: datetime.timedelta = ROOT_TTL,
+        key_size: int = MIN_RSA_BITS,
+    ) -> CertificateAuthority:
+        """A new root (istiod's self-signed CA: RSA, O = the trust domain; ``ttl`` and
+        ``key_size`` are its CITADEL_SELF_SIGNED_CA_CERT_TTL and _RSA_KEY_SIZE)."""
+        key = rsa.generate_private_key(public_exponent=65537, key_size=key_size)
+        return cls._root(key, trust_domain, now or _now(), ttl)
+
+    def renewed_root(
+        self, now: datetime.datetime | None = None, ttl: datetime.timedelta = ROOT_TTL
+    ) -> CertificateAuthority:
+        """This self-signed root again, from its own key and organization, valid ``ttl`` from
+        now (istiod's root rotator, GenRootCertFromExistingKey): what the old root signed still
+        verifies under the new one, which has the same name and key."""
+        orgs = self.signing_cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+        org = str(orgs[0].value) if orgs else ""
+        return self._root(self.signing_key, org, now or _now(), ttl)
+
+    @classmethod
+    def _root(
+        cls, key: CertificateIssuerPrivateKeyTypes, org: str, now: datetime.datetime, ttl: datetime.timedelta
+    ) -> CertificateAuthority:
+        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)])
         public = key.public_key()
         cert = (
             x509.CertificateBuilder()
@@ -168,13 +192,30 @@ class CertificateAuthority:
             .public_key(public)
             .serial_number(_serial())
             .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(now + ROOT_TTL)
+            .not_valid_after(now + ttl)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(_key_usage(ca=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(key, hashes.SHA256())
         )
         return cls(cert, key, "", _pem(cert))
+
+    def expiry(self) -> tuple[float, float | None]:
+        """When (unix seconds) the first root expires, and the first certificate of the chain
+        (None without one), as istiod's RecordCertsExpiry reads its bundle."""
+        root = x509.load_pem_x509_certificates(self.root_pem.encode())[0].not_valid_after_utc.timestamp()
+        chain = split_pem(self.cert_chain_pem)
+        if not chain:
+            return root, None
+        return root, x509.load_pem_x509_certificate(chain[0].encode()).not_valid_after_utc.timestamp()
+
+    def rotation_due_in(self, grace_percent: float, now: datetime.datetime | None = None) -> float:
+        """Seconds until this root enters its grace period, the last ``grace_percent`` of its
+        life, when istiod's rotator renews it; 0 once in it (istiod CertUtil.GetWaitTime)."""
+        cert = self.signing_cert
+        lifetime = (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds()
+        left = (cert.not_valid_after_utc - (now or _now())).total_seconds()
+        return max(0.0, left - lifetime * grace_percent / 100)
 
     def write(self, ca_dir: Path) -> None:
         ca_dir.mkdir(parents=True, exist_ok=True)

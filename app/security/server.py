@@ -169,6 +169,14 @@ class SecurePort:
             context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
         return context
 
+    def use(self, ca: CertificateAuthority) -> None:
+        """Serve with another CA from now on (a reloaded or rotated one): new handshakes verify
+        client certificates against its root and CRL and get a serving certificate it issued;
+        open connections keep what they were made with."""
+        context = self._server_context(ca)
+        self._ca, self._context = ca, context
+        self.renew_serving_certificate()
+
     def renew_serving_certificate(self) -> None:
         """A new key and certificate for the port (istiod's DNS certificate); handshakes from
         now on present it, open connections keep theirs."""
@@ -403,7 +411,7 @@ class CertificateService:
     authenticated as (istiod security/pkg/server/ca/server.go CreateCertificate)."""
 
     def __init__(self, ca: CertificateAuthority, authenticator: Authenticator, on_issue: Callable[[str], None]) -> None:
-        self._ca = ca
+        self.ca = ca  # replaced whole when the CA is reloaded: a call signs with the one in force
         self._authn = authenticator
         self._on_issue = on_issue
 
@@ -427,7 +435,7 @@ class CertificateService:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "request authenticate failure")
         assert caller is not None
         try:
-            chain = self._ca.sign_csr(request.csr, caller.identities, request.validity_duration)
+            chain = self.ca.sign_csr(request.csr, caller.identities, request.validity_duration)
         except CaError as e:
             # istiod: logged, counted in citadel_server_csr_sign_err_count (error=e.kind), refused
             self._on_issue("sign_error")

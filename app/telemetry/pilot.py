@@ -5,6 +5,7 @@ istiod exposes and pilotfish does not measure yet is not exposed (no zero-valued
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 
@@ -100,6 +101,28 @@ class PilotMetrics:
             "The number of certificates issuances that have succeeded.",
             "counter",
         )
+        self.root_cert_expiry = Metric(
+            "citadel_server_root_cert_expiry_timestamp",
+            "The unix timestamp, in seconds, when the root cert will expire.",
+            "gauge",
+        )
+        self.root_cert_expiry_seconds = Metric(
+            "citadel_server_root_cert_expiry_seconds",
+            "The time remaining, in seconds, before the root cert will expire. "
+            "A negative value indicates the cert is expired.",
+            "gauge",
+        )
+        self.cert_chain_expiry = Metric(
+            "citadel_server_cert_chain_expiry_timestamp",
+            "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
+            "gauge",
+        )
+        self.cert_chain_expiry_seconds = Metric(
+            "citadel_server_cert_chain_expiry_seconds",
+            "The time remaining, in seconds, before the Istio Generated cert chain will expire. "
+            "A negative value indicates the cert is expired.",
+            "gauge",
+        )
         # pilotfish's own
         self.xds_auth_failures = Metric(
             "pilotfish_xds_auth_failures", "Secure-port xDS streams refused, by gRPC status.", "counter"
@@ -161,6 +184,14 @@ class PilotMetrics:
             outcome
         ].add()
 
+    def ca_expiry(self, root: float, chain: float | None) -> None:
+        """When the CA's first root and the first certificate of its chain expire (unix
+        seconds; no chain: a self-signed root), as istiod's RecordCertsExpiry records them."""
+        self.root_cert_expiry.set(root)
+        self.cert_chain_expiry.values.clear()
+        if chain is not None:
+            self.cert_chain_expiry.set(chain)
+
     def expired_nonce(self, type_url: str) -> None:
         self.expired_nonces.add(type=SHORT_NAMES.get(type_url, type_url))
 
@@ -205,6 +236,10 @@ class PilotMetrics:
     def render(self) -> str:
         """istiod's metrics, then the standard process and Python metrics (prometheus_client's
         collectors, as every Python exporter exposes them)."""
+        now = time.time()  # istiod's expiry seconds are derived gauges: the time left when scraped
+        for at, left in ((self.root_cert_expiry, self.root_cert_expiry_seconds),
+                         (self.cert_chain_expiry, self.cert_chain_expiry_seconds)):  # fmt: skip
+            left.values = {labels: value - now for labels, value in at.values.items()}
         return render(
             [
                 self.services,
@@ -230,6 +265,10 @@ class PilotMetrics:
                 self.ca_authn_failures,
                 self.csr_sign_errors,
                 self.certs_issued,
+                self.root_cert_expiry,
+                self.root_cert_expiry_seconds,
+                self.cert_chain_expiry,
+                self.cert_chain_expiry_seconds,
                 self.xds_auth_failures,
                 self.secure_port_refusals,
                 self.cache_hits,

@@ -1,5 +1,7 @@
-"""The validating admission webhook over HTTPS: ``POST /validate`` (and ``/validate/``), as
-istiod serves it; the decisions are admission.py's.
+"""The admission webhooks over HTTPS, as istiod serves them: validation, ``POST /validate`` (and
+``/validate/``), its decisions admission.py's; sidecar injection, ``POST /inject`` (and
+``/inject/...``, whose path may carry proxy env as istiod's does), its decisions injection.py's,
+with the injection inputs the runtime hands over at each review (the mesh config may change).
 
 Nothing a request holds may stall the event loop, which also serves xDS, the CA and ``/ready``:
 the body is decoded and validated in a worker process (app/workers.py), against a
@@ -27,8 +29,10 @@ from typing import Any
 from aiohttp import web
 
 from app.errors import SettingsError
+from app.inject.inputs import InjectionInputs
 from app.settings import split_address
 from app.webhook.admission import review_body, uid_in, undecodable
+from app.webhook.injection import inject_review_body
 from app.workers import DeadlineExceeded, WorkerError, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -68,15 +72,18 @@ class WebhookServer:
         tls: Callable[[], ssl.SSLContext] | None = None,
         system_namespace: str = "istio-system",
         pool: WorkerPool | None = None,
+        injection: Callable[[], InjectionInputs] | None = None,
     ) -> None:
         """TLS with the PEM files ``cert`` and ``key``, or the context ``tls()`` gives at start
         (pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
-        validated (by default, ``WORKERS`` processes of its own)."""
+        validated (by default, ``WORKERS`` processes of its own); ``injection``: what pods are
+        injected with (None: no ``/inject``)."""
         if tls is None:
             if cert is None or key is None:
                 raise ValueError("WebhookServer: want cert and key, or tls")
             tls = functools.partial(file_context, cert, key)
         self._tls = tls
+        self._injection = injection
         self._system_namespace = system_namespace
         self._runner: web.AppRunner | None = None
         self._pool = pool
@@ -87,17 +94,21 @@ class WebhookServer:
     async def start(self, address: str) -> None:
         context = self._tls()
         if self._pool is None:
-            self._pool = WorkerPool(WORKERS, name="webhook", preload=("app.webhook.admission",))
+            preload = ("app.webhook.admission", "app.webhook.injection")
+            self._pool = WorkerPool(WORKERS, name="webhook", preload=preload)
         self._pool.start()  # the workers import the validation while the server comes up
         app = web.Application()
         app.router.add_post("/validate", self._validate)
         app.router.add_post("/validate/", self._validate)
+        if self._injection is not None:
+            app.router.add_post("/inject", self._inject)
+            app.router.add_post("/inject/{params:.*}", self._inject)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         host, port = split_address(address)
         await web.TCPSite(self._runner, host, port, ssl_context=context).start()
         self.port = self._runner.addresses[0][1]
-        logger.info("validation webhook serving on %s:%d", host, self.port)
+        logger.info("admission webhook serving on %s:%d", host, self.port)
 
     async def stop(self) -> None:
         pool, self._pool = self._pool, None
@@ -108,6 +119,15 @@ class WebhookServer:
             self._runner = None
 
     async def _validate(self, request: web.Request) -> web.Response:
+        return await self._review(request, review_body, (self._system_namespace,), "validation")
+
+    async def _inject(self, request: web.Request) -> web.Response:
+        assert self._injection is not None  # the route exists only with it
+        return await self._review(request, inject_review_body, (self._injection(), request.path), "injection")
+
+    async def _review(self, request: web.Request, work: Callable[..., dict[str, Any]], args: tuple[Any, ...],
+                      what: str) -> web.Response:  # fmt: skip
+        """``work(body, *args)`` in a worker, answered within the API server's timeout."""
         budget = _timeout(request.query.get("timeout")) - ANSWER_MARGIN
         deadline = time.monotonic() + budget
         try:
@@ -116,11 +136,14 @@ class WebhookServer:
         except TimeoutError:
             return _refused(f"not reviewed: {MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s", b"")
         try:
-            return await self._answer(request, deadline, budget)
+            return await self._answer(request, deadline, budget, work, args, what)
         finally:
             self._in_flight.release()
 
-    async def _answer(self, request: web.Request, deadline: float, budget: float) -> web.Response:
+    async def _answer(
+        self, request: web.Request, deadline: float, budget: float, work: Callable[..., dict[str, Any]],
+        args: tuple[Any, ...], what: str,
+    ) -> web.Response:  # fmt: skip
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 prefix, body = await _read_body(request, MAX_REVIEW_BYTES)
@@ -137,15 +160,15 @@ class WebhookServer:
         if pool is None:
             return _refused("not reviewed: the webhook is stopping", prefix)
         try:
-            future = pool.submit(review_body, body, self._system_namespace, deadline=deadline)
+            future = pool.submit(work, body, *args, deadline=deadline)
             answer: dict[str, Any] = await asyncio.wrap_future(future)
         except DeadlineExceeded:
-            return _refused(f"not reviewed: validation did not finish within {budget:.1f}s", prefix)
+            return _refused(f"not reviewed: {what} did not finish within {budget:.1f}s", prefix)
         except WorkerError as e:
             if self._pool is None:
                 return _refused("not reviewed: the webhook is stopping", prefix)
             logger.error("admission review failed in its worker: %s", e)
-            return _refused(f"not reviewed: validating failed ({e}); please report it", prefix)
+            return _refused(f"not reviewed: {what} failed ({e}); please report it", prefix)
         response = answer.get("response", {})
         if not response.get("allowed"):
             logger.info("admission denied: %s", response.get("status", {}).get("message"))

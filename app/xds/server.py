@@ -46,7 +46,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError, Message
 
 from app.model.proxy import InvalidNodeError, Proxy
-from app.security.authn import Caller, authorize_proxy
+from app.security.authn import Caller, SecretAccess, SpiffeId, verified_identity
 from app.security.server import Authenticator
 from app.telemetry.pilot import PilotMetrics
 from app.xds.connection import Connection, Session, proxy_from_node
@@ -54,7 +54,7 @@ from app.xds.delta import DeltaSession
 from app.xds.generate import ResourceSource
 from app.xds.observe import PushObserver
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE, SHORT_NAMES
+from app.xds.resources import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE, SECRET, SHORT_NAMES
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
 from app.xds.watch import (
@@ -183,6 +183,7 @@ class Stream:
     inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     closed: bool = False
     identity: str = ""  # the secure port's authenticated identities; "" on the plaintext port
+    verified: SpiffeId | None = None  # the identity that matched the proxy (istiod VerifiedIdentity)
     observer: PushObserver | None = None  # told what each push wrote (app/xds/observe.py)
     writing: _Push | None = None  # the push whose responses are being written
 
@@ -239,8 +240,13 @@ class XdsServer:
         ``debug`` answers istioctl's debug types (without it they get no resources)."""
         self._source = source
         self._debug = debug
-        self._authenticator = authenticator
-        self._extra_handlers = tuple(extra_handlers)
+        # both may be given later, before start() (a CA read from the API server comes after
+        # the constructor)
+        self.authenticator = authenticator
+        self.extra_handlers = tuple(extra_handlers)
+        # asks the API server whether a proxy's service account may read Secrets (istiod
+        # Authorize) before credentialName key pairs are generated for it; None: nobody is asked
+        self.secret_access: SecretAccess | None = None
         # the latest refusals on the secure port, newest last (/debug/syncz)
         self.refused: collections.deque[dict[str, str]] = collections.deque(maxlen=MAX_REFUSALS)
         self._clock = clock
@@ -308,7 +314,7 @@ class XdsServer:
             self._servers.append(plaintext)
         if inner:
             relayed = grpc.aio.server(options=options)
-            relayed.add_generic_rpc_handlers([*self.handlers(secure=True), *self._extra_handlers])
+            relayed.add_generic_rpc_handlers([*self.handlers(secure=True), *self.extra_handlers])
             inner_port = relayed.add_insecure_port("127.0.0.1:0")
             self._servers.append(relayed)
         for server in self._servers:
@@ -347,10 +353,10 @@ class XdsServer:
         stream: Stream | None = None
         caller: Caller | None = None
         writer = CallWriter(context)
-        if secure and self._authenticator is not None:
-            caller = await self._authenticator.authenticate(context)
+        if secure and self.authenticator is not None:
+            caller = await self.authenticator.authenticate(context)
             if caller is None:
-                peer = self._authenticator.peer(context)
+                peer = self.authenticator.peer(context)
                 who = peer.address if peer is not None else context.peer()
                 await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication failure", who)
         try:
@@ -359,6 +365,8 @@ class XdsServer:
                 try:
                     while (item := await inbox.get()) is not _EOF:
                         if isinstance(item, _Push):
+                            if stream is not None and SECRET in stream.connection.session.watches:
+                                await self._review_secrets(stream)
                             await self._write_push(stream, item, writer)
                         elif isinstance(item, Undecodable):
                             raise ProtocolError(f"undecodable request: {item.reason}")
@@ -370,6 +378,8 @@ class XdsServer:
                                 await self._write(writer, self._debug_answer(stream, item, caller))
                                 inbox.task_done()
                                 continue
+                            if getattr(item, "type_url", "") == SECRET:
+                                await self._review_secrets(stream)
                             for resp in stream.connection.on_request(item):
                                 await self._write(writer, resp)
                             if self._observer is not None:
@@ -424,15 +434,16 @@ class XdsServer:
         if not first.HasField("node") or not first.node.id:
             raise ProtocolError("the first request of a stream must carry node.id")
         proxy = proxy_from_node(first.node)
+        verified: SpiffeId | None = None
         if caller is not None:
             # istiod authorize: the identity must be the proxy's namespace (and account)
-            error = authorize_proxy(caller, proxy.namespace, proxy.service_account)
-            if error is not None:
-                raise Unauthorized(f"authorization failed: {error}", proxy.id)
-            proxy = dataclasses.replace(proxy, verified=True)
+            found = verified_identity(caller, proxy.namespace, proxy.service_account)
+            if isinstance(found, str):
+                raise Unauthorized(f"authorization failed: {found}", proxy.id)
+            proxy, verified = dataclasses.replace(proxy, verified=True), found
         conn_id = f"{proxy.id}-{next(self._ids)}"
         connection = Connection(conn_id, proxy, session, self._source, self._outcome, IdleAnswers(self._clock))
-        stream = Stream(connection, inbox, observer=self._observer)
+        stream = Stream(connection, inbox, observer=self._observer, verified=verified)
         if caller is not None:
             stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
@@ -442,6 +453,17 @@ class XdsServer:
         protocol = "delta" if stream.connection.delta else "sotw"
         logger.info("xDS %s connected: %s (%s)", protocol, conn_id, first.node.id)
         return stream
+
+    async def _review_secrets(self, stream: Stream) -> None:
+        """Before credentialName Secrets are generated for a stream: the API server's current
+        word (cached) on whether its verified service account may read them, on its proxy."""
+        if self.secret_access is None or stream.verified is None:
+            return
+        who = stream.verified
+        denied = await self.secret_access.authorize(who.namespace, who.service_account) or ""
+        proxy = stream.connection.proxy
+        if proxy.secrets_denied != denied:
+            stream.connection.proxy = dataclasses.replace(proxy, secrets_denied=denied)
 
     def _disconnect(self, stream: Stream) -> None:
         if stream.closed:

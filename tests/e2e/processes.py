@@ -141,6 +141,8 @@ def run_pilotfish(
         sys.executable, "-m", "app.cli", "serve",
         "--xds-address", f"127.0.0.1:{xds_port}",
         "--http-address", f"127.0.0.1:{http_port}",
+        # with Kubernetes the CA and its secure port are on, as istiod's: never 15012 of the machine
+        "--secure-xds-address", f"127.0.0.1:{free_port()}",
     ]  # fmt: skip
     if config_dir is not None:
         argv += ["--config-dir", str(config_dir.path)]

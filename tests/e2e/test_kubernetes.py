@@ -31,7 +31,7 @@ from tests.e2e.backends import Backends
 from tests.e2e.conftest import StartEnvoy
 from tests.e2e.harness import TEMPLATES, backends_seen, free_port, routed_to, wait_until
 from tests.e2e.processes import Pilotfish, ProxyIdentity, run_pilotfish
-from tests.support.cluster import Cluster, machine_address
+from tests.support.cluster import Cluster, chart_role, machine_address
 
 VERSIONS = ("v1", "v2")
 
@@ -103,6 +103,7 @@ def scene(kube: Cluster) -> Iterator[Scene]:
         selected = {"pilotfish-e2e": secrets.token_hex(4)}
         scene = Scene(kube, kube.namespace("app", selected), kube.namespace("apps", selected), kube.namespace("system"),
                       free_port())  # fmt: skip
+        chart_role(kube, scene.system)  # the CA keeps its root in a Secret of the system namespace
         mesh = (TEMPLATES / "mesh.yaml").read_text()
         mesh = mesh.replace("rootNamespace: istio-system", f"rootNamespace: {scene.system}")
         # quoted: a hex token of digits only (or like 1e5) would be a YAML number, which a label

@@ -91,6 +91,7 @@ def test_one_replica_writes_and_a_killed_leader_hands_the_lease_over(kube: Clust
     team = secrets.token_hex(4)
     system = kube.namespace("sys", {"team": team})
     ns = kube.namespace("app", {"team": team})
+    unselected = kube.namespace("other")
     kube.apply({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": system},
         "data": {"mesh": f"discoverySelectors: [{{matchLabels: {{team: '{team}'}}}}]\n"},
@@ -103,7 +104,7 @@ def test_one_replica_writes_and_a_killed_leader_hands_the_lease_over(kube: Clust
             assert wait_for("the ConfigMap", lambda: root_cert(kube, ns)) == root
             assert holder(kube, system) == "replica-1"
             assert leader_gauge(first_http) == "1" and leader_gauge(second_http) == ""
-            assert kube.get("v1", "ConfigMap", "default", "istio-ca-root-cert") is None  # not selected
+            assert kube.get("v1", "ConfigMap", unselected, "istio-ca-root-cert") is None  # not selected
 
             first.kill()  # no release: the lease must expire first
             first.wait(10)

@@ -58,7 +58,8 @@ def test_default_render_is_valid_and_matches_the_golden_file() -> None:
     assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
     assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     # the CA is on, as istiod's, and keeps no key in the pod: no emptyDir, nothing writable
-    assert "--ca-secret=istio-ca-secret" in container["args"]
+    assert "--secure-xds-address=0.0.0.0:15012" in container["args"]
+    assert not any(e["name"] == "ENABLE_CA_SERVER" for e in container["env"])  # on by default, as istiod
     assert not any("emptyDir" in volume for volume in pod["spec"]["volumes"])
     assert all(mount["readOnly"] for mount in container["volumeMounts"])
     args = dict(arg.split("=", 1) for arg in container["args"] if "=" in arg)
@@ -160,7 +161,8 @@ def test_non_default_values() -> None:
     assert {"name": "PILOT_DEBOUNCE_AFTER", "value": "200ms"} in container["env"]
     assert kinds["ServiceAccount"]["imagePullSecrets"] == [{"name": "registry-login"}]
     # without the CA the webhooks are served with the given Secret
-    assert not any(arg.startswith("--ca") for arg in container["args"])
+    assert {"name": "ENABLE_CA_SERVER", "value": "false"} in container["env"]
+    assert not any(arg.startswith("--secure-xds") for arg in container["args"])
     assert "--webhook-cert=/var/run/secrets/istiod/tls/tls.crt" in container["args"]
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["webhook-cert"] == {"name": "webhook-cert", "secret": {"secretName": "pilotfish-tls"}}

@@ -31,7 +31,7 @@ CLUSTER_RULES = [
         "resources": ["peerauthentications", "authorizationpolicies", "requestauthentications"],
         "verbs": READ,
     },
-    {"apiGroups": ["networking.istio.io"], "resources": ["serviceentries/status"], "verbs": ["update"]},
+    {"apiGroups": ["networking.istio.io"], "resources": ["serviceentries/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": [*READ, "create", "update"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": READ},
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
@@ -56,7 +56,7 @@ def webhook_updates(mutating: list[str], validating: list[str]) -> list[dict[str
 
 LEASES = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
 DRY_RUN = {"apiGroups": ["networking.istio.io"], "resources": ["gateways"], "verbs": ["create"]}
-CA_SECRET = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
+CA_SECRET = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update"]}
 ROLE_RULES = [LEASES, DRY_RUN, CA_SECRET]
 
 

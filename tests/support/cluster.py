@@ -622,6 +622,22 @@ def chart_credentials(cluster: Cluster, kubeconfig: Path, namespace: str = "isti
     return cluster.token_kubeconfig(token, kubeconfig)
 
 
+def chart_role(cluster: Cluster, system_namespace: str, release_namespace: str = "istio-system") -> None:
+    """The chart's Role (the CA Secret, leases) in a test's own system namespace, bound to the
+    account ``chart_credentials`` made in ``release_namespace``: what a release installed with
+    ``global.istioNamespace`` = ``system_namespace`` would grant there."""
+    rendered = subprocess.run(
+        [str(helm()), "template", "pilotfish", str(REPO / "charts" / "pilotfish"), "--namespace", system_namespace,
+         "--set", f"global.istioNamespace={system_namespace}"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in ("Role", "RoleBinding")]
+    for doc in docs:
+        for subject in doc.get("subjects", ()):
+            subject["namespace"] = release_namespace
+    cluster.apply(*docs, namespace=system_namespace)
+
+
 def _documents(docs: Iterable[Mapping[str, Any] | str]) -> list[Mapping[str, Any]]:
     out: list[Mapping[str, Any]] = []
     for doc in docs:

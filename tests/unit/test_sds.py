@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import logging
 
+import pytest
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
@@ -56,6 +58,19 @@ def test_generic_keys_are_read_first_as_istiod_extract_cert_info() -> None:
 
 def test_no_verified_identity_no_secrets() -> None:
     assert served(dataclasses.replace(GATEWAY, verified=False), "kubernetes://tls") == {}
+
+
+def test_an_account_the_api_server_refuses_gets_only_ca_certificates(caplog: pytest.LogCaptureFixture) -> None:
+    """istiod filterAuthorizedResources: a key pair needs Authorize, a CA-only name does not; the
+    refused names are logged once, with Authorize's error."""
+    refused = dataclasses.replace(GATEWAY, secrets_denied="sleep/bookinfo is not authorized to read secrets: ")
+    with caplog.at_level(logging.WARNING):
+        got = served(refused, "kubernetes://tls", "kubernetes://generic", "kubernetes://tls-cacert", "kubernetes://x")
+    assert list(got) == ["kubernetes://tls-cacert"]
+    assert caplog.messages == [
+        "proxy gw.bookinfo attempted to access unauthorized certificates tls, generic, and 1 others: "
+        "sleep/bookinfo is not authorized to read secrets: "
+    ]
 
 
 def test_another_namespaces_secret_is_refused_and_a_missing_one_is_not_served() -> None:

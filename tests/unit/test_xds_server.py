@@ -444,6 +444,8 @@ ISTIOD_METRICS = {
     # istiod's CA (security/pkg/server/ca/monitoring.go)
     "citadel_server_csr_count", "citadel_server_authentication_failure_count", "citadel_server_csr_sign_err_count",
     "citadel_server_success_cert_issuance_count",
+    "citadel_server_root_cert_expiry_timestamp", "citadel_server_root_cert_expiry_seconds",
+    "citadel_server_cert_chain_expiry_timestamp", "citadel_server_cert_chain_expiry_seconds",
 }  # fmt: skip
 PILOTFISH_METRICS = {
     "pilotfish_xds_cache_hits", "pilotfish_xds_cache_misses", "pilotfish_xds_cache_evictions",

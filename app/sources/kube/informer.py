@@ -74,7 +74,8 @@ class Informer:
         self._client = client
         self._on_deltas = on_deltas
         self._namespace = namespace
-        self._field_selector = field_selector
+        # the resource's own selector unless the caller narrows it further
+        self._field_selector = field_selector or resource.field_selector
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._backoff = backoff or Backoff()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.config.loader import MESH_CONFIGMAP_NAME
 from app.config.model import Kind
 
 ISTIO_NETWORKING = "networking.istio.io"
@@ -21,6 +22,8 @@ class KubeResource:
     versions: tuple[str, ...]  # preferred first
     plural: str
     namespaced: bool = True
+    # what an informer of it lists and watches, when it reads only some (a fieldSelector)
+    field_selector: str = ""
 
     def group_version(self, version: str) -> str:
         return f"{self.group}/{version}" if self.group else version
@@ -36,16 +39,27 @@ class KubeResource:
 
 
 NAMESPACES = KubeResource(Kind.NAMESPACE, "", ("v1",), "namespaces", namespaced=False)
+# credentialName certificates, as istiod's credentials controller reads them: never Helm
+# releases nor service-account tokens, two large kinds of Secret no certificate is kept in
+# (istiod pilot/pkg/credentials/kube SecretsFieldSelector)
+SECRETS = KubeResource(
+    Kind.SECRET,
+    "",
+    ("v1",),
+    "secrets",
+    field_selector="type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token",
+)
 KUBE_RESOURCES = (
     NAMESPACES,
     KubeResource(Kind.SERVICE, "", ("v1",), "services"),
     KubeResource(Kind.POD, "", ("v1",), "pods"),
     KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),
-    # credentialName certificates (istiod's credentials controller reads them the same way)
-    KubeResource(Kind.SECRET, "", ("v1",), "secrets"),
+    SECRETS,
 )
 # the mesh ConfigMap: ``istio`` in the system namespace only
-MESH_CONFIGMAP = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
+MESH_CONFIGMAP = KubeResource(
+    Kind.CONFIG_MAP, "", ("v1",), "configmaps", field_selector=f"metadata.name={MESH_CONFIGMAP_NAME}"
+)
 # watched to start an Istio kind's informer once its CRD is installed (istiod's CRD watcher)
 CRDS = KubeResource("CustomResourceDefinition", "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", False)
 ISTIO_RESOURCES = (

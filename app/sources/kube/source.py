@@ -30,7 +30,7 @@ import aiohttp
 from google.protobuf import json_format
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.loader import MESH_CONFIGMAP_NAME, LoadResult, Rejection, load_object, load_objects
+from app.config.loader import LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
@@ -113,8 +113,7 @@ class KubeSource:
         for resource in KUBE_RESOURCES:
             self._start_informer(resource, resource.versions[0])
         if self._mesh_from_configmap:
-            selector = f"metadata.name={MESH_CONFIGMAP_NAME}"
-            self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace, selector)
+            self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace)
         await self._synced()
         if self._mesh_from_configmap:
             await self._preload([(MESH_CONFIGMAP, obj) for obj in self._store_objects(MESH_CONFIGMAP)])
@@ -123,7 +122,7 @@ class KubeSource:
         return await self._drain()
 
     def _start_informer(
-        self, resource: KubeResource, version: str, namespace: str = "", selector: str = "", held: Sequence[Raw] = ()
+        self, resource: KubeResource, version: str, namespace: str = "", held: Sequence[Raw] = ()
     ) -> None:
         """Run an informer; ``held``: what an earlier informer of the resource had (its first list
         then reports only what changed since)."""
@@ -133,7 +132,6 @@ class KubeSource:
             version,
             self._on_deltas,
             namespace=namespace,
-            field_selector=selector,
             page_size=self._page_size,
             watch_timeout=self._watch_timeout,
         )

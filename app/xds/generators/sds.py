@@ -5,9 +5,10 @@ SecretGen serves them from Kubernetes Secrets (pilot/pkg/xds/sds.go, credentials
   one in NS; any other name is not served (istiod ParseResourceName).
 * Only a proxy whose namespace the secure port authenticated gets any (istiod: no
   VerifiedIdentity, no secrets), and only from its own namespace: a cross-namespace reference
-  is refused. istiod also asks the API server (SubjectAccessReview) whether the proxy's service
-  account may list Secrets there; pilotfish does not, so any authenticated identity of the
-  namespace may read its key pairs (a CA-only name needs no such check in istiod either).
+  is refused. A key pair also needs the API server's word that the proxy's service account may
+  list Secrets there (a SubjectAccessReview the transport asked, ``Proxy.secrets_denied``); a
+  CA-only name needs none (istiod filterAuthorizedResources). What is refused is logged once
+  per generation in istiod's words, and left out.
 * A key pair comes from ``cert``/``key`` (generic) or ``tls.crt``/``tls.key`` (with
   ``tls.ocsp-staple``); ``NAME-cacert`` is the Secret of that name, else NAME, read for a CA:
   ``cacert`` with ``crl``, or ``ca.crt`` with ``ca.crl``.
@@ -48,16 +49,20 @@ def generate_secrets(proxy: Proxy, secrets: SecretLookup, names: Iterable[str]) 
     if not proxy.verified:
         return []
     out = []
+    denied: list[str] = []
+    unauthorized = False
     for resource in names:
         parsed = parse_resource_name(resource, proxy.namespace)
         if parsed is None:
             continue
         namespace, name = parsed
-        if namespace != proxy.namespace:
-            logger.warning("proxy %s may not read %s: a Secret of another namespace", proxy.id, resource)
+        ca_only = name.endswith(SDS_CA_SUFFIX)
+        if namespace != proxy.namespace or (proxy.secrets_denied and not ca_only):
+            unauthorized = unauthorized or namespace == proxy.namespace
+            denied.append(name)
             continue
         try:
-            if name.endswith(SDS_CA_SUFFIX):
+            if ca_only:
                 plain = name.removesuffix(SDS_CA_SUFFIX)
                 found = secrets(namespace, name) or secrets(namespace, plain)
                 out.append(_ca_secret(resource, found, f"{namespace}/{plain}"))
@@ -65,7 +70,18 @@ def generate_secrets(proxy: Proxy, secrets: SecretLookup, names: Iterable[str]) 
                 out.append(_key_pair(resource, secrets(namespace, name), f"{namespace}/{name}"))
         except _Unusable as e:
             logger.warning("secret %s for proxy %s: %s", resource, proxy.id, e)
+    if denied:
+        why = proxy.secrets_denied if unauthorized else "cross namespace secret reference requires ReferenceGrant"
+        names = _at_most(denied, 3)
+        logger.warning("proxy %s attempted to access unauthorized certificates %s: %s", proxy.id, names, why)
     return out
+
+
+def _at_most(names: list[str], limit: int) -> str:
+    """istiod atMostNJoin: the first names, then how many others."""
+    if len(names) < limit:
+        return ", ".join(names)
+    return ", ".join(names[: limit - 1]) + f", and {len(names) - limit + 1} others"
 
 
 class _Unusable(Exception):

@@ -1,0 +1,82 @@
+"""What the webhook injects pods with, in a running pilotfish: the --inject-config and
+--inject-values files and the mesh config in force when each review arrives.
+
+The files are istiod's ConfigMap keys, usually mounted from it, so they change under a running
+pilotfish: each review looks at their modification time and size (a stat, no read) and reads
+them again when either moved, as istiod's watcher reloads the ConfigMap. At start a bad file stops
+pilotfish with the file's name and the reason; later, a bad edit is logged and the last good
+content stays in force."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from app.api.mesh import MeshConfig
+from app.errors import SettingsError
+from app.inject.config import parse_injection_config
+from app.inject.injector import parse_templates
+from app.inject.inputs import InjectionInputs, injector_for
+from app.inject.values import parse_values
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class _WatchedFile:
+    def __init__(self, path: Path | None, flag: str, check: Callable[[str, str], object]) -> None:
+        self.path, self.flag, self._check = path, flag, check
+        self._seen: tuple[int, int] | None = None
+        self.text: str | None = None
+
+    def refresh(self, *, strict: bool) -> None:
+        """Read the file again if it changed; ``strict``: a bad one raises, else it is logged."""
+        if self.path is None:
+            return
+        try:
+            stat = os.stat(self.path)
+            seen = (stat.st_mtime_ns, stat.st_size)
+            if seen == self._seen:
+                return
+            text = self.path.read_text()
+            self._check(text, f"{self.flag} {self.path}")
+        except (OSError, SettingsError) as e:
+            reason = e.strerror if isinstance(e, OSError) else str(e)
+            if strict:
+                raise SettingsError(f"{self.flag} {self.path}: {reason}" if isinstance(e, OSError) else reason) from e
+            logger.error("sidecar injection keeps its last good %s: %s", self.flag, reason)
+            return
+        self._seen, self.text = seen, text
+
+
+def _check_config(text: str, source: str) -> None:
+    """UnmarshalConfig: the YAML, and every template in it parses."""
+    parse_templates(parse_injection_config(text, source).templates)
+
+
+def injection_source(settings: Settings, mesh: Callable[[], MeshConfig]) -> Callable[[], InjectionInputs]:
+    files = (
+        _WatchedFile(settings.inject_config, "--inject-config", _check_config),
+        _WatchedFile(settings.inject_values, "--inject-values", parse_values),
+    )
+    # istiod's own default, which the chart's Service istiod[-REV] answers for pilotfish
+    revision = "" if settings.revision in ("", "default") else f"-{settings.revision}"
+    address = f"istiod{revision}.{settings.system_namespace}.svc:15012"
+
+    def inputs(*, strict: bool = False) -> InjectionInputs:
+        for f in files:
+            f.refresh(strict=strict)
+        config, values = (f.text for f in files)
+        return InjectionInputs(
+            config,
+            values,
+            mesh().SerializeToString(),
+            settings.revision or "default",
+            settings.native_sidecars,
+            address,
+        )
+
+    injector_for(inputs(strict=True))  # its templates parse, or pilotfish stops here saying why
+    return inputs

@@ -1,0 +1,20 @@
+// The Go template oracle the engine of app/gotemplate is compared with: sprig and its
+// dependencies at the versions istiod's build (tools/peers/istio) resolves.
+module pilotfish.local/peers/gotemplate
+
+go 1.26.0
+
+require github.com/Masterminds/sprig/v3 v3.3.0
+
+require (
+	dario.cat/mergo v1.0.2 // indirect
+	github.com/Masterminds/goutils v1.1.1 // indirect
+	github.com/Masterminds/semver/v3 v3.5.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/huandu/xstrings v1.5.0 // indirect
+	github.com/mitchellh/copystructure v1.2.0 // indirect
+	github.com/mitchellh/reflectwalk v1.0.2 // indirect
+	github.com/shopspring/decimal v1.4.0 // indirect
+	github.com/spf13/cast v1.10.0 // indirect
+	golang.org/x/crypto v0.51.0 // indirect
+)
