@@ -47,17 +47,12 @@ from tests.support.cluster import RBAC_KINDS, REPO, ApiError, Cluster, helm
 from tests.support.kubelet import Kubelet, RunningPod, running_kubelet
 from tests.support.mesh import sidecars_without_capture
 from tests.support.peers import istio_module_dir
-from tests.support.pods import pod_network
 
 SYSTEM = "istio-system"
-CHART_VALUES = {
-    "pilot.autoscaleEnabled": "false",
-    "pilot.replicaCount": "2",
-    "pilot.ca.enabled": "true",
-    "meshConfig.enableAutoMtls": "true",
-}
+CHART_VALUES = {"pilot.autoscaleEnabled": "false", "pilot.replicaCount": "2"}
 APP_PORT, SERVER_PORT, EGRESS_PORT, GATEWAY_PORT = 8080, 9080, 15100, 443
 HOST = "shop.example.com"
+WRITER_LEASE = "istio-namespace-controller-election"
 WAIT = 120.0
 
 # the apps: the server echoes what it got (headers included) as JSON, on its pod's loopback where
@@ -120,19 +115,25 @@ class Mesh:
         return self.kube.list("v1", "Pod", SYSTEM, labelSelector="app=pilotfish")
 
     def app_pod(self, namespace: str, app_label: str) -> RunningPod:
-        [pod] = self.kube.wait_for(
-            f"the replicaset controller to make the {app_label} pod in {namespace}",
-            lambda: self.kube.list("v1", "Pod", namespace, labelSelector=f"app={app_label}"),
-        )
+        """The Deployment's pod, once Ready; if the API server refused it (the injection webhook
+        failing, say), the ReplicaSet's condition says why."""
+        try:
+            [pod] = self.kube.wait_for(
+                f"the replicaset controller to make the {app_label} pod in {namespace}",
+                lambda: self.kube.list("v1", "Pod", namespace, labelSelector=f"app={app_label}"),
+            )
+        except AssertionError as e:
+            sets = self.kube.list("apps/v1", "ReplicaSet", namespace, labelSelector=f"app={app_label}")
+            raise AssertionError(f"{e}: {[s.get('status', {}).get('conditions') for s in sets]}") from None
         return self.kubelet.ready(namespace, pod["metadata"]["name"], timeout=WAIT)
 
     def leader(self) -> str | None:
-        """The pilotfish pod holding the system namespace's Lease(s); None while none does."""
+        """The live pilotfish pod holding the Lease of the writer of the root ConfigMaps (istiod's
+        namespace controller election); None while none does."""
         pods = {p["metadata"]["name"] for p in self.pilotfish_pods() if not p["metadata"].get("deletionTimestamp")}
-        leases = self.kube.list("coordination.k8s.io/v1", "Lease", SYSTEM)
-        holders = {lease["spec"].get("holderIdentity") for lease in leases} & pods
-        assert len(holders) <= 1, f"more than one pilotfish replica holds a Lease: {holders}"
-        return next(iter(holders), None)
+        lease = self.kube.get("coordination.k8s.io/v1", "Lease", SYSTEM, WRITER_LEASE) or {"spec": {}}
+        holder = lease["spec"].get("holderIdentity")
+        return holder if holder in pods else None
 
     def root(self) -> str:
         """The root pilotfish keeps in ``istio-ca-secret`` (istiod's self-signed CA Secret)."""
@@ -149,7 +150,7 @@ def mesh(kube: Cluster, tmp_path: Path) -> Iterator[Mesh]:
     if kube.get("v1", "Namespace", "", SYSTEM) is None:
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}})
     chart = render(REPO / "charts" / "pilotfish", "pilotfish", SYSTEM, CHART_VALUES)
-    with pod_network() as network, running_kubelet(kube, network, tmp_path, [SYSTEM]) as kubelet:
+    with running_kubelet(kube, tmp_path, [SYSTEM]) as kubelet:
         try:
             kube.apply(*chart, namespace=SYSTEM)
             yield Mesh(kube, kubelet, chart)
@@ -186,14 +187,14 @@ def from_client(client: RunningPod, server_host: str, path: str) -> Reply:
     return send(EGRESS_PORT, path, host=server_host, connect=client.network.connect)
 
 
-def shop_config(namespace: str, server_host: str) -> str:
+def shop_config(ingress: str, namespace: str, server_host: str) -> str:
     """A Gateway terminating TLS for HOST with the Secret ``shop-cert``, its route to the server;
     and a DestinationRule telling the client's sidecar to originate TLS with that same Secret
     (its account may not read Secrets: pilotfish must refuse it)."""
     return f"""
 apiVersion: networking.istio.io/v1
 kind: Gateway
-metadata: {{name: shop, namespace: {namespace}}}
+metadata: {{name: shop, namespace: {ingress}}}
 spec:
   selector: {{istio: ingressgateway}}
   servers:
@@ -203,7 +204,7 @@ spec:
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
-metadata: {{name: shop, namespace: {namespace}}}
+metadata: {{name: shop, namespace: {ingress}}}
 spec:
   hosts: [{HOST}]
   gateways: [shop]
@@ -242,18 +243,26 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
         log = replica.log(container.name)
         assert "Traceback" not in log, f"pilotfish {replica.name} logged an error:\n{log[-3000:]}"
 
-    # 2. the validating webhook, reached through the chart's Service at a ready endpoint
+    # 2. the validating webhook, reached through the chart's Service at a ready endpoint: switched
+    # to Fail by pilotfish once its dry run was refused through it, it refuses this revision's config
     ns = kube.namespace("mesh", labels={"istio-injection": "enabled"})
+    [validator] = [d for d in mesh.chart if d["kind"] == "ValidatingWebhookConfiguration"]
+    def failing_closed() -> bool:
+        stored = kube.get(validator["apiVersion"], validator["kind"], "", validator["metadata"]["name"]) or {}
+        return all(w.get("failurePolicy") == "Fail" for w in stored.get("webhooks", [{}]))
+
+    kube.wait_for(f"pilotfish to switch {validator['metadata']['name']} to Fail", failing_closed, timeout=WAIT)
     invalid = {
         "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
-        "metadata": {"name": "lookbehind", "namespace": ns},
+        "metadata": {"name": "lookbehind", "namespace": ns, "labels": {"istio.io/rev": "default"}},
         "spec": {"hosts": ["reviews"], "http": [{"match": [{"uri": {"regex": "(?<=a)b"}}],
                                                  "route": [{"destination": {"host": "reviews"}}]}]},
     }  # fmt: skip
     with pytest.raises(ApiError) as refused:
         kube.apply(invalid)
     message = json.loads(refused.value.body)["message"]
-    assert 'admission webhook "validation.pilotfish.io" denied the request' in message, message
+    assert 'admission webhook "rev.validation.istio.io" denied the request' in message, message
+    assert "http[0].match[0].uri.regex" in message, message
 
     # 3. one root, exactly one writer
     root = mesh.root()
@@ -303,14 +312,16 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
     cert_pem, key_pem = self_signed(HOST)
     tls_secret = {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": "shop-cert", "namespace": ns},
+        "metadata": {"name": "shop-cert"},
         "data": {"tls.crt": base64.b64encode(cert_pem).decode(), "tls.key": base64.b64encode(key_pem).decode()},
     }  # fmt: skip
-    gateway_chart = render(istio_module_dir() / "manifests" / "charts" / "gateway", "istio-ingressgateway", ns,
-                           {"service.type": "ClusterIP"})  # fmt: skip
-    kube.apply(tls_secret, *gateway_chart, namespace=ns)
-    kube.apply(shop_config(ns, server_host), namespace=ns)
-    gateway = mesh.app_pod(ns, "istio-ingressgateway")
+    ingress = kube.namespace("istio-ingress")
+    kubelet.watch(ingress)
+    gateway_chart = render(istio_module_dir() / "manifests" / "charts" / "gateway", "istio-ingressgateway", ingress, {})
+    kube.apply(tls_secret, *gateway_chart, namespace=ingress)
+    kube.apply(tls_secret, namespace=ns)  # the same Secret beside the client, whose account may not read it
+    kube.apply(shop_config(ingress, ns, server_host))
+    gateway = mesh.app_pod(ingress, "istio-ingressgateway")
     context = ssl.create_default_context(cadata=cert_pem.decode())
 
     def through_gateway() -> int | None:

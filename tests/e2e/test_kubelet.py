@@ -16,7 +16,6 @@ import pytest
 from tests.e2e.harness import wait_until
 from tests.support.cluster import Cluster
 from tests.support.kubelet import Kubelet, running_kubelet
-from tests.support.pods import pod_network
 
 # prints what the container sees, then serves it over HTTP on 8080 (its readiness probe's port)
 PROGRAM = r"""
@@ -97,7 +96,7 @@ def deployment(namespace: str) -> dict[str, Any]:
 
 @pytest.fixture
 def kubelet(kube: Cluster, tmp_path: Path) -> Iterator[Kubelet]:
-    with pod_network() as network, running_kubelet(kube, network, tmp_path) as kubelet:
+    with running_kubelet(kube, tmp_path) as kubelet:
         yield kubelet
 
 

@@ -7,13 +7,15 @@ everything (data, certificates, kubeconfigs, logs) in one temporary directory.
   from a test CA; client certificates from a second CA (the admin is O=system:masters);
   service-account tokens signed with a generated key (issuer
   ``https://kubernetes.default.svc.cluster.local``, audiences that and ``istio-ca``), so
-  TokenRequest and TokenReview work; RBAC; the default admission plugins (webhooks included);
+  TokenRequest and TokenReview work; RBAC; the default admission plugins (webhooks included,
+  called at a ready endpoint of their Service: ``--enable-aggregator-routing``);
   the default watch cache (off for Events, as in every cluster: their watches are served from
   etcd, so a compaction expires them with a real ``410 Gone``).
 * kube-controller-manager with its own client certificate and per-controller service-account
   credentials (RBAC's bootstrap roles): EndpointSlices (and mirroring), the ``default``
   ServiceAccount and ``kube-root-ca.crt`` of every namespace, namespace deletion, garbage
-  collection, legacy token secrets.
+  collection, legacy token secrets, Deployments and ReplicaSets (their pods run only where
+  tests/support/kubelet.py runs them; otherwise they stay Pending, unscheduled).
 * Istio's CRDs from the pinned istio.io/istio module (never copied into this repository).
 * One Node (``node-1``) for pods to be bound to: there is no kubelet, so ``run_pod`` creates a
   pod bound to it and writes its status as a kubelet would (the endpointslice controller skips

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.cluster import Cluster
-from tests.support.pods import BRIDGE
 
 CLUSTER_DOMAIN = "cluster.local"
 
@@ -59,6 +58,7 @@ def _relay(client: socket.socket, upstream: socket.socket) -> None:
 @dataclass
 class ServiceProxy:
     cluster: Cluster
+    bridge: str  # the node's pod bridge, where the ClusterIPs are addresses
     _listeners: dict[tuple[str, int], socket.socket] = field(default_factory=dict)
     _backends: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
     _turn: Iterator[int] = field(default_factory=itertools.count)
@@ -70,7 +70,7 @@ class ServiceProxy:
             with contextlib.suppress(OSError):
                 sock.close()
         for ip in {ip for ip, _ in self._listeners}:
-            subprocess.run(["ip", "addr", "delete", f"{ip}/32", "dev", BRIDGE], capture_output=True, check=False)
+            subprocess.run(["ip", "addr", "delete", f"{ip}/32", "dev", self.bridge], capture_output=True, check=False)
         self._listeners.clear()
 
     def hosts(self) -> str:
@@ -109,7 +109,7 @@ class ServiceProxy:
         if key in self._listeners:
             return
         if not any(ip == key[0] for ip, _ in self._listeners):
-            _ip("addr", "add", f"{key[0]}/32", "dev", BRIDGE)
+            _ip("addr", "add", f"{key[0]}/32", "dev", self.bridge)
         sock = socket.create_server(key, backlog=128)
         self._listeners[key] = sock
         threading.Thread(target=self._accept, args=(key, sock), name=f"svc-{key[0]}:{key[1]}", daemon=True).start()

@@ -33,6 +33,7 @@ egress ``bind``/``captureMode: NONE`` and ingress ``bind``), as in tests/e2e/tes
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import ctypes
 import os
 import shutil
@@ -64,7 +65,7 @@ from tests.support.pod_volumes import (
     mounts_for,
     prologue,
 )
-from tests.support.pods import Pod, PodNetwork
+from tests.support.pods import Names, Pod, PodNetwork, pod_network
 
 SYNC_PERIOD = 0.3  # seconds between looks at the API server (the real one watches)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -544,7 +545,7 @@ class Kubelet:
         self.network = network
         self.workdir = workdir
         self.namespaces = list(namespaces)
-        self.services = ServiceProxy(cluster)
+        self.services = ServiceProxy(cluster, network.names.bridge)
         self.allocatable = node_allocatable()
         self.pods: dict[str, RunningPod] = {}  # by uid
         self.network_lock = threading.Lock()
@@ -701,13 +702,20 @@ class Kubelet:
         return "\n".join(self.describe(p, 2000) for p in self.pods.values()) + "\n".join(self.errors[-5:])
 
 
+# the node's pod network: its own bridge, names and subnet, apart from tests/support/pods.py's
+# default one (tests that run pods by hand), so the two never take each other's addresses
+NODE_NETWORK = Names(bridge="pk-pods0", netns="pk-", veth="pkv")
+NODE_SUBNET = ipaddress.IPv4Network("10.89.16.0/24")
+
+
 @contextlib.contextmanager
-def running_kubelet(
-    cluster: Cluster, network: PodNetwork, workdir: Path, namespaces: Sequence[str] = ()
-) -> Iterator[Kubelet]:
-    kubelet = Kubelet(cluster, network, workdir, namespaces)
-    kubelet.start()
-    try:
-        yield kubelet
-    finally:
-        kubelet.stop()
+def running_kubelet(cluster: Cluster, workdir: Path, namespaces: Sequence[str] = ()) -> Iterator[Kubelet]:
+    """The node's pod network and its kubelet; on the way out every pod is stopped and deleted
+    (the node goes, and its pods with it) and the network removed."""
+    with pod_network(NODE_SUBNET, NODE_NETWORK) as network:
+        kubelet = Kubelet(cluster, network, workdir, namespaces)
+        kubelet.start()
+        try:
+            yield kubelet
+        finally:
+            kubelet.stop()

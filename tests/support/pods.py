@@ -72,12 +72,22 @@ def in_netns(netns: str, fn: Callable[[], T]) -> T:
     return out[0]
 
 
-def _delete_leftovers() -> None:
+@dataclass(frozen=True)
+class Names:
+    """The bridge, and the prefixes of the network namespaces and veth links, of one pod network
+    (two networks with different names and subnets live side by side)."""
+
+    bridge: str = BRIDGE
+    netns: str = NETNS_PREFIX
+    veth: str = VETH_PREFIX
+
+
+def _delete_leftovers(names: Names) -> None:
     """What an earlier, killed run left behind: its pods' processes, namespaces and links."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     for line in listed.splitlines():
         name = line.split()[0] if line.strip() else ""
-        if name.startswith(NETNS_PREFIX):
+        if name.startswith(names.netns):
             pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False)
             for pid in pids.stdout.split():
                 with contextlib.suppress(ProcessLookupError):
@@ -87,7 +97,7 @@ def _delete_leftovers() -> None:
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     for line in links.splitlines():
         name = line.split(": ")[1].split("@")[0] if ": " in line else ""
-        if name == BRIDGE or name.startswith(VETH_PREFIX):
+        if name == names.bridge or name.startswith(names.veth):
             subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
 
 
@@ -140,25 +150,26 @@ class PodNetwork:
 
     subnet: ipaddress.IPv4Network = SUBNET
     pods: list[Pod] = field(default_factory=list)
+    names: Names = field(default_factory=Names)
 
     @property
     def node_ip(self) -> str:
         return str(self.subnet.network_address + 1)
 
     def up(self) -> None:
-        _delete_leftovers()
-        _ip("link", "add", BRIDGE, "type", "bridge")
-        _ip("addr", "add", f"{self.node_ip}/{self.subnet.prefixlen}", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
+        _delete_leftovers(self.names)
+        _ip("link", "add", self.names.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.node_ip}/{self.subnet.prefixlen}", "dev", self.names.bridge)
+        _ip("link", "set", self.names.bridge, "up")
 
     def add_pod(self, name: str, namespace: str, root: Path) -> Pod:
         index = len(self.pods) + 2
-        netns = f"{NETNS_PREFIX}{index}-{name}"[:40]
+        netns = f"{self.names.netns}{index}-{name}"[:40]
         ip = str(self.subnet.network_address + index)
-        veth = f"{VETH_PREFIX}{index}"
+        veth = f"{self.names.veth}{index}"
         _ip("netns", "add", netns)
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
-        _ip("link", "set", veth, "master", BRIDGE, "up")
+        _ip("link", "set", veth, "master", self.names.bridge, "up")
         _ip("-n", netns, "addr", "add", f"{ip}/{self.subnet.prefixlen}", "dev", "eth0")
         _ip("-n", netns, "link", "set", "eth0", "up")
         _ip("-n", netns, "link", "set", "lo", "up")
@@ -180,7 +191,7 @@ class PodNetwork:
             subprocess.run(["ip", "netns", "delete", pod.netns], check=False, capture_output=True)
             shutil.rmtree(NETNS_ETC / pod.netns, ignore_errors=True)
         self.pods.clear()
-        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "delete", self.names.bridge], capture_output=True, check=False)
 
 
 def require_root() -> None:
@@ -193,9 +204,9 @@ def require_root() -> None:
 
 
 @contextmanager
-def pod_network() -> Iterator[PodNetwork]:
+def pod_network(subnet: ipaddress.IPv4Network = SUBNET, names: Names = Names()) -> Iterator[PodNetwork]:
     require_root()
-    network = PodNetwork()
+    network = PodNetwork(subnet, names=names)
     network.up()
     try:
         yield network
