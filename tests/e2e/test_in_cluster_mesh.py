@@ -247,6 +247,7 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
     # to Fail by pilotfish once its dry run was refused through it, it refuses this revision's config
     ns = kube.namespace("mesh", labels={"istio-injection": "enabled"})
     [validator] = [d for d in mesh.chart if d["kind"] == "ValidatingWebhookConfiguration"]
+
     def failing_closed() -> bool:
         stored = kube.get(validator["apiVersion"], validator["kind"], "", validator["metadata"]["name"]) or {}
         return all(w.get("failurePolicy") == "Fail" for w in stored.get("webhooks", [{}]))

@@ -33,8 +33,8 @@ egress ``bind``/``captureMode: NONE`` and ingress ``bind``), as in tests/e2e/tes
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import ctypes
+import ipaddress
 import os
 import shutil
 import signal
