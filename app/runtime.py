@@ -6,11 +6,9 @@ The sources are a config dir, a Kubernetes API server (informers) and a mesh con
 any combination; each is watched by its own supervised task (a failure is logged and the watch
 restarted; the last good config stays in force). Config events are applied to the Environment
 as they arrive (cheap, synchronous); the resulting PushRequest goes to the one Debouncer. When
-it fires, a full request rebuilds the PushContext from the previous one (only the slices its
-changed keys affect, in a worker thread so the loop keeps serving streams); an endpoint-only
-request rebuilds nothing: the snapshot is the previous one reading the registry's new endpoint
-snapshot. The shared resource cache then drops what the change made stale, and every connected
-proxy is queued; each stream's Connection skips a push its proxy does not depend on.
+it fires, the Discovery (app/xds/discovery.py) pushes it: the next snapshot built and served,
+the shared resource cache invalidated, every connected proxy queued. The runtime records the
+push (metrics, ``/debug/push_status``, the heap policy).
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
@@ -60,10 +56,10 @@ from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
-from app.xds.generate import ResourceSource, XdsGenerator
-from app.xds.needs_push import update_types
-from app.xds.push import Debouncer, PushQueue, run_push_workers
-from app.xds.push_request import PushRequest, TriggerReason
+from app.xds.discovery import Discovery, push_request
+from app.xds.generate import ResourceSource
+from app.xds.push import Debouncer, run_push_workers
+from app.xds.push_request import PushRequest
 from app.xds.server import Stream, XdsServer
 
 if TYPE_CHECKING:
@@ -94,9 +90,11 @@ class Runtime:
                     debounce_ms=settings.file_debounce_ms,
                 )
             )
-        self._push: PushContext | None = None
-        self.generator = XdsGenerator(self.push_context, ResourceCache(verify=settings.cache_assert))
-        self.queue: PushQueue[Stream] = PushQueue()
+        self.discovery: Discovery[Stream] = Discovery(
+            self.env, ResourceCache(verify=settings.cache_assert), streams=self.streams, observer=self.tracer
+        )
+        self.generator = self.discovery.generator
+        self.queue = self.discovery.queue
         self.debouncer = Debouncer(
             self._fire,
             debounce_after=settings.debounce_after,
@@ -151,9 +149,7 @@ class Runtime:
     # --- what the debug server and the streams read -----------------------------------
 
     def push_context(self) -> PushContext:
-        if self._push is None:
-            raise RuntimeError("no PushContext before the first build")
-        return self._push
+        return self.discovery.push_context()
 
     def resource_source(self) -> ResourceSource:
         return self.generator
@@ -341,7 +337,7 @@ class Runtime:
                 if self._authenticator.tokens is None:
                     self._authenticator.tokens = tokens
                 self.xds.secret_access = secrets
-            self._push = self.env.build_push_context(None)
+            self.discovery.start()
             self.heap.settled()
             inner = await self.xds.start(self.settings.xds_address, inner=self.secure is not None)
             if self.secure is not None:
@@ -457,32 +453,15 @@ class Runtime:
         return change
 
     async def _fire(self, request: PushRequest) -> None:
-        build = next_snapshot(self.push_context(), self.env, request)
-        started = time.monotonic()
-        trace = self.tracer.push_fired(request, started) if self.tracer is not None else None
-        # a full rebuild runs in a thread so streams keep being served while a large mesh's
-        # indexes are recomputed; the endpoint fast path is cheap enough for the loop
-        self._push = await asyncio.to_thread(build) if request.full else build()
-        built = time.monotonic()
-        self.generator.invalidate(request)
-        streams = self.streams()
-        if trace is not None:
-            assert self.tracer is not None
-            if request.full:
-                self.tracer.context_built(trace, started, built)
-            request = replace(request, traces=(trace,))
-        for stream in streams:
-            self.queue.enqueue(stream, request)
-        if trace is not None:
-            assert self.tracer is not None
-            self.tracer.push_queued(trace, len(streams))
-        services = sum(len(by_namespace) for by_namespace in self._push.service_index.by_hostname.values())
+        pushed = await self.discovery.fire(request)
+        request, push, started, built = pushed.request, pushed.push, pushed.started, pushed.built
+        services = sum(len(by_namespace) for by_namespace in push.service_index.by_hostname.values())
         # the Debouncer stamps request.start with the monotonic time of the first event
-        virtual_services = len(self._push.inputs.virtual_services)
+        virtual_services = len(push.inputs.virtual_services)
         debounced, init = built - request.start, built - started
         self.metrics.pushed(request.reasons, request.full, debounced, init, services, virtual_services)
         self._last_push = {
-            "version": self._push.version,
+            "version": push.version,
             "full": request.full,
             "reasons": dict(request.reasons),
             "configsUpdated": sorted(str(key) for key in request.configs_updated)[:50],
@@ -490,7 +469,7 @@ class Runtime:
             "endpointServices": sorted(f"{host}/{ns}" for host, ns in request.endpoint_services)[:50],
             "debounceSeconds": round(built - request.start, 6),
             "buildSeconds": round(built - started, 6),
-            "proxiesQueued": len(self.streams()),
+            "proxiesQueued": pushed.streams,
         }
         self._last_push_sent = dict(self.metrics.pushes.values)
         self.heap.settled()  # the new snapshot and what the change left behind
@@ -522,39 +501,3 @@ class Runtime:
             if self.queue.idle():
                 collected, seconds = self.heap.sweep()
                 logger.info("heap sweep: %d objects collected in %.3fs", collected, seconds)
-
-
-def next_snapshot(previous: PushContext, env: Environment, request: PushRequest) -> Callable[[], PushContext]:
-    """The build of the snapshot after ``previous`` for a request: a full request rebuilds the
-    slices its keys affect, an endpoint-only one reads the registry's new endpoints. The inputs
-    (and the scope memo) are taken now, on the caller's thread; the returned build may run on
-    another."""
-    if request.full:
-        keys = None if request.all_kinds else request.configs_updated
-        return functools.partial(PushContext.build, previous, env.push_inputs(), keys, previous.scopes())
-    return functools.partial(previous.with_endpoints, env.registry.snapshot())
-
-
-def push_request(change: Change, events: int) -> PushRequest | None:
-    """The request a change makes; the Debouncer stamps its start time."""
-    delta = change.registry
-    if change.configs:
-        narrowed = {key: types for key, (old, new) in change.replaced.items() if (types := update_types(old, new))}
-        return PushRequest(
-            full=True,
-            configs_updated=change.configs,
-            endpoint_services=delta.endpoints_changed,
-            proxy_ips=delta.target_ips,
-            key_types=MappingProxyType(narrowed),
-            reasons={TriggerReason.CONFIG: events},
-        )
-    if delta.endpoints_changed or delta.target_ips:
-        return PushRequest(
-            full=False,
-            endpoint_services=delta.endpoints_changed,
-            proxy_ips=delta.target_ips,
-            reasons={TriggerReason.ENDPOINT: events},
-        )
-    return None
-
-

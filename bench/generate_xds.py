@@ -114,7 +114,7 @@ def full_push(proxy: Proxy, push: PushContext, watched: dict[str, WatchedResourc
     size = 0
     for type_url, watch in watched.items():
         # a fresh cache each time: the cost of generating for the first proxy of its kind
-        generated = XdsGenerator(lambda: push, ResourceCache()).generate(type_url, proxy, watch)
+        generated = XdsGenerator(ResourceCache(), push).generate(type_url, proxy, watch)
         assert generated is not None
         size += sum(len(r.body.value) for r in generated)
     return size

@@ -5,9 +5,10 @@ process and the transport dominate on a 2-core machine; this one isolates the se
 the mesh of bench/mesh.py is loaded through the FileSource into an Environment, N sidecars
 connect as Delta (or SotW) ADS ``Connection``s subscribing as Envoy does (CDS and LDS wildcard,
 EDS for the EDS clusters, RDS for the listeners' route names, every response ACKed), and each
-scenario changes a file, rebuilds the PushContext as the runtime does, and hands the push to every
-connection. Reported per scenario: milliseconds of ``on_push`` per proxy and in total, the
-proxies that were sent something, resources and bytes sent; with ``--profile`` the top functions.
+scenario changes a file, pushes it through the runtime's ``Discovery`` (PushContext rebuilt and
+served, cache invalidated), and hands the push to every connection. Reported per scenario:
+milliseconds of ``on_push`` per proxy and in total, the proxies that were sent something,
+resources and bytes sent; with ``--profile`` the top functions.
 Usage:
     python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
                               [--sidecars] [--agents N] [--profile] [--out FILE]
@@ -24,7 +25,7 @@ import pstats
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,11 @@ from google.protobuf import struct_pb2
 
 from app.environment import Environment
 from app.heap import HeapKeeper
-from app.model.push_context import PushContext
-from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection, proxy_from_node
 from app.xds.delta import DeltaSession
-from app.xds.generate import XdsGenerator
+from app.xds.discovery import Discovery, push_request
 from app.xds.generators.eds import eds_cluster_names
 from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
@@ -60,29 +59,26 @@ class World:
 
     env: Environment
     source: FileSource
-    push: PushContext
-    generator: XdsGenerator = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.generator = XdsGenerator(lambda: self.push, ResourceCache())
+    discovery: Discovery[AnyConnection]
 
     @classmethod
     def load(cls, root: Path) -> World:
         env = Environment()
         source = FileSource(root)
         env.apply(source.load())
-        return cls(env, source, env.build_push_context(None))
+        discovery: Discovery[AnyConnection] = Discovery(env, ResourceCache())
+        discovery.start()
+        return cls(env, source, discovery)
 
     def change(self) -> tuple[PushRequest, float]:
-        """Re-read the directory, then apply and rebuild as the runtime's debounced fire does;
-        returns the request and the seconds the apply and rebuild took."""
+        """Re-read the directory, apply it and push it as the runtime's debounced fire does;
+        returns the request pushed and the seconds the apply and the push took."""
         events = self.source.load()
         started = time.perf_counter()
         request = push_request(self.env.apply(events), len(events))
         assert request is not None, "the change made no push"
-        self.push = next_snapshot(self.push, self.env, request)()
-        self.generator.invalidate(request)
-        return request, time.perf_counter() - started
+        pushed = self.discovery.push(request)
+        return pushed.request, time.perf_counter() - started
 
 
 def _node(identity: SidecarIdentity) -> base_pb2.Node:
@@ -205,7 +201,7 @@ def main() -> None:
         started = time.perf_counter()
         for i, identity in enumerate(sidecars(spec, args.proxies, args.agents)):
             node = _node(identity)
-            conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), world.generator)
+            conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), world.discovery.generator)
             connect(conn, node, identity.agent)
             conns.append(conn)
             heap.connected()

@@ -302,37 +302,88 @@ class _ClassSets:
     route_keys: dict[str, Hashable] = field(default_factory=dict)  # what each of ``routes`` was built from
 
 
-class XdsGenerator:
-    """The ResourceSource of the control plane: cached, shared generation over ``snapshot()``."""
+@dataclass(slots=True)
+class _SnapshotState:
+    """Generation's state for one snapshot: made when the snapshot is published and replaced with
+    it (one reference, ``XdsGenerator._current``), so none of it is ever read against another
+    snapshot and nothing needs resetting."""
 
-    def __init__(self, snapshot: Callable[[], PushContext], cache: ResourceCache) -> None:
-        self._snapshot = snapshot
+    push: PushContext
+    # the class sets of the snapshot this one replaced, by class lineage (scope name and traits),
+    # and the request between the two: a class's clusters are patched from its parent's
+    parents: Mapping[Hashable, _ClassSets] = field(default_factory=dict)
+    parent_request: PushRequest | None = None
+    # what classes may reuse, by lineage: not only from the snapshot just replaced (an
+    # endpoint push between two config pushes generates no listeners or routes)
+    reusable: Mapping[Hashable, _Reusable] = field(default_factory=dict)
+    memo: dict[Hashable, _ClassSets] = field(default_factory=dict)
+    lineage: dict[Hashable, _ClassSets] = field(default_factory=dict)  # the class sets by lineage
+    # each proxy's class: a push asks for it once per type and more
+    proxy_classes: dict[Ident[Proxy], tuple[SidecarScope, _Traits, _ClassSets]] = field(default_factory=dict)
+    listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = field(default_factory=dict)
+    name_tables: dict[Hashable, Resource] = field(default_factory=dict)  # see _name_table
+    rule_views: dict[Ident[DestinationRule], bytes | None] = field(default_factory=dict)  # see _rule_view
+    differences: dict[Hashable, tuple[list[Resource], list[str]]] = field(default_factory=dict)
+    hosts: dict[Hashable, set[str] | None] = field(default_factory=dict)  # _changed_hosts per request and scopes
+
+    def next_reusable(self) -> Mapping[Hashable, _Reusable]:
+        """What the classes of the next snapshot may reuse: this one's builds; when no proxy
+        asked for anything in this snapshot, what it inherited."""
+        if not self.lineage:
+            return self.reusable
+        return {lineage: sets.reusable() for lineage, sets in self.lineage.items()}
+
+
+class XdsGenerator:
+    """The ResourceSource of the control plane: cached, shared generation over the snapshot
+    published last (``publish``; ``push``, when given, is published at once)."""
+
+    def __init__(self, cache: ResourceCache, push: PushContext | None = None) -> None:
         self.cache = cache
-        self._memo_push: PushContext | None = None
-        self._memo: dict[Hashable, _ClassSets] = {}
-        # each proxy's class in the memo's snapshot: a push asks for it once per type and more
-        self._proxy_classes: dict[Ident[Proxy], tuple[SidecarScope, _Traits, _ClassSets]] = {}
-        self._listener_addresses: dict[Ident[SidecarScope], frozenset[str]] = {}
-        self._name_tables: dict[Hashable, Resource] = {}  # this snapshot's, see _name_table
-        self._rule_views: dict[Ident[DestinationRule], bytes | None] = {}  # this snapshot's, see _rule_view
-        self._differences: dict[Hashable, tuple[list[Resource], list[str]]] = {}
-        self._hosts: dict[Hashable, set[str] | None] = {}  # _changed_hosts per request and scopes
-        # the class sets of the snapshot just replaced, by class lineage (scope name and traits),
-        # and the request between the two: a class's clusters are patched from its parent's
-        self._parents: dict[Hashable, _ClassSets] = {}
-        self._lineage: dict[Hashable, _ClassSets] = {}  # this snapshot's class sets by lineage
-        self._parent_request: PushRequest | None = None
-        # what classes may reuse, by lineage: not only from the snapshot just replaced (an
-        # endpoint push between two config pushes generates no listeners or routes)
-        self._reusable: dict[Hashable, _Reusable] = {}
+        self._current = None if push is None else _SnapshotState(push)
+
+    def publish(self, push: PushContext, request: PushRequest | None = None) -> None:
+        """Serve ``push`` from now on, with generation state of its own made now, and drop the
+        cache entries built from the configs or endpoint shards ``request`` (the change from
+        the snapshot served so far to ``push``; None for the first) changed. A push naming no
+        keys, or a mesh config change, drops everything (every entry reads it); any other keeps
+        the class sets of the snapshot replaced, for ``push``'s to be patched from."""
+        previous = self._current
+        state = _SnapshotState(push)
+        if previous is not None:
+            state.reusable = previous.next_reusable()
+        self._current = state
+        if request is None:
+            return
+        keys = list(request.configs_updated)
+        if request.all_kinds or any(key.kind in _EVERYTHING_KINDS for key in keys):
+            # every entry reads these (a PeerAuthentication: the mode auto mTLS follows, keyed by
+            # value, so the entries it made stale would otherwise only linger)
+            self.cache.clear()
+            return
+        deps: list[Dep] = list(keys)
+        deps.extend(("endpoints", h, ns) for h, ns in request.endpoint_services)
+        self.cache.invalidate(deps)
+        if previous is not None and previous.push.version == push.version - 1:
+            # built from the snapshot replaced: its class sets are the parents of push's
+            state.parents, state.parent_request = previous.lineage, request
+
+    def push_context(self) -> PushContext:
+        """The snapshot served."""
+        return self._state().push
+
+    def _state(self) -> _SnapshotState:
+        if self._current is None:
+            raise RuntimeError("no PushContext before the first build")
+        return self._current
 
     # --- ResourceSource -------------------------------------------------------------------
 
     def scope(self, proxy: Proxy) -> SidecarScope:
-        return self._snapshot().sidecar_scope(proxy)
+        return self._state().push.sidecar_scope(proxy)
 
     def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
-        push = self._snapshot()
+        push = self._state().push
         if type_url == CLUSTER:
             synced = watch.synced
             shared, own, built = self._cluster_parts(proxy, push, synced.built if isinstance(synced, _Synced) else None)
@@ -354,25 +405,6 @@ class XdsGenerator:
             return [encode(s.name, s) for s in found] or None
         return None
 
-    def invalidate(self, request: PushRequest) -> None:
-        """Drop cache entries built from the configs or endpoint shards a push changed; a push
-        naming no keys, or a mesh config change, drops everything (every entry reads it)."""
-        keys = list(request.configs_updated)
-        self._parents, self._parent_request = {}, None
-        self._reusable = {lineage: sets.reusable() for lineage, sets in self._lineage.items()}
-        if request.all_kinds or any(key.kind in _EVERYTHING_KINDS for key in keys):
-            # every entry reads these (a PeerAuthentication: the mode auto mTLS follows, keyed by
-            # value, so the entries it made stale would otherwise only linger)
-            self.cache.clear()
-            return
-        deps: list[Dep] = list(keys)
-        deps.extend(("endpoints", h, ns) for h, ns in request.endpoint_services)
-        self.cache.invalidate(deps)
-        memo = self._memo_push
-        if memo is not None and memo.version == self._snapshot().version - 1:
-            self._parents = self._lineage
-            self._parent_request = request
-
     def changes(
         self,
         type_url: str,
@@ -384,7 +416,7 @@ class XdsGenerator:
     ) -> Partial | None:
         if proxy.type is not ProxyType.SIDECAR or request.forced or request.all_kinds:
             return None
-        push = self._snapshot()
+        push = self._state().push
         if type_url == CLUSTER:
             partial = self._cluster_changes(proxy, push, watch)
         elif type_url == ENDPOINT:
@@ -411,35 +443,34 @@ class XdsGenerator:
 
     def forget(self, proxy: Proxy) -> None:
         """A proxy's stream ended: its class entry goes (a snapshot may outlive many proxies)."""
-        self._proxy_classes.pop(Ident(proxy), None)
+        if self._current is not None:
+            self._current.proxy_classes.pop(Ident(proxy), None)
 
     def _class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
-        if self._memo_push is not push:
-            self._memo_push, self._memo, self._lineage = push, {}, {}
-            self._differences, self._hosts = {}, {}
-            self._listener_addresses, self._proxy_classes, self._name_tables = {}, {}, {}
-            self._rule_views = {}
-        found = self._proxy_classes.get(Ident(proxy))
+        state = self._state()
+        assert state.push is push
+        found = state.proxy_classes.get(Ident(proxy))
         if found is None:
-            found = self._proxy_classes[Ident(proxy)] = self._find_class(proxy, push)
+            found = state.proxy_classes[Ident(proxy)] = self._find_class(proxy, state)
         return found
 
-    def _find_class(self, proxy: Proxy, push: PushContext) -> tuple[SidecarScope, _Traits, _ClassSets]:
+    def _find_class(self, proxy: Proxy, state: _SnapshotState) -> tuple[SidecarScope, _Traits, _ClassSets]:
+        push = state.push
         scope = push.sidecar_scope(proxy)
         ident = Ident(scope)
         labels_read = _labels_read(scope, push.mesh)
-        addresses = self._listener_addresses.get(ident)
+        addresses = state.listener_addresses.get(ident)
         if addresses is None:
-            addresses = self._listener_addresses[ident] = _listener_addresses(scope, push)
+            addresses = state.listener_addresses[ident] = _listener_addresses(scope, push)
         own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
         traits = _traits(proxy, labels_read, own_ip_read)
         key = (ident, *_class_traits(traits))
-        sets = self._memo.get(key)
+        sets = state.memo.get(key)
         if sets is None:
             lineage = _lineage(scope, traits)
-            earlier = self._reusable.get(lineage, _NOTHING_REUSABLE)
-            sets = self._memo[key] = _ClassSets(scope, push.mesh, earlier=earlier)
-            self._lineage[lineage] = sets
+            earlier = state.reusable.get(lineage, _NOTHING_REUSABLE)
+            sets = state.memo[key] = _ClassSets(scope, push.mesh, earlier=earlier)
+            state.lineage[lineage] = sets
         return scope, traits, sets
 
     def _check(self, what: str, built: Sequence[Resource], reference: Sequence[Message]) -> None:
@@ -470,7 +501,7 @@ class XdsGenerator:
         """The proxy's scope and its class's outbound clusters (filling the EDS names too)."""
         scope, traits, sets = self._class(proxy, push)
         if sets.clusters is None:
-            parent = self._parents.get(_lineage(scope, traits))
+            parent = self._state().parents.get(_lineage(scope, traits))
             if parent is None or parent.clusters is None or parent.mesh is not push.mesh:
                 self._fill_clusters(sets, traits, push, scope.services, {})
             else:
@@ -512,9 +543,10 @@ class XdsGenerator:
         """The class's clusters from its parent's in the snapshot just replaced: the services
         whose object, applied DestinationRules or endpoints differ are rebuilt, the rest kept
         (a cluster reads nothing else; the traits and mesh are the same by the lineage)."""
-        assert parent.clusters is not None and self._parent_request is not None
+        request = self._state().parent_request
+        assert parent.clusters is not None and request is not None
         old, new = parent.scope, sets.scope
-        hosts = {host for host, _ in self._parent_request.endpoint_services}
+        hosts = {host for host, _ in request.endpoint_services}
         if old is not new:
             old_services, new_services = old.services_by_host, new.services_by_host
             hosts.update(h for h, svc in new_services.items() if old_services.get(h) is not svc)
@@ -551,11 +583,12 @@ class XdsGenerator:
         if old is new:
             return [], []
         key = (Ident(old), Ident(new))
-        found = self._differences.get(key)
+        differences = self._state().differences
+        found = differences.get(key)
         if found is None:
             changed = [r for name, r in new.items() if (was := old.get(name)) is None or was.version != r.version]
             removed = [name for name in old if name not in new]
-            found = self._differences[key] = (changed, removed)
+            found = differences[key] = (changed, removed)
         return found
 
     def _service_clusters(
@@ -610,9 +643,10 @@ class XdsGenerator:
             return None
         scope, _, sets = self._class(proxy, push)
         key = (Ident(request), Ident(scope), None if previous is None else Ident(previous))
-        if key not in self._hosts:
-            self._hosts[key] = _changed_hosts(request, (scope, previous))
-        hosts = self._hosts[key]
+        memo = self._state().hosts
+        if key not in memo:
+            memo[key] = _changed_hosts(request, (scope, previous))
+        hosts = memo[key]
         if hosts is None:
             return None
         self._class_clusters(proxy, push)  # fills the class's EDS names
@@ -725,9 +759,10 @@ class XdsGenerator:
         """``load_balancer_view`` once per rule and snapshot (route keys read it per host)."""
         if rule is None:
             return None
-        found = self._rule_views.get(Ident(rule))
+        views = self._state().rule_views
+        found = views.get(Ident(rule))
         if found is None:
-            found = self._rule_views[Ident(rule)] = load_balancer_view(rule)
+            found = views[Ident(rule)] = load_balancer_view(rule)
         return found
 
     # --- NDS ----------------------------------------------------------------------------------
@@ -748,11 +783,12 @@ class XdsGenerator:
             _family_ips(proxy.ip_addresses),
             uses_allocated_addresses(proxy, push.features),
         )
-        found = self._name_tables.get(key)
+        tables = self._state().name_tables
+        found = tables.get(key)
         if found is None:
             table = build_name_table(proxy, push, scope.services)
             assert table is not None
-            found = self._name_tables[key] = encode("", table)
+            found = tables[key] = encode("", table)
         if self.cache.verify:
             own = build_name_table(proxy, push, scope.services)
             if own is None or found.body.value != encode("", own).body.value:

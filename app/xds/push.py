@@ -90,7 +90,7 @@ class Debouncer:
     is running. A config fire carries the endpoint requests waiting at that moment.
     Requests submitted while ``on_fire`` runs accumulate and fire after it returns, under
     the same rules. An exception from ``on_fire`` is logged and counted; the requests it
-    carried count as committed (the next full push rebuilds from the current state anyway)."""
+    carried count as committed (the push after a failed one is full: app/xds/discovery.py)."""
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
 """bookinfo behind a cached XdsGenerator in assertion mode, changed as the runtime changes it
-(apply, push request, PushContext rebuild or endpoint fast path, cache invalidation)."""
+(apply, then the push request's ``Discovery.push``: PushContext rebuild or endpoint fast path,
+published, cache invalidated)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import build_proxy
-from app.runtime import next_snapshot, push_request
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.generate import XdsGenerator
+from app.xds.discovery import Discovery, push_request
 from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
@@ -30,8 +30,9 @@ class Mesh:
     def __init__(self) -> None:
         self.env = Environment()
         self.env.apply(FileSource(BOOKINFO).load())
-        self.push = self.env.build_push_context(None)
-        self.source = XdsGenerator(lambda: self.push, ResourceCache(verify=True))
+        self.discovery: Discovery[DeltaConnection] = Discovery(self.env, ResourceCache(verify=True))
+        self.discovery.start()
+        self.source = self.discovery.generator
 
     def connect(self, node: str = NODE, *, listeners: bool = False) -> tuple[DeltaConnection, list[str]]:
         """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with
@@ -67,6 +68,4 @@ class Mesh:
         events = [ConfigEvent(event, obj) for obj in objects]
         request = push_request(self.env.apply(events), len(events))
         assert request is not None, "the change made no push"
-        self.push = next_snapshot(self.push, self.env, request)()
-        self.source.invalidate(request)
-        return request
+        return self.discovery.push(request).request

@@ -30,10 +30,10 @@ from app.config.loader import load_documents
 from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.environment import Environment
 from app.model.proxy import Proxy, ProxyType, build_proxy
-from app.runtime import next_snapshot, push_request
+from app.model.push_context import PushContext
 from app.xds import generate
 from app.xds.cache import CacheAssertionError, ResourceCache
-from app.xds.generate import XdsGenerator
+from app.xds.discovery import Discovery, push_request
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names, generate_endpoints
 from app.xds.generators.lds import generate_listeners
@@ -105,19 +105,22 @@ class Mesh:
         self.env = Environment()
         events = [ConfigEvent(EventType.ADD, obj) for text in texts for obj in _objects(text)]
         self.env.apply(events)
-        self.push = self.env.build_push_context(None)
         self.cache = ResourceCache(verify=verify)
-        self.source = XdsGenerator(lambda: self.push, self.cache)
+        self.discovery: Discovery[object] = Discovery(self.env, self.cache)
+        self.discovery.start()
+        self.source = self.discovery.generator
+
+    @property
+    def push(self) -> PushContext:
+        return self.discovery.push_context()
 
     def apply(self, text: str, event: EventType = EventType.UPDATE) -> PushRequest:
         """Add, replace or delete the objects in ``text``; the push request the change makes,
-        after the snapshot was rebuilt and the cache invalidated, as the runtime does."""
+        after ``Discovery.push`` rebuilt and served the snapshot and invalidated the cache."""
         change = self.env.apply([ConfigEvent(event, obj) for obj in _objects(text)])
         request = push_request(change, 1)
         assert request is not None, "the change made no push"
-        self.push = next_snapshot(self.push, self.env, request)()
-        self.source.invalidate(request)
-        return request
+        return self.discovery.push(request).request
 
     def clusters(self, proxy: Proxy) -> dict[str, Resource]:
         return _by_name(self.source.generate(CLUSTER, proxy, WatchedResource(CLUSTER, True)))

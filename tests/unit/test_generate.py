@@ -21,7 +21,7 @@ def source() -> tuple[XdsGenerator, Environment]:
     env = Environment()
     env.apply(FileSource(BOOKINFO).load())
     push = env.build_push_context(None)
-    return XdsGenerator(lambda: push, ResourceCache(verify=True)), env
+    return XdsGenerator(ResourceCache(verify=True), push), env
 
 
 def test_two_sidecars_of_one_scope_share_the_same_encoded_clusters() -> None:

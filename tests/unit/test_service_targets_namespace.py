@@ -68,7 +68,7 @@ def test_a_demo_proxy_claiming_a_bookinfo_pods_ip_gets_no_bookinfo_inbound_confi
 
 def test_nor_through_the_cached_source_after_the_real_pod_was_served() -> None:
     _, push = environment()
-    source = XdsGenerator(lambda: push, ResourceCache(verify=True))
+    source = XdsGenerator(ResourceCache(verify=True), push)
     real = build_proxy(NODE)
     assert "inbound|9080||" in {r.name for r in source.generate(CLUSTER, real, WatchedResource(CLUSTER, True)) or []}
     spoofer = demo_proxy(LABELS={"app": "productpage", "version": "v1"})
