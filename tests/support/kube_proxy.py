@@ -68,7 +68,8 @@ class ServiceProxy:
     def down(self) -> None:
         for sock in self._listeners.values():
             with contextlib.suppress(OSError):
-                sock.close()
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it: close alone does not
+            sock.close()
         for ip in {ip for ip, _ in self._listeners}:
             subprocess.run(["ip", "addr", "delete", f"{ip}/32", "dev", self.bridge], capture_output=True, check=False)
         self._listeners.clear()

@@ -118,9 +118,8 @@ def resource_value(
         value = (amounts.get("limits") or {}).get(resource)  # a request defaults to the limit
     if value is None:
         value = allocatable.get(resource, "0") if kind == "limits" else "0"
-    divisor = quantity(ref.get("divisor") or "1")
-    if divisor == 0:
-        raise PodSpecError(f"resourceFieldRef {ref['resource']}: divisor 0")
+    # the API server stores an omitted divisor as "0", which the kubelet reads as 1
+    divisor = quantity(ref.get("divisor") or "1") or Decimal(1)
     return str(math.ceil(quantity(value) / divisor))
 
 
