@@ -155,6 +155,28 @@ def test_a_deployments_pod_runs_with_its_environment_and_volumes(kube: Cluster, 
     assert running.main[0].process.poll() is not None, "the container's process ended"
 
 
+def test_a_container_failing_its_liveness_probe_is_restarted(kube: Cluster, kubelet: Kubelet) -> None:
+    ns = kube.namespace("liveness")
+    kubelet.watch(ns)
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dead", "namespace": ns},
+        "spec": {"containers": [{
+            "name": "sleeper", "image": "python:3.11", "command": ["python3", "-c", "import time; time.sleep(600)"],
+            # nothing listens on 9: every probe fails
+            "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2},
+        }]},
+    }  # fmt: skip
+    kube.create(pod)
+
+    def restarted() -> dict[str, Any] | None:
+        stored = kube.get("v1", "Pod", ns, "dead") or {}
+        statuses = stored.get("status", {}).get("containerStatuses") or [{}]
+        return statuses[0] if statuses[0].get("restartCount", 0) >= 1 and "running" in statuses[0]["state"] else None
+
+    status = wait_until(restarted, "the kubelet to kill and restart the container that fails its liveness probe")
+    assert status["lastState"]["terminated"]["exitCode"] == 137, status  # SIGKILL, as the runtime reports it
+
+
 def _get(running: Any, url: str) -> str | None:
     result = running.exec(
         "echo",

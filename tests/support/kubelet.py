@@ -96,6 +96,8 @@ class Container:
     waiting: tuple[str, str] | None = ("ContainerCreating", "")
     next_probe: float = 0.0
     probe_failures: int = 0
+    next_liveness: float = 0.0
+    liveness_failures: int = 0
     restart_at: float = 0.0
 
     @property
@@ -335,7 +337,8 @@ class RunningPod:
         c.started_at, c.waiting = _now(), None
         c.next_probe = time.monotonic() + float((c.spec.get("startupProbe") or c.spec.get("readinessProbe") or {})
                                                 .get("initialDelaySeconds", 0))  # fmt: skip
-        c.probe_failures = 0
+        c.probe_failures = c.liveness_failures = 0
+        c.next_liveness = time.monotonic() + float((c.spec.get("livenessProbe") or {}).get("initialDelaySeconds", 0))
         c.started = "startupProbe" not in c.spec
         c.ready = c.started and "readinessProbe" not in c.spec
         if "postStart" in (c.spec.get("lifecycle") or {}):
@@ -349,17 +352,21 @@ class RunningPod:
             network_probe(handler, self.ip, c.spec, 5.0)
 
     def _probe(self, c: Container) -> None:
-        """The startup probe until it passes, then the readiness probe, each at its period."""
+        """The startup probe until it passes, then the readiness and liveness probes, each at its
+        period; a container failing its startup or liveness probe ``failureThreshold`` times in a
+        row is killed (and restarted per the restartPolicy)."""
+        liveness = c.spec.get("livenessProbe")
+        if c.started and liveness is not None and time.monotonic() >= c.next_liveness:
+            c.next_liveness = time.monotonic() + float(liveness.get("periodSeconds", 10))
+            c.liveness_failures = 0 if self._run_probe(c, liveness) else c.liveness_failures + 1
+            if c.liveness_failures >= int(liveness.get("failureThreshold", 3)):
+                self._kill(c)
+                return
         probe = c.spec.get("startupProbe") if not c.started else c.spec.get("readinessProbe")
         if probe is None or time.monotonic() < c.next_probe:
             return
         c.next_probe = time.monotonic() + float(probe.get("periodSeconds", 10))
-        timeout = float(probe.get("timeoutSeconds", 1))
-        if "exec" in probe:
-            ok = self.exec(c.name, probe["exec"]["command"], timeout=timeout).returncode == 0
-        else:
-            ok = network_probe(probe, self.ip, c.spec, timeout)
-        if ok:
+        if self._run_probe(c, probe):
             c.probe_failures = 0
             if not c.started:  # the readiness probe runs from now on, the first one at once
                 c.started, c.next_probe = True, 0.0
@@ -368,8 +375,22 @@ class RunningPod:
                 c.ready = True
         else:
             c.probe_failures += 1
-            if c.probe_failures >= int(probe.get("failureThreshold", 3)) and c.started:
-                c.ready = False
+            if c.probe_failures >= int(probe.get("failureThreshold", 3)):
+                if c.started:
+                    c.ready = False
+                else:
+                    self._kill(c)
+
+    def _run_probe(self, c: Container, probe: Mapping[str, Any]) -> bool:
+        timeout = float(probe.get("timeoutSeconds", 1))
+        if "exec" in probe:
+            return self.exec(c.name, probe["exec"]["command"], timeout=timeout).returncode == 0
+        return network_probe(probe, self.ip, c.spec, timeout)
+
+    def _kill(self, c: Container) -> None:
+        if c.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(c.process.pid, signal.SIGKILL)
 
     def _terminate(self) -> None:
         """preStop hooks, SIGTERM (main containers, then sidecars in reverse), SIGKILL at the
