@@ -42,6 +42,7 @@ import pytest
 import yaml
 
 from tests.e2e.harness import Reply, send, wait_until
+from tests.e2e.processes import http_get
 from tests.e2e.test_gateway_credential import self_signed
 from tests.support.cluster import RBAC_KINDS, REPO, ApiError, Cluster, helm
 from tests.support.kubelet import Kubelet, RunningPod, running_kubelet
@@ -181,6 +182,14 @@ def verify_with_root(address: str, port: int, root: str, server_name: str) -> No
         pass
 
 
+def leading(replica: RunningPod) -> bool:
+    """Whether the replica says, on its /metrics (client-go's gauge), that it leads the writer's Lease."""
+    status, text = http_get(f"http://{replica.ip}:15014/metrics")
+    assert status == 200, f"/metrics of {replica.name}: HTTP {status}"
+    series = f'leader_election_master_status{{name="{WRITER_LEASE}"}}'
+    return any(line.startswith(series) and float(line.split()[-1]) == 1 for line in text.splitlines())
+
+
 def from_client(client: RunningPod, server_host: str, path: str) -> Reply:
     """A request from the client app's pod to its sidecar's egress listener."""
     assert client.network is not None
@@ -269,7 +278,12 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
     root = mesh.root()
     for replica in replicas:
         verify_with_root(replica.ip, 15012, root, "istiod.istio-system.svc")  # raises unless of that root
-    wait_until(mesh.leader, "one pilotfish replica to hold the Lease", timeout=WAIT)
+    holder = wait_until(mesh.leader, "one pilotfish replica to hold the Lease", timeout=WAIT)
+    leaders = wait_until(
+        lambda: found if len(found := [r.name for r in replicas if leading(r)]) == 1 else None,
+        "exactly one replica to report itself the writer", timeout=WAIT,
+    )  # fmt: skip
+    assert leaders == [holder], f"the replica that writes ({leaders}) is the Lease holder ({holder})"
 
     # 4. two Deployments in a namespace labelled for injection: their pods are stored injected
     kubelet.watch(ns)
@@ -355,6 +369,7 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
     successor = wait_until(lambda: h if (h := mesh.leader()) not in (None, leader) else None,
                            "the Lease to pass to another replica", timeout=WAIT)  # fmt: skip
     assert successor != leader
+    wait_until(lambda: leading(kubelet.pod(SYSTEM, successor)), f"{successor} to report itself the writer")
     kube.delete("v1", "ConfigMap", ns, "istio-ca-root-cert")
     rewritten = kube.wait_for(
         f"the new leader {successor} to write istio-ca-root-cert in {ns} again",
