@@ -141,8 +141,12 @@ class Runtime:
             )
         elif settings.webhook_address and ca_on and kube and (settings.in_cluster or settings.revision):
             # as istiod in its cluster; from outside one only with an explicit --revision, so a
-            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod
-            self.webhook = WebhookServer(tls=self._webhook_tls, system_namespace=settings.system_namespace)
+            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod.
+            # Both webhooks, as with files: the chart's injector calls /inject on this server
+            self.webhook = WebhookServer(
+                tls=self._webhook_tls, system_namespace=settings.system_namespace,
+                injection=injection_source(settings, lambda: self.env.store.mesh),
+            )
         self.started = asyncio.Event()
 
     # --- what the debug server and the streams read -----------------------------------
