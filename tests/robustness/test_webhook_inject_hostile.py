@@ -27,7 +27,7 @@ LOOPING = json.dumps({
     "defaultTemplates": ["sidecar"],
     "templates": {"sidecar": "{{ range $i := until 10000 }}{{ range $j := until 3000 }}{{ end }}{{ end }}"},
 })  # fmt: skip
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
 VS = {
     "apiVersion": "networking.istio.io/v1",
     "kind": "VirtualService",
