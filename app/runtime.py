@@ -310,6 +310,7 @@ class Runtime:
                 client,
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
+                wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
             )
             self.sources.append(self._kube)
             if self.settings.kube_controllers:
