@@ -214,7 +214,9 @@ class Runtime:
         ns = self.settings.system_namespace
         self.secure = SecurePort(
             ca,
-            (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+            # istiod's DNS names, the revision's Service included: injected proxies dial
+            # istiod-REV.NS.svc and check it is in the certificate
+            (*istiod_dns_names(ns, self.settings.revision), "localhost"),
             ("127.0.0.1", "::1"),
             on_refuse=self.metrics.secure_port_refused,
         )
