@@ -13,6 +13,8 @@ difference; the diff (``diff.py``) matches list items by name to report it reada
 from __future__ import annotations
 
 import base64
+import json
+import re
 import hashlib
 import importlib
 import pkgutil
@@ -104,3 +106,14 @@ def _scalar(field: descriptor.FieldDescriptor, value: Any) -> Any:
 def resource(packed: any_pb2.Any) -> Any:
     """One resource of a response, plain."""
     return plain(decode(packed))
+
+
+def substitute(value: Any, replacements: dict[str, str]) -> Any:
+    """``value`` with every whole occurrence of each key (a namespace's random name, an allocated
+    ClusterIP) replaced by its stable placeholder: the reviewed list names them so, run after run."""
+    if not replacements:
+        return value
+    pattern = re.compile(
+        r"(?<![\w-])(" + "|".join(re.escape(k) for k in sorted(replacements, key=len, reverse=True)) + r")(?![\w-])"
+    )
+    return json.loads(pattern.sub(lambda m: replacements[m.group(1)], json.dumps(value)))

@@ -86,6 +86,7 @@ class Scene:
     system: str  # the root namespace, with the mesh ConfigMap
     token: str  # the discoverySelectors' label value
     workloads: dict[str, Workload] = field(default_factory=dict)  # by Deployment name
+    namespaces: dict[str, str] = field(default_factory=dict)  # made -> the stable name it stands for
     _next_ip: int = 10
 
     @classmethod
@@ -99,7 +100,21 @@ class Scene:
         return scene
 
     def namespace(self, prefix: str) -> str:
-        return self.kube.namespace(prefix, {SELECTOR_LABEL: self.token})
+        made = self.kube.namespace(prefix, {SELECTOR_LABEL: self.token})
+        self.namespaces[made] = prefix
+        return made
+
+    def placeholders(self) -> dict[str, str]:
+        """What differs run after run, by its stable stand-in: each namespace's random name by
+        its prefix (the root namespace as istio-system), each Service's ClusterIP as
+        ``CLUSTER_IP(NAMESPACE/NAME)``."""
+        out = {self.system: "istio-system", **self.namespaces}
+        for made, prefix in self.namespaces.items():
+            for service in self.kube.list("v1", "Service", made):
+                address = service["spec"].get("clusterIP")
+                if address and address != "None":
+                    out[address] = f"CLUSTER_IP({prefix}/{service['metadata']['name']})"
+        return out
 
     def apply(self, docs: Iterable[Mapping[str, Any]], namespace: str) -> None:
         """Objects into ``namespace``: a Deployment runs as one pod, everything else is applied."""
