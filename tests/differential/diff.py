@@ -69,7 +69,8 @@ def load_expected(path: Path = EXPECTED_FILE) -> list[Expected]:
     for i, entry in enumerate(entries):
         missing = {"type", "resource", "path", "reason"} - set(entry)
         if missing or entry["type"] not in TYPES or not str(entry["reason"]).strip():
-            raise ValueError(f"{path.name} entry {i}: needs type (one of {TYPES}), resource, path and a reason: {entry}")
+            need = f"needs type (one of {TYPES}), resource, path and a reason"
+            raise ValueError(f"{path.name} entry {i}: {need}: {entry}")
         values = {side: entry[side] for side in ("istiod", "pilotfish") if side in entry}
         if entry.get("defect") and len(values) != 2:
             raise ValueError(f"{path.name} entry {i}: a defect gives both values (istiod, pilotfish): {entry}")

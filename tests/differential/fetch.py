@@ -49,7 +49,7 @@ async def fetch(address: str, node: base_pb2.Node) -> Resources:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"{address}: the proxy was not initialised in {TIMEOUT:.0f}s (has {sorted(held)})")
+                    raise AssertionError(f"{address}: no complete config in {TIMEOUT:.0f}s (has {sorted(held)})")
                 wait = min(QUIET, left) if client.complete else left
                 try:
                     response = await asyncio.wait_for(stream.read(), wait)

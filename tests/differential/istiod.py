@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.cluster import Cluster, PeerProcess, free_port
+from tests.support.cluster import Cluster, PeerProcess, _die_with_parent, free_port
 from tests.support.peers import peer_binary
 
 READY_TIMEOUT = 120.0  # a loaded 2-core machine; it is usually ready in a few seconds
@@ -66,7 +67,10 @@ def running_istiod(kube: Cluster, namespace: str, workdir: Path) -> Iterator[Ist
     }
     log_path = workdir / "istiod.log"
     with log_path.open("wb") as log:
-        popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=workdir)
+        popen = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )  # fmt: skip
     process = PeerProcess("istiod", log_path, popen)
     try:
         _wait_ready(process, f"http://{http}/ready")

@@ -13,11 +13,11 @@ difference; the diff (``diff.py``) matches list items by name to report it reada
 from __future__ import annotations
 
 import base64
-import json
-import re
 import hashlib
 import importlib
+import json
 import pkgutil
+import re
 from typing import Any
 
 from google.protobuf import any_pb2, descriptor, descriptor_pool, json_format, message, message_factory

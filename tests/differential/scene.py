@@ -150,7 +150,8 @@ class Scene:
 
 
 def _ready_addresses(kube: Cluster, namespace: str, service: str) -> set[str]:
-    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, labelSelector=f"kubernetes.io/service-name={service}")
+    selector = f"kubernetes.io/service-name={service}"
+    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, labelSelector=selector)
     return {
         address
         for s in slices
@@ -169,4 +170,3 @@ def bookinfo(scene: Scene) -> str:
     scene.apply(istio_sample("bookinfo/networking/virtual-service-reviews-80-20.yaml"), namespace)
     scene.wait_for_endpoints(namespace)
     return namespace
-

@@ -1,7 +1,11 @@
-"""The differential test's CI subset (issue 27): istiod and pilotfish read the same cluster (the
-bookinfo sample of the pinned istio module, its DestinationRules and a VirtualService), the
-productpage sidecar's node asks each for CDS, EDS, LDS and RDS, and every difference must be one
-expected_differences.yaml lists (intended, or a known defect with both values)."""
+"""The differential test (issue 27): istiod and pilotfish read the same cluster (the bookinfo
+sample of the pinned istio module, its DestinationRules and a VirtualService), a sidecar's node
+asks each for CDS, EDS, LDS and RDS over ADS, and every difference must be one
+expected_differences.yaml lists (intended, or a known defect with both values).
+
+CI runs the productpage sidecar; ``DIFFERENTIAL_FULL=1`` (``make differential``) runs every
+bookinfo workload's sidecar. ``DIFFERENTIAL_DUMP=FILE`` appends every difference found, as JSON
+lines, for reviewing the list."""
 
 from __future__ import annotations
 
@@ -10,34 +14,62 @@ import dataclasses
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.differential.diff import TYPES, Judged, judge, load_expected, report
+from tests.differential.diff import TYPES, judge, load_expected, report
 from tests.differential.fetch import Resources, fetch
 from tests.differential.istiod import running_istiod
 from tests.differential.normalize import resource, substitute
-from tests.differential.scene import Scene, bookinfo
+from tests.differential.scene import Scene, bookinfo, istio_sample
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import run_pilotfish
 from tests.support.cluster import Cluster, chart_role
 
-PROXY = "productpage-v1"
+CI_PROXIES = ("productpage-v1",)
+FULL = os.environ.get("DIFFERENTIAL_FULL") == "1"
+BOOKINFO = "bookinfo/platform/kube/bookinfo.yaml"
+DEPLOYMENTS = tuple(d["metadata"]["name"] for d in istio_sample(BOOKINFO) if d["kind"] == "Deployment")
+PROXIES = DEPLOYMENTS if FULL else CI_PROXIES
+
+
+@dataclass
+class Planes:
+    """The scene and both control planes serving it; each proxy's config fetched once."""
+
+    scene: Scene
+    istiod: str  # ADS addresses
+    pilotfish: str
+    placeholders: dict[str, str]
+    fetched: dict[str, dict[str, Resources]] = dataclasses.field(default_factory=dict)
+
+    def config(self, workload: str) -> dict[str, Resources]:
+        """``{"istiod": ..., "pilotfish": ...}`` for ``workload``'s sidecar (fetched on first use)."""
+        if workload not in self.fetched:
+            node = self.scene.workloads[workload].node(istio_version())
+            self.fetched[workload] = {
+                "istiod": asyncio.run(fetch(self.istiod, node)),
+                "pilotfish": asyncio.run(fetch(self.pilotfish, node)),
+            }
+        return self.fetched[workload]
+
+    def plain(self, held: Resources, type_: str) -> dict[str, Any]:
+        out: dict[str, Any] = substitute({n: resource(r) for n, r in held.get(type_, {}).items()}, self.placeholders)
+        return out
 
 
 @pytest.fixture(scope="module")
-def fetched(
+def planes(
     kube_cluster: Cluster, pilotfish_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[dict[str, Resources], dict[str, str]]]:
-    """Both control planes' config for the productpage sidecar, fetched once for the module."""
+) -> Iterator[Planes]:
     workdir = tmp_path_factory.mktemp("differential")
     scene = Scene.create(kube_cluster)
     try:
-        chart_role(kube_cluster, scene.system)
+        chart_role(kube_cluster, scene.system)  # pilotfish keeps its CA root in the system namespace
         bookinfo(scene)
-        node = scene.workloads[PROXY].node(istio_version())
         args = ("--system-namespace", scene.system)
         with (
             pytest.MonkeyPatch.context() as env,
@@ -45,32 +77,22 @@ def fetched(
         ):
             env.setenv("PILOTFISH_KUBE_CONTROLLERS", "false")  # istiod writes what a leader writes
             with run_pilotfish(None, workdir, kubeconfig=pilotfish_kubeconfig, extra_args=args) as pilotfish:
-                placeholders = scene.placeholders()
-                yield {
-                    "istiod": asyncio.run(fetch(istiod.xds_address, node)),
-                    "pilotfish": asyncio.run(fetch(f"127.0.0.1:{pilotfish.xds_port}", node)),
-                }, placeholders
+                yield Planes(scene, istiod.xds_address, f"127.0.0.1:{pilotfish.xds_port}", scene.placeholders())
     finally:
         kube_cluster.delete_namespaces()
 
 
-def _plain(held: Resources, type_: str, placeholders: dict[str, str]) -> dict[str, Any]:
-    plain: dict[str, Any] = substitute({name: resource(r) for name, r in held.get(type_, {}).items()}, placeholders)
-    return plain
-
-
 @pytest.mark.parametrize("type_", TYPES)
-def test_no_differences_beyond_the_reviewed_list(
-    fetched: tuple[dict[str, Resources], dict[str, str]], type_: str
-) -> None:
-    held, placeholders = fetched
-    istiod, pilotfish = _plain(held["istiod"], type_, placeholders), _plain(held["pilotfish"], type_, placeholders)
-    assert istiod, f"istiod sent no {type_}"
-    judged: Judged = judge(type_, istiod, pilotfish, load_expected())
-    text = report(f"bookinfo x {PROXY}", judged)
-    print(text)
-    if dump := os.environ.get("DIFFERENTIAL_DUMP"):  # every difference as JSON, for reviewing the list
+@pytest.mark.parametrize("workload", PROXIES)
+def test_no_differences_beyond_the_reviewed_list(planes: Planes, workload: str, type_: str) -> None:
+    held = planes.config(workload)
+    istiod, pilotfish = planes.plain(held["istiod"], type_), planes.plain(held["pilotfish"], type_)
+    assert istiod, f"istiod sent {workload}'s sidecar no {type_}"
+    judged = judge(type_, istiod, pilotfish, load_expected())
+    text = report(f"bookinfo x {workload}", judged)
+    print(f"\n{text}")
+    if dump := os.environ.get("DIFFERENTIAL_DUMP"):
         with open(dump, "a") as out:
-            for d in judged.unlisted + [d for d, _ in judged.listed]:
-                out.write(json.dumps(dataclasses.asdict(d)) + "\n")
+            for d in [*judged.unlisted, *(d for d, _ in judged.listed)]:
+                out.write(json.dumps({"proxy": workload, **dataclasses.asdict(d)}) + "\n")
     assert not judged.unlisted, text
