@@ -13,6 +13,7 @@ import json
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -22,6 +23,7 @@ from bench.ads_client import node
 from tests.support.cluster import Cluster
 from tests.support.peers import istio_module_dir
 
+DATA = Path(__file__).with_name("data")
 SELECTOR_LABEL = "pilotfish-differential"
 POD_SUBNET = ipaddress.IPv4Network("10.244.0.0/16")  # pod addresses: never dialled, only listed
 TRUST_DOMAIN = "cluster.local"
@@ -168,5 +170,14 @@ def bookinfo(scene: Scene) -> str:
     scene.apply(istio_sample("bookinfo/platform/kube/bookinfo.yaml"), namespace)
     scene.apply(istio_sample("bookinfo/networking/destination-rule-all.yaml"), namespace)
     scene.apply(istio_sample("bookinfo/networking/virtual-service-reviews-80-20.yaml"), namespace)
+    scene.wait_for_endpoints(namespace)
+    return namespace
+
+
+def traffic_policy(scene: Scene) -> str:
+    """tests/differential/data/traffic-policy.yaml (DestinationRule traffic policies, ServiceEntries)
+    in a new namespace; returns it once the slices are there."""
+    namespace = scene.namespace("traffic-policy")
+    scene.apply([d for d in yaml.safe_load_all((DATA / "traffic-policy.yaml").read_text()) if d], namespace)
     scene.wait_for_endpoints(namespace)
     return namespace

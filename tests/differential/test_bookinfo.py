@@ -24,7 +24,7 @@ from tests.differential.diff import TYPES, judge, load_expected, report
 from tests.differential.fetch import Resources, fetch
 from tests.differential.istiod import running_istiod
 from tests.differential.normalize import resource, substitute
-from tests.differential.scene import Scene, bookinfo, istio_sample
+from tests.differential.scene import Scene, bookinfo, istio_sample, traffic_policy
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import run_pilotfish
 from tests.support.cluster import Cluster, chart_role
@@ -70,6 +70,7 @@ def planes(
     try:
         chart_role(kube_cluster, scene.system)  # pilotfish keeps its CA root in the system namespace
         bookinfo(scene)
+        traffic_policy(scene)
         args = ("--system-namespace", scene.system)
         with (
             pytest.MonkeyPatch.context() as env,
