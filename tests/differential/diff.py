@@ -7,7 +7,8 @@ a distinct ``name`` is matched by name (``[name=X]``), and a different order of 
 is one difference at ``PATH[<order>]``; any other list is compared item by item, and as a whole
 when the lengths differ.
 
-An entry of the reviewed list covers a difference when its ``type`` matches, its ``resource``
+An entry of the reviewed list covers a difference when its ``proxy`` glob (default ``*``) matches
+the workload whose sidecar asked, its ``type`` matches, its ``resource``
 glob matches the resource name, and its ``path`` glob matches the difference's path or one of its
 ancestors (``*`` matches any characters). An entry that gives ``istiod`` and/or ``pilotfish``
 values covers only a difference with exactly those values: a changed value is a new difference.
@@ -53,6 +54,7 @@ class Expected:
     reason: str
     defect: bool = False
     values: Mapping[str, Any] = field(default_factory=dict)  # "istiod" / "pilotfish" -> the exact value
+    proxy: str = "*"  # a glob over the workloads whose sidecar the entry is about
 
     def covers(self, d: Difference) -> bool:
         if d.type != self.type or not fnmatch.fnmatchcase(d.resource, self.resource):
@@ -75,7 +77,7 @@ def load_expected(path: Path = EXPECTED_FILE) -> list[Expected]:
         if entry.get("defect") and len(values) != 2:
             raise ValueError(f"{path.name} entry {i}: a defect gives both values (istiod, pilotfish): {entry}")
         out.append(Expected(entry["type"], entry["resource"], entry["path"], entry["reason"],
-                            bool(entry.get("defect")), values))  # fmt: skip
+                            bool(entry.get("defect")), values, str(entry.get("proxy", "*"))))  # fmt: skip
     return out
 
 
@@ -179,8 +181,12 @@ class Judged:
         return [(d, e) for d, e in self.listed if e.defect]
 
 
-def judge(type_: str, istiod: Mapping[str, Any], pilotfish: Mapping[str, Any], expected: Sequence[Expected]) -> Judged:
+def judge(
+    type_: str, istiod: Mapping[str, Any], pilotfish: Mapping[str, Any], expected: Sequence[Expected], proxy: str = ""
+) -> Judged:
+    """One type's resources of one proxy (the workload name ``proxy``) judged against the list."""
     differences = diff_resources(type_, istiod, pilotfish)
+    expected = [e for e in expected if fnmatch.fnmatchcase(proxy, e.proxy)]
     differing = {d.resource for d in differences}
     names = istiod.keys() | pilotfish.keys()
     listed, unlisted = [], []

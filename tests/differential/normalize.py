@@ -114,6 +114,8 @@ def substitute(value: Any, replacements: dict[str, str]) -> Any:
     if not replacements:
         return value
     pattern = re.compile(
-        r"(?<![A-Za-z0-9-])(" + "|".join(re.escape(k) for k in sorted(replacements, key=len, reverse=True)) + r")(?![A-Za-z0-9-])"
+        r"(?<![A-Za-z0-9-])("
+        + "|".join(re.escape(k) for k in sorted(replacements, key=len, reverse=True))
+        + r")(?![A-Za-z0-9-])"
     )
     return json.loads(pattern.sub(lambda m: replacements[m.group(1)], json.dumps(value)))

@@ -163,11 +163,21 @@ def _ready_addresses(kube: Cluster, namespace: str, service: str) -> set[str]:
     }
 
 
+BOOKINFO = "bookinfo/platform/kube/bookinfo.yaml"
+TRAFFIC_POLICY = DATA / "traffic-policy.yaml"
+
+
+def deployments() -> tuple[str, ...]:
+    """Every Deployment of the scene's config sets (each one pod, each a sidecar to compare)."""
+    docs = [*istio_sample(BOOKINFO), *yaml.safe_load_all(TRAFFIC_POLICY.read_text())]
+    return tuple(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment")
+
+
 def bookinfo(scene: Scene) -> str:
     """The bookinfo sample of the pinned istio module, its DestinationRules (every subset) and the
     80/20 reviews VirtualService, in a new namespace; returns it once the slices are there."""
     namespace = scene.namespace("bookinfo")
-    scene.apply(istio_sample("bookinfo/platform/kube/bookinfo.yaml"), namespace)
+    scene.apply(istio_sample(BOOKINFO), namespace)
     scene.apply(istio_sample("bookinfo/networking/destination-rule-all.yaml"), namespace)
     scene.apply(istio_sample("bookinfo/networking/virtual-service-reviews-80-20.yaml"), namespace)
     scene.wait_for_endpoints(namespace)
@@ -178,6 +188,6 @@ def traffic_policy(scene: Scene) -> str:
     """tests/differential/data/traffic-policy.yaml (DestinationRule traffic policies, ServiceEntries)
     in a new namespace; returns it once the slices are there."""
     namespace = scene.namespace("traffic-policy")
-    scene.apply([d for d in yaml.safe_load_all((DATA / "traffic-policy.yaml").read_text()) if d], namespace)
+    scene.apply([d for d in yaml.safe_load_all(TRAFFIC_POLICY.read_text()) if d], namespace)
     scene.wait_for_endpoints(namespace)
     return namespace

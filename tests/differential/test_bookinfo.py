@@ -1,10 +1,11 @@
 """The differential test (issue 27): istiod and pilotfish read the same cluster (the bookinfo
-sample of the pinned istio module, its DestinationRules and a VirtualService), a sidecar's node
+sample of the pinned istio module, its DestinationRules and a VirtualService; traffic policies
+and ServiceEntries from data/traffic-policy.yaml), a sidecar's node
 asks each for CDS, EDS, LDS and RDS over ADS, and every difference must be one
 expected_differences.yaml lists (intended, or a known defect with both values).
 
-CI runs the productpage sidecar; ``DIFFERENTIAL_FULL=1`` (``make differential``) runs every
-bookinfo workload's sidecar. ``DIFFERENTIAL_DUMP=FILE`` appends every difference found, as JSON
+CI runs the productpage sidecar; ``DIFFERENTIAL_FULL=1`` (``make differential``) runs the
+sidecar of every workload of the scene. ``DIFFERENTIAL_DUMP=FILE`` appends every difference found, as JSON
 lines, for reviewing the list."""
 
 from __future__ import annotations
@@ -24,16 +25,14 @@ from tests.differential.diff import TYPES, judge, load_expected, report
 from tests.differential.fetch import Resources, fetch
 from tests.differential.istiod import running_istiod
 from tests.differential.normalize import resource, substitute
-from tests.differential.scene import Scene, bookinfo, istio_sample, traffic_policy
+from tests.differential.scene import Scene, bookinfo, deployments, traffic_policy
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import run_pilotfish
 from tests.support.cluster import Cluster, chart_role
 
 CI_PROXIES = ("productpage-v1",)
 FULL = os.environ.get("DIFFERENTIAL_FULL") == "1"
-BOOKINFO = "bookinfo/platform/kube/bookinfo.yaml"
-DEPLOYMENTS = tuple(d["metadata"]["name"] for d in istio_sample(BOOKINFO) if d["kind"] == "Deployment")
-PROXIES = DEPLOYMENTS if FULL else CI_PROXIES
+PROXIES = deployments() if FULL else CI_PROXIES
 
 
 @dataclass
@@ -89,7 +88,7 @@ def test_no_differences_beyond_the_reviewed_list(planes: Planes, workload: str, 
     held = planes.config(workload)
     istiod, pilotfish = planes.plain(held["istiod"], type_), planes.plain(held["pilotfish"], type_)
     assert istiod, f"istiod sent {workload}'s sidecar no {type_}"
-    judged = judge(type_, istiod, pilotfish, load_expected())
+    judged = judge(type_, istiod, pilotfish, load_expected(), workload)
     text = report(f"bookinfo x {workload}", judged)
     print(f"\n{text}")
     if dump := os.environ.get("DIFFERENTIAL_DUMP"):
