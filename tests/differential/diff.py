@@ -180,6 +180,16 @@ class Judged:
     def defects(self) -> list[tuple[Difference, Expected]]:
         return [(d, e) for d, e in self.listed if e.defect]
 
+    @property
+    def defective(self) -> int:
+        """Resources with a known defect or an unlisted difference."""
+        return len({d.resource for d, _ in self.defects} | {d.resource for d in self.unlisted})
+
+    @property
+    def intended_only(self) -> int:
+        """Resources that differ, but only as the list intends."""
+        return self.compared - self.identical - self.defective
+
 
 def judge(
     type_: str, istiod: Mapping[str, Any], pilotfish: Mapping[str, Any], expected: Sequence[Expected], proxy: str = ""
@@ -202,9 +212,9 @@ def judge(
 def report(title: str, judged: Judged) -> str:
     """A readable account: counts, each unlisted difference in full, the listed ones by entry."""
     lines = [
-        f"{title} {judged.type}: {judged.compared} resources, {judged.identical} identical, "
-        f"{len(judged.listed)} listed differences ({len(judged.defects)} known defects), "
-        f"{len(judged.unlisted)} unlisted",
+        f"{title} {judged.type}: {judged.compared} resources: {judged.identical} identical, "
+        f"{judged.intended_only} differ only as intended, {judged.defective} with defects; differences: "
+        f"{len(judged.listed)} listed ({len(judged.defects)} known defects), {len(judged.unlisted)} unlisted",
     ]
     for d in judged.unlisted:
         lines.append("  UNLISTED " + d.render())

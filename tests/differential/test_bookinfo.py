@@ -23,11 +23,11 @@ import pytest
 
 from tests.differential.diff import TYPES, judge, load_expected, report
 from tests.differential.fetch import Resources, fetch
-from tests.differential.istiod import running_istiod
+from tests.differential.istiod import Istiod, running_istiod
 from tests.differential.normalize import resource, substitute
 from tests.differential.scene import Scene, bookinfo, deployments, traffic_policy
 from tests.e2e.istio_proxy import istio_version
-from tests.e2e.processes import run_pilotfish
+from tests.e2e.processes import Pilotfish, run_pilotfish
 from tests.support.cluster import Cluster, chart_role
 
 CI_PROXIES = ("productpage-v1",)
@@ -40,8 +40,8 @@ class Planes:
     """The scene and both control planes serving it; each proxy's config fetched once."""
 
     scene: Scene
-    istiod: str  # ADS addresses
-    pilotfish: str
+    istiod: Istiod
+    pilotfish: Pilotfish
     placeholders: dict[str, str]
     fetched: dict[str, dict[str, Resources]] = dataclasses.field(default_factory=dict)
 
@@ -49,10 +49,14 @@ class Planes:
         """``{"istiod": ..., "pilotfish": ...}`` for ``workload``'s sidecar (fetched on first use)."""
         if workload not in self.fetched:
             node = self.scene.workloads[workload].node(istio_version())
-            self.fetched[workload] = {
-                "istiod": asyncio.run(fetch(self.istiod, node)),
-                "pilotfish": asyncio.run(fetch(self.pilotfish, node)),
-            }
+            try:
+                self.fetched[workload] = {
+                    "istiod": asyncio.run(fetch(self.istiod.xds_address, node)),
+                    "pilotfish": asyncio.run(fetch(f"127.0.0.1:{self.pilotfish.xds_port}", node)),
+                }
+            except AssertionError as e:
+                logs = f"istiod log:\n{self.istiod.process.tail(60)}\n{self.pilotfish.describe()}"
+                raise AssertionError(f"{workload}: {e}\n{logs}") from None
         return self.fetched[workload]
 
     def plain(self, held: Resources, type_: str) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def planes(
         ):
             env.setenv("PILOTFISH_KUBE_CONTROLLERS", "false")  # istiod writes what a leader writes
             with run_pilotfish(None, workdir, kubeconfig=pilotfish_kubeconfig, extra_args=args) as pilotfish:
-                yield Planes(scene, istiod.xds_address, f"127.0.0.1:{pilotfish.xds_port}", scene.placeholders())
+                yield Planes(scene, istiod, pilotfish, scene.placeholders())
     finally:
         kube_cluster.delete_namespaces()
 

@@ -48,7 +48,7 @@ def test_a_difference_no_entry_covers_is_unlisted() -> None:
     istiod = {"c": {"circuit_breakers": 1, "lb_policy": "RANDOM"}, "same": {"a": 1}}
     pilotfish = {"c": {"circuit_breakers": 2}, "same": {"a": 1}}
     judged = judge("cds", istiod, pilotfish, [entry])
-    assert (judged.compared, judged.identical) == (2, 1)
+    assert (judged.compared, judged.identical, judged.intended_only, judged.defective) == (2, 1, 0, 1)
     assert judged.listed == [(Difference("cds", "c", "circuit_breakers", 1, 2), entry)] == judged.defects
     assert judged.unlisted == [Difference("cds", "c", "lb_policy", "RANDOM", ABSENT)]
 
