@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: run test lint typecheck unit api peers bench clean
+.PHONY: run test lint typecheck unit api peers bench differential clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ bench: $(STAMP) $(API_STAMP)
 	$(BIN)/python -m bench.parse_config
 	$(BIN)/python -m bench.generate_xds
 	$(BIN)/python -m bench.push_cost --proxies 400 --out bench/results/push_cost-delta.json
+
+# istiod (pilot-discovery from the pinned module) and pilotfish on one real API server, every
+# proxy of every config set, each xDS type diffed against tests/differential/expected_differences.yaml
+# (CI's `make unit` runs one proxy of it)
+differential: $(STAMP) $(API_STAMP) $(PEERS_STAMP)
+	DIFFERENTIAL_FULL=1 $(BIN)/pytest tests/differential -s
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .peers app/api/istio

@@ -139,11 +139,12 @@ class Runtime:
             )
         elif settings.webhook_address and ca_on and kube and (settings.in_cluster or settings.revision):
             # as istiod in its cluster; from outside one only with an explicit --revision, so a
-            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod
+            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod.
+            # Both webhooks, as with files: the chart's injector calls /inject on this server
             self.webhook = WebhookServer(
                 tls=self._webhook_tls, system_namespace=settings.system_namespace,
                 injection=injection_source(settings, lambda: self.env.store.mesh),
-            )  # fmt: skip
+            )
         self.started = asyncio.Event()
 
     # --- what the debug server and the streams read -----------------------------------
@@ -209,7 +210,9 @@ class Runtime:
         ns = self.settings.system_namespace
         self.secure = SecurePort(
             ca,
-            (f"pilotfish.{ns}.svc", f"istiod.{ns}.svc", "localhost"),
+            # istiod's DNS names, the revision's Service included: injected proxies dial
+            # istiod-REV.NS.svc and check it is in the certificate
+            (*istiod_dns_names(ns, self.settings.revision), "localhost"),
             ("127.0.0.1", "::1"),
             on_refuse=self.metrics.secure_port_refused,
         )
@@ -305,6 +308,7 @@ class Runtime:
                 client,
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
+                wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
             )
             self.sources.append(self._kube)
             if self.settings.kube_controllers:

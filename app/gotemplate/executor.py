@@ -4,7 +4,7 @@ rules and Go's error messages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from app.gotemplate.errors import TemplateError
@@ -193,12 +193,14 @@ class Executor:
             val = self.eval_pipeline(dot, r.pipe)
             mark = len(self.vars)
             decl = r.pipe.decl
-            items: list[tuple[Any, Any]]
+            items: Iterable[tuple[Any, Any]]
             elem_iface = has_interface_elements(val)
             if isinstance(val, int) and not isinstance(val, bool):
                 if len(decl) > 1:
                     raise self.error(f"can't use {val} to iterate over more than one variable")
-                items = [(None, type(val)(i)) for i in range(val)]  # an int64 counts in int64s
+                # counted as Go counts, never held: a huge count is time (the caller's deadline
+                # stops it), not memory; an int64 counts in int64s
+                items = ((None, type(val)(i)) for i in range(val))
             elif isinstance(val, (list, tuple)):
                 items = [(i, NIL if e is None else e) for i, e in enumerate(val)]
             elif isinstance(val, dict):
@@ -228,7 +230,8 @@ class Executor:
                 finally:
                     del self.vars[mark:]
                     self.dot_iface = saved_iface
-            if not items and r.else_list is not None:
+            empty = val <= 0 if isinstance(val, int) and not isinstance(val, bool) else not items
+            if empty and r.else_list is not None:
                 self.walk(dot, r.else_list)
         finally:
             del self.vars[outer:]

@@ -28,13 +28,16 @@ logger = logging.getLogger(__name__)
 class _WatchedFile:
     def __init__(self, path: Path | None, flag: str, check: Callable[[str, str], object]) -> None:
         self.path, self.flag, self._check = path, flag, check
-        self._seen: tuple[int, int] | None = None
+        # the version last read, good or bad (a bad one is checked and logged once, not at every
+        # review: the check parses every template on the event loop), or why it cannot be stat'ed
+        self._seen: tuple[int, int] | str | None = None
         self.text: str | None = None
 
     def refresh(self, *, strict: bool) -> None:
         """Read the file again if it changed; ``strict``: a bad one raises, else it is logged."""
         if self.path is None:
             return
+        seen: tuple[int, int] | str | None = None
         try:
             stat = os.stat(self.path)
             seen = (stat.st_mtime_ns, stat.st_size)
@@ -46,7 +49,10 @@ class _WatchedFile:
             reason = e.strerror if isinstance(e, OSError) else str(e)
             if strict:
                 raise SettingsError(f"{self.flag} {self.path}: {reason}" if isinstance(e, OSError) else reason) from e
-            logger.error("sidecar injection keeps its last good %s: %s", self.flag, reason)
+            seen = reason if seen is None else seen
+            if seen != self._seen:
+                logger.error("sidecar injection keeps its last good %s: %s", self.flag, reason)
+            self._seen = seen
             return
         self._seen, self.text = seen, text
 

@@ -15,8 +15,9 @@ rotated (istiod's rotator reloads it). A change that cannot be used is logged an
 force stays; a deleted Secret leaves the CA in force too. Which Secret is read is decided at
 start: a ``cacerts`` made later takes a restart, as with istiod (its mount is read at start).
 
-The API server refusing pilotfish (401, 403) or a Secret that is not a CA stops ``load()`` with
-one clear error; an unreachable or failing server is retried with backoff, for at most
+The API server refusing pilotfish's credentials (401) or a Secret that is not a CA stops
+``load()`` with one clear error; an unreachable or failing server, or one that forbids the
+Secrets (403: a Role bound after pilotfish started), is retried with backoff, for at most
 ``LOAD_DEADLINE`` (istiod gives up after 20 minutes too).
 """
 
@@ -57,7 +58,8 @@ from app.supervise import Backoff
 logger = logging.getLogger("pilotfish.security")
 
 LOAD_DEADLINE = 20 * 60.0  # seconds, istiod's createSelfSignedCACertificateOptions timeout
-_RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+# 403 too: RBAC bound after pilotfish starts (istiod retries every failure within its deadline)
+_RETRIED_STATUS = frozenset({403, 429, 500, 502, 503, 504})
 
 
 class CaStoreError(PilotfishError):

@@ -12,6 +12,10 @@ to the API server's 3 MiB request limit), within the same deadline, and at most
 ``MAX_REVIEWS_IN_FLIGHT`` are held at once. Every outcome is a review: too large, too slow, a
 worker that failed, each is a refusal (allowed false, with the reason) naming the request's uid
 when its first bytes hold it.
+
+Validation and injection have workers and in-flight slots of their own, as istiod's handlers are
+independent: a rollout of pods whose injection runs to the deadline (a looping template, a pod
+of thousands of containers) must not leave Istio config unreviewed, nor the other way round.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ class WebhookServer:
         """TLS with the PEM files ``cert`` and ``key``, or the context ``tls()`` gives at start
         (pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
         validated (by default, ``WORKERS`` processes of its own); ``injection``: what pods are
-        injected with (None: no ``/inject``)."""
+        injected with (None: no ``/inject``), in ``WORKERS`` processes of its own."""
         if tls is None:
             if cert is None or key is None:
                 raise ValueError("WebhookServer: want cert and key, or tls")
@@ -88,15 +92,19 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
         self._pool = pool
         self._own_pool = pool is None
+        self._injection_pool: WorkerPool | None = None
         self._in_flight = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
+        self._injecting = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
         self.port = 0
 
     async def start(self, address: str) -> None:
         context = self._tls()
         if self._pool is None:
-            preload = ("app.webhook.admission", "app.webhook.injection")
-            self._pool = WorkerPool(WORKERS, name="webhook", preload=preload)
+            self._pool = WorkerPool(WORKERS, name="webhook", preload=("app.webhook.admission",))
         self._pool.start()  # the workers import the validation while the server comes up
+        if self._injection is not None:
+            self._injection_pool = WorkerPool(WORKERS, name="injection", preload=("app.webhook.injection",))
+            self._injection_pool.start()
         app = web.Application()
         app.router.add_post("/validate", self._validate)
         app.router.add_post("/validate/", self._validate)
@@ -114,31 +122,35 @@ class WebhookServer:
         pool, self._pool = self._pool, None
         if self._own_pool and pool is not None:
             pool.close()  # first: a review in progress is refused at once, not waited for
+        injection_pool, self._injection_pool = self._injection_pool, None
+        if injection_pool is not None:
+            injection_pool.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, review_body, (self._system_namespace,), "validation")
+        return await self._review(request, self._in_flight, review_body, (self._system_namespace,), "validation")
 
     async def _inject(self, request: web.Request) -> web.Response:
         assert self._injection is not None  # the route exists only with it
-        return await self._review(request, inject_review_body, (self._injection(), request.path), "injection")
+        args = (self._injection(), request.path)
+        return await self._review(request, self._injecting, inject_review_body, args, "injection")
 
-    async def _review(self, request: web.Request, work: Callable[..., dict[str, Any]], args: tuple[Any, ...],
-                      what: str) -> web.Response:  # fmt: skip
+    async def _review(self, request: web.Request, slots: asyncio.Semaphore, work: Callable[..., dict[str, Any]],
+                      args: tuple[Any, ...], what: str) -> web.Response:  # fmt: skip
         """``work(body, *args)`` in a worker, answered within the API server's timeout."""
         budget = _timeout(request.query.get("timeout")) - ANSWER_MARGIN
         deadline = time.monotonic() + budget
         try:
             async with asyncio.timeout(budget):
-                await self._in_flight.acquire()
+                await slots.acquire()
         except TimeoutError:
             return _refused(f"not reviewed: {MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s", b"")
         try:
             return await self._answer(request, deadline, budget, work, args, what)
         finally:
-            self._in_flight.release()
+            slots.release()
 
     async def _answer(
         self, request: web.Request, deadline: float, budget: float, work: Callable[..., dict[str, Any]],
@@ -156,7 +168,7 @@ class WebhookServer:
             return web.Response(status=400, text="no body found\n")
         if request.content_type != "application/json":
             return web.Response(status=415, text="invalid Content-Type, want `application/json`\n")
-        pool = self._pool
+        pool = self._injection_pool if work is inject_review_body else self._pool
         if pool is None:
             return _refused("not reviewed: the webhook is stopping", prefix)
         try:

@@ -25,6 +25,7 @@ from app.security.ca import CertificateAuthority
 from app.security.ca_secret import istio_ca_secret
 from app.security.ca_store import CaStoreError, KubeCaStore
 from app.sources.kube.client import api_client
+from app.supervise import Backoff
 from tests.support.cluster import Cluster
 from tests.support.peers import istio_module_dir
 from tests.support.plugged_ca import cacerts, chain_reaches, intermediate, new_root, pem
@@ -180,5 +181,28 @@ async def test_with_use_cacerts_the_self_signed_root_is_kept_in_an_istio_generat
         assert (await again.load()).root_pem == ca.root_pem and again.self_signed and not again.created
         plain = KubeCaStore(client, system, lambda: pytest.fail("there is a root"))
         assert (await plain.load()).root_pem == ca.root_pem and not plain.self_signed
+    finally:
+        await client.close()
+
+
+async def test_a_replica_not_yet_allowed_to_write_the_ca_secret_waits_for_its_role(
+    kube: Cluster, pilotfish_kubeconfig: Path
+) -> None:
+    """RBAC bound after pilotfish starts (a GitOps tool applying the Deployment before the Role):
+    istiod's NewSelfSignedIstioCAOptions retries every failure, a 403 included, within its 20
+    minutes; the load waits for the Role rather than ending serve."""
+    namespace = kube.namespace("latecomer")
+    client = await api_client(pilotfish_kubeconfig)
+    store = KubeCaStore(client, namespace, lambda: CertificateAuthority.self_signed(TD), backoff=Backoff(0.2, 1.0))
+    try:
+        loading = asyncio.ensure_future(store.load())
+        await asyncio.sleep(2)
+        assert not loading.done(), loading.exception() if loading.done() else None
+        await asyncio.to_thread(grant_istiod_ca_rules, kube, namespace)
+        ca = await asyncio.wait_for(loading, 30)
+        assert store.created and store.secret_name == "istio-ca-secret"
+        stored = kube.get("v1", "Secret", namespace, "istio-ca-secret")
+        assert stored is not None
+        assert base64.b64decode(stored["data"]["ca-cert.pem"]).decode() == ca.root_pem
     finally:
         await client.close()

@@ -280,3 +280,45 @@ async def test_an_unreachable_server_and_a_missing_kubeconfig_are_clear_errors(t
             await source.start()
     finally:
         await source.close()
+
+
+async def test_in_a_cluster_an_api_server_not_up_yet_is_waited_for(
+    tmp_path: Path, kube: Cluster, pilotfish_kubeconfig: Path, unused_tcp_port: int
+) -> None:
+    """As istiod waits for its informers to sync: in a cluster (a node or the control plane
+    restarting with pilotfish), a server that does not answer yet is tried again until it does,
+    rather than ending serve into the kubelet's crash-loop backoff (up to 5 min after the server
+    is back)."""
+    config = yaml.safe_load(pilotfish_kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{unused_tcp_port}"
+    later = tmp_path / "kubeconfig"
+    later.write_text(yaml.safe_dump(config))
+    upstream = kube.server.removeprefix("https://").split(":")
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(upstream[0], int(upstream[1]))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(1 << 16):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    source = KubeSource(await api_client(later), wait_for_server=True)
+    server: asyncio.Server | None = None
+    try:
+        starting = asyncio.ensure_future(source.start())
+        await asyncio.sleep(2)
+        assert not starting.done(), "start() gave up on a server that is not up yet"
+        server = await asyncio.start_server(relay, "127.0.0.1", unused_tcp_port)  # the server comes up
+        await asyncio.wait_for(starting, 30)
+    finally:
+        await source.close()
+        if server is not None:
+            server.close()

@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import ssl
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from cryptography import x509
 
@@ -83,3 +85,37 @@ async def test_a_new_root_is_served_and_patched_into_the_ca_bundles(
     finally:
         for name in names:
             await asyncio.to_thread(kube.delete, ADMISSION, KIND, "", name)
+
+
+async def test_the_ca_issued_webhook_serves_injection_as_the_chart_runs_it(
+    kube: Cluster, pilotfish_kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The chart's default (the CA on, no --webhook-cert): the MutatingWebhookConfiguration calls
+    ``/inject`` on the same server as ``/validate``, so it must answer with the injecting patch
+    (a 404 there fails every pod creation in an injected namespace)."""
+    settings = Settings(
+        config_dir=None,
+        kubeconfig=pilotfish_kubeconfig,
+        xds_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        secure_xds_address="127.0.0.1:0",
+        webhook_address="127.0.0.1:0",
+        revision="default",
+        ca_dir=tmp_path / "ca",
+    )
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"},
+           "spec": {"containers": [{"name": "hello", "image": "example.com/hello:1"}]}}  # fmt: skip
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE", "namespace": "shop", "object": pod},
+    }
+    async with running(settings) as runtime:
+        assert runtime.webhook is not None and runtime.webhook_certificate is not None
+        trusting = ssl.create_default_context(cadata=runtime.webhook_certificate.ca_bundle)
+        url = f"https://127.0.0.1:{runtime.webhook.port}/inject"
+        async with aiohttp.ClientSession() as session, session.post(url, json=review, ssl=trusting) as response:
+            assert response.status == 200, await response.text()
+            answer = (await response.json())["response"]
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch", answer
+    assert "istio-proxy" in base64.b64decode(answer["patch"]).decode()

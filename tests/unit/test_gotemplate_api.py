@@ -4,6 +4,9 @@ template shared between executions."""
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -117,3 +120,23 @@ def test_a_function_map_is_checked_as_go_checks_it() -> None:
         Template.parse("t", "", {"a-b": len})
     with pytest.raises(TemplateError, match=r"^value for x not a function$"):
         Template.parse("t", "", {"x": "not callable"})
+
+
+def test_ranging_over_a_huge_int_counts_without_holding_the_range() -> None:
+    """Go 1.22's range over an int counts; it never makes a slice of the numbers. A template
+    ranging over 10^12 that breaks at once renders at once; one that does not is CPU that the
+    webhook's deadline stops, never memory (the worker, in a 1 GiB address space here, is not
+    killed for it)."""
+    program = (
+        "from app.gotemplate import Template\n"
+        "print(Template.parse('t', '{{ range $i := 1000000000000 }}{{ $i }}{{ break }}{{ end }}"
+        "{{ range 0 }}x{{ else }}empty{{ end }}').execute(None))\n"
+    )
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, preexec_fn=limit
+    )
+    assert (done.returncode, done.stdout) == (0, "0empty\n"), done.stderr[-2000:]

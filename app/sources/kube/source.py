@@ -7,10 +7,12 @@ reported (``rejections()``) and its last good version stays in force; a delete r
 The mesh ConfigMap (``istio`` in the system namespace, key ``mesh``) becomes the MeshConfig.
 
 ``start()`` checks the API server answers (an unreachable or refusing server is one clear
-error), starts the informers and returns once every one has listed; ``watch()`` yields the
-changes after that, batched as they come. The Istio kinds are read from the newest version
-their CRD serves, from when the CRD is there: a CRD installed later starts its informer then
-(istiod's CRD watcher), one deleted takes its objects away.
+error; with ``wait_for_server``, in a cluster, an unreachable or failing one is tried again
+until it answers, as istiod waits for its informers), starts the informers and returns once
+every one has listed; ``watch()`` yields the changes after that, batched as they come. The
+Istio kinds are read from the newest version their CRD serves, from when the CRD is there: a
+CRD installed later starts its informer then (istiod's CRD watcher), one deleted takes its
+objects away.
 
 Validation does not run on the event loop: the objects of each batch (and those a rescoping
 brings in) are validated in a worker process (app/workers.py), ``_LOAD_BATCH`` at a time,
@@ -45,6 +47,7 @@ from app.sources.kube.resources import (
     KubeResource,
 )
 from app.sources.kube.store import Delta, Raw, object_key
+from app.supervise import Backoff
 from app.workers import WorkerError, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -70,9 +73,13 @@ class KubeSource:
         page_size: int = 500,
         watch_timeout: int = 300,
         pool: WorkerPool | None = None,
+        wait_for_server: bool = False,
     ) -> None:
-        """``pool``: where objects are validated (by default, one worker process of its own)."""
+        """``pool``: where objects are validated (by default, one worker process of its own);
+        ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
+        waited for (in a cluster: a restarting node or control plane), not an error."""
         self._client = client
+        self._wait_for_server = wait_for_server
         self._system_namespace = system_namespace
         self._mesh_from_configmap = mesh_from_configmap
         self._selectors: list[Mapping[str, Any]] = []  # discoverySelectors in force
@@ -425,11 +432,27 @@ class KubeSource:
             return response.status, body
 
     async def _check_reachable(self) -> None:
-        status, body = await self._get("/api")
-        if status in (401, 403):
-            raise KubeUnavailable(f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {status})")
-        if status != 200:
-            raise KubeUnavailable(f"kubernetes: the API server at {self.server} answered HTTP {status}: {body!s:.200}")
+        backoff = Backoff()
+        while True:
+            try:
+                status, body = await self._get("/api")
+            except KubeUnavailable as e:
+                if not self._wait_for_server:
+                    raise
+                reason = str(e)
+            else:
+                if status == 200:
+                    return
+                if status in (401, 403):
+                    raise KubeUnavailable(
+                        f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {status})"
+                    )
+                reason = f"kubernetes: the API server at {self.server} answered HTTP {status}: {body!s:.200}"
+                if not self._wait_for_server or status < 500:
+                    raise KubeUnavailable(reason)
+            delay = backoff.delay()
+            logger.warning("%s; trying again in %.1fs", reason, delay)
+            await asyncio.sleep(delay)
 
 
 def _meta(obj: Raw) -> Mapping[str, Any]:

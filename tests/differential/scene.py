@@ -1,0 +1,193 @@
+"""One cluster state in the real API server for both control planes: a root namespace holding
+the mesh ConfigMap, and a config set's objects in a namespace of its own. Deployments become
+pods "run" as a kubelet would (``Cluster.run_pod``: bound to the node, Running, Ready, an
+address), one per Deployment; the real endpointslice controller makes the EndpointSlices.
+
+The mesh's discoverySelectors keep both control planes to this scene's namespaces of the shared
+test cluster (the system namespace is read regardless, as istiod does)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from envoy.config.core.v3 import base_pb2
+
+from bench.ads_client import node
+from tests.support.cluster import Cluster
+from tests.support.peers import istio_module_dir
+
+DATA = Path(__file__).with_name("data")
+SELECTOR_LABEL = "pilotfish-differential"
+POD_SUBNET = ipaddress.IPv4Network("10.244.0.0/16")  # pod addresses: never dialled, only listed
+TRUST_DOMAIN = "cluster.local"
+# what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
+# values: meshConfig defaults); rootNamespace and the selector are added per scene
+MESH = """\
+defaultConfig:
+  discoveryAddress: istiod.{system}.svc:15012
+rootNamespace: {system}
+trustDomain: cluster.local
+enablePrometheusMerge: true
+discoverySelectors:
+- matchLabels: {{{label}: '{token}'}}
+"""
+
+
+def istio_sample(relative: str) -> list[dict[str, Any]]:
+    """The objects of a file under the pinned istio module's ``samples/`` (never copied here)."""
+    text = (istio_module_dir() / "samples" / relative).read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A running pod of the scene, and the node Envoy in it would send."""
+
+    name: str  # the pod
+    namespace: str
+    ip: str
+    labels: Mapping[str, str]
+    service_account: str
+    deployment: str
+    container_ports: tuple[int, ...]
+
+    def node(self, istio_version: str) -> base_pb2.Node:
+        """The node id and metadata pilot-agent sends for this pod (pkg/bootstrap/config.go
+        GetNodeMetaData over the environment istiod's injection template gives istio-proxy)."""
+        node_id = f"sidecar~{self.ip}~{self.name}.{self.namespace}~{self.namespace}.svc.cluster.local"
+        return node(node_id, {
+            "NAME": self.name,
+            "NAMESPACE": self.namespace,
+            "LABELS": dict(self.labels),
+            "SERVICE_ACCOUNT": self.service_account,
+            "INSTANCE_IPS": self.ip,
+            "ISTIO_VERSION": istio_version,
+            "CLUSTER_ID": "Kubernetes",
+            "MESH_ID": TRUST_DOMAIN,
+            "INTERCEPTION_MODE": "REDIRECT",
+            "WORKLOAD_NAME": self.deployment,
+            "OWNER": f"kubernetes://apis/apps/v1/namespaces/{self.namespace}/deployments/{self.deployment}",
+            "APP_CONTAINERS": self.deployment.rsplit("-", 1)[0],
+            "POD_PORTS": json.dumps([{"containerPort": p, "protocol": "TCP"} for p in self.container_ports]),
+            "NODE_NAME": "node-1",
+            "ENVOY_STATUS_PORT": 15021,
+            "ENVOY_PROMETHEUS_PORT": 15090,
+        })  # fmt: skip
+
+
+@dataclass
+class Scene:
+    kube: Cluster
+    system: str  # the root namespace, with the mesh ConfigMap
+    token: str  # the discoverySelectors' label value
+    workloads: dict[str, Workload] = field(default_factory=dict)  # by Deployment name
+    namespaces: dict[str, str] = field(default_factory=dict)  # made -> the stable name it stands for
+    _next_ip: int = 10
+
+    @classmethod
+    def create(cls, kube: Cluster) -> Scene:
+        token = secrets.token_hex(4)
+        system = kube.namespace("differential-system", {SELECTOR_LABEL: token})
+        scene = cls(kube, system, token)
+        mesh = MESH.format(system=system, label=SELECTOR_LABEL, token=token)
+        config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": system}}
+        kube.apply({**config_map, "data": {"mesh": mesh}})
+        return scene
+
+    def namespace(self, prefix: str) -> str:
+        made = self.kube.namespace(prefix, {SELECTOR_LABEL: self.token})
+        self.namespaces[made] = prefix
+        return made
+
+    def placeholders(self) -> dict[str, str]:
+        """What differs run after run, by its stable stand-in: each namespace's random name by
+        its prefix (the root namespace as istio-system), each Service's ClusterIP as
+        ``CLUSTER_IP(NAMESPACE/NAME)``."""
+        out = {self.system: "istio-system", **self.namespaces}
+        for made, prefix in self.namespaces.items():
+            for service in self.kube.list("v1", "Service", made):
+                address = service["spec"].get("clusterIP")
+                if address and address != "None":
+                    out[address] = f"CLUSTER_IP({prefix}/{service['metadata']['name']})"
+        return out
+
+    def apply(self, docs: Iterable[Mapping[str, Any]], namespace: str) -> None:
+        """Objects into ``namespace``: a Deployment runs as one pod, everything else is applied."""
+        for doc in docs:
+            if doc["kind"] == "Deployment":
+                self._run(doc, namespace)
+            else:
+                self.kube.apply({**doc, "metadata": {**doc["metadata"], "namespace": namespace}})
+
+    def _run(self, deployment: Mapping[str, Any], namespace: str) -> None:
+        name = deployment["metadata"]["name"]
+        template = deployment["spec"]["template"]
+        labels = dict(template["metadata"].get("labels") or {})
+        ip = str(POD_SUBNET.network_address + self._next_ip)
+        self._next_ip += 1
+        pod = {"metadata": {"name": f"{name}-0", "labels": labels}, "spec": template["spec"]}
+        self.kube.run_pod(pod, ip, namespace=namespace)
+        ports = tuple(p["containerPort"] for c in template["spec"]["containers"] for p in c.get("ports") or ())
+        account = template["spec"].get("serviceAccountName") or "default"
+        self.workloads[name] = Workload(f"{name}-0", namespace, ip, labels, account, name, ports)
+
+    def wait_for_endpoints(self, namespace: str) -> None:
+        """Until every Service of ``namespace`` has an EndpointSlice with its ready pods."""
+        for service in self.kube.list("v1", "Service", namespace):
+            selector = service["spec"].get("selector") or {}
+            want = {
+                w.ip for w in self.workloads.values()
+                if w.namespace == namespace and selector and all(w.labels.get(k) == v for k, v in selector.items())
+            }  # fmt: skip
+            name = service["metadata"]["name"]
+            self.kube.wait_for(f"the EndpointSlices of {namespace}/{name}",
+                               lambda n=name, w=want: _ready_addresses(self.kube, namespace, n) == w)  # fmt: skip
+
+
+def _ready_addresses(kube: Cluster, namespace: str, service: str) -> set[str]:
+    selector = f"kubernetes.io/service-name={service}"
+    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, labelSelector=selector)
+    return {
+        address
+        for s in slices
+        for e in s.get("endpoints") or ()
+        if (e.get("conditions") or {}).get("ready")
+        for address in e["addresses"]
+    }
+
+
+BOOKINFO = "bookinfo/platform/kube/bookinfo.yaml"
+TRAFFIC_POLICY = DATA / "traffic-policy.yaml"
+
+
+def deployments() -> tuple[str, ...]:
+    """Every Deployment of the scene's config sets (each one pod, each a sidecar to compare)."""
+    docs = [*istio_sample(BOOKINFO), *yaml.safe_load_all(TRAFFIC_POLICY.read_text())]
+    return tuple(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment")
+
+
+def bookinfo(scene: Scene) -> str:
+    """The bookinfo sample of the pinned istio module, its DestinationRules (every subset) and the
+    80/20 reviews VirtualService, in a new namespace; returns it once the slices are there."""
+    namespace = scene.namespace("bookinfo")
+    scene.apply(istio_sample(BOOKINFO), namespace)
+    scene.apply(istio_sample("bookinfo/networking/destination-rule-all.yaml"), namespace)
+    scene.apply(istio_sample("bookinfo/networking/virtual-service-reviews-80-20.yaml"), namespace)
+    scene.wait_for_endpoints(namespace)
+    return namespace
+
+
+def traffic_policy(scene: Scene) -> str:
+    """tests/differential/data/traffic-policy.yaml (DestinationRule traffic policies, ServiceEntries)
+    in a new namespace; returns it once the slices are there."""
+    namespace = scene.namespace("traffic-policy")
+    scene.apply([d for d in yaml.safe_load_all(TRAFFIC_POLICY.read_text()) if d], namespace)
+    scene.wait_for_endpoints(namespace)
+    return namespace

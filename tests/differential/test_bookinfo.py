@@ -1,0 +1,102 @@
+"""The differential test (issue 27): istiod and pilotfish read the same cluster (the bookinfo
+sample of the pinned istio module, its DestinationRules and a VirtualService; traffic policies
+and ServiceEntries from data/traffic-policy.yaml), a sidecar's node
+asks each for CDS, EDS, LDS and RDS over ADS, and every difference must be one
+expected_differences.yaml lists (intended, or a known defect with both values).
+
+CI runs the productpage sidecar; ``DIFFERENTIAL_FULL=1`` (``make differential``) runs the
+sidecar of every workload of the scene. ``DIFFERENTIAL_DUMP=FILE`` appends every difference found, as JSON
+lines, for reviewing the list."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.differential.diff import TYPES, judge, load_expected, report
+from tests.differential.fetch import Resources, fetch
+from tests.differential.istiod import Istiod, running_istiod
+from tests.differential.normalize import resource, substitute
+from tests.differential.scene import Scene, bookinfo, deployments, traffic_policy
+from tests.e2e.istio_proxy import istio_version
+from tests.e2e.processes import Pilotfish, run_pilotfish
+from tests.support.cluster import Cluster, chart_role
+
+CI_PROXIES = ("productpage-v1",)
+FULL = os.environ.get("DIFFERENTIAL_FULL") == "1"
+PROXIES = deployments() if FULL else CI_PROXIES
+
+
+@dataclass
+class Planes:
+    """The scene and both control planes serving it; each proxy's config fetched once."""
+
+    scene: Scene
+    istiod: Istiod
+    pilotfish: Pilotfish
+    placeholders: dict[str, str]
+    fetched: dict[str, dict[str, Resources]] = dataclasses.field(default_factory=dict)
+
+    def config(self, workload: str) -> dict[str, Resources]:
+        """``{"istiod": ..., "pilotfish": ...}`` for ``workload``'s sidecar (fetched on first use)."""
+        if workload not in self.fetched:
+            node = self.scene.workloads[workload].node(istio_version())
+            try:
+                self.fetched[workload] = {
+                    "istiod": asyncio.run(fetch(self.istiod.xds_address, node)),
+                    "pilotfish": asyncio.run(fetch(f"127.0.0.1:{self.pilotfish.xds_port}", node)),
+                }
+            except AssertionError as e:
+                logs = f"istiod log:\n{self.istiod.process.tail(60)}\n{self.pilotfish.describe()}"
+                raise AssertionError(f"{workload}: {e}\n{logs}") from None
+        return self.fetched[workload]
+
+    def plain(self, held: Resources, type_: str) -> dict[str, Any]:
+        out: dict[str, Any] = substitute({n: resource(r) for n, r in held.get(type_, {}).items()}, self.placeholders)
+        return out
+
+
+@pytest.fixture(scope="module")
+def planes(
+    kube_cluster: Cluster, pilotfish_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Planes]:
+    workdir = tmp_path_factory.mktemp("differential")
+    scene = Scene.create(kube_cluster)
+    try:
+        chart_role(kube_cluster, scene.system)  # pilotfish keeps its CA root in the system namespace
+        bookinfo(scene)
+        traffic_policy(scene)
+        args = ("--system-namespace", scene.system)
+        with (
+            pytest.MonkeyPatch.context() as env,
+            running_istiod(kube_cluster, scene.system, workdir / "istiod") as istiod,
+        ):
+            env.setenv("PILOTFISH_KUBE_CONTROLLERS", "false")  # istiod writes what a leader writes
+            with run_pilotfish(None, workdir, kubeconfig=pilotfish_kubeconfig, extra_args=args) as pilotfish:
+                yield Planes(scene, istiod, pilotfish, scene.placeholders())
+    finally:
+        kube_cluster.delete_namespaces()
+
+
+@pytest.mark.parametrize("type_", TYPES)
+@pytest.mark.parametrize("workload", PROXIES)
+def test_no_differences_beyond_the_reviewed_list(planes: Planes, workload: str, type_: str) -> None:
+    held = planes.config(workload)
+    istiod, pilotfish = planes.plain(held["istiod"], type_), planes.plain(held["pilotfish"], type_)
+    assert istiod, f"istiod sent {workload}'s sidecar no {type_}"
+    judged = judge(type_, istiod, pilotfish, load_expected(), workload)
+    text = report(f"bookinfo x {workload}", judged)
+    print(f"\n{text}")
+    if dump := os.environ.get("DIFFERENTIAL_DUMP"):
+        with open(dump, "a") as out:
+            for d in [*judged.unlisted, *(d for d, _ in judged.listed)]:
+                out.write(json.dumps({"proxy": workload, **dataclasses.asdict(d)}) + "\n")
+    assert not judged.unlisted, text
