@@ -3,11 +3,13 @@ runs the pods the API server holds as local processes, and reports them as a kub
 
 * Pods: every pod of the watched namespaces that is unscheduled (there is no scheduler: the
   kubelet binds it, as the scheduler would, through ``pods/binding``) or bound to the node.
-  Each gets a network namespace with its own address on the node's bridge (tests/support/pods.py).
+  Each gets a network namespace with its own address on the node's bridge (tests/support/pods.py;
+  the node's network ``NODE_NETWORK`` is apart from the one of tests that run pods by hand).
 * Status, as the kubelet writes it: ``hostIP``/``podIP(s)``, ``startTime``, phase, the
   PodScheduled / Initialized / ContainersReady / Ready conditions, ``initContainerStatuses`` and
   ``containerStatuses`` (waiting / running / terminated, started, ready, restartCount);
-  readiness from the containers' probes (httpGet, tcpSocket, exec; startupProbe first);
+  readiness from the containers' probes (httpGet, tcpSocket, exec; startupProbe first), and a
+  container failing its liveness probe killed and restarted;
   native sidecars (an init container with ``restartPolicy: Always``) started in order, the next
   init container once the sidecar has started. The Node's status too (addresses, allocatable).
 * Containers: ``command``/``args`` over the image's entrypoint and cmd, ``$(VAR)`` expanded; the
@@ -22,8 +24,8 @@ runs the pods the API server holds as local processes, and reports them as a kub
 
 Images are the node's programs (tests/support/images.py).
 
-No iptables: istio-init (``istio-iptables``) would fail here as it fails without NET_ADMIN, so
-meshed pods must not ask for capture (``sidecar.istio.io/interceptionMode: NONE``, for which
+No iptables: this machine has none, so istio-init (``istio-iptables``) would run and fail, and
+the pod would stay in Init, as on a node without it. Meshed pods therefore do not ask for capture (``sidecar.istio.io/interceptionMode: NONE``, for which
 the injector adds no istio-init); traffic reaches Envoy through listeners that bind (a Sidecar's
 egress ``bind``/``captureMode: NONE`` and ingress ``bind``), as in tests/e2e/test_istio_proxy.py.
 """
