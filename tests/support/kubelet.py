@@ -25,9 +25,10 @@ runs the pods the API server holds as local processes, and reports them as a kub
 Images are the node's programs (tests/support/images.py).
 
 No iptables: this machine has none, so istio-init (``istio-iptables``) would run and fail, and
-the pod would stay in Init, as on a node without it. Meshed pods therefore do not ask for capture (``sidecar.istio.io/interceptionMode: NONE``, for which
-the injector adds no istio-init); traffic reaches Envoy through listeners that bind (a Sidecar's
-egress ``bind``/``captureMode: NONE`` and ingress ``bind``), as in tests/e2e/test_istio_proxy.py.
+the pod would stay in Init, as on a node without it. Meshed pods therefore do not ask for
+capture (``sidecar.istio.io/interceptionMode: NONE``, for which the injector adds no
+istio-init); traffic reaches Envoy through listeners that bind (a Sidecar's egress
+``bind``/``captureMode: NONE`` and ingress ``bind``), as in tests/e2e/test_istio_proxy.py.
 """
 
 from __future__ import annotations
