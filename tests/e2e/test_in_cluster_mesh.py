@@ -246,9 +246,12 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
     pods = kube.wait_for("the replicaset controller to make 2 pilotfish pods",
                          lambda: p if len(p := mesh.pilotfish_pods()) == 2 else None)  # fmt: skip
     replicas = [kubelet.ready(SYSTEM, p["metadata"]["name"], timeout=WAIT) for p in pods]
+    master = (kube.get("v1", "Service", "default", "kubernetes") or {})["spec"]["clusterIP"]
     for replica in replicas:
         [container] = replica.main
-        assert container.spec["args"][0] == "serve", container.spec
+        assert container.spec["args"][0] == "serve" and "--kubeconfig" not in str(container.spec["args"])
+        seen = replica.exec(container.name, ["printenv", "KUBERNETES_SERVICE_HOST"]).stdout.strip()
+        assert seen == master, f"in-cluster config points at the kubernetes Service ({master}), not {seen!r}"
         log = replica.log(container.name)
         assert "Traceback" not in log, f"pilotfish {replica.name} logged an error:\n{log[-3000:]}"
 
