@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from app.config.labels import label_selector_matches
 from app.inject.config import InjectionConfig
 
 logger = logging.getLogger(__name__)
@@ -54,25 +55,10 @@ def _matches(selector: Mapping[str, Any], labels: Mapping[str, str], name: str) 
     """metav1.LabelSelectorAsSelector(selector).Matches(labels), where an empty selector (which
     would match everything) matches nothing, as injectRequired treats it; an invalid one is
     logged and skipped."""
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not match_labels and not expressions:
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
         return False
-    if any(labels.get(k) != v for k, v in match_labels.items()):
+    try:
+        return label_selector_matches(selector, labels)
+    except ValueError as e:
+        logger.warning("invalid selector for %s: %s (%s)", name, selector, e)
         return False
-    for expression in expressions:
-        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
-        if operator == "In":
-            ok = key in labels and labels[key] in values
-        elif operator == "NotIn":
-            ok = key not in labels or labels[key] not in values
-        elif operator == "Exists":
-            ok = key in labels
-        elif operator == "DoesNotExist":
-            ok = key not in labels
-        else:
-            logger.warning("invalid selector for %s: %s (operator %r)", name, selector, operator)
-            return False
-        if not ok:
-            return False
-    return True

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from app.config.labels import label_selector_matches
+
 logger = logging.getLogger(__name__)
 
 Selector = Mapping[str, Any]  # a LabelSelector as JSON: matchLabels, matchExpressions
@@ -33,22 +35,8 @@ def selected(
 
 
 def _matches(selector: Selector, labels: Mapping[str, str]) -> bool:
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for term in selector.get("matchExpressions") or ():
-        key, operator, values = term.get("key", ""), term.get("operator", ""), term.get("values") or ()
-        if operator == "In":
-            ok = key in labels and labels[key] in values
-        elif operator == "NotIn":
-            ok = key not in labels or labels[key] not in values
-        elif operator == "Exists":
-            ok = key in labels
-        elif operator == "DoesNotExist":
-            ok = key not in labels
-        else:
-            logger.warning("discoverySelectors: unknown operator %r selects nothing", operator)
-            return False
-        if not ok:
-            return False
-    return True
+    try:
+        return label_selector_matches(selector, labels)
+    except ValueError as e:
+        logger.warning("discoverySelectors: unknown %s selects nothing", e)
+        return False
