@@ -164,7 +164,7 @@ def test_default_eds_cluster_has_istiod_defaults_and_auto_mtls_matches() -> None
         MAX,
         MAX,
     )
-    assert t.track_remaining is True
+    assert t.track_remaining is False  # DISABLE_TRACK_REMAINING_CB_METRICS defaults to true
     assert http_options(c) is None  # plain HTTP/1 port: nothing to say
     assert istio_md(c) == {"services": [{"host": HOST, "name": "reviews", "namespace": "default"}]}
     assert not c.HasField("transport_socket")

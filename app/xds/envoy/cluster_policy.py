@@ -152,8 +152,9 @@ def _should_h2_upgrade(port: ServicePort, mesh: MeshConfig, pool: net.Connection
 
 
 def default_thresholds() -> circuit_breaker_pb2.CircuitBreakers.Thresholds:
-    """istiod getDefaultCircuitBreakerThresholds: everything unlimited, remaining tracked."""
-    t = circuit_breaker_pb2.CircuitBreakers.Thresholds(track_remaining=True)
+    """istiod getDefaultCircuitBreakerThresholds: everything unlimited. track_remaining is
+    !DISABLE_TRACK_REMAINING_CB_METRICS, whose default (true) leaves it unset."""
+    t = circuit_breaker_pb2.CircuitBreakers.Thresholds()
     t.max_retries.value = MAX_UINT32
     t.max_requests.value = MAX_UINT32
     t.max_connections.value = MAX_UINT32
