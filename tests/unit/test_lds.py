@@ -171,6 +171,7 @@ def test_virtual_outbound_passes_unknown_traffic_through_with_allow_any() -> Non
     # outbound listeners fall back to the same place
     fallback = listeners["0.0.0.0_80"].default_filter_chain
     assert fallback.name == "PassthroughFilterChain" and tcp_proxy(fallback).cluster == "PassthroughCluster"
+    assert not fallback.HasField("transport_socket_connect_timeout")  # only the entry's own chains have it
 
 
 @pytest.mark.parametrize("where", ["mesh", "sidecar"])
@@ -238,6 +239,8 @@ def test_http_port_shares_a_wildcard_listener_with_rds_named_by_port() -> None:
     # HTTP is sniffed on the wildcard so non-HTTP traffic to the port falls through
     assert chain.filter_chain_match.transport_protocol == "raw_buffer"
     assert list(chain.filter_chain_match.application_protocols) == ["http/1.1", "h2c"]
+    # istiod buildListenerFromEntry: PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT on every chain
+    assert chain.transport_socket_connect_timeout.seconds == 15
     manager = hcm(chain)
     assert manager.rds.route_config_name == "80"
     assert manager.rds.config_source.HasField("ads")
@@ -541,6 +544,7 @@ def test_gateway_selected_by_labels_merges_servers_by_port(tmp_path: Path) -> No
     assert not http.HasField("bind_to_port")  # gateways bind their ports
     assert not http.listener_filters and http.listener_filters_timeout.seconds == 0
     [chain] = http.filter_chains  # both gateways' port-80 servers share one HCM
+    assert chain.transport_socket_connect_timeout.seconds == 15  # istiod buildGatewayListener
     manager = hcm(chain)
     assert manager.rds.route_config_name == "http.80"
     assert manager.use_remote_address.value is True

@@ -42,6 +42,7 @@ from app.xds.envoy.listener_filters import (
     http_inspector_filter,
     tcp_proxy_filter,
     tls_inspector_filter,
+    transport_socket_connect_timeout,
     zero_duration,
 )
 from app.xds.envoy.listener_tcp import TCP_PROTOCOLS, OutboundContext, service_address, sidecar_tcp_chain_opts
@@ -334,6 +335,7 @@ class _Builder:
         default: lc.FilterChain | None = None
         for opts in entry.chains:
             chain = build_filter_chain(opts, stat_prefix, mesh)
+            chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
             match = opts.filter_chain_match()
             if match is None:
                 default = chain  # match-all: the fallback, so partial matches never drop traffic

@@ -76,6 +76,12 @@ def zero_duration() -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=0)
 
 
+def transport_socket_connect_timeout() -> duration_pb2.Duration:
+    """istiod gatewayTransportSocketConnectTimeout: PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT's
+    default, 15 s, set on the chains of outbound and gateway listeners against slow TLS handshakes."""
+    return duration_pb2.Duration(seconds=15)
+
+
 def delimited_stat_prefix(prefix: str) -> str:
     return prefix + STAT_PREFIX_DELIMITER
 

@@ -39,6 +39,7 @@ from app.xds.envoy.listener_filters import (
     delimited_stat_prefix,
     http1_options,
     tls_inspector_filter,
+    transport_socket_connect_timeout,
     zero_duration,
 )
 from app.xds.envoy.listener_tcp import OutboundContext, route_filters
@@ -198,6 +199,7 @@ def _listener(
     stat_prefix = delimited_stat_prefix(f"outbound_{name}")
     for opts in chains:
         chain = build_filter_chain(opts, stat_prefix, ctx.mesh)
+        chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
         match = opts.filter_chain_match()
         if match is not None:
             chain.filter_chain_match.CopyFrom(match)
