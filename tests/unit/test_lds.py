@@ -233,7 +233,8 @@ def test_http_port_shares_a_wildcard_listener_with_rds_named_by_port() -> None:
     listener = by_name(generate_listeners(sidecar(), environment(WORKLOADS)))["0.0.0.0_80"]
     assert listener.bind_to_port.value is False  # reached through virtualOutbound
     assert listener.traffic_direction == base_pb2.OUTBOUND
-    assert filter_names(listener) == ["envoy.filters.listener.tls_inspector", "envoy.filters.listener.http_inspector"]
+    # istiod buildListenerFromEntry: sniffing needs only the HTTP inspector, no chain reads SNI
+    assert filter_names(listener) == ["envoy.filters.listener.http_inspector"]
     assert listener.continue_on_listener_filters_timeout is True
     [chain] = listener.filter_chains
     # HTTP is sniffed on the wildcard so non-HTTP traffic to the port falls through
@@ -315,7 +316,7 @@ spec:
 
 def test_auto_protocol_port_sniffs_http_next_to_tcp() -> None:
     listener = by_name(generate_listeners(sidecar(), environment(WORKLOADS)))["10.96.1.3_7000"]
-    assert filter_names(listener) == ["envoy.filters.listener.tls_inspector", "envoy.filters.listener.http_inspector"]
+    assert filter_names(listener) == ["envoy.filters.listener.http_inspector"]  # no chain reads SNI
     [http] = listener.filter_chains
     assert list(http.filter_chain_match.application_protocols) == ["http/1.1", "h2c"]
     # a sniffed listener on its VIP has its own route: HOST:PORT (istiod)

@@ -324,7 +324,7 @@ class _Builder:
             out.bind_to_port.value = False
         need_http = any(c.application_protocols for c in entry.chains)
         need_tls = any(c.needs_tls_inspector() for c in entry.chains)
-        if need_tls or need_http:
+        if need_tls:  # istiod needTLSInspector: SNI or ALPN to read, never for sniffing alone
             out.listener_filters.append(tls_inspector_filter())
         if need_http:
             out.listener_filters.append(http_inspector_filter())
