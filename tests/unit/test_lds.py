@@ -161,6 +161,8 @@ def test_virtual_outbound_passes_unknown_traffic_through_with_allow_any() -> Non
     assert (sock.address, sock.port_value) == ("0.0.0.0", 15001)
     assert vo.use_original_dst.value is True
     assert vo.traffic_direction == base_pb2.OUTBOUND
+    # istiod: MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP (1) on the listeners that bind
+    assert vo.max_connections_to_accept_per_socket_event.value == 1
     blackhole, catch_all = vo.filter_chains
     assert blackhole.name == "virtualOutbound-blackhole"
     assert blackhole.filter_chain_match.destination_port.value == 15001  # no loop to the capture port
@@ -221,6 +223,7 @@ def test_no_virtual_listeners_without_capture_and_every_outbound_listener_binds(
     for listener in listeners.values():
         assert listener.address.socket_address.address == "127.0.0.1"
         assert not listener.HasField("bind_to_port")  # Envoy's default: bound
+        assert listener.max_connections_to_accept_per_socket_event.value == 1  # istiod, for bound listeners
     # a sniffed port on its own address gets a route of its own
     http = listeners["127.0.0.1_7000"].filter_chains[0]
     assert hcm(http).rds.route_config_name == f"{AUTO}:7000"
@@ -232,6 +235,7 @@ def test_no_virtual_listeners_without_capture_and_every_outbound_listener_binds(
 def test_http_port_shares_a_wildcard_listener_with_rds_named_by_port() -> None:
     listener = by_name(generate_listeners(sidecar(), environment(WORKLOADS)))["0.0.0.0_80"]
     assert listener.bind_to_port.value is False  # reached through virtualOutbound
+    assert not listener.HasField("max_connections_to_accept_per_socket_event")  # only for listeners that bind
     assert listener.traffic_direction == base_pb2.OUTBOUND
     # istiod buildListenerFromEntry: sniffing needs only the HTTP inspector, no chain reads SNI
     assert filter_names(listener) == ["envoy.filters.listener.http_inspector"]
@@ -543,6 +547,7 @@ def test_gateway_selected_by_labels_merges_servers_by_port(tmp_path: Path) -> No
     assert set(listeners) == {"0.0.0.0_80", "0.0.0.0_443", "0.0.0.0_5432", "0.0.0.0_8443"}
     http = listeners["0.0.0.0_80"]
     assert not http.HasField("bind_to_port")  # gateways bind their ports
+    assert http.max_connections_to_accept_per_socket_event.value == 1
     assert not http.listener_filters and http.listener_filters_timeout.seconds == 0
     [chain] = http.filter_chains  # both gateways' port-80 servers share one HCM
     assert chain.transport_socket_connect_timeout.seconds == 15  # istiod buildGatewayListener

@@ -32,6 +32,7 @@ from app.xds.cache import Ident
 from app.xds.envoy.address import build_address
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
 from app.xds.envoy.listener_filters import (
+    MAX_ACCEPT_PER_EVENT,
     PASSTHROUGH_FILTER_CHAIN,
     PLAINTEXT_HTTP_ALPNS,
     RAW_BUFFER_TRANSPORT,
@@ -320,7 +321,9 @@ class _Builder:
         name = f"{entry.bind}_{entry.port.port}"
         out = listener_pb2.Listener(name=name, traffic_direction=_OUTBOUND, continue_on_listener_filters_timeout=True)
         out.address.CopyFrom(build_address(entry.bind, entry.port.port))
-        if not entry.bind_to_port:
+        if entry.bind_to_port:
+            out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
+        else:
             out.bind_to_port.value = False
         need_http = any(c.application_protocols for c in entry.chains)
         need_tls = any(c.needs_tls_inspector() for c in entry.chains)
@@ -402,6 +405,7 @@ def build_virtual_outbound_listener(
     out = listener_pb2.Listener(name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND)
     out.address.CopyFrom(build_address(ctx.wildcard, port))
     out.use_original_dst.value = True
+    out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT  # it binds (buildVirtualOutboundListener)
     if ctx.proxy.interception_mode == "TPROXY":
         out.transparent.value = True
     # never pass through to the capture port itself: that would loop

@@ -64,6 +64,9 @@ MTLS_TCP_ALPNS = ("istio-peer-exchange", "istio")
 PASSTHROUGH_FILTER_CHAIN = "PassthroughFilterChain"
 SERVER_NAME = "istio-envoy"  # the HCM server_name of inbound and gateway listeners
 STAT_PREFIX_DELIMITER = ";"  # istiod util.DelimitedStatsPrefix
+# MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP's default: istiod sets it on every listener that binds
+# (maxConnectionsToAcceptPerSocketEvent)
+MAX_ACCEPT_PER_EVENT = 1
 
 
 def pack(msg: message.Message) -> any_pb2.Any:
