@@ -22,7 +22,7 @@ from app.api import networking as net
 from app.config.host import is_ip_address
 from app.config.labels import selector_matches
 from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
-from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
+from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import (
     EMPTY_PORTS,
@@ -161,6 +161,7 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
         if we.service_account
         else "",
         tls_mode=tls_mode,
+        health=HealthStatus.UNKNOWN,  # istiod convertWorkloadEntryToWorkloadInstance sets none
     )
 
 
@@ -351,6 +352,7 @@ class ServiceEntryController:
                         port=port.target_port or port.number,
                         service_port_name=port.name,
                         namespace=ns,
+                        health=HealthStatus.UNKNOWN,  # istiod convertServiceEntryToInstances sets none
                     )
                 )
         return out

@@ -89,14 +89,16 @@ def test_inline_endpoint_port_mapping() -> None:
         labels=MappingProxyType({"version": "v1", "security.istio.io/tlsMode": "istio"}),
         locality="us-west/us-west-2a",
         weight=5,
-        health=HealthStatus.HEALTHY,
+        health=HealthStatus.UNKNOWN,  # nothing reports a ServiceEntry endpoint's health (istiod's zero value)
         network="net-a",
         service_account="spiffe://cluster.local/ns/shop/sa/pay",
         namespace="shop",
         workload_name="payments",
         tls_mode="istio",
     )
-    assert eps[1] == Endpoint("10.1.0.2", 8080, "http", namespace="shop", workload_name="payments")
+    assert eps[1] == Endpoint(
+        "10.1.0.2", 8080, "http", namespace="shop", workload_name="payments", health=HealthStatus.UNKNOWN
+    )
     assert reg.endpoint_index.source_endpoints(*PAY, SOURCE_EXTERNAL) == eps
 
 
@@ -148,8 +150,8 @@ def test_dns_service_entry_without_endpoints_uses_its_host() -> None:
     assert svc.mesh_external is True  # location defaults to MESH_EXTERNAL
     assert svc.resolution is Resolution.DNS_LB
     assert reg.endpoints("www.google.com", "egress") == (
-        Endpoint("www.google.com", 443, "https", namespace="egress"),
-        Endpoint("www.google.com", 8080, "http", namespace="egress"),
+        Endpoint("www.google.com", 443, "https", namespace="egress", health=HealthStatus.UNKNOWN),
+        Endpoint("www.google.com", 8080, "http", namespace="egress", health=HealthStatus.UNKNOWN),
     )
     assert [e.address for e in reg.endpoints("maps.google.com", "egress")] == ["maps.google.com"] * 2
     # STATIC (or NONE) with no endpoints has none
@@ -243,6 +245,7 @@ def test_workload_selector_selects_workload_entries_and_pods() -> None:
             labels=MappingProxyType({"app": "legacy", "istio-locality": "eu.eu-1"}),
             locality="eu/eu-1",
             weight=3,
+            health=HealthStatus.UNKNOWN,  # a WorkloadEntry: istiod sets no health
             service_account="spiffe://cluster.local/ns/vm/sa/legacy",
             namespace="vm",
             workload_name="vm-a",
@@ -253,6 +256,7 @@ def test_workload_selector_selects_workload_entries_and_pods() -> None:
             port=8080,
             service_port_name="http",
             labels=MappingProxyType({"app": "legacy", "security.istio.io/tlsMode": "disabled"}),
+            health=HealthStatus.UNKNOWN,
             service_account="spiffe://cluster.local/ns/vm/sa/legacy",
             namespace="vm",
             workload_name="vm-b",
@@ -499,5 +503,5 @@ spec:
 """,
     )
     assert reg.endpoints("uds.local", "local") == (
-        Endpoint("/var/run/app.sock", 0, "http", namespace="local", workload_name="uds"),
+        Endpoint("/var/run/app.sock", 0, "http", namespace="local", workload_name="uds", health=HealthStatus.UNKNOWN),
     )
