@@ -170,7 +170,8 @@ def test_a_domain_is_used_once_and_a_short_name_never_shadows_an_fqdn() -> None:
         created="2024-02-01T00:00:00Z",
     )
     by_name = vhosts(route(sidecar(), push_context(*SERVICES, entry), "9080"))
-    assert list(by_name[f"{REVIEWS}:9080"].domains) == [REVIEWS, f"{REVIEWS}.", "reviews", "reviews.default.svc", "10.96.0.30"]
+    want = [REVIEWS, f"{REVIEWS}.", "reviews", "reviews.default.svc", "10.96.0.30"]
+    assert list(by_name[f"{REVIEWS}:9080"].domains) == want
     # the VIP went to the older service
     assert list(by_name["reviews.default:9080"].domains) == ["reviews.default", "reviews.default."]
     every = [d for vh in by_name.values() for d in vh.domains]

@@ -405,7 +405,7 @@ def build_virtual_outbound_listener(
     out = listener_pb2.Listener(name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND)
     out.address.CopyFrom(build_address(ctx.wildcard, port))
     out.use_original_dst.value = True
-    out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT  # it binds (buildVirtualOutboundListener)
+    out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT  # it binds (istiod, as for inbound)
     if ctx.proxy.interception_mode == "TPROXY":
         out.transparent.value = True
     # never pass through to the capture port itself: that would loop
