@@ -24,9 +24,11 @@ from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import json_format
 
+from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.xds.envoy.listener import sidecar_route_name
+from app.xds.envoy.listener_tls import inbound_mtls_context, trust_domains_for_validation
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.lds import generate_listeners, route_names
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
@@ -444,6 +446,9 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
     assert ctx.require_client_certificate.value is True
     assert [s.name for s in ctx.common_tls_context.tls_certificate_sds_secret_configs] == ["default"]
     assert list(ctx.common_tls_context.alpn_protocols) == ["h2", "http/1.1"]
+    # only peers of the mesh's trust domain (istiod ApplyToCommonTLSContext)
+    validation = ctx.common_tls_context.combined_validation_context.default_validation_context
+    assert [m.prefix for m in validation.match_subject_alt_names] == ["spiffe://cluster.local/"]
     manager = hcm(http[1])
     assert not http[1].HasField("transport_socket")
     assert manager.stat_prefix == "inbound_0.0.0.0_8080;"
@@ -462,6 +467,19 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
     assert all(tcp_proxy(c).cluster == "inbound|9000||" for c in tcp)
     assert list(tls_context(tcp[0]).common_tls_context.alpn_protocols) == ["istio-peer-exchange", "h2", "http/1.1"]
     assert not tcp[1].HasField("transport_socket")
+
+
+def test_inbound_mtls_accepts_the_trust_domain_its_aliases_and_the_ca_certificates_domains() -> None:
+    # istiod TrustDomainsForValidation: each once, in that order, empty ones skipped
+    mesh = MeshConfig(trust_domain="td.example", trust_domain_aliases=["old.example", "td.example"])
+    mesh.ca_certificates.add(trust_domains=["other.example", "", "old.example"])
+    assert trust_domains_for_validation(mesh) == ["td.example", "old.example", "other.example"]
+    validation = inbound_mtls_context(mesh, tcp=False).common_tls_context.combined_validation_context
+    assert [m.prefix for m in validation.default_validation_context.match_subject_alt_names] == [
+        "spiffe://td.example/",
+        "spiffe://old.example/",
+        "spiffe://other.example/",
+    ]
 
 
 # --- gateways -----------------------------------------------------------------------------------
