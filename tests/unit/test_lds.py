@@ -258,7 +258,26 @@ def test_http_port_shares_a_wildcard_listener_with_rds_named_by_port() -> None:
     assert manager.path_with_escaped_slashes_action == H.KEEP_UNCHANGED
     assert [u.upgrade_type for u in manager.upgrade_configs] == ["websocket"]
     assert manager.HasField("stream_idle_timeout") and manager.stream_idle_timeout.seconds == 0
-    assert not manager.server_name and not manager.HasField("tracing") and not manager.access_log
+    assert not manager.server_name and not manager.access_log
+    # mesh enableTracing (default true) without Telemetry: istiod's sampling and Istio's tags
+    tracing = manager.tracing
+    assert (tracing.client_sampling.value, tracing.overall_sampling.value, tracing.random_sampling.value) == (
+        100.0,
+        100.0,
+        1.0,
+    )
+    literals = {t.tag: t.literal.value for t in tracing.custom_tags if t.HasField("literal")}
+    assert literals == {
+        "istio.canonical_revision": "latest",
+        "istio.canonical_service": "unknown",
+        "istio.cluster_id": "Kubernetes",
+        "istio.mesh_id": "unknown",
+        "istio.namespace": "default",
+    }
+    assert [t.tag for t in tracing.custom_tags] == sorted(t.tag for t in tracing.custom_tags)
+    [dry_run] = [t for t in tracing.custom_tags if t.tag == "istio.authorization.dry_run.allow_policy.name"]
+    assert dry_run.metadata.metadata_key.key == "envoy.filters.http.rbac"
+    assert [p.key for p in dry_run.metadata.metadata_key.path] == ["istio_dry_run_allow_shadow_effective_policy_id"]
     assert [f.name for f in manager.http_filters] == [
         "envoy.filters.http.grpc_stats",
         "envoy.filters.http.fault",
@@ -467,6 +486,43 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
     assert all(tcp_proxy(c).cluster == "inbound|9000||" for c in tcp)
     assert list(tls_context(tcp[0]).common_tls_context.alpn_protocols) == ["istio-peer-exchange", "h2", "http/1.1"]
     assert not tcp[1].HasField("transport_socket")
+
+
+def test_tracing_follows_the_proxy_config_and_names_the_proxy() -> None:
+    mesh = MESH + """defaultConfig:
+  tracing:
+    sampling: 25
+    maxPathTagLength: 99
+    customTags:
+      team: {literal: {value: payments}}
+      user: {header: {name: x-user, defaultValue: anon}}
+"""
+    proxy = build_proxy(
+        "sidecar~10.1.0.1~app-1.default~default.svc.cluster.local",
+        {
+            "INSTANCE_IPS": "10.1.0.1",
+            "MESH_ID": "mesh-a",
+            "CLUSTER_ID": "east",
+            "LABELS": {"service.istio.io/canonical-name": "web", "service.istio.io/canonical-revision": "v2"},
+        },
+    )
+    listener = by_name(generate_listeners(proxy, environment(WORKLOADS, mesh=mesh)))["0.0.0.0_80"]
+    tracing = hcm(listener.filter_chains[0]).tracing
+    assert tracing.random_sampling.value == 25.0 and tracing.max_path_tag_length.value == 99
+    tags = {t.tag: t for t in tracing.custom_tags}
+    assert {k: tags[k].literal.value for k in ("istio.canonical_service", "istio.canonical_revision")} == {
+        "istio.canonical_service": "web",
+        "istio.canonical_revision": "v2",
+    }
+    assert (tags["istio.mesh_id"].literal.value, tags["istio.cluster_id"].literal.value) == ("mesh-a", "east")
+    assert tags["team"].literal.value == "payments"
+    assert (tags["user"].request_header.name, tags["user"].request_header.default_value) == ("x-user", "anon")
+    # Istio's own tags off: only the configured ones; tracing off: none at all
+    quiet = mesh.replace("    sampling: 25", "    sampling: 25\n    enableIstioTags: false")
+    listener = by_name(generate_listeners(proxy, environment(WORKLOADS, mesh=quiet)))["0.0.0.0_80"]
+    assert [t.tag for t in hcm(listener.filter_chains[0]).tracing.custom_tags] == ["team", "user"]
+    off = environment(WORKLOADS, mesh=mesh + "enableTracing: false\n")
+    assert not hcm(by_name(generate_listeners(proxy, off))["0.0.0.0_80"].filter_chains[0]).HasField("tracing")
 
 
 def test_inbound_mtls_accepts_the_trust_domain_its_aliases_and_the_ca_certificates_domains() -> None:

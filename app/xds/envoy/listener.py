@@ -238,7 +238,17 @@ class _Builder:
         """What every listener of this build reads besides its adds."""
         proxy = self.ctx.proxy
         labels = tuple(sorted(proxy.labels.items()))
-        return (Ident(self.ctx.mesh), self.outbound_policy, self.egress, proxy.ip_addresses, proxy.namespace, labels)
+        # namespace, labels, cluster and mesh: what the tracing tags of HTTP chains read too
+        return (
+            Ident(self.ctx.mesh),
+            self.outbound_policy,
+            self.egress,
+            proxy.ip_addresses,
+            proxy.namespace,
+            labels,
+            proxy.cluster_id,
+            proxy.mesh_id,
+        )
 
     def _input(self, add: _Add | str) -> Hashable:
         """What one add contributes: the service by identity, its port and address, and for TCP
@@ -337,7 +347,7 @@ class _Builder:
         stat_prefix = delimited_stat_prefix(f"outbound_{name}")
         default: lc.FilterChain | None = None
         for opts in entry.chains:
-            chain = build_filter_chain(opts, stat_prefix, mesh)
+            chain = build_filter_chain(opts, stat_prefix, mesh, self.ctx.proxy)
             chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
             match = opts.filter_chain_match()
             if match is None:

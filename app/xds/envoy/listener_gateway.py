@@ -200,7 +200,7 @@ def _listener(
     out.listener_filters_timeout.CopyFrom(zero_duration())
     stat_prefix = delimited_stat_prefix(f"outbound_{name}")
     for opts in chains:
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)
         chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
         match = opts.filter_chain_match()
         if match is not None:

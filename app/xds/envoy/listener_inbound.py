@@ -344,7 +344,7 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
             network_filters=() if m.http else tcp,
             name=cc.name(m.http),
         )
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)
         match = chain.filter_chain_match
         match.transport_protocol = m.transport
         match.application_protocols.extend(m.alpns)
