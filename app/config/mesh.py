@@ -34,6 +34,7 @@ def default_mesh_config() -> MeshConfig:
         protocol_detection_timeout=duration_pb2.Duration(seconds=0),
         ingress_class="istio",
         ingress_service="istio-ingressgateway",
+        enable_tracing=True,
     )
     m.outbound_traffic_policy.mode = MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
     m.locality_lb_setting.enabled.value = True

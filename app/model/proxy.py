@@ -34,6 +34,7 @@ class Proxy:
     dns_domain: str
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
     cluster_id: str = "Kubernetes"
+    mesh_id: str = ""  # MESH_ID: what tracing tags name the mesh
     network: str = ""
     istio_version: str = ""
     interception_mode: str = "REDIRECT"
@@ -109,6 +110,7 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
         dns_domain=domain or f"{namespace}.svc.cluster.local",
         labels=clean_labels,
         cluster_id=_str(md.get("CLUSTER_ID")) or "Kubernetes",
+        mesh_id=_str(md.get("MESH_ID")),
         network=_str(md.get("NETWORK")),
         istio_version=_str(md.get("ISTIO_VERSION")),
         interception_mode=_str(md.get("INTERCEPTION_MODE")) or "REDIRECT",

@@ -150,6 +150,9 @@ class Service:
 
 
 class HealthStatus(enum.Enum):
+    # nothing reports health (ServiceEntry and WorkloadEntry endpoints): istiod leaves its
+    # model.HealthStatus at the zero value, which Envoy reads as UNKNOWN and treats as healthy
+    UNKNOWN = "UNKNOWN"
     HEALTHY = "HEALTHY"
     UNHEALTHY = "UNHEALTHY"
     DRAINING = "DRAINING"

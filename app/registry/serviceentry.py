@@ -21,8 +21,8 @@ from types import MappingProxyType
 from app.api import networking as net
 from app.config.host import is_ip_address
 from app.config.labels import selector_matches
-from app.config.model import ConfigEvent, ConfigObject, EventType, Kind
-from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
+from app.config.model import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
+from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import (
     EMPTY_PORTS,
@@ -41,6 +41,8 @@ from app.registry.kube import (
 SOURCE_EXTERNAL = "External"
 SOURCE_K8S_SELECTED = "External/k8s-selected"
 UNIX_PREFIX = "unix://"
+AUTO_REGISTRATION_GROUP = "istio.io/autoRegistrationGroup"  # annotation of an auto-registered WorkloadEntry
+WORKLOAD_NAME_LABEL = "service.istio.io/workload-name"
 
 _RESOLUTIONS: Mapping[int, Resolution] = {
     net.ServiceEntry.NONE: Resolution.PASSTHROUGH,
@@ -139,6 +141,14 @@ def merge_same_host_services(services: Sequence[Service]) -> Service:
     return merged
 
 
+def workload_entry_name(meta: ObjectMeta) -> str:
+    """The workload name a WorkloadEntry's endpoints report (istiod labels.WorkloadNameFromWorkloadEntry):
+    its auto-registration group, else its service.istio.io/workload-name label, else its name."""
+    if AUTO_REGISTRATION_GROUP in meta.annotations:
+        return meta.annotations[AUTO_REGISTRATION_GROUP]
+    return meta.labels.get(WORKLOAD_NAME_LABEL, meta.name)
+
+
 def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, trust_domain: str) -> Workload:
     """A WorkloadEntry (standalone, or inline in a ServiceEntry) as an endpoint template."""
     labels = MappingProxyType(dict(we.labels))
@@ -161,6 +171,7 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
         if we.service_account
         else "",
         tls_mode=tls_mode,
+        health=HealthStatus.UNKNOWN,  # istiod convertWorkloadEntryToWorkloadInstance sets none
     )
 
 
@@ -196,11 +207,8 @@ class ServiceEntryController:
         if obj.kind is Kind.SERVICE_ENTRY:
             return self._on_entry(obj, deleted)
         if obj.kind is Kind.WORKLOAD_ENTRY:
-            workload = (
-                None
-                if deleted
-                else workload_entry_workload(obj.spec, obj.meta.name, obj.meta.namespace, self.trust_domain)
-            )
+            name, ns = workload_entry_name(obj.meta), obj.meta.namespace
+            workload = None if deleted else workload_entry_workload(obj.spec, name, ns, self.trust_domain)
             return self._on_workload(self._workload_entries, obj, workload, kube_selectable=True)
         if obj.kind is Kind.POD:
             pod = None if deleted or pod_is_terminal(obj) else pod_workload(obj, self.trust_domain)
@@ -327,8 +335,10 @@ class ServiceEntryController:
         ns = obj.meta.namespace
         out: list[Endpoint] = []
         if se.endpoints:
+            # istiod convertServiceEntryToInstances: inline endpoint i is the workload NAME-i
             inline = [
-                workload_entry_workload(we, obj.meta.name, ns, self.trust_domain) for we in se.endpoints
+                workload_entry_workload(we, f"{obj.meta.name}-{i}", ns, self.trust_domain)
+                for i, we in enumerate(se.endpoints)
             ]
             for port in se.ports:
                 for w in inline:
@@ -351,6 +361,8 @@ class ServiceEntryController:
                         port=port.target_port or port.number,
                         service_port_name=port.name,
                         namespace=ns,
+                        workload_name=obj.meta.name,  # istiod convertServiceEntryToInstances: the entry
+                        health=HealthStatus.UNKNOWN,  # istiod convertServiceEntryToInstances sets none
                     )
                 )
         return out

@@ -46,6 +46,7 @@ from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
 from app.xds.envoy.cluster import AppliedDestinationRule
 from app.xds.envoy.listener_tcp import TCP_PROTOCOLS
 from app.xds.envoy.route_policy import load_balancer_view
+from app.xds.envoy.tracing import TRACING_LABELS
 from app.xds.generators.cds import proxy_clusters, service_clusters
 from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
 from app.xds.generators.lds import scope_listener_plan, scope_listeners, workload_listeners
@@ -144,6 +145,7 @@ def _proxy_key(p: Proxy) -> tuple[Hashable, ...]:
         p.dns_domain,
         tuple(sorted(p.labels.items())),
         p.cluster_id,
+        p.mesh_id,
         p.network,
         p.istio_version,
         p.interception_mode,
@@ -172,13 +174,16 @@ def _traits(proxy: Proxy, labels_read: bool, own_ip_read: bool = False) -> _Trai
         network=proxy.network,
         locality=proxy.locality,
     )
+    # every HTTP connection manager's tracing tags name the proxy's canonical service and mesh
+    tracing_labels = {k: proxy.labels[k] for k in TRACING_LABELS if k in proxy.labels}
     scope_proxy = replace(
         outbound,
         ip_addresses=_scope_ips(proxy.ip_addresses, own_ip_read),
         namespace=proxy.namespace,
         dns_domain=proxy.dns_domain,
-        labels=labels,
+        labels=labels if labels_read else tracing_labels,
         cluster_id=proxy.cluster_id,
+        mesh_id=proxy.mesh_id,
         network=proxy.network,
         interception_mode=proxy.interception_mode,
     )  # no ISTIO_VERSION: only virtualInbound reads it, built per proxy

@@ -444,6 +444,27 @@ def test_a_headless_pod_gets_no_outbound_listener_to_itself_and_others_still_sha
         assert {n: r.version for n, r in got[p.id].items()} == {n: r.version for n, r in plain.items()}
 
 
+def test_canonical_service_splits_listeners_by_their_tracing_tags_and_nothing_else() -> None:
+    # istiod's tracing tags name the proxy's canonical service: proxies that differ in it get
+    # their own outbound listeners, and still share every cluster
+    mesh = Mesh(BASE)
+    canonical = "service.istio.io/canonical-name"
+    web_0 = proxy("web-0.c", "10.0.9.1", {canonical: "web", "pod": "0"})
+    web_1 = proxy("web-1.c", "10.0.9.2", {canonical: "web", "pod": "1"})
+    api = proxy("api-0.c", "10.0.9.3", {canonical: "api"})
+    web, same, other = mesh.listeners(web_0), mesh.listeners(web_1), mesh.listeners(api)
+    assert web["0.0.0.0_80"] is same["0.0.0.0_80"]
+    assert web["0.0.0.0_80"].version != other["0.0.0.0_80"].version
+    for p, got in ((web_0, web), (api, other)):
+        assert got["0.0.0.0_80"].version == encode_listener(p, mesh, "0.0.0.0_80")
+    assert all(mesh.clusters(api)[n] is r for n, r in outbound(mesh.clusters(web_0)).items())
+
+
+def encode_listener(p: Proxy, mesh: Mesh, name: str) -> str:
+    [found] = [m for m in generate_listeners(p, mesh.push) if m.name == name]
+    return encode(found.name, found).version
+
+
 # --- shared output equals plain generation, whatever the order ----------------------------------
 
 

@@ -156,7 +156,8 @@ def test_default_eds_cluster_has_istiod_defaults_and_auto_mtls_matches() -> None
     assert eds.eds_config.resource_api_version == 2  # V3
     assert c.connect_timeout.seconds == 10
     assert c.lb_policy == C.LEAST_REQUEST
-    assert c.HasField("common_lb_config") and not c.common_lb_config.HasField("healthy_panic_threshold")
+    assert c.common_lb_config.HasField("healthy_panic_threshold")  # 0 %: PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS
+    assert c.common_lb_config.healthy_panic_threshold.value == 0
     [t] = c.circuit_breakers.thresholds
     assert (t.max_connections.value, t.max_pending_requests.value, t.max_requests.value, t.max_retries.value) == (
         MAX,
@@ -164,7 +165,7 @@ def test_default_eds_cluster_has_istiod_defaults_and_auto_mtls_matches() -> None
         MAX,
         MAX,
     )
-    assert t.track_remaining is True
+    assert t.track_remaining is False  # DISABLE_TRACK_REMAINING_CB_METRICS defaults to true
     assert http_options(c) is None  # plain HTTP/1 port: nothing to say
     assert istio_md(c) == {"services": [{"host": HOST, "name": "reviews", "namespace": "default"}]}
     assert not c.HasField("transport_socket")

@@ -304,6 +304,8 @@ def test_service_entry_static_endpoints_grouped_by_locality_with_weights() -> No
     assert la.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value == 8080
     # a WorkloadEntry-style endpoint with an identity is taken to run a sidecar
     assert "envoy.transport_socket_match" in la.endpoints[2].lb_endpoints[0].metadata.filter_metadata
+    # nothing reports their health: UNKNOWN (Envoy takes it as healthy), as istiod sends them
+    assert {e.health_status for g in la.endpoints for e in g.lb_endpoints} == {health_check_pb2.UNKNOWN}
 
 
 def test_service_entry_selecting_workload_entries() -> None:
@@ -313,6 +315,7 @@ def test_service_entry_selecting_workload_entries() -> None:
     assert ep.endpoint.address.socket_address.port_value == 7000
     assert ep.load_balancing_weight.value == 2 and la.endpoints[0].load_balancing_weight.value == 2
     assert ep.metadata.filter_metadata["istio"].fields["workload"].string_value == "vm-1;default;vm;v1;Kubernetes"
+    assert ep.health_status == health_check_pb2.UNKNOWN  # a WorkloadEntry's, as istiod
 
 
 # --- locality load balancing ---------------------------------------------------------------

@@ -24,9 +24,11 @@ from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import json_format
 
+from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.xds.envoy.listener import sidecar_route_name
+from app.xds.envoy.listener_tls import inbound_mtls_context, trust_domains_for_validation
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.lds import generate_listeners, route_names
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
@@ -161,6 +163,8 @@ def test_virtual_outbound_passes_unknown_traffic_through_with_allow_any() -> Non
     assert (sock.address, sock.port_value) == ("0.0.0.0", 15001)
     assert vo.use_original_dst.value is True
     assert vo.traffic_direction == base_pb2.OUTBOUND
+    # istiod: MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP (1) on the listeners that bind
+    assert vo.max_connections_to_accept_per_socket_event.value == 1
     blackhole, catch_all = vo.filter_chains
     assert blackhole.name == "virtualOutbound-blackhole"
     assert blackhole.filter_chain_match.destination_port.value == 15001  # no loop to the capture port
@@ -171,6 +175,7 @@ def test_virtual_outbound_passes_unknown_traffic_through_with_allow_any() -> Non
     # outbound listeners fall back to the same place
     fallback = listeners["0.0.0.0_80"].default_filter_chain
     assert fallback.name == "PassthroughFilterChain" and tcp_proxy(fallback).cluster == "PassthroughCluster"
+    assert not fallback.HasField("transport_socket_connect_timeout")  # only the entry's own chains have it
 
 
 @pytest.mark.parametrize("where", ["mesh", "sidecar"])
@@ -220,6 +225,7 @@ def test_no_virtual_listeners_without_capture_and_every_outbound_listener_binds(
     for listener in listeners.values():
         assert listener.address.socket_address.address == "127.0.0.1"
         assert not listener.HasField("bind_to_port")  # Envoy's default: bound
+        assert listener.max_connections_to_accept_per_socket_event.value == 1  # istiod, for bound listeners
     # a sniffed port on its own address gets a route of its own
     http = listeners["127.0.0.1_7000"].filter_chains[0]
     assert hcm(http).rds.route_config_name == f"{AUTO}:7000"
@@ -231,13 +237,17 @@ def test_no_virtual_listeners_without_capture_and_every_outbound_listener_binds(
 def test_http_port_shares_a_wildcard_listener_with_rds_named_by_port() -> None:
     listener = by_name(generate_listeners(sidecar(), environment(WORKLOADS)))["0.0.0.0_80"]
     assert listener.bind_to_port.value is False  # reached through virtualOutbound
+    assert not listener.HasField("max_connections_to_accept_per_socket_event")  # only for listeners that bind
     assert listener.traffic_direction == base_pb2.OUTBOUND
-    assert filter_names(listener) == ["envoy.filters.listener.tls_inspector", "envoy.filters.listener.http_inspector"]
+    # istiod buildListenerFromEntry: sniffing needs only the HTTP inspector, no chain reads SNI
+    assert filter_names(listener) == ["envoy.filters.listener.http_inspector"]
     assert listener.continue_on_listener_filters_timeout is True
     [chain] = listener.filter_chains
     # HTTP is sniffed on the wildcard so non-HTTP traffic to the port falls through
     assert chain.filter_chain_match.transport_protocol == "raw_buffer"
     assert list(chain.filter_chain_match.application_protocols) == ["http/1.1", "h2c"]
+    # istiod buildListenerFromEntry: PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT on every chain
+    assert chain.transport_socket_connect_timeout.seconds == 15
     manager = hcm(chain)
     assert manager.rds.route_config_name == "80"
     assert manager.rds.config_source.HasField("ads")
@@ -248,7 +258,26 @@ def test_http_port_shares_a_wildcard_listener_with_rds_named_by_port() -> None:
     assert manager.path_with_escaped_slashes_action == H.KEEP_UNCHANGED
     assert [u.upgrade_type for u in manager.upgrade_configs] == ["websocket"]
     assert manager.HasField("stream_idle_timeout") and manager.stream_idle_timeout.seconds == 0
-    assert not manager.server_name and not manager.HasField("tracing") and not manager.access_log
+    assert not manager.server_name and not manager.access_log
+    # mesh enableTracing (default true) without Telemetry: istiod's sampling and Istio's tags
+    tracing = manager.tracing
+    assert (tracing.client_sampling.value, tracing.overall_sampling.value, tracing.random_sampling.value) == (
+        100.0,
+        100.0,
+        1.0,
+    )
+    literals = {t.tag: t.literal.value for t in tracing.custom_tags if t.HasField("literal")}
+    assert literals == {
+        "istio.canonical_revision": "latest",
+        "istio.canonical_service": "unknown",
+        "istio.cluster_id": "Kubernetes",
+        "istio.mesh_id": "unknown",
+        "istio.namespace": "default",
+    }
+    assert [t.tag for t in tracing.custom_tags] == sorted(t.tag for t in tracing.custom_tags)
+    [dry_run] = [t for t in tracing.custom_tags if t.tag == "istio.authorization.dry_run.allow_policy.name"]
+    assert dry_run.metadata.metadata_key.key == "envoy.filters.http.rbac"
+    assert [p.key for p in dry_run.metadata.metadata_key.path] == ["istio_dry_run_allow_shadow_effective_policy_id"]
     assert [f.name for f in manager.http_filters] == [
         "envoy.filters.http.grpc_stats",
         "envoy.filters.http.fault",
@@ -312,7 +341,7 @@ spec:
 
 def test_auto_protocol_port_sniffs_http_next_to_tcp() -> None:
     listener = by_name(generate_listeners(sidecar(), environment(WORKLOADS)))["10.96.1.3_7000"]
-    assert filter_names(listener) == ["envoy.filters.listener.tls_inspector", "envoy.filters.listener.http_inspector"]
+    assert filter_names(listener) == ["envoy.filters.listener.http_inspector"]  # no chain reads SNI
     [http] = listener.filter_chains
     assert list(http.filter_chain_match.application_protocols) == ["http/1.1", "h2c"]
     # a sniffed listener on its VIP has its own route: HOST:PORT (istiod)
@@ -436,6 +465,9 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
     assert ctx.require_client_certificate.value is True
     assert [s.name for s in ctx.common_tls_context.tls_certificate_sds_secret_configs] == ["default"]
     assert list(ctx.common_tls_context.alpn_protocols) == ["h2", "http/1.1"]
+    # only peers of the mesh's trust domain (istiod ApplyToCommonTLSContext)
+    validation = ctx.common_tls_context.combined_validation_context.default_validation_context
+    assert [m.prefix for m in validation.match_subject_alt_names] == ["spiffe://cluster.local/"]
     manager = hcm(http[1])
     assert not http[1].HasField("transport_socket")
     assert manager.stat_prefix == "inbound_0.0.0.0_8080;"
@@ -454,6 +486,56 @@ def test_virtual_inbound_has_passthrough_and_permissive_chains_for_own_ports() -
     assert all(tcp_proxy(c).cluster == "inbound|9000||" for c in tcp)
     assert list(tls_context(tcp[0]).common_tls_context.alpn_protocols) == ["istio-peer-exchange", "h2", "http/1.1"]
     assert not tcp[1].HasField("transport_socket")
+
+
+def test_tracing_follows_the_proxy_config_and_names_the_proxy() -> None:
+    mesh = MESH + """defaultConfig:
+  tracing:
+    sampling: 25
+    maxPathTagLength: 99
+    customTags:
+      team: {literal: {value: payments}}
+      user: {header: {name: x-user, defaultValue: anon}}
+"""
+    proxy = build_proxy(
+        "sidecar~10.1.0.1~app-1.default~default.svc.cluster.local",
+        {
+            "INSTANCE_IPS": "10.1.0.1",
+            "MESH_ID": "mesh-a",
+            "CLUSTER_ID": "east",
+            "LABELS": {"service.istio.io/canonical-name": "web", "service.istio.io/canonical-revision": "v2"},
+        },
+    )
+    listener = by_name(generate_listeners(proxy, environment(WORKLOADS, mesh=mesh)))["0.0.0.0_80"]
+    tracing = hcm(listener.filter_chains[0]).tracing
+    assert tracing.random_sampling.value == 25.0 and tracing.max_path_tag_length.value == 99
+    tags = {t.tag: t for t in tracing.custom_tags}
+    assert {k: tags[k].literal.value for k in ("istio.canonical_service", "istio.canonical_revision")} == {
+        "istio.canonical_service": "web",
+        "istio.canonical_revision": "v2",
+    }
+    assert (tags["istio.mesh_id"].literal.value, tags["istio.cluster_id"].literal.value) == ("mesh-a", "east")
+    assert tags["team"].literal.value == "payments"
+    assert (tags["user"].request_header.name, tags["user"].request_header.default_value) == ("x-user", "anon")
+    # Istio's own tags off: only the configured ones; tracing off: none at all
+    quiet = mesh.replace("    sampling: 25", "    sampling: 25\n    enableIstioTags: false")
+    listener = by_name(generate_listeners(proxy, environment(WORKLOADS, mesh=quiet)))["0.0.0.0_80"]
+    assert [t.tag for t in hcm(listener.filter_chains[0]).tracing.custom_tags] == ["team", "user"]
+    off = environment(WORKLOADS, mesh=mesh + "enableTracing: false\n")
+    assert not hcm(by_name(generate_listeners(proxy, off))["0.0.0.0_80"].filter_chains[0]).HasField("tracing")
+
+
+def test_inbound_mtls_accepts_the_trust_domain_its_aliases_and_the_ca_certificates_domains() -> None:
+    # istiod TrustDomainsForValidation: each once, in that order, empty ones skipped
+    mesh = MeshConfig(trust_domain="td.example", trust_domain_aliases=["old.example", "td.example"])
+    mesh.ca_certificates.add(trust_domains=["other.example", "", "old.example"])
+    assert trust_domains_for_validation(mesh) == ["td.example", "old.example", "other.example"]
+    validation = inbound_mtls_context(mesh, tcp=False).common_tls_context.combined_validation_context
+    assert [m.prefix for m in validation.default_validation_context.match_subject_alt_names] == [
+        "spiffe://td.example/",
+        "spiffe://old.example/",
+        "spiffe://other.example/",
+    ]
 
 
 # --- gateways -----------------------------------------------------------------------------------
@@ -539,8 +621,10 @@ def test_gateway_selected_by_labels_merges_servers_by_port(tmp_path: Path) -> No
     assert set(listeners) == {"0.0.0.0_80", "0.0.0.0_443", "0.0.0.0_5432", "0.0.0.0_8443"}
     http = listeners["0.0.0.0_80"]
     assert not http.HasField("bind_to_port")  # gateways bind their ports
+    assert http.max_connections_to_accept_per_socket_event.value == 1
     assert not http.listener_filters and http.listener_filters_timeout.seconds == 0
     [chain] = http.filter_chains  # both gateways' port-80 servers share one HCM
+    assert chain.transport_socket_connect_timeout.seconds == 15  # istiod buildGatewayListener
     manager = hcm(chain)
     assert manager.rds.route_config_name == "http.80"
     assert manager.use_remote_address.value is True

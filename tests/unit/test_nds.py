@@ -208,6 +208,23 @@ def test_headless_service_without_ready_endpoints_has_no_entry() -> None:
     assert table(push, sidecar()) == {}
 
 
+def test_headless_serviceentry_endpoints_report_no_health_so_they_get_no_entry() -> None:
+    # istiod BuildNameTable keeps only endpoints whose health is Healthy; a WorkloadEntry's carry
+    # none (the zero value), so resolution NONE without addresses answers nothing
+    entry = config_doc(
+        "ServiceEntry",
+        "db",
+        """
+        hosts: [db.example.com]
+        ports: [{number: 5432, name: tcp, protocol: TCP}]
+        resolution: NONE
+        workloadSelector: {labels: {app: vm-db}}
+        """,
+    )
+    vm = config_doc("WorkloadEntry", "vm-db", "address: 192.0.2.10\nlabels: {app: vm-db}")
+    assert table(push_context(entry, vm), sidecar()) == {}
+
+
 def test_kubernetes_service_takes_precedence_over_a_serviceentry_for_the_same_host() -> None:
     # a ServiceEntry in another namespace naming the Kubernetes host: the Kubernetes entry wins
     se = config_doc(

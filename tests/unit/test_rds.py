@@ -128,21 +128,29 @@ def test_virtual_service_header_match_to_v2_else_v1() -> None:
 def test_domains_in_proxy_namespace_and_another() -> None:
     cfg = route(sidecar(), push_context(*SERVICES), "9080")
     by_name = vhosts(cfg)
-    # same namespace: every short form; no :PORT variants as ignore_port_in_host_matching is set
+    # same namespace: the absolute FQDN (PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN) and every short
+    # form; no :PORT variants as ignore_port_in_host_matching is set
     assert list(by_name[f"{REVIEWS}:9080"].domains) == [
         REVIEWS,
+        f"{REVIEWS}.",
         "reviews",
         "reviews.default.svc",
         "reviews.default",
         "10.96.0.30",
     ]
-    assert list(by_name[f"{RATINGS}:9080"].domains) == [RATINGS, "ratings.other", "ratings.other.svc", "10.96.0.40"]
+    assert list(by_name[f"{RATINGS}:9080"].domains) == [
+        RATINGS,
+        f"{RATINGS}.",
+        "ratings.other",
+        "ratings.other.svc",
+        "10.96.0.40",
+    ]
     assert list(by_name["allow_any"].domains) == ["*"]
 
 
 def test_headless_service_also_matches_pod_names() -> None:
     vh = vhosts(route(sidecar(), push_context(HEADLESS), "8000"))["web.default.svc.cluster.local:8000"]
-    short = ["web.default.svc.cluster.local", "web", "web.default.svc", "web.default"]
+    short = ["web.default.svc.cluster.local", "web.default.svc.cluster.local.", "web", "web.default.svc", "web.default"]
     assert list(vh.domains) == short + [f"*.{d}" for d in short]
 
 
@@ -162,9 +170,10 @@ def test_a_domain_is_used_once_and_a_short_name_never_shadows_an_fqdn() -> None:
         created="2024-02-01T00:00:00Z",
     )
     by_name = vhosts(route(sidecar(), push_context(*SERVICES, entry), "9080"))
-    assert list(by_name[f"{REVIEWS}:9080"].domains) == [REVIEWS, "reviews", "reviews.default.svc", "10.96.0.30"]
+    want = [REVIEWS, f"{REVIEWS}.", "reviews", "reviews.default.svc", "10.96.0.30"]
+    assert list(by_name[f"{REVIEWS}:9080"].domains) == want
     # the VIP went to the older service
-    assert list(by_name["reviews.default:9080"].domains) == ["reviews.default"]
+    assert list(by_name["reviews.default:9080"].domains) == ["reviews.default", "reviews.default."]
     every = [d for vh in by_name.values() for d in vh.domains]
     assert len(every) == len(set(every))
 
@@ -185,7 +194,7 @@ def test_virtual_service_for_an_external_service_entry() -> None:
     )
     cfg = route(sidecar(), push_context(*SERVICES, API_ENTRY, vs), "80")
     vh = vhosts(cfg)["api.example.com:80"]
-    assert list(vh.domains) == ["api.example.com"]  # not a Kubernetes name: no short forms
+    assert list(vh.domains) == ["api.example.com", "api.example.com."]  # not a Kubernetes name: no short forms
     assert [r.match.prefix for r in vh.routes] == ["/v2", "/"]
     assert vh.routes[0].route.timeout.ToSeconds() == 3
     assert clusters(vh)[1] == "outbound|80||api.example.com"
@@ -318,12 +327,13 @@ def test_unknown_names_get_an_empty_configuration_and_names_come_back_sorted_onc
 @pytest.mark.parametrize(
     ("hostname", "domain", "want"),
     [
-        (REVIEWS, "default.svc.cluster.local", ["reviews", "reviews.default.svc", "reviews.default"]),
-        (REVIEWS, "other.svc.cluster.local", ["reviews.default", "reviews.default.svc"]),
-        ("api.example.com", "default.svc.cluster.local", []),
-        ("foo.local.campus.net", "local.campus.net", ["foo"]),
-        ("foo.ns.campus.net", "other.campus.net", ["foo.ns", "foo.ns.campus"]),
-        ("foo.com", "bar.net", []),
+        (REVIEWS, "default.svc.cluster.local", [f"{REVIEWS}.", "reviews", "reviews.default.svc", "reviews.default"]),
+        (REVIEWS, "other.svc.cluster.local", [f"{REVIEWS}.", "reviews.default", "reviews.default.svc"]),
+        ("api.example.com", "default.svc.cluster.local", ["api.example.com."]),
+        ("foo.local.campus.net", "local.campus.net", ["foo.local.campus.net.", "foo"]),
+        ("foo.ns.campus.net", "other.campus.net", ["foo.ns.campus.net.", "foo.ns", "foo.ns.campus"]),
+        ("foo.com", "bar.net", ["foo.com."]),
+        ("10.0.0.1", "default.svc.cluster.local", []),  # an address has no absolute form
     ],
 )
 def test_alt_hosts(hostname: str, domain: str, want: list[str]) -> None:

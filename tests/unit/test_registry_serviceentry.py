@@ -11,6 +11,8 @@ from app.registry.registry import RegistryDelta, ServiceRegistry
 from app.registry.serviceentry import SOURCE_EXTERNAL, SOURCE_K8S_SELECTED
 from tests.support.registry import add, delete, services_and_shards, update
 
+UNKNOWN = HealthStatus.UNKNOWN  # what a ServiceEntry or WorkloadEntry endpoint reports (istiod's zero value)
+
 STATIC_SE = """
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -89,14 +91,16 @@ def test_inline_endpoint_port_mapping() -> None:
         labels=MappingProxyType({"version": "v1", "security.istio.io/tlsMode": "istio"}),
         locality="us-west/us-west-2a",
         weight=5,
-        health=HealthStatus.HEALTHY,
+        health=HealthStatus.UNKNOWN,  # nothing reports a ServiceEntry endpoint's health (istiod's zero value)
         network="net-a",
         service_account="spiffe://cluster.local/ns/shop/sa/pay",
         namespace="shop",
-        workload_name="payments",
+        workload_name="payments-0",  # istiod: inline endpoint i is the workload NAME-i
         tls_mode="istio",
     )
-    assert eps[1] == Endpoint("10.1.0.2", 8080, "http", namespace="shop", workload_name="payments")
+    assert eps[1] == Endpoint(
+        "10.1.0.2", 8080, "http", namespace="shop", workload_name="payments-1", health=HealthStatus.UNKNOWN
+    )
     assert reg.endpoint_index.source_endpoints(*PAY, SOURCE_EXTERNAL) == eps
 
 
@@ -148,8 +152,9 @@ def test_dns_service_entry_without_endpoints_uses_its_host() -> None:
     assert svc.mesh_external is True  # location defaults to MESH_EXTERNAL
     assert svc.resolution is Resolution.DNS_LB
     assert reg.endpoints("www.google.com", "egress") == (
-        Endpoint("www.google.com", 443, "https", namespace="egress"),
-        Endpoint("www.google.com", 8080, "http", namespace="egress"),
+        # istiod convertServiceEntryToInstances: the host's endpoint is the entry's workload
+        Endpoint("www.google.com", 443, "https", namespace="egress", workload_name="google", health=UNKNOWN),
+        Endpoint("www.google.com", 8080, "http", namespace="egress", workload_name="google", health=UNKNOWN),
     )
     assert [e.address for e in reg.endpoints("maps.google.com", "egress")] == ["maps.google.com"] * 2
     # STATIC (or NONE) with no endpoints has none
@@ -243,6 +248,7 @@ def test_workload_selector_selects_workload_entries_and_pods() -> None:
             labels=MappingProxyType({"app": "legacy", "istio-locality": "eu.eu-1"}),
             locality="eu/eu-1",
             weight=3,
+            health=HealthStatus.UNKNOWN,  # a WorkloadEntry: istiod sets no health
             service_account="spiffe://cluster.local/ns/vm/sa/legacy",
             namespace="vm",
             workload_name="vm-a",
@@ -253,6 +259,7 @@ def test_workload_selector_selects_workload_entries_and_pods() -> None:
             port=8080,
             service_port_name="http",
             labels=MappingProxyType({"app": "legacy", "security.istio.io/tlsMode": "disabled"}),
+            health=HealthStatus.UNKNOWN,
             service_account="spiffe://cluster.local/ns/vm/sa/legacy",
             namespace="vm",
             workload_name="vm-b",
@@ -270,6 +277,22 @@ def test_workload_selector_selects_workload_entries_and_pods() -> None:
             tls_mode="istio",
         ),
     )
+
+
+def test_workload_entry_workload_name_is_its_group_or_workload_name_label() -> None:
+    # istiod labels.WorkloadNameFromWorkloadEntry: the auto-registration group annotation, then
+    # the service.istio.io/workload-name label, then the entry's name
+    reg = ServiceRegistry()
+    grouped = WE_A.replace(
+        "metadata: {name: vm-a, namespace: vm}",
+        "metadata: {name: vm-a, namespace: vm, annotations: {istio.io/autoRegistrationGroup: legacy-group}}",
+    )
+    labelled = WE_B.replace(
+        "metadata: {name: vm-b, namespace: vm}",
+        "metadata: {name: vm-b, namespace: vm, labels: {service.istio.io/workload-name: legacy-vm}}",
+    )
+    add(reg, SELECTOR_SE + "---" + grouped + "---" + labelled)
+    assert [e.workload_name for e in reg.endpoints(*LEGACY)] == ["legacy-group", "legacy-vm"]
 
 
 def test_workload_changes_are_endpoint_only() -> None:
@@ -499,5 +522,5 @@ spec:
 """,
     )
     assert reg.endpoints("uds.local", "local") == (
-        Endpoint("/var/run/app.sock", 0, "http", namespace="local", workload_name="uds"),
+        Endpoint("/var/run/app.sock", 0, "http", namespace="local", workload_name="uds-0", health=HealthStatus.UNKNOWN),
     )

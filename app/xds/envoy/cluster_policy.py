@@ -152,8 +152,9 @@ def _should_h2_upgrade(port: ServicePort, mesh: MeshConfig, pool: net.Connection
 
 
 def default_thresholds() -> circuit_breaker_pb2.CircuitBreakers.Thresholds:
-    """istiod getDefaultCircuitBreakerThresholds: everything unlimited, remaining tracked."""
-    t = circuit_breaker_pb2.CircuitBreakers.Thresholds(track_remaining=True)
+    """istiod getDefaultCircuitBreakerThresholds: everything unlimited. track_remaining is
+    !DISABLE_TRACK_REMAINING_CB_METRICS, whose default (true) leaves it unset."""
+    t = circuit_breaker_pb2.CircuitBreakers.Thresholds()
     t.max_retries.value = MAX_UINT32
     t.max_requests.value = MAX_UINT32
     t.max_connections.value = MAX_UINT32
@@ -281,6 +282,11 @@ def apply_outlier_detection(c: cluster_pb2.Cluster, outlier: net.OutlierDetectio
 
 
 def apply_load_balancer(c: cluster_pb2.Cluster, lb: net.LoadBalancerSettings | None, ctx: PolicyContext) -> None:
+    # istiod applyLoadBalancer: PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS (default true) makes every
+    # service SupportsUnhealthyEndpoints(), and then panic mode is off unless outlier detection
+    # set a threshold, so Envoy never balances over unready hosts
+    if not c.common_lb_config.HasField("healthy_panic_threshold"):
+        c.common_lb_config.healthy_panic_threshold.SetInParent()
     _apply_locality_lb(c, locality_lb_setting(ctx.mesh, lb), ctx.proxy)
     if c.type == Cluster.ORIGINAL_DST:
         c.lb_policy = Cluster.CLUSTER_PROVIDED

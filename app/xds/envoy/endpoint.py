@@ -35,6 +35,7 @@ PERSISTENT_SESSION_LABELS = ("istio.io/persistent-session", "istio.io/persistent
 MAX_UINT32 = 2**32 - 1
 _TLS = net.ClientTLSSettings
 _HEALTH = {
+    HealthStatus.UNKNOWN: health_check_pb2.UNKNOWN,
     HealthStatus.HEALTHY: health_check_pb2.HEALTHY,
     HealthStatus.UNHEALTHY: health_check_pb2.UNHEALTHY,
     HealthStatus.DRAINING: health_check_pb2.DRAINING,

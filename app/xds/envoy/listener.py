@@ -32,6 +32,7 @@ from app.xds.cache import Ident
 from app.xds.envoy.address import build_address
 from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
 from app.xds.envoy.listener_filters import (
+    MAX_ACCEPT_PER_EVENT,
     PASSTHROUGH_FILTER_CHAIN,
     PLAINTEXT_HTTP_ALPNS,
     RAW_BUFFER_TRANSPORT,
@@ -42,6 +43,7 @@ from app.xds.envoy.listener_filters import (
     http_inspector_filter,
     tcp_proxy_filter,
     tls_inspector_filter,
+    transport_socket_connect_timeout,
     zero_duration,
 )
 from app.xds.envoy.listener_tcp import TCP_PROTOCOLS, OutboundContext, service_address, sidecar_tcp_chain_opts
@@ -236,7 +238,17 @@ class _Builder:
         """What every listener of this build reads besides its adds."""
         proxy = self.ctx.proxy
         labels = tuple(sorted(proxy.labels.items()))
-        return (Ident(self.ctx.mesh), self.outbound_policy, self.egress, proxy.ip_addresses, proxy.namespace, labels)
+        # namespace, labels, cluster and mesh: what the tracing tags of HTTP chains read too
+        return (
+            Ident(self.ctx.mesh),
+            self.outbound_policy,
+            self.egress,
+            proxy.ip_addresses,
+            proxy.namespace,
+            labels,
+            proxy.cluster_id,
+            proxy.mesh_id,
+        )
 
     def _input(self, add: _Add | str) -> Hashable:
         """What one add contributes: the service by identity, its port and address, and for TCP
@@ -319,11 +331,13 @@ class _Builder:
         name = f"{entry.bind}_{entry.port.port}"
         out = listener_pb2.Listener(name=name, traffic_direction=_OUTBOUND, continue_on_listener_filters_timeout=True)
         out.address.CopyFrom(build_address(entry.bind, entry.port.port))
-        if not entry.bind_to_port:
+        if entry.bind_to_port:
+            out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
+        else:
             out.bind_to_port.value = False
         need_http = any(c.application_protocols for c in entry.chains)
         need_tls = any(c.needs_tls_inspector() for c in entry.chains)
-        if need_tls or need_http:
+        if need_tls:  # istiod needTLSInspector: SNI or ALPN to read, never for sniffing alone
             out.listener_filters.append(tls_inspector_filter())
         if need_http:
             out.listener_filters.append(http_inspector_filter())
@@ -333,7 +347,8 @@ class _Builder:
         stat_prefix = delimited_stat_prefix(f"outbound_{name}")
         default: lc.FilterChain | None = None
         for opts in entry.chains:
-            chain = build_filter_chain(opts, stat_prefix, mesh)
+            chain = build_filter_chain(opts, stat_prefix, mesh, self.ctx.proxy)
+            chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
             match = opts.filter_chain_match()
             if match is None:
                 default = chain  # match-all: the fallback, so partial matches never drop traffic
@@ -400,6 +415,7 @@ def build_virtual_outbound_listener(
     out = listener_pb2.Listener(name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND)
     out.address.CopyFrom(build_address(ctx.wildcard, port))
     out.use_original_dst.value = True
+    out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT  # it binds (istiod, as for inbound)
     if ctx.proxy.interception_mode == "TPROXY":
         out.transparent.value = True
     # never pass through to the capture port itself: that would loop

@@ -37,10 +37,12 @@ from envoy.type.v3 import hash_policy_pb2, range_pb2
 from google.protobuf import any_pb2, duration_pb2, message, wrappers_pb2
 
 from app.api.mesh import MeshConfig
+from app.model.proxy import Proxy
 from app.model.service import Protocol
 from app.xds.envoy.cluster_tls import TLS_SOCKET
 from app.xds.envoy.route import CORS_FILTER as CORS
 from app.xds.envoy.route import FAULT_FILTER as FAULT
+from app.xds.envoy.tracing import hcm_tracing
 
 HCM = "envoy.filters.network.http_connection_manager"
 TCP_PROXY = "envoy.filters.network.tcp_proxy"
@@ -64,6 +66,9 @@ MTLS_TCP_ALPNS = ("istio-peer-exchange", "istio")
 PASSTHROUGH_FILTER_CHAIN = "PassthroughFilterChain"
 SERVER_NAME = "istio-envoy"  # the HCM server_name of inbound and gateway listeners
 STAT_PREFIX_DELIMITER = ";"  # istiod util.DelimitedStatsPrefix
+# MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP's default: istiod sets it on every listener that binds
+# (maxConnectionsToAcceptPerSocketEvent)
+MAX_ACCEPT_PER_EVENT = 1
 
 
 def pack(msg: message.Message) -> any_pb2.Any:
@@ -74,6 +79,12 @@ def pack(msg: message.Message) -> any_pb2.Any:
 
 def zero_duration() -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=0)
+
+
+def transport_socket_connect_timeout() -> duration_pb2.Duration:
+    """istiod gatewayTransportSocketConnectTimeout: PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT's
+    default, 15 s, set on the chains of outbound and gateway listeners against slow TLS handshakes."""
+    return duration_pb2.Duration(seconds=15)
 
 
 def delimited_stat_prefix(prefix: str) -> str:
@@ -179,7 +190,7 @@ class HttpOptions:
 
 
 def build_http_connection_manager(
-    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig
+    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy
 ) -> hcm_pb2.HttpConnectionManager:
     out = hcm_pb2.HttpConnectionManager()
     out.CopyFrom(opts.base)
@@ -203,6 +214,9 @@ def build_http_connection_manager(
     uuid.use_request_id_for_trace_sampling.value = True
     out.request_id_extension.typed_config.CopyFrom(pack(uuid))
     out.proxy_100_continue = True  # PILOT_ENABLE_100_CONTINUE_HEADERS default
+    tracing = hcm_tracing(mesh, proxy)
+    if tracing is not None:
+        out.tracing.CopyFrom(tracing)
     return out
 
 
@@ -323,7 +337,7 @@ def cidr_range(text: str) -> address_pb2.CidrRange | None:
     return address_pb2.CidrRange(address_prefix=text, prefix_len=wrappers_pb2.UInt32Value(value=net.max_prefixlen))
 
 
-def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig) -> lc.FilterChain:
+def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy) -> lc.FilterChain:
     """The chain without its match: callers decide between filter_chains and default_filter_chain."""
     chain = lc.FilterChain(name=opts.name)
     if opts.metadata is not None:
@@ -334,6 +348,6 @@ def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: MeshConf
     chain.filters.extend(opts.network_filters)
     if opts.http is not None:
         stat_prefix = opts.http.stat_prefix or default_stat_prefix
-        manager = build_http_connection_manager(opts.http, stat_prefix, mesh)
+        manager = build_http_connection_manager(opts.http, stat_prefix, mesh, proxy)
         chain.filters.append(lc.Filter(name=HCM, typed_config=pack(manager)))
     return chain

@@ -32,6 +32,7 @@ from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
 from app.xds.envoy.cluster import ServiceTarget
 from app.xds.envoy.jwt import jwt_authn_filters
 from app.xds.envoy.listener_filters import (
+    MAX_ACCEPT_PER_EVENT,
     SERVER_NAME,
     ChainOpts,
     HttpOptions,
@@ -39,6 +40,7 @@ from app.xds.envoy.listener_filters import (
     delimited_stat_prefix,
     http1_options,
     tls_inspector_filter,
+    transport_socket_connect_timeout,
     zero_duration,
 )
 from app.xds.envoy.listener_tcp import OutboundContext, route_filters
@@ -192,12 +194,14 @@ def _listener(
     inspectors are required, so it waits for the TLS hello)."""
     out = listener_pb2.Listener(name=name, traffic_direction=base_pb2.OUTBOUND)
     out.address.CopyFrom(build_address(bind, port))
+    out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
     if any(c.needs_tls_inspector() for c in chains):
         out.listener_filters.append(tls_inspector_filter())
     out.listener_filters_timeout.CopyFrom(zero_duration())
     stat_prefix = delimited_stat_prefix(f"outbound_{name}")
     for opts in chains:
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)
+        chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
         match = opts.filter_chain_match()
         if match is not None:
             chain.filter_chain_match.CopyFrom(match)

@@ -40,6 +40,7 @@ from app.xds.envoy.jwt import jwt_authn_filters
 from app.xds.envoy.listener import PROMETHEUS_PORT, STATUS_PORT, capture_ports
 from app.xds.envoy.listener_filters import (
     ALL_ISTIO_MTLS_ALPNS,
+    MAX_ACCEPT_PER_EVENT,
     MTLS_HTTP_ALPNS,
     MTLS_TCP_ALPNS,
     PLAINTEXT_HTTP_ALPNS,
@@ -67,7 +68,6 @@ VIRTUAL_INBOUND = "virtualInbound"
 VIRTUAL_INBOUND_BLACKHOLE = "virtualInbound-blackhole"
 VIRTUAL_INBOUND_CATCH_ALL_HTTP = "virtualInbound-catchall-http"
 ORIGINAL_SRC = "envoy.filters.listener.original_src"
-MAX_ACCEPT_PER_EVENT = 1  # MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP default
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +344,7 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
             network_filters=() if m.http else tcp,
             name=cc.name(m.http),
         )
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)
         match = chain.filter_chain_match
         match.transport_protocol = m.transport
         match.application_protocols.extend(m.alpns)

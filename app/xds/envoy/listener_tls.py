@@ -58,10 +58,21 @@ def inbound_mtls_context(mesh: MeshConfig, tcp: bool) -> tls_pb2.DownstreamTlsCo
     common.tls_certificate_sds_secret_configs.append(sds_secret_config(SDS_DEFAULT))
     combined = common.combined_validation_context
     combined.default_validation_context.SetInParent()
-    for alias in mesh.trust_domain_aliases:
-        combined.default_validation_context.match_subject_alt_names.add(prefix=f"spiffe://{alias}/")
+    # only peers of the mesh's trust domains, whatever else the root signed (istiod
+    # ApplyToCommonTLSContext: a SPIFFE prefix per domain)
+    for domain in trust_domains_for_validation(mesh):
+        combined.default_validation_context.match_subject_alt_names.add(prefix=f"spiffe://{domain}/")
     combined.validation_context_sds_secret_config.CopyFrom(sds_secret_config(SDS_ROOT))
     return out
+
+
+def trust_domains_for_validation(mesh: MeshConfig) -> list[str]:
+    """istiod TrustDomainsForValidation (PILOT_SKIP_VALIDATE_TRUST_DOMAIN off, its default): the
+    trust domain, its aliases and the caCertificates' trust domains, each once, none empty."""
+    domains = [mesh.trust_domain, *mesh.trust_domain_aliases]
+    for cert in mesh.ca_certificates:
+        domains.extend(cert.trust_domains)
+    return [d for d in dict.fromkeys(domains) if d]
 
 
 def has_server_certificate(tls: net.ServerTLSSettings) -> bool:

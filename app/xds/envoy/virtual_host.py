@@ -10,6 +10,7 @@ suffix; virtual host names still do (``reviews.default.svc.cluster.local:9080``)
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,22 +36,34 @@ def domain_name(host: str, port: int) -> str:
 
 
 def alt_hosts(hostname: str, proxy_domain: str) -> list[str]:
-    """The shorter names a client in ``proxy_domain`` (``ns.svc.cluster.local``) may use for
-    ``hostname`` (istiod GenerateAltVirtualHosts without port suffixes)."""
+    """The other names a client in ``proxy_domain`` (``ns.svc.cluster.local``) may use for
+    ``hostname``: the absolute FQDN ``hostname.``, then the shorter names (istiod
+    GenerateAltVirtualHosts without port suffixes)."""
+    # PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN (default true, istio/istio#56007): a Host header
+    # may carry the root dot
+    absolute = [] if _is_ip(hostname) else [f"{hostname}."]
     svc = proxy_domain.find(".svc.")
     if svc != -1:
         # a Kubernetes proxy expands only Kubernetes-shaped names sharing its cluster suffix
         if not hostname.endswith(proxy_domain[svc:] if svc > 0 else proxy_domain):
-            return []
-        return _kube_alt_hosts(hostname, proxy_domain[:svc])
+            return absolute
+        return absolute + _kube_alt_hosts(hostname, proxy_domain[:svc])
     unique, shared = _unique_and_shared(hostname, proxy_domain)
     if not shared:
-        return []
+        return absolute
     short = ".".join(unique)
-    out = [short]
+    out = [*absolute, short]
     if len(unique) == 2:  # name.namespace: also name.namespace.<first shared label>
         out.append(f"{short}.{shared[0]}")
     return out
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _kube_alt_hosts(hostname: str, proxy_namespace: str) -> list[str]:
