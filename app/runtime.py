@@ -35,6 +35,7 @@ from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
+from app.inject.native_sidecars import NativeSidecarMode
 from app.inject.source import injection_source
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
@@ -46,6 +47,7 @@ from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
 from app.sources.files import FileSource
 from app.sources.kube.client import api_client
+from app.sources.kube.nodes import NodeInformer
 from app.sources.kube.source import KubeSource
 from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
@@ -77,6 +79,7 @@ class Runtime:
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
+        self._nodes: NodeInformer | None = None  # the kubelets the webhook's native sidecars hang on
         # what pilotfish writes to the API server as the elected leader (app/controllers); the
         # CA's root goes to it at start, a new root through ``root_changed``
         self.controllers: Controllers | None = None
@@ -314,6 +317,8 @@ class Runtime:
             if self.settings.kube_controllers:
                 self.controllers = self._controllers(client)
                 self.on_root_changed(self.controllers.set_root)
+            if self.webhook is not None and self.settings.native_sidecars is NativeSidecarMode.AUTO:
+                self._nodes = self.webhook.nodes = NodeInformer(client)
             if self.webhook is not None and self.settings.webhook_cert is None:
                 self._patcher = CaBundlePatcher(
                     client, self.settings.revision, self._webhook_ca_bundle, namespace=self.settings.system_namespace
@@ -366,6 +371,8 @@ class Runtime:
                         )
                     ),
                 ]
+                if self._nodes is not None:
+                    tasks.append(tg.create_task(supervise("node informer", self._nodes.run, forever=True)))
                 if self.controllers is not None:
                     self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
                     tasks.append(tg.create_task(supervise("kube controllers", self.controllers.run, forever=True)))

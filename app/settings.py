@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import SettingsError
+from app.inject.native_sidecars import NativeSidecarMode, native_sidecar_mode
 from app.model.features import Features
 
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$|^\d+(?:\.\d+)?$")
@@ -67,8 +68,9 @@ class Settings:
     inject_config: Path | None = None
     inject_values: Path | None = None
     # ENABLE_NATIVE_SIDECARS: the proxy as a native sidecar (an init container that keeps
-    # running); istiod's "auto" asks every node's kubelet, pilotfish's takes them as >= 1.33
-    native_sidecars: bool = True
+    # running): true, false, or auto, where the webhook asks the nodes' kubelets per pod as
+    # istiod does (app/inject/native_sidecars.py); an unknown value is false, with a warning
+    native_sidecars: NativeSidecarMode = NativeSidecarMode.AUTO
     system_namespace: str = "istio-system"
     # the control-plane revision (istiod's REVISION): its istio.io/rev label value ("": not given,
     # the label value is then "default")
@@ -140,8 +142,7 @@ class Settings:
             values["pod_name"] = values["leader_identity"] = env["POD_NAME"]
         if env.get("REVISION"):
             values["revision"] = env["REVISION"]
-        if env.get("ENABLE_NATIVE_SIDECARS", "auto") != "auto":
-            values["native_sidecars"] = _boolean("ENABLE_NATIVE_SIDECARS", env["ENABLE_NATIVE_SIDECARS"])
+        values["native_sidecars"] = native_sidecar_mode(env.get("ENABLE_NATIVE_SIDECARS", "auto"))
         values["features"] = Features.from_env(env)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if k in known and v is not None})

@@ -1,7 +1,8 @@
 """``pilotfish kube-inject``, with istioctl kube-inject's flags (-f, -o, --valuesFile,
 --meshConfigFile, --injectConfigFile, --revision): the manifest with sidecars injected, from the
 files given, or, for what is not given, what istiod's chart installs by default. As istioctl
-without a cluster, native sidecars only when ENABLE_NATIVE_SIDECARS=true."""
+without a cluster, native sidecars only when ENABLE_NATIVE_SIDECARS=true (istioctl's auto has no
+nodes to ask offline, and turns them off)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from app.errors import FieldError, SettingsError
 from app.inject.config import default_injection_config, default_values, parse_injection_config
 from app.inject.injector import Injector
 from app.inject.manifest import ManifestError, kube_inject
+from app.inject.native_sidecars import detect_native_sidecar, native_sidecar_mode
 from app.inject.pipeline import InjectionError
 from app.inject.values import parse_values
 
@@ -41,9 +43,10 @@ def kube_inject_command(filename: Path, output: Path | None, values_file: Path |
             mesh = parse_mesh_config(yaml.safe_load(_read(mesh_file, "--meshConfigFile")) or {})
         except (yaml.YAMLError, FieldError) as e:
             raise SettingsError(f"--meshConfigFile {mesh_file}: {e}") from e
+    native = detect_native_sidecar(native_sidecar_mode(env.get("ENABLE_NATIVE_SIDECARS", "auto")), None)
     injector = Injector.build(
         config, values, mesh, revision="" if revision == "default" else revision,
-        native_sidecars=env.get("ENABLE_NATIVE_SIDECARS") == "true", compliance_policy=env.get("COMPLIANCE_POLICY", ""),
+        native_sidecars=native, compliance_policy=env.get("COMPLIANCE_POLICY", ""),
     )  # fmt: skip
     warnings: list[str] = []
     try:

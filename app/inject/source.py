@@ -19,6 +19,7 @@ from app.errors import SettingsError
 from app.inject.config import parse_injection_config
 from app.inject.injector import parse_templates
 from app.inject.inputs import InjectionInputs, injector_for
+from app.inject.native_sidecars import NativeSidecarMode, detect_native_sidecar
 from app.inject.values import parse_values
 from app.settings import Settings
 
@@ -70,6 +71,12 @@ def injection_source(settings: Settings, mesh: Callable[[], MeshConfig]) -> Call
     # istiod's own default, which the chart's Service istiod[-REV] answers for pilotfish
     revision = "" if settings.revision in ("", "default") else f"-{settings.revision}"
     address = f"istiod{revision}.{settings.system_namespace}.svc:15012"
+    # without nodes to ask: true or false as set; auto with Kubernetes is decided per pod by the
+    # webhook from the Node informer (WebhookServer.nodes), auto without it is off, as istiod
+    # with no node client
+    native_sidecars = detect_native_sidecar(settings.native_sidecars, None)
+    if settings.native_sidecars is NativeSidecarMode.AUTO and settings.kubeconfig is None and not settings.in_cluster:
+        logger.warning("ENABLE_NATIVE_SIDECARS=auto without Kubernetes: no node to ask; native sidecars are off")
 
     def inputs(*, strict: bool = False) -> InjectionInputs:
         for f in files:
@@ -80,7 +87,7 @@ def injection_source(settings: Settings, mesh: Callable[[], MeshConfig]) -> Call
             values,
             mesh().SerializeToString(),
             settings.revision or "default",
-            settings.native_sidecars,
+            native_sidecars,
             address,
         )
 

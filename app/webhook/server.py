@@ -13,6 +13,11 @@ to the API server's 3 MiB request limit), within the same deadline, and at most
 worker that failed, each is a refusal (allowed false, with the reason) naming the request's uid
 when its first bytes hold it.
 
+With ENABLE_NATIVE_SIDECARS=auto in a cluster, ``nodes`` (app/sources/kube/nodes.py) gives the
+nodes' kubelet versions, and each review decides whether the proxy is a native sidecar for the
+pod's node, as istiod's webhook does; the workers get that one boolean with the inputs. A review
+that comes before the nodes are listed waits for them within its deadline.
+
 Validation and injection have workers and in-flight slots of their own, as istiod's handlers are
 independent: a rollout of pods whose injection runs to the deadline (a looping template, a pod
 of thousands of containers) must not leave Istio config unreviewed, nor the other way round.
@@ -21,22 +26,24 @@ of thousands of containers) must not leave Istio config unreviewed, nor the othe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import re
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from app.errors import SettingsError
 from app.inject.inputs import InjectionInputs
+from app.inject.native_sidecars import KubeletVersions
 from app.settings import split_address
 from app.webhook.admission import review_body, uid_in, undecodable
-from app.webhook.injection import inject_review_body
+from app.webhook.injection import BOUND_NODE, inject_review_body
 from app.workers import DeadlineExceeded, WorkerError, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -55,6 +62,24 @@ WORKERS = 2
 _CHUNK = 1 << 16
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+class Nodes(Protocol):
+    """The nodes' kubelets, as the Node informer keeps them."""
+
+    @property
+    def synced(self) -> asyncio.Event: ...
+
+    @property
+    def kubelets(self) -> KubeletVersions: ...
+
+
+class _Unreviewed(Exception):
+    """A review that cannot be done: refused with this reason."""
+
+
+# what a review runs in a worker: (the pool, the body, the deadline) -> the answer
+_Run = Callable[[WorkerPool, bytes, float], Awaitable[dict[str, Any]]]
 
 
 def file_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -77,17 +102,21 @@ class WebhookServer:
         system_namespace: str = "istio-system",
         pool: WorkerPool | None = None,
         injection: Callable[[], InjectionInputs] | None = None,
+        nodes: Nodes | None = None,
     ) -> None:
         """TLS with the PEM files ``cert`` and ``key``, or the context ``tls()`` gives at start
         (pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
         validated (by default, ``WORKERS`` processes of its own); ``injection``: what pods are
-        injected with (None: no ``/inject``), in ``WORKERS`` processes of its own."""
+        injected with (None: no ``/inject``), in ``WORKERS`` processes of its own; ``nodes``:
+        the kubelets native sidecars are decided by per pod (ENABLE_NATIVE_SIDECARS=auto; None:
+        the inputs' own ``native_sidecars``), also settable until the first review."""
         if tls is None:
             if cert is None or key is None:
                 raise ValueError("WebhookServer: want cert and key, or tls")
             tls = functools.partial(file_context, cert, key)
         self._tls = tls
         self._injection = injection
+        self.nodes = nodes
         self._system_namespace = system_namespace
         self._runner: web.AppRunner | None = None
         self._pool = pool
@@ -130,16 +159,42 @@ class WebhookServer:
             self._runner = None
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, self._in_flight, review_body, (self._system_namespace,), "validation")
+        async def run(pool: WorkerPool, body: bytes, deadline: float) -> dict[str, Any]:
+            return await _submit(pool, deadline, review_body, body, self._system_namespace)
+
+        return await self._review(request, self._in_flight, run, "validation")
 
     async def _inject(self, request: web.Request) -> web.Response:
         assert self._injection is not None  # the route exists only with it
-        args = (self._injection(), request.path)
-        return await self._review(request, self._injecting, inject_review_body, args, "injection")
+        inputs, path = self._injection(), request.path
 
-    async def _review(self, request: web.Request, slots: asyncio.Semaphore, work: Callable[..., dict[str, Any]],
-                      args: tuple[Any, ...], what: str) -> web.Response:  # fmt: skip
-        """``work(body, *args)`` in a worker, answered within the API server's timeout."""
+        async def run(pool: WorkerPool, body: bytes, deadline: float) -> dict[str, Any]:
+            nodes = self.nodes
+            if nodes is None:
+                return await _submit(pool, deadline, inject_review_body, body, inputs, path)
+            if not nodes.synced.is_set():
+                try:
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        await nodes.synced.wait()
+                except TimeoutError:
+                    unlisted = "the nodes' kubelet versions are not listed yet (ENABLE_NATIVE_SIDECARS=auto)"
+                    raise _Unreviewed(unlisted) from None
+            kubelets = nodes.kubelets
+            # DetectNativeSidecar for an unbound pod; when every node can run native sidecars, a
+            # bound pod gets them too, else its node decides and the worker asks which it is
+            decided_for = None if kubelets.every_node_supports else ""
+            native = dataclasses.replace(inputs, native_sidecars=kubelets.native_sidecars())
+            answer = await _submit(pool, deadline, inject_review_body, body, native, path, decided_for)
+            if BOUND_NODE not in answer:
+                return answer
+            node = str(answer[BOUND_NODE])
+            native = dataclasses.replace(inputs, native_sidecars=kubelets.native_sidecars(node))
+            return await _submit(pool, deadline, inject_review_body, body, native, path, node)
+
+        return await self._review(request, self._injecting, run, "injection")
+
+    async def _review(self, request: web.Request, slots: asyncio.Semaphore, run: _Run, what: str) -> web.Response:
+        """``run`` in a worker, answered within the API server's timeout."""
         budget = _timeout(request.query.get("timeout")) - ANSWER_MARGIN
         deadline = time.monotonic() + budget
         try:
@@ -148,14 +203,11 @@ class WebhookServer:
         except TimeoutError:
             return _refused(f"not reviewed: {MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s", b"")
         try:
-            return await self._answer(request, deadline, budget, work, args, what)
+            return await self._answer(request, deadline, budget, run, what)
         finally:
             slots.release()
 
-    async def _answer(
-        self, request: web.Request, deadline: float, budget: float, work: Callable[..., dict[str, Any]],
-        args: tuple[Any, ...], what: str,
-    ) -> web.Response:  # fmt: skip
+    async def _answer(self, request: web.Request, deadline: float, budget: float, run: _Run, what: str) -> web.Response:
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 prefix, body = await _read_body(request, MAX_REVIEW_BYTES)
@@ -168,12 +220,13 @@ class WebhookServer:
             return web.Response(status=400, text="no body found\n")
         if request.content_type != "application/json":
             return web.Response(status=415, text="invalid Content-Type, want `application/json`\n")
-        pool = self._injection_pool if work is inject_review_body else self._pool
+        pool = self._injection_pool if what == "injection" else self._pool
         if pool is None:
             return _refused("not reviewed: the webhook is stopping", prefix)
         try:
-            future = pool.submit(work, body, *args, deadline=deadline)
-            answer: dict[str, Any] = await asyncio.wrap_future(future)
+            answer = await run(pool, body, deadline)
+        except _Unreviewed as e:
+            return _refused(f"not reviewed: {e}", prefix)
         except DeadlineExceeded:
             return _refused(f"not reviewed: {what} did not finish within {budget:.1f}s", prefix)
         except WorkerError as e:
@@ -185,6 +238,11 @@ class WebhookServer:
         if not response.get("allowed"):
             logger.info("admission denied: %s", response.get("status", {}).get("message"))
         return web.json_response(answer)
+
+
+async def _submit(pool: WorkerPool, deadline: float, work: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = await asyncio.wrap_future(pool.submit(work, *args, deadline=deadline))
+    return answer
 
 
 async def _read_body(request: web.Request, limit: int) -> tuple[bytes, bytes | None]:

@@ -1,7 +1,7 @@
-"""The chart's RBAC, listed exactly: reads for the informers; writes only where pilotfish writes
-(the leader's Lease, istio-ca-root-cert ConfigMaps, ServiceEntry address status; the CA Secret;
-its own webhook configurations' caBundle, by name); TokenReviews and SubjectAccessReviews. Any
-widening shows up here as a diff."""
+"""The chart's RBAC, listed exactly: reads for the informers (Nodes for native sidecars); writes
+only where pilotfish writes (the leader's Lease, istio-ca-root-cert ConfigMaps, ServiceEntry
+address status; the CA Secret; its own webhook configurations' caBundle, by name); TokenReviews
+and SubjectAccessReviews. Any widening shows up here as a diff."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ READ = ["get", "list", "watch"]
 CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["namespaces", "services", "pods"], "verbs": READ},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": READ},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": READ},
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
     {
         "apiGroups": ["networking.istio.io"],

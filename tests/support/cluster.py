@@ -19,7 +19,8 @@ everything (data, certificates, kubeconfigs, logs) in one temporary directory.
 * Istio's CRDs from the pinned istio.io/istio module (never copied into this repository).
 * One Node (``node-1``) for pods to be bound to: there is no kubelet, so ``run_pod`` creates a
   pod bound to it and writes its status as a kubelet would (the endpointslice controller skips
-  pods on nodes that do not exist).
+  pods on nodes that do not exist). Its kubelet version is the API server's, as a kubelet would
+  report it (the injector's native sidecars hang on it).
 
 The helpers are synchronous (plain HTTPS with the admin's certificate); an async test may call
 the quick ones directly and should run the ones that wait (``wait_for``) in a thread. Every
@@ -474,6 +475,8 @@ def running_cluster(workdir: Path) -> Iterator[Cluster]:
             "--leader-elect=false", "--secure-port", "0", "--bind-address", "127.0.0.1",
         ])  # fmt: skip
         cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        version = cluster.request("GET", "/version")["gitVersion"]
+        cluster.patch_status("v1", "Node", "", NODE, {"nodeInfo": {"kubeletVersion": version}})
         install_istio_crds(cluster)
         mark("Istio CRDs")
         # the controllers work (with their own credentials) once a namespace has its account and root

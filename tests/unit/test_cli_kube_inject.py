@@ -132,6 +132,19 @@ def test_files_give_the_config_values_and_mesh(
     assert json.loads(_env(proxy)["PROXY_CONFIG"]) == {"discoveryAddress": "pilotfish.istio-system.svc:15012"}
 
 
+@pytest.mark.parametrize("value", ["auto", "false", "True", "1"])
+def test_offline_auto_has_no_nodes_to_ask_and_an_unknown_value_is_false(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """istioctl kube-inject without a cluster: auto turns native sidecars off (no node client),
+    and so does anything but exactly true, false or auto (istiod's tri-state)."""
+    monkeypatch.setenv("ENABLE_NATIVE_SIDECARS", value)
+    _, docs = _inject(tmp_path, capsys)
+    spec = docs[0]["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["web", "istio-proxy"]
+    assert [c["name"] for c in spec["initContainers"]] == ["istio-init"]
+
+
 def test_a_bad_annotation_fails_with_istiods_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n"
     bad += "    traffic.sidecar.istio.io/includeOutboundIPRanges: 10.0.0.0/33\n"

@@ -66,7 +66,10 @@ class Informer:
         page_size: int = 500,
         watch_timeout: int = 300,
         backoff: Backoff | None = None,
+        transform: Callable[[Raw], Raw] | None = None,
     ) -> None:
+        """``transform``: what of each object the store keeps and the deltas carry (client-go's
+        ObjectTransform), for a resource of which little is read."""
         self.resource = resource
         self.version = version
         self.store = Store()
@@ -78,6 +81,7 @@ class Informer:
         self._field_selector = field_selector or resource.field_selector
         self._page_size = page_size
         self._watch_timeout = watch_timeout
+        self._transform = transform
         self._backoff = backoff or Backoff()
         self.lists = 0  # complete lists so far (the first, and one per relist)
         self._version = ""  # the last resourceVersion seen
@@ -196,9 +200,9 @@ class Informer:
 
     def _typed(self, obj: Raw) -> Raw:
         """List items carry no apiVersion and kind; the resource says what they are."""
-        if obj.get("kind") and obj.get("apiVersion"):
-            return obj
-        return {**obj, "apiVersion": self.resource.group_version(self.version), "kind": str(self.resource.kind)}
+        if not (obj.get("kind") and obj.get("apiVersion")):
+            obj = {**obj, "apiVersion": self.resource.group_version(self.version), "kind": str(self.resource.kind)}
+        return obj if self._transform is None else self._transform(obj)
 
 
 async def _check(response: aiohttp.ClientResponse) -> None:

@@ -60,6 +60,8 @@ KUBE_RESOURCES = (
 MESH_CONFIGMAP = KubeResource(
     Kind.CONFIG_MAP, "", ("v1",), "configmaps", field_selector=f"metadata.name={MESH_CONFIGMAP_NAME}"
 )
+# the nodes' kubelet versions, for ENABLE_NATIVE_SIDECARS=auto (app/sources/kube/nodes.py)
+NODES = KubeResource("Node", "", ("v1",), "nodes", namespaced=False)
 # watched to start an Istio kind's informer once its CRD is installed (istiod's CRD watcher)
 CRDS = KubeResource("CustomResourceDefinition", "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", False)
 ISTIO_RESOURCES = (

@@ -8,9 +8,9 @@ namespace/name. A watch event or a relist is turned into the changes it means:
   that appeared are adds, objects that are gone are deletes, the rest are updates when they
   changed. Nothing that happened in the gap is lost and nothing is reported twice;
 * an update that changes only what no generator reads (``resourceVersion``, ``managedFields``,
-  ``status`` beyond a Pod's IPs and readiness and a ServiceEntry's allocated addresses, the
-  bookkeeping annotations controllers write) is no change: controllers and status
-  writers touch objects all day, and each such write must not become a push.
+  ``status`` beyond a Pod's IPs and readiness, a ServiceEntry's allocated addresses and a Node's
+  kubelet version, the bookkeeping annotations controllers write) is no change: controllers and
+  status writers touch objects all day, and each such write must not become a push.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def resource_version(obj: Raw) -> str:
 
 def _read_status(obj: Raw) -> Any:
     """The part of an object's status that the config model reads: a Pod's IPs, phase and
-    readiness (its endpoints' address and health), a ServiceEntry's auto-allocated addresses."""
+    readiness (its endpoints' address and health), a ServiceEntry's auto-allocated addresses, a
+    Node's kubelet version (whether its pods may get native sidecars)."""
     status = obj.get("status")
     if not isinstance(status, Mapping):
         return None
@@ -59,6 +60,8 @@ def _read_status(obj: Raw) -> Any:
         return (status.get("podIP"), status.get("podIPs"), status.get("phase"), ready)
     if kind == "ServiceEntry":
         return status.get("addresses")
+    if kind == "Node":
+        return (status.get("nodeInfo") or {}).get("kubeletVersion")
     return None
 
 
