@@ -135,17 +135,16 @@ class Runtime:
         self._patcher: CaBundlePatcher | None = None  # made once the API client is
         kube = settings.kubeconfig is not None or settings.in_cluster
         ca_on = settings.ca_dir is not None or (kube and settings.ca_server)  # loaded in run() from its Secret
-        if settings.webhook_address and settings.webhook_cert is not None and settings.webhook_key is not None:
+        # both webhooks (/validate, /inject) on one server, with the given files or, as istiod in
+        # its cluster, a certificate of the CA; from outside a cluster the latter only with an
+        # explicit --revision, so a laptop run never re-patches the cluster istiod's caBundles
+        files = settings.webhook_cert is not None and settings.webhook_key is not None
+        if settings.webhook_address and (files or (ca_on and kube and (settings.in_cluster or settings.revision))):
             self.webhook = WebhookServer(
-                settings.webhook_cert, settings.webhook_key, system_namespace=settings.system_namespace,
-                injection=injection_source(settings, lambda: self.env.store.mesh),
-            )
-        elif settings.webhook_address and ca_on and kube and (settings.in_cluster or settings.revision):
-            # as istiod in its cluster; from outside one only with an explicit --revision, so a
-            # pilotfish run from a laptop never re-patches the webhooks of the cluster's istiod.
-            # Both webhooks, as with files: the chart's injector calls /inject on this server
-            self.webhook = WebhookServer(
-                tls=self._webhook_tls, system_namespace=settings.system_namespace,
+                settings.webhook_cert if files else None,
+                settings.webhook_key if files else None,
+                tls=None if files else self._webhook_tls,
+                system_namespace=settings.system_namespace,
                 injection=injection_source(settings, lambda: self.env.store.mesh),
             )
         self.started = asyncio.Event()
