@@ -1,18 +1,19 @@
 """Soak: does pilotfish give back what reconnecting proxies used? Its RSS per round of churn.
 
 pilotfish runs on a generated mesh (bench/mesh.py) with a fleet of simulated Envoy sidecars
-(bench/fleet.py), as in bench/xds_load.py. After the connect storm, each round reconnects every
-``--every``-th sidecar at once, presenting what it holds (the churn scenario of
-bench/scenarios.py), waits until the fleet is quiet, then ``--pause`` seconds, and reads the
-server's RSS (VmRSS). Figures, not limits: the report lists the RSS after the storm and after
-every round, the growth from the first round to the last, and each round's churn figures.
+(bench/fleet.py), as in bench/xds_load.py. After the connect storm, each round reconnects a
+tenth of the sidecars at once (the same tenth, or with ``--rotate`` the next one, as pods roll),
+presenting what they hold (the churn scenario of bench/scenarios.py), waits until the fleet is
+quiet, then ``--pause`` seconds, and reads the server's RSS (VmRSS). Figures, not limits: the
+report lists the RSS after the storm and after every round, the growth from the first round to
+the last, and each round's churn figures.
 
 ``--probe`` runs the server under bench/heap_probe.py and probes it after the storm and after
 each round (gc-tracked objects by type and what grew; ``--tracemalloc N`` also traces
 allocations N frames deep, which slows the server severalfold; ``--sweep`` collects frozen
 cycles before each probe; ``--trim`` reports the RSS after ``malloc_trim``). Usage:
     python -m bench.reconnect_soak [--services 200] [--namespaces 10] [--proxies 400]
-        [--rounds 10] [--every 10] [--pause 5] [--probe [--tracemalloc 8] [--sweep] [--trim]]
+        [--rounds 10] [--rotate] [--pause 5] [--probe [--tracemalloc 8] [--sweep] [--trim]]
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ async def soak(args: argparse.Namespace, work: Path) -> Figures:
                 figures["storm_probe"] = await _probe(server, probes)
             _print(f"storm: {figures['storm']}, RSS {figures['storm_rss_mb']} MiB")
             for number in range(1, args.rounds + 1):
-                wave = await churn(run)
+                wave = await churn(run, number - 1 if args.rotate else 0)
                 await asyncio.sleep(args.pause)
                 row: Figures = {
                     "round": number,
@@ -123,7 +124,9 @@ def main() -> None:
     parser.add_argument("--namespaces", type=int, default=10)
     parser.add_argument("--proxies", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--every", type=int, default=10, help="every Nth sidecar reconnects in a round")
+    parser.add_argument(
+        "--rotate", action="store_true", help="a different tenth each round (pods rolling), else the same tenth"
+    )
     parser.add_argument("--pause", type=float, default=5.0, help="seconds after a round settles before RSS is read")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per storm or round")
     parser.add_argument("--probe", action="store_true", help="run the server under bench/heap_probe.py")

@@ -117,10 +117,11 @@ async def push(
     return figures
 
 
-async def churn(run: Run) -> dict[str, object]:
+async def churn(run: Run, offset: int = 0) -> dict[str, object]:
+    """``offset``: which tenth reconnects (the sidecars at offset, offset + 10, ...)."""
     fleet = run.fleet
-    churned = fleet.envoys[::CHURN_EVERY]
-    others = [e for i, e in enumerate(fleet.envoys) if i % CHURN_EVERY]
+    churned = fleet.envoys[offset % CHURN_EVERY :: CHURN_EVERY]
+    others = [e for i, e in enumerate(fleet.envoys) if (i - offset) % CHURN_EVERY]
     errors_before = {id(e): len(e.stream_errors) for e in fleet.envoys}
     cost = _Cost(run.server)
     t0 = time.monotonic()
