@@ -1,7 +1,8 @@
 """pilotfish under a heap probe, for the reconnect soak (bench/reconnect_soak.py): ``python -m
 bench.heap_probe serve ...`` runs ``app.cli`` as usual, and each SIGUSR1 appends one JSON line to
-``$PILOTFISH_HEAP_PROBE``: the RSS, the gc-tracked objects by type, and, when tracemalloc traces
-(``PYTHONTRACEMALLOC=N``), the allocation sites that grew most since the previous probe.
+``$PILOTFISH_HEAP_PROBE``: the RSS, pymalloc's and glibc's share of it, every gc-tracked object
+(frozen too) by type, and, when tracemalloc traces (``PYTHONTRACEMALLOC=N``), the allocation
+sites that grew most since the previous probe.
 
 The probe lives in the bench, not in the server: a server run without it carries nothing of it.
 A probe walks the whole heap (about a second at mesh-1k with 2,000 streams) on the event loop's
@@ -66,11 +67,13 @@ class _Mallinfo2(ctypes.Structure):
     ] + [("keepcost", ctypes.c_size_t)]
 
 
+_LIBC = ctypes.CDLL("libc.so.6")  # loaded once: a probe should not count its own objects as growth
+_LIBC.mallinfo2.restype = _Mallinfo2
+
+
 def malloc_mb() -> dict[str, float]:
     """glibc's heap over all its arenas (``mallinfo2``): in use, free but kept, and mmapped blocks."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _Mallinfo2
-    info = libc.mallinfo2()
+    info = _LIBC.mallinfo2()
     return {
         "in_use_mb": round(info.uordblks / 2**20, 1),
         "free_kept_mb": round(info.fordblks / 2**20, 1),
@@ -97,12 +100,19 @@ class HeapProbe:
             gc.freeze()
             row["rss_after_sweep_mb"] = rss_mb()
         if self._trim:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            _LIBC.malloc_trim(0)
             row["rss_after_trim_mb"] = rss_mb()
         row["pymalloc"] = pymalloc_mb()
         row["malloc"] = malloc_mb()
         row["frozen"] = gc.get_freeze_count()
-        types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        # every gc-tracked object, the frozen ones too: unfreeze and freeze only splice lists and
+        # nothing is collected between them (the young generations end up frozen, as after a
+        # HeapKeeper freeze)
+        gc.unfreeze()
+        try:
+            types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        finally:
+            gc.freeze()
         row["objects"] = sum(types.values())
         row["types_top"] = dict(types.most_common(TOP))
         grown = types.copy()
