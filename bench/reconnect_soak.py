@@ -69,7 +69,7 @@ async def soak(args: argparse.Namespace, work: Path) -> Figures:
                 figures["storm_probe"] = await _probe(server, probes)
             _print(f"storm: {figures['storm']}, RSS {figures['storm_rss_mb']} MiB")
             for number in range(1, args.rounds + 1):
-                wave = await churn(run, number - 1 if args.rotate else 0)
+                wave = await churn(run, number - 1 if args.rotate else 0, not args.same_connection)
                 await asyncio.sleep(args.pause)
                 row: Figures = {
                     "round": number,
@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument(
         "--rotate", action="store_true", help="a different tenth each round (pods rolling), else the same tenth"
+    )
+    parser.add_argument(
+        "--same-connection", action="store_true", help="a reconnect opens a new stream, not a new HTTP/2 connection"
     )
     parser.add_argument("--pause", type=float, default=5.0, help="seconds after a round settles before RSS is read")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per storm or round")
