@@ -71,6 +71,7 @@ class SimulatedEnvoy:
     stream_errors: list[str] = field(default_factory=list)  # "CODE 'details' after N responses"
     reconnects: int = 0  # streams opened after the first one, churn included
     _restart: bool = False
+    _new_connection: bool = True
     _call: Any = None
 
     def __post_init__(self) -> None:
@@ -91,8 +92,9 @@ class SimulatedEnvoy:
                 self.reconnects += 1
                 if self._restart:
                     self._restart = False
-                    await channel.close()
-                    channel = self._open()
+                    if self._new_connection:
+                        await channel.close()
+                        channel = self._open()
                     continue
                 self.stream_errors.append(f"{error} after {responses} responses")
                 failures = 0 if responses else failures + 1
@@ -100,10 +102,12 @@ class SimulatedEnvoy:
         finally:
             await channel.close()
 
-    def reconnect(self) -> None:
-        """Churn: drop the connection now and reconnect at once, presenting what is held."""
+    def reconnect(self, new_connection: bool = True) -> None:
+        """Churn: drop the connection (or only the stream) now and reconnect at once, presenting
+        what is held."""
         if self._call is not None:
             self._restart = True
+            self._new_connection = new_connection
             self._call.cancel()
 
     def _open(self) -> grpc.aio.Channel:

@@ -60,8 +60,14 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
     def peak_rss_mb(self) -> float:
+        return self._status_mb("VmHWM:")
+
+    def rss_mb(self) -> float:
+        return self._status_mb("VmRSS:")
+
+    def _status_mb(self, key: str) -> float:
         for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024
         return 0.0
 
@@ -80,11 +86,18 @@ class ServerProcess:
 
 
 def start_pilotfish(
-    server_root: Path, config_dir: Path, log: Path, extra_env: dict[str, str] | None = None
+    server_root: Path,
+    config_dir: Path,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    module: str = "app.cli",
 ) -> ServerProcess:
+    """``module``: what runs the server's command line (bench.heap_probe wraps app.cli; the bench's
+    directory is then on the server's path too)."""
     xds, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = {**os.environ, **pilot_env(), **(extra_env or {}), "PYTHONPATH": str(server_root)}
-    command = [sys.executable, "-m", "app.cli", "serve", "--config-dir", str(config_dir)]
+    path = str(server_root) if module == "app.cli" else os.pathsep.join((str(server_root), str(BENCH_ROOT)))
+    env = {**os.environ, **pilot_env(), **(extra_env or {}), "PYTHONPATH": path}
+    command = [sys.executable, "-m", module, "serve", "--config-dir", str(config_dir)]
     command += ["--xds-address", xds, "--http-address", http]
     with log.open("wb") as out:
         popen = subprocess.Popen(command, cwd=server_root, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -117,15 +117,17 @@ async def push(
     return figures
 
 
-async def churn(run: Run) -> dict[str, object]:
+async def churn(run: Run, offset: int = 0, new_connections: bool = True) -> dict[str, object]:
+    """``offset``: which tenth reconnects (the sidecars at offset, offset + 10, ...);
+    ``new_connections`` False: each opens its new stream on the connection it had."""
     fleet = run.fleet
-    churned = fleet.envoys[::CHURN_EVERY]
-    others = [e for i, e in enumerate(fleet.envoys) if i % CHURN_EVERY]
+    churned = fleet.envoys[offset % CHURN_EVERY :: CHURN_EVERY]
+    others = [e for i, e in enumerate(fleet.envoys) if (i - offset) % CHURN_EVERY]
     errors_before = {id(e): len(e.stream_errors) for e in fleet.envoys}
     cost = _Cost(run.server)
     t0 = time.monotonic()
     for envoy in churned:
-        envoy.reconnect()
+        envoy.reconnect(new_connections)
     settled = await fleet.settle(t0, churned, QUIET, run.timeout)
     end = time.monotonic()
     return {

@@ -116,6 +116,22 @@ def test_initial_resource_versions_send_only_what_differs_and_remove_what_is_gon
     assert resp is not None and list(resp.removed_resources) == ["gone"]
 
 
+def test_reconnected_streams_share_the_names_and_versions_they_present() -> None:
+    """Each request carries its own copies of the strings; streams that reconnect holding the same
+    resources keep one (bench/reconnect_soak.py: 50 MB per 100 reconnects at 500 services)."""
+
+    def held(type_url: str) -> list[tuple[str, str]]:
+        name, version = "".join(["outbound|80||", "svc-1.ns-1.svc.cluster.local"]), "".join(["ab", "cd"])
+        s = session()
+        s.on_request(req(type_url, sub=(name,) if type_url == ENDPOINT else (), initial={name: version}))
+        return list(s.watches[type_url].client_versions.items())
+
+    for type_url in (CLUSTER, ENDPOINT):
+        [(name_1, version_1)], [(name_2, version_2)] = held(type_url), held(type_url)
+        assert name_1 == name_2 and name_1 is name_2
+        assert version_1 is version_2
+
+
 def test_explicit_watch_forgets_initial_versions_of_names_it_does_not_subscribe() -> None:
     s = session()
     s.on_request(req(ENDPOINT, sub=("a",), initial={"a": "v1", "b": "v1"}))

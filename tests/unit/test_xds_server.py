@@ -9,7 +9,8 @@ import gc
 import json
 import re
 import shutil
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,42 @@ async def test_delta_ads_wildcard_cds_and_explicit_eds(channel: grpc.aio.Channel
     eds = await s.recv()
     assert [r.name for r in eds.resources] == [REVIEWS]
     s.call.cancel()
+
+
+async def test_reconnecting_proxies_leave_nothing_behind_in_the_server(runtime: Runtime) -> None:
+    """A proxy that reconnects again and again (a new connection each time, presenting what it
+    holds, as Envoy after a drop) leaves no stream, connection, proxy class or queued push behind:
+    once its streams end, every Connection the server made for them is freed, frozen heap too."""
+    target = f"127.0.0.1:{runtime.xds.port}"
+    held: dict[str, str] = {}
+    connections: list[weakref.ref[Any]] = []
+    for _ in range(5):
+        async with grpc.aio.insecure_channel(target) as ch:
+            s = Stream(ch, ADS + "DeltaAggregatedResources", delta=True)
+            first = node(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER))
+            first.initial_resource_versions.update(held)
+            await s.send(first)
+            if not held:
+                cds = await s.recv()
+                held = {r.name: r.version for r in cds.resources}
+                await s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce))
+            await _until(lambda: len(runtime.xds.streams) == 1)
+            connections += [weakref.ref(stream.connection) for stream in runtime.xds.streams.values()]
+            s.call.cancel()
+        await _until(lambda: not runtime.xds.streams)
+    assert len(connections) == 5
+    gc.unfreeze()  # what the HeapKeeper froze is collected too
+    gc.collect()
+    assert [ref for ref in connections if ref() is not None] == []
+    assert runtime.queue.idle()
+    assert not runtime.generator._state().proxy_classes
+
+
+async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
+        await asyncio.sleep(0.02)
 
 
 async def test_per_type_service_serves_only_its_type(channel: grpc.aio.Channel) -> None:
