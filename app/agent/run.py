@@ -46,7 +46,7 @@ logger = logging.getLogger("pilotfish.agent")
 class AgentSettings:
     """pilot-agent's defaults; paths relative to the working directory, as pilot-agent's."""
 
-    discovery_address: str = "pilotfish.istio-system.svc:15012"
+    discovery_address: str = "istiod.istio-system.svc:15012"  # as pilot-agent: the Service the chart names
     xds_socket: Path = Path("./etc/istio/proxy/XDS")
     sds_socket: Path = Path("./var/run/secrets/workload-spiffe-uds/socket")
     # security: with a root certificate the agent talks TLS to the control plane, gets a
