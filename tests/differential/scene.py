@@ -1,7 +1,9 @@
 """One cluster state in the real API server for both control planes: a root namespace holding
 the mesh ConfigMap, and a config set's objects in a namespace of its own. Deployments become
 pods "run" as a kubelet would (``Cluster.run_pod``: bound to the node, Running, Ready, an
-address), one per Deployment; the real endpointslice controller makes the EndpointSlices.
+address), one per Deployment; the real endpointslice controller makes the EndpointSlices. A
+Deployment annotated ``pilotfish.test/ready: "false"`` runs a pod that is not Ready (an unready
+endpoint both control planes must send alike).
 
 The mesh's discoverySelectors keep both control planes to this scene's namespaces of the shared
 test cluster (the system namespace is read regardless, as istiod does)."""
@@ -25,6 +27,7 @@ from tests.support.peers import istio_module_dir
 
 DATA = Path(__file__).with_name("data")
 SELECTOR_LABEL = "pilotfish-differential"
+READY_ANNOTATION = "pilotfish.test/ready"
 POD_SUBNET = ipaddress.IPv4Network("10.244.0.0/16")  # pod addresses: never dialled, only listed
 TRUST_DOMAIN = "cluster.local"
 # what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
@@ -57,6 +60,7 @@ class Workload:
     service_account: str
     deployment: str
     container_ports: tuple[int, ...]
+    ready: bool = True
 
     def node(self, istio_version: str) -> base_pb2.Node:
         """The node id and metadata pilot-agent sends for this pod (pkg/bootstrap/config.go
@@ -133,32 +137,33 @@ class Scene:
         ip = str(POD_SUBNET.network_address + self._next_ip)
         self._next_ip += 1
         pod = {"metadata": {"name": f"{name}-0", "labels": labels}, "spec": template["spec"]}
-        self.kube.run_pod(pod, ip, namespace=namespace)
+        ready = (deployment["metadata"].get("annotations") or {}).get(READY_ANNOTATION) != "false"
+        self.kube.run_pod(pod, ip, ready=ready, namespace=namespace)
         ports = tuple(p["containerPort"] for c in template["spec"]["containers"] for p in c.get("ports") or ())
         account = template["spec"].get("serviceAccountName") or "default"
-        self.workloads[name] = Workload(f"{name}-0", namespace, ip, labels, account, name, ports)
+        self.workloads[name] = Workload(f"{name}-0", namespace, ip, labels, account, name, ports, ready)
 
     def wait_for_endpoints(self, namespace: str) -> None:
-        """Until every Service of ``namespace`` has an EndpointSlice with its ready pods."""
+        """Until every Service of ``namespace`` has an EndpointSlice with its pods, each with the
+        readiness its pod has."""
         for service in self.kube.list("v1", "Service", namespace):
             selector = service["spec"].get("selector") or {}
             want = {
-                w.ip for w in self.workloads.values()
+                (w.ip, w.ready) for w in self.workloads.values()
                 if w.namespace == namespace and selector and all(w.labels.get(k) == v for k, v in selector.items())
             }  # fmt: skip
             name = service["metadata"]["name"]
             self.kube.wait_for(f"the EndpointSlices of {namespace}/{name}",
-                               lambda n=name, w=want: _ready_addresses(self.kube, namespace, n) == w)  # fmt: skip
+                               lambda n=name, w=want: _slice_addresses(self.kube, namespace, n) == w)  # fmt: skip
 
 
-def _ready_addresses(kube: Cluster, namespace: str, service: str) -> set[str]:
+def _slice_addresses(kube: Cluster, namespace: str, service: str) -> set[tuple[str, bool]]:
     selector = f"kubernetes.io/service-name={service}"
     slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, labelSelector=selector)
     return {
-        address
+        (address, bool((e.get("conditions") or {}).get("ready")))
         for s in slices
         for e in s.get("endpoints") or ()
-        if (e.get("conditions") or {}).get("ready")
         for address in e["addresses"]
     }
 

@@ -37,7 +37,7 @@ from app.xds.discovery import Discovery, push_request
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names, generate_endpoints
 from app.xds.generators.lds import generate_listeners
-from app.xds.needs_push import proxy_needs_push
+from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER
 from app.xds.watch import Resource, WatchedResource, encode
@@ -558,6 +558,30 @@ def test_an_endpoint_change_rebuilds_only_that_services_assignments() -> None:
     assert clusters_after[WEB_HTTP] is clusters_before[WEB_HTTP]
 
 
+def test_a_rule_setting_min_health_percent_rebuilds_the_assignments_without_unready_endpoints() -> None:
+    # istiod supportsUnhealthyEndpoints: the rule decides whether db-1 (not ready) is sent
+    db_1_unready = endpoint_slice(
+        "db",
+        DB_SLICE_PORTS,
+        slice_endpoint("10.0.2.1", "db-0", namespace="b"),
+        slice_endpoint("10.0.2.2", "db-1", "{ready: false}", namespace="b"),
+        namespace="b",
+    )
+    mesh = Mesh(BASE, DB_OUTLIER, db_1_unready)
+    client = proxy("client.c", "10.0.9.1")
+
+    def sent() -> list[str]:
+        la = assignment(mesh.assignments(client)[DB_HTTP])
+        return [e.endpoint.address.socket_address.address for g in la.endpoints for e in g.lb_endpoints]
+
+    assert sent() == ["10.0.2.1", "10.0.2.2"]
+    request = mesh.apply(DB_OUTLIER.replace("consecutive5xxErrors: 5", "consecutive5xxErrors: 5, minHealthPercent: 50"))
+    assert ENDPOINT in types_to_push(client, request, [CLUSTER, ENDPOINT])
+    assert sent() == ["10.0.2.1"]
+    mesh.apply(DB_OUTLIER)
+    assert sent() == ["10.0.2.1", "10.0.2.2"]
+
+
 def test_invalidation_drops_only_the_entries_built_from_a_key() -> None:
     cache = ResourceCache()
     a, b = ConfigKey(Kind.DESTINATION_RULE, "b", "db"), ConfigKey(Kind.SERVICE, "c", CACHE)
@@ -674,7 +698,7 @@ def test_gateways_follow_istiods_proxy_dependent_on_config() -> None:
     hidden = config_doc(
         "ServiceEntry",
         "hidden",
-        "hosts: [hidden.example]\nexportTo: [\".\"]\nports: [{number: 80, name: http, protocol: HTTP}]\n"
+        'hosts: [hidden.example]\nexportTo: ["."]\nports: [{number: 80, name: http, protocol: HTTP}]\n'
         "resolution: STATIC\nendpoints: [{address: 10.9.9.9}]",
         namespace="c",
         created=T0,

@@ -201,6 +201,34 @@ spec: {egress: [{hosts: [istio-system/*]}]}
 # --- endpoints of a Kubernetes Service -----------------------------------------------------
 
 
+def test_unready_endpoints_are_sent_unhealthy_unless_outlier_detection_sets_min_health_percent() -> None:
+    # istiod supportsUnhealthyEndpoints: minHealthPercent > 0 would let Envoy's panic mode route
+    # to the unhealthy hosts, so they are left out of that cluster
+    sent = one(push_context(KUBE), f"outbound|9080||{REVIEWS}")
+    health = {
+        e.endpoint.address.socket_address.address: e.health_status for g in sent.endpoints for e in g.lb_endpoints
+    }
+    assert health["10.1.0.5"] == health_check_pb2.UNHEALTHY
+    assert health["10.1.0.1"] == health_check_pb2.HEALTHY
+    assert "10.1.0.6" not in health  # terminating: never sent
+    guarded = dr("trafficPolicy: {outlierDetection: {minHealthPercent: 50}}")
+    la = one(push_context(KUBE, guarded), f"outbound|9080||{REVIEWS}")
+    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1"], ["10.1.0.2"], ["10.1.0.3"]]
+    zero = dr("trafficPolicy: {outlierDetection: {minHealthPercent: 0, consecutive5xxErrors: 3}}")
+    assert "10.1.0.5" in addresses(one(push_context(KUBE, zero), f"outbound|9080||{REVIEWS}"))[1]
+
+
+def test_min_health_percent_on_a_subset_applies_to_that_subset_only() -> None:
+    rule = dr("""
+subsets:
+- {name: v1, labels: {version: v1}, trafficPolicy: {outlierDetection: {minHealthPercent: 10}}}
+- {name: all, labels: {app: reviews}}
+""")
+    push = push_context(KUBE, rule)
+    assert "10.1.0.5" not in addresses(one(push, f"outbound|9080|v1|{REVIEWS}"))[1]
+    assert "10.1.0.5" in addresses(one(push, f"outbound|9080|all|{REVIEWS}"))[1]
+
+
 def test_plain_cluster_from_service_endpointslice_and_pods() -> None:
     la = one(push_context(KUBE), f"outbound|9080||{REVIEWS}")
     assert localities(la) == [
@@ -209,13 +237,15 @@ def test_plain_cluster_from_service_endpointslice_and_pods() -> None:
         "us-east1/us-east1-c",
         "us-west1/us-west1-a",
     ]
-    # not-ready (10.1.0.5) and terminating (10.1.0.6) endpoints are not sent
-    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1"], ["10.1.0.2"], ["10.1.0.3"]]
+    # the not-ready 10.1.0.5 is sent UNHEALTHY (PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS is on by
+    # default); the terminating 10.1.0.6 is not
+    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1", "10.1.0.5"], ["10.1.0.2"], ["10.1.0.3"]]
+    assert la.endpoints[1].lb_endpoints[1].health_status == health_check_pb2.UNHEALTHY
     v1 = la.endpoints[1].lb_endpoints[0]
     assert v1.endpoint.address.socket_address.port_value == 8080  # the target port
     assert v1.health_status == health_check_pb2.HEALTHY
     assert v1.load_balancing_weight.value == 1
-    assert la.endpoints[1].load_balancing_weight.value == 1
+    assert la.endpoints[1].load_balancing_weight.value == 2  # istiod counts the unready one too
     assert la.endpoints[1].priority == 0
     md = json_format.MessageToDict(v1.metadata)["filterMetadata"]
     assert md == {
@@ -230,13 +260,13 @@ def test_port_filtering_takes_only_the_named_ports_endpoints() -> None:
     la = one(push_context(KUBE), f"outbound|9090||{REVIEWS}")
     ports = {e.endpoint.address.socket_address.port_value for g in la.endpoints for e in g.lb_endpoints}
     assert ports == {9091}
-    assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
+    assert sum(len(g.lb_endpoints) for g in la.endpoints) == 5  # 4 ready, 1 unready
 
 
 def test_subset_filters_by_the_rules_labels_and_uses_the_subsets_tls_mode() -> None:
     push = push_context(KUBE, SUBSETS_DR)
     v1 = one(push, f"outbound|9080|v1|{REVIEWS}")
-    assert addresses(v1) == [["10.1.0.4"], ["10.1.0.1"]]
+    assert addresses(v1) == [["10.1.0.4"], ["10.1.0.1", "10.1.0.5"]]
     v2 = one(push, f"outbound|9080|v2|{REVIEWS}")
     assert addresses(v2) == [["10.1.0.2"]]
     # ISTIO_MUTUAL on the subset, but the workload has no sidecar: still no tlsMode (istiod
@@ -248,9 +278,9 @@ def test_rule_tls_mode_disable_turns_off_the_tls_mode_match() -> None:
     push = push_context(KUBE, dr("trafficPolicy: {tls: {mode: DISABLE}}\nsubsets: [{name: v1, labels: {version: v1}}]"))
     la = one(push, f"outbound|9080||{REVIEWS}")
     # istiod's mtlsChecker reads a subset's own policy only, and this subset has none
-    assert tls_matched(one(push, f"outbound|9080|v1|{REVIEWS}")) == [True, True]
-    assert tls_matched(one(push_context(KUBE), f"outbound|9080||{REVIEWS}")) == [True, True, False, True]
-    assert tls_matched(la) == [False, False, False, False]
+    assert tls_matched(one(push, f"outbound|9080|v1|{REVIEWS}")) == [True, True, True]
+    assert tls_matched(one(push_context(KUBE), f"outbound|9080||{REVIEWS}")) == [True, True, True, False, True]
+    assert tls_matched(la) == [False, False, False, False, False]
 
 
 def test_subset_missing_from_the_rule_selects_every_endpoint_as_istiod_does() -> None:
@@ -258,7 +288,7 @@ def test_subset_missing_from_the_rule_selects_every_endpoint_as_istiod_does() ->
     # CDS never builds such a cluster, so only a stale subscription sees this
     push = push_context(KUBE, SUBSETS_DR)
     la = one(push, f"outbound|9080|v9|{REVIEWS}")
-    assert sum(len(g.lb_endpoints) for g in la.endpoints) == 4
+    assert sum(len(g.lb_endpoints) for g in la.endpoints) == 5
 
 
 STICKY = reviews_service("istio.io/persistent-session: sid") + REVIEWS_WORKLOADS
@@ -267,11 +297,11 @@ STICKY = reviews_service("istio.io/persistent-session: sid") + REVIEWS_WORKLOADS
 def test_draining_endpoints_go_only_to_persistent_session_services() -> None:
     la = one(push_context(STICKY), f"outbound|9080||{REVIEWS}")
     b = la.endpoints[1]
-    assert [e.endpoint.address.socket_address.address for e in b.lb_endpoints] == ["10.1.0.1", "10.1.0.6"]
-    assert [e.health_status for e in b.lb_endpoints] == [health_check_pb2.HEALTHY, health_check_pb2.DRAINING]
-    assert b.load_balancing_weight.value == 2
-    # the not-ready endpoint stays out either way (PILOT_SEND_UNHEALTHY_ENDPOINTS is off)
-    assert "10.1.0.5" not in [a for group in addresses(la) for a in group]
+    # the not-ready endpoint goes out UNHEALTHY either way
+    assert [e.endpoint.address.socket_address.address for e in b.lb_endpoints] == ["10.1.0.1", "10.1.0.5", "10.1.0.6"]
+    health = [health_check_pb2.HEALTHY, health_check_pb2.UNHEALTHY, health_check_pb2.DRAINING]
+    assert [e.health_status for e in b.lb_endpoints] == health
+    assert b.load_balancing_weight.value == 3
 
 
 def test_the_draining_label_marks_an_endpoint_draining() -> None:
@@ -285,7 +315,7 @@ def test_headless_service_endpoints_are_sent_though_only_gateways_subscribe() ->
     # istiod skips only DNS services; a sidecar's headless cluster is ORIGINAL_DST, a gateway's EDS
     push = push_context(KUBE.replace("clusterIP: 10.96.0.20", "clusterIP: None", 1))
     name = f"outbound|9080||{REVIEWS}"
-    assert sum(len(g.lb_endpoints) for g in one(push, name).endpoints) == 4
+    assert sum(len(g.lb_endpoints) for g in one(push, name).endpoints) == 5
     gateway = replace(PROXY, type=ProxyType.ROUTER, id="gw-1.istio-system", namespace="istio-system")
     assert name in eds_cluster_names(generate_clusters(gateway, push))
     assert name not in eds_cluster_names(generate_clusters(PROXY, push))
@@ -403,17 +433,18 @@ def test_distribute_sets_locality_weights_and_empties_the_rest() -> None:
         loc: (g.load_balancing_weight.value, len(g.lb_endpoints))
         for loc, g in zip(localities(la), la.endpoints, strict=True)
     }
-    # 80 split over the two us-east1 zones by their weights (1:1), rounded up
+    # 80 split over the two us-east1 zones by their weights (2:1, the unready endpoint counts as
+    # in istiod), rounded up
     assert weights == {
         "eu-west1/eu-west1-a": (20, 1),
-        "us-east1/us-east1-b": (40, 1),
-        "us-east1/us-east1-c": (40, 1),
+        "us-east1/us-east1-b": (54, 2),
+        "us-east1/us-east1-c": (27, 1),
         "us-west1/us-west1-a": (1, 0),
     }
     assert {g.priority for g in la.endpoints} == {0}
     elsewhere = replace(PROXY, locality="eu-west1/eu-west1-a")
     untouched = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}", elsewhere)
-    assert [g.load_balancing_weight.value for g in untouched.endpoints] == [1, 1, 1, 1]
+    assert [g.load_balancing_weight.value for g in untouched.endpoints] == [1, 2, 1, 1]
 
 
 def test_failover_priority_labels_split_localities_by_shared_labels() -> None:
@@ -427,7 +458,7 @@ trafficPolicy:
     la = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}")
     got = sorted((g.priority, a) for g, group in zip(la.endpoints, addresses(la), strict=True) for a in group)
     # both labels match: 0; version matches but region does not: 1; version differs: 2
-    assert got == [(0, "10.1.0.1"), (1, "10.1.0.4"), (2, "10.1.0.2"), (2, "10.1.0.3")]
+    assert got == [(0, "10.1.0.1"), (0, "10.1.0.5"), (1, "10.1.0.4"), (2, "10.1.0.2"), (2, "10.1.0.3")]
     assert all(g.load_balancing_weight.value == len(g.lb_endpoints) for g in la.endpoints)
 
 
@@ -443,12 +474,12 @@ trafficPolicy:
     la = one(push_context(KUBE, rule), f"outbound|9080||{REVIEWS}")
     got = sorted((g.priority, a) for g, group in zip(la.endpoints, addresses(la), strict=True) for a in group)
     # label priority is the major key: v1 here, then the failover region; then the others
-    assert got == [(0, "10.1.0.1"), (1, "10.1.0.4"), (2, "10.1.0.2"), (3, "10.1.0.3")]
+    assert got == [(0, "10.1.0.1"), (0, "10.1.0.5"), (1, "10.1.0.4"), (2, "10.1.0.2"), (3, "10.1.0.3")]
 
 
 def test_sni_dnat_names_keep_only_mtls_endpoints() -> None:
     la = one(push_context(KUBE), f"outbound_.9080_._.{REVIEWS}")
-    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1"], [], ["10.1.0.3"]]
+    assert addresses(la) == [["10.1.0.4"], ["10.1.0.1", "10.1.0.5"], [], ["10.1.0.3"]]
     assert not la.endpoints[2].HasField("load_balancing_weight")
 
 

@@ -194,15 +194,12 @@ def build_outbound_clusters(
     kind = discovery_type(proxy, service)
     dr = rule.rule if rule is not None else None
     rule_tp = dr.traffic_policy if dr is not None and dr.HasField("traffic_policy") else None
-    lb_endpoints = (
-        dns_locality_endpoints(service, port, endpoints, {}, tls_mode_for_port(rule_tp, port.port))
-        if kind in _DNS_TYPES
-        else []
-    )
+    policy = merge_traffic_policy(None, rule_tp, port.port)  # the rule's own port-level settings
+    tls_mode = tls_mode_for_port(rule_tp, port.port)
+    lb_endpoints = dns_locality_endpoints(service, port, endpoints, {}, tls_mode, policy) if kind in _DNS_TYPES else []
     draft = _base_cluster(name, kind, lb_endpoints, proxy, mesh, port, service)
     if draft is None:
         return []
-    policy = merge_traffic_policy(None, rule_tp, port.port)  # the rule's own port-level settings
     ctx = PolicyContext(
         mesh=mesh,
         port=port,
@@ -258,15 +255,15 @@ def _build_subset_cluster(
         and subset_tp.load_balancer.simple == net.LoadBalancerSettings.PASSTHROUGH
     )
     kind = int(Cluster.ORIGINAL_DST) if passthrough else int(default.type)
+    rule_tp = dr.traffic_policy if dr.HasField("traffic_policy") else None
+    policy = merge_traffic_policy(rule_tp, subset_tp, port.port) if subset_tp is not None else default_policy
     lb_endpoints = []
     if kind in _DNS_TYPES:
         tls_mode = tls_mode_for_port(subset_tp, port.port)
-        lb_endpoints = dns_locality_endpoints(service, port, endpoints, subset.labels, tls_mode)
+        lb_endpoints = dns_locality_endpoints(service, port, endpoints, subset.labels, tls_mode, policy)
     draft = _base_cluster(name, kind, lb_endpoints, proxy, mesh, port, service)
     if draft is None:
         return None
-    rule_tp = dr.traffic_policy if dr.HasField("traffic_policy") else None
-    policy = merge_traffic_policy(rule_tp, subset_tp, port.port) if subset_tp is not None else default_policy
     ctx = replace(
         default_ctx,
         istio_mtls_sni=outbound_sni(port.port, service.hostname, subset.name),

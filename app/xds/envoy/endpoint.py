@@ -1,13 +1,14 @@
 """Envoy endpoints as istiod's EndpointBuilder builds them, for EDS and for CDS's inline load
 assignments (DNS clusters) alike (pilot/pkg/xds/endpoints/endpoint_builder.go, mtls_checker.go).
 
-Owns which registry endpoints are sent (filterIstioEndpoint: an address, not unhealthy, draining
-only to persistent-session services), one ``LbEndpoint`` per endpoint (address, health, weight,
-the ``istio`` workload metadata and the ``envoy.transport_socket_match`` tlsMode that the auto
-mTLS transport socket match keys on), grouping by locality (sorted by locality, weights summed)
-and locality load balancing relative to the calling proxy (pilot/pkg/networking/core/loadbalancer
-ApplyLocalityLoadBalancer: ``distribute`` weights, region/zone/subzone failover priorities and
-``failoverPriority`` label priorities). Pure: values in, new protos out.
+Owns which registry endpoints are sent (filterIstioEndpoint: an address, unhealthy ones unless
+outlier detection sets minHealthPercent, draining only to persistent-session services), one
+``LbEndpoint`` per endpoint (address, health, weight, the ``istio`` workload metadata and the
+``envoy.transport_socket_match`` tlsMode that the auto mTLS transport socket match keys on),
+grouping by locality (sorted by locality, weights summed) and locality load balancing relative
+to the calling proxy (pilot/pkg/networking/core/loadbalancer ApplyLocalityLoadBalancer:
+``distribute`` weights, region/zone/subzone failover priorities and ``failoverPriority`` label
+priorities). Pure: values in, new protos out.
 """
 
 from __future__ import annotations
@@ -85,15 +86,26 @@ def is_draining(ep: Endpoint) -> bool:
     return ep.health is HealthStatus.DRAINING or bool(ep.labels.get(DRAINING_LABEL))
 
 
-def is_sent(ep: Endpoint, service: Service) -> bool:
-    """istiod filterIstioEndpoint for a single-network, single-cluster mesh."""
+def is_sent(ep: Endpoint, service: Service, send_unhealthy: bool) -> bool:
+    """istiod filterIstioEndpoint for a single-network, single-cluster mesh; ``send_unhealthy``
+    is istiod supportsUnhealthyEndpoints for the cluster (see :func:`sends_unhealthy`)."""
     if not ep.address:
         return False  # would need a network gateway to stand in for it
-    if ep.health is HealthStatus.UNHEALTHY:
-        return False  # PILOT_SEND_UNHEALTHY_ENDPOINTS is off by default
+    if ep.health is HealthStatus.UNHEALTHY and not send_unhealthy:
+        return False
     if is_draining(ep):
         return any(service.labels.get(k) for k in PERSISTENT_SESSION_LABELS)
     return True
+
+
+def sends_unhealthy(policy: net.TrafficPolicy | None) -> bool:
+    """istiod supportsUnhealthyEndpoints with PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS on (its
+    default): unready endpoints go out as UNHEALTHY (outbound clusters have a 0 % panic
+    threshold), unless the cluster's outlier detection sets minHealthPercent, whose panic mode
+    would then route to them."""
+    return not (
+        policy is not None and policy.HasField("outlier_detection") and policy.outlier_detection.min_health_percent > 0
+    )
 
 
 def build_lb_endpoint(ep: Endpoint, mtls: bool, service: Service, cluster_id: str) -> LbEndpoint:
@@ -121,13 +133,13 @@ def _canonical_service(labels: Mapping[str, str], workload_name: str) -> tuple[s
 
 
 def build_locality_endpoints(
-    service: Service, endpoints: Iterable[Endpoint], rule_tls_mode: int | None
+    service: Service, endpoints: Iterable[Endpoint], rule_tls_mode: int | None, send_unhealthy: bool
 ) -> list[LocalityEndpoints]:
     """istiod EndpointBuilder.generate: the sendable endpoints grouped by locality, groups sorted
     by locality, endpoints in registry order, each group weighted by the sum of its endpoints."""
     by_locality: dict[str, LocalityEndpoints] = {}
     for ep in endpoints:
-        if not is_sent(ep, service):
+        if not is_sent(ep, service, send_unhealthy):
             continue
         lb = build_lb_endpoint(ep, endpoint_mtls(ep, rule_tls_mode), service, ep.cluster_id)
         found = by_locality.get(ep.locality)
@@ -164,11 +176,14 @@ def dns_locality_endpoints(
     endpoints: Iterable[Endpoint],
     subset_labels: Mapping[str, str],
     rule_tls_mode: int | None,
+    policy: net.TrafficPolicy | None,
 ) -> list[LocalityLbEndpoints]:
     """A DNS cluster's inline endpoints (istiod EndpointBuilder.FromServiceEndpoints): this port's
-    endpoints matching the subset labels; addresses may be hostnames here."""
+    endpoints matching the subset labels; addresses may be hostnames here. ``policy`` is the
+    cluster's merged traffic policy (whether unhealthy endpoints are sent)."""
     selected = port_subset_endpoints(endpoints, port, subset_labels)
-    return [le.group for le in build_locality_endpoints(service, selected, rule_tls_mode)]
+    send = sends_unhealthy(policy)
+    return [le.group for le in build_locality_endpoints(service, selected, rule_tls_mode, send)]
 
 
 def _has_istio_tls_mode(lb: LbEndpoint) -> bool:

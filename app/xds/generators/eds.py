@@ -33,6 +33,7 @@ from app.xds.envoy.endpoint import (
     keep_mtls_endpoints,
     locality_lb_setting,
     port_subset_endpoints,
+    sends_unhealthy,
     tls_mode_for_port,
 )
 from app.xds.generators.view import PushContextView, SidecarScopeView
@@ -108,15 +109,16 @@ def build_assignment(
     # istiod tlsModeForDestinationRule: the rule's mode for the default cluster, the subset's own
     # mode (not the rule's) for a subset, none for a subset the rule lacks
     tls_mode = tls_mode_for_port(subset_tp if key.subset else rule_tp, port.port)
-    localities = build_locality_endpoints(service, filter(_usable_in_eds, selected), tls_mode)
+    # istiod getSubsetTrafficPolicy: the rule's policy merged with the subset's, for the port
+    policy = merge_traffic_policy(rule_tp, subset_tp, port.port)
+    usable = filter(_usable_in_eds, selected)
+    localities = build_locality_endpoints(service, usable, tls_mode, sends_unhealthy(policy))
     if key.sni_dnat:
         keep_mtls_endpoints(localities)
     if not localities:
         return empty
     la = ClusterLoadAssignment(cluster_name=name)
     la.endpoints.extend(le.group for le in localities)
-    # istiod getSubsetTrafficPolicy: the rule's policy merged with the subset's, for the port
-    policy = merge_traffic_policy(rule_tp, subset_tp, port.port)
     lb = policy.load_balancer if policy is not None and policy.HasField("load_balancer") else None
     setting = locality_lb_setting(mesh, lb)
     if setting is not None:
