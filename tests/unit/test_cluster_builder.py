@@ -567,6 +567,10 @@ def dns_endpoints() -> list[Endpoint]:
     ]
 
 
+def ready_dns_endpoints() -> list[Endpoint]:
+    return [e for e in dns_endpoints() if e.health is not HealthStatus.UNHEALTHY]
+
+
 def dns_service(resolution: Resolution = Resolution.DNS_LB) -> Service:
     return service(EXT, (ServicePort("tcp", 5432, Protocol.TCP),), resolution=resolution, registry=Registry.EXTERNAL)
 
@@ -587,10 +591,14 @@ def test_dns_cluster_embeds_its_endpoints_grouped_by_locality() -> None:
     la = c.load_assignment
     assert la.cluster_name == c.name
     assert [(g.locality.region, g.locality.zone) for g in la.endpoints] == [
+        ("europe-west1", "z"),
         ("us-east1", "us-east1-b"),
         ("us-east1", "us-east1-c"),
-    ]  # unhealthy europe endpoint and the other port's endpoint left out
-    a = la.endpoints[0].lb_endpoints[0]
+    ]  # the other port's endpoint left out
+    # the unready one is sent UNHEALTHY, as istiod's EndpointBuilder sends it to DNS clusters too
+    # (PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS); Envoy does not balance onto it (panic threshold 0 %)
+    assert la.endpoints[0].lb_endpoints[0].health_status == 2
+    a = la.endpoints[1].lb_endpoints[0]
     assert (a.endpoint.address.socket_address.address, a.endpoint.address.socket_address.port_value) == (
         "db-a.example.com",
         5432,
@@ -598,18 +606,19 @@ def test_dns_cluster_embeds_its_endpoints_grouped_by_locality() -> None:
     assert a.health_status == 1 and a.load_balancing_weight.value == 1
     assert json_format.MessageToDict(a.metadata.filter_metadata["envoy.transport_socket_match"]) == {"tlsMode": "istio"}
     assert a.metadata.filter_metadata["istio"].fields["workload"].string_value == ";default;;v1;Kubernetes"
-    assert la.endpoints[1].load_balancing_weight.value == 3
-    assert "envoy.transport_socket_match" not in la.endpoints[1].lb_endpoints[0].metadata.filter_metadata
+    assert la.endpoints[2].load_balancing_weight.value == 3
+    assert "envoy.transport_socket_match" not in la.endpoints[2].lb_endpoints[0].metadata.filter_metadata
     v1 = out[f"outbound|5432|v1|{EXT}"]
     assert v1.type == C.STRICT_DNS
     assert [
         e.endpoint.address.socket_address.address for g in v1.load_assignment.endpoints for e in g.lb_endpoints
-    ] == ["db-a.example.com"]
+    ] == ["db-c.example.com", "db-a.example.com"]  # the v1 subset's, the unready one too
 
 
 def test_dns_round_robin_is_logical_dns_and_a_dns_cluster_without_endpoints_is_dropped() -> None:
     port = dns_service().ports[0]
-    rr = build(port, svc=dns_service(Resolution.DNS_ROUND_ROBIN_LB), endpoints=dns_endpoints())[f"outbound|5432||{EXT}"]
+    round_robin = dns_service(Resolution.DNS_ROUND_ROBIN_LB)
+    rr = build(port, svc=round_robin, endpoints=ready_dns_endpoints())[f"outbound|5432||{EXT}"]
     assert rr.type == C.LOGICAL_DNS
     # Envoy takes exactly one endpoint here; more would NACK all of CDS (deliberate deviation)
     [group] = rr.load_assignment.endpoints
@@ -635,12 +644,15 @@ def test_dns_locality_failover_sets_priorities_only_with_outlier_detection() -> 
     with_od = rule(
         {"host": EXT, "trafficPolicy": {"loadBalancer": lb, "outlierDetection": {"consecutive5xxErrors": 1}}}
     )
-    c = build(port, with_od, svc=dns_service(), endpoints=dns_endpoints())[f"outbound|5432||{EXT}"]
+    c = build(port, with_od, svc=dns_service(), endpoints=ready_dns_endpoints())[f"outbound|5432||{EXT}"]
     assert c.common_lb_config.HasField("locality_weighted_lb_config")
     # proxy in us-east1/us-east1-b: its own zone first, then the rest of the region
     assert [g.priority for g in c.load_assignment.endpoints] == [0, 1]
     without = build(
-        port, rule({"host": EXT, "trafficPolicy": {"loadBalancer": lb}}), svc=dns_service(), endpoints=dns_endpoints()
+        port,
+        rule({"host": EXT, "trafficPolicy": {"loadBalancer": lb}}),
+        svc=dns_service(),
+        endpoints=ready_dns_endpoints(),
     )
     c2 = without[f"outbound|5432||{EXT}"]
     assert [g.priority for g in c2.load_assignment.endpoints] == [0, 0]
@@ -651,7 +663,10 @@ def test_dns_locality_distribute_weights() -> None:
     port = dns_service().ports[0]
     lb = {"localityLbSetting": {"distribute": [{"from": "us-east1/*", "to": {"us-east1/us-east1-c/*": 100}}]}}
     c = build(
-        port, rule({"host": EXT, "trafficPolicy": {"loadBalancer": lb}}), svc=dns_service(), endpoints=dns_endpoints()
+        port,
+        rule({"host": EXT, "trafficPolicy": {"loadBalancer": lb}}),
+        svc=dns_service(),
+        endpoints=ready_dns_endpoints(),
     )[f"outbound|5432||{EXT}"]
     assert c.common_lb_config.HasField("locality_weighted_lb_config")
     b, other = c.load_assignment.endpoints
