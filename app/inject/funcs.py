@@ -9,13 +9,13 @@ import logging
 import os
 import posixpath
 from collections.abc import Callable, Mapping
-from decimal import Decimal
 from typing import Any
 
 import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from app.gotemplate.printing import sprint_value
 from app.gotemplate.signature import ANY, STRING, STRING_MAP, go_signature
 from app.gotemplate.values import StringMap
 from app.inject.gojson import go_json, sorted_map
@@ -23,48 +23,6 @@ from app.inject.proxy_config import clean_proxy_config
 from app.inject.views import CONTAINER_PORT_ORDER, KubeStruct, ProtoStruct
 
 logger = logging.getLogger(__name__)
-
-
-def go_sprint(value: Any) -> str:
-    """fmt.Sprint of one value."""
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return go_float(value)
-    if isinstance(value, dict):
-        return "map[" + " ".join(f"{go_sprint(k)}:{go_sprint(v)}" for k, v in sorted(value.items())) + "]"
-    if isinstance(value, list | tuple):
-        return "[" + " ".join(go_sprint(v) for v in value) + "]"
-    return str(value)
-
-
-def go_float(value: float) -> str:
-    """strconv.FormatFloat(value, 'g', -1, 64), fmt's %v of a float64: the shortest digits, with
-    an exponent when it is below -4 or from 6 up (1e+06)."""
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    sign, digit_tuple, exp = Decimal(repr(value)).as_tuple()
-    assert isinstance(exp, int)
-    digits = list(digit_tuple)
-    while len(digits) > 1 and digits[-1] == 0:
-        digits.pop()
-        exp += 1
-    text = "".join(map(str, digits))
-    minus = "-" if sign else ""
-    if text == "0":
-        return minus + "0"
-    exponent = len(text) - 1 + exp
-    if exponent < -4 or exponent >= 6:
-        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-        return f"{minus}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if exponent < 0:
-        return f"{minus}0.{'0' * (-exponent - 1)}{text}"
-    whole, frac = text[: exponent + 1].ljust(exponent + 1, "0"), text[exponent + 1 :]
-    return f"{minus}{whole}{'.' + frac if frac else ''}"
 
 
 def format_duration(duration: Any) -> str:
@@ -109,7 +67,7 @@ def isset(m: Mapping[str, str] | None, key: str) -> bool:
 
 def exclude_inbound_port(port: Any, excluded: str) -> str:
     """excludeInboundPort: the status port added to the excluded inbound ports."""
-    port_text = go_sprint(port).strip()
+    port_text = sprint_value(port).strip()
     if not port_text or port_text == "0":
         return excluded
     kept = []
@@ -149,7 +107,7 @@ def identity(s: str) -> str:
 def annotation(meta: Any, name: str, default: Any) -> str:
     """getAnnotation: the pod's annotation, else fmt.Sprint(default)."""
     annotations = meta.value.get("annotations") or {} if isinstance(meta, KubeStruct) else {}
-    return str(annotations[name]) if name in annotations else go_sprint(default)
+    return str(annotations[name]) if name in annotations else sprint_value(default)
 
 
 def value_or_default(value: Any, default: Any) -> Any:

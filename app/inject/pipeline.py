@@ -16,7 +16,7 @@ import yaml
 
 from app.api.mesh import MeshConfig, ProxyConfig
 from app.gotemplate import Template, TemplateError
-from app.inject.funcs import go_sprint
+from app.gotemplate.printing import sprint_value
 from app.inject.gojson import go_json
 from app.inject.merge import MergeError, strategic_merge_pod
 from app.inject.overrides import (
@@ -171,8 +171,8 @@ def select_templates(annotations: Mapping[str, str], defaults: tuple[str, ...],
 
 def _cluster_and_network(params: InjectionParameters, labels: Mapping[str, str]) -> tuple[str, str]:
     """extractClusterAndNetwork: values, then the webhook URL's, then the pod's network label."""
-    cluster = go_sprint(lookup(params.values, "global", "multiCluster", "clusterName") or "")
-    network = go_sprint(lookup(params.values, "global", "network") or "")
+    cluster = sprint_value(lookup(params.values, "global", "multiCluster", "clusterName") or "")
+    network = sprint_value(lookup(params.values, "global", "network") or "")
     cluster = params.proxy_envs.get("ISTIO_META_CLUSTER_ID") or cluster
     network = params.proxy_envs.get("ISTIO_META_NETWORK") or network
     return cluster, labels.get(NETWORK_LABEL, network)
@@ -201,7 +201,7 @@ def proxy_image(
     """ProxyImage / ProxyInitImage: HUB/NAME:TAG, with the variant (distroless, debug) in the tag."""
     name = lookup(values, "global", "proxy_init" if init else "proxy", "image") or "proxyv2"
     tag_value = lookup(values, "global", "tag")
-    tag = "" if tag_value is None else go_sprint(tag_value)
+    tag = "" if tag_value is None else sprint_value(tag_value)
     variant = image_type or str(lookup(values, "global", "variant") or "")
     variant = annotations.get(PROXY_IMAGE_TYPE_ANNOTATION, variant)
     if variant:

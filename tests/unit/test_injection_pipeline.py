@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from app.gotemplate.printing import format_float, sprint_value
 from app.inject.config import InjectionConfig
-from app.inject.funcs import exclude_inbound_port, go_float, go_sprint
+from app.inject.funcs import exclude_inbound_port
 from app.inject.injector import inject_envs
 from app.inject.merge import strategic_merge_pod
 from app.inject.patch import create_patch
@@ -140,9 +141,9 @@ def test_the_owner_is_found_as_istiod_finds_it() -> None:
 
 
 def test_go_formatting_and_quantities() -> None:
-    assert [go_float(v) for v in (15020.0, 1e6, 0.5, 1234567.0, 1e-5, 100.25)] == [
+    assert [format_float(v) for v in (15020.0, 1e6, 0.5, 1234567.0, 1e-5, 100.25)] == [
         "15020", "1e+06", "0.5", "1.234567e+06", "1e-05", "100.25"]  # fmt: skip
-    assert go_sprint(None) == "<nil>" and go_sprint(True) == "true"
+    assert sprint_value(None) == "<nil>" and sprint_value(True) == "true"
     assert exclude_inbound_port(15020.0, "4,5") == "4,5,15020"
     assert exclude_inbound_port("15020", "15020") == "15020"
     assert [canonical_quantity(q) for q in ("2000m", "100m", "1024Mi", "0.5", "2000", "1e3")] == [
