@@ -38,12 +38,12 @@ from google.protobuf import struct_pb2
 from app.environment import Environment
 from app.heap import HeapKeeper
 from app.sources.files import FileSource
+from app.translate.endpoint.for_proxy import eds_cluster_names
+from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection, proxy_from_node
 from app.xds.delta import DeltaSession
 from app.xds.discovery import Discovery, push_request
-from app.xds.generators.eds import eds_cluster_names
-from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.sotw import SotwSession

@@ -20,12 +20,12 @@ from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
+from app.translate.cluster.for_proxy import generate_clusters
+from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
+from app.translate.listener.for_proxy import generate_listeners, route_names
+from app.translate.name_table import build_name_table
+from app.translate.route.for_proxy import generate_routes
 from app.xds.generate import ResourceSource
-from app.xds.generators.cds import generate_clusters
-from app.xds.generators.eds import eds_cluster_names, generate_endpoints
-from app.xds.generators.lds import generate_listeners, route_names
-from app.xds.generators.nds import build_name_table
-from app.xds.generators.rds import generate_routes
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import Resource, WatchedResource
 

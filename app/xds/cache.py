@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import fields, is_dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from app.config.model import ConfigKey
 from app.errors import PilotfishError
@@ -34,26 +34,6 @@ Dep = ConfigKey | tuple[str, str, str]
 
 class CacheAssertionError(PilotfishError):
     """A cached entry differs from a fresh build of the same request: its key misses an input."""
-
-
-class Ident(Generic[T]):
-    """An object as a key part, compared and hashed by identity (for immutable objects that are
-    replaced on change). Holding it keeps the object, and so its id, alive."""
-
-    __slots__ = ("_hash", "obj")
-
-    def __init__(self, obj: T) -> None:
-        self.obj = obj
-        self._hash = id(obj)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Ident) and other.obj is self.obj
-
-    def __repr__(self) -> str:
-        return f"Ident({type(self.obj).__name__}@{self._hash:#x})"
 
 
 def _comparable(value: object) -> object:

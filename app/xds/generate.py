@@ -37,23 +37,24 @@ from app.api.networking import DestinationRule
 from app.config.mesh import MeshConfig
 from app.config.model import EMPTY_LABELS, ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule
+from app.model.ident import Ident
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.service import Protocol as PortProtocol
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
-from app.xds.cache import CacheAssertionError, Dep, Ident, ResourceCache
-from app.xds.envoy.cluster import AppliedDestinationRule
-from app.xds.envoy.listener_tcp import TCP_PROTOCOLS
-from app.xds.envoy.route_policy import load_balancer_view
-from app.xds.envoy.tracing import TRACING_LABELS
-from app.xds.generators.cds import proxy_clusters, service_clusters
-from app.xds.generators.eds import build_assignment, eds_cluster_names, resolve_assignment
-from app.xds.generators.lds import scope_listener_plan, scope_listeners, workload_listeners
-from app.xds.generators.nds import build_name_table, uses_allocated_addresses
-from app.xds.generators.rds import generate_routes, sidecar_route_key
-from app.xds.generators.sds import generate_secrets
-from app.xds.generators.view import proxy_service_targets
+from app.translate.cluster.builder import AppliedDestinationRule
+from app.translate.cluster.for_proxy import proxy_clusters, service_clusters
+from app.translate.endpoint.for_proxy import build_assignment, eds_cluster_names, resolve_assignment
+from app.translate.listener.for_proxy import scope_listener_plan, scope_listeners, workload_listeners
+from app.translate.listener.tcp import TCP_PROTOCOLS
+from app.translate.listener.tracing import TRACING_LABELS
+from app.translate.name_table import build_name_table, uses_allocated_addresses
+from app.translate.route.for_proxy import generate_routes, sidecar_route_key
+from app.translate.route.policy import load_balancer_view
+from app.translate.secrets import generate_secrets
+from app.translate.view import proxy_service_targets
+from app.xds.cache import CacheAssertionError, Dep, ResourceCache
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 from app.xds.watch import Resource, WatchedResource, encode

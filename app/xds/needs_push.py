@@ -20,7 +20,7 @@ from app.api import networking as net
 from app.config.model import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
-from app.xds.envoy.route_policy import load_balancer_view
+from app.translate.route.policy import load_balancer_view
 from app.xds.push_request import PushRequest
 from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE, SECRET
 
@@ -146,7 +146,7 @@ def update_types(old: ConfigObject, new: ConfigObject) -> frozenset[str] | None:
     metadata applies where it did, so it changes clusters and endpoints; listeners only when
     what TCP proxies read of it changed (tcp idle timeout, max connection duration, source-IP
     hashing), routes only when its consistent-hash settings changed. Mirrors the reads in
-    envoy/listener_tcp.py ``tcp_settings`` and envoy/route_policy.py."""
+    app/translate/listener/tcp.py ``tcp_settings`` and app/translate/route/policy.py."""
     if old.kind is not Kind.DESTINATION_RULE or new.kind is not Kind.DESTINATION_RULE or old.meta != new.meta:
         return None
     a: net.DestinationRule = old.spec

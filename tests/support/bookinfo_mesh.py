@@ -12,11 +12,11 @@ from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
+from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.discovery import Discovery, push_request
-from app.xds.generators.lds import route_names
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces

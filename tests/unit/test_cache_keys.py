@@ -31,12 +31,12 @@ from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Ki
 from app.environment import Environment
 from app.model.proxy import Proxy, ProxyType, build_proxy
 from app.model.push_context import PushContext
+from app.translate.cluster.for_proxy import generate_clusters
+from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
+from app.translate.listener.for_proxy import generate_listeners
 from app.xds import generate
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.discovery import Discovery, push_request
-from app.xds.generators.cds import generate_clusters
-from app.xds.generators.eds import eds_cluster_names, generate_endpoints
-from app.xds.generators.lds import generate_listeners
 from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER

@@ -26,7 +26,7 @@ from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext, PushInputs
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, Service, ServicePort
-from app.xds.envoy.cluster import (
+from app.translate.cluster.builder import (
     build_blackhole_cluster,
     build_inbound_cluster,
     build_inbound_passthrough_cluster,
@@ -34,8 +34,8 @@ from app.xds.envoy.cluster import (
     build_passthrough_cluster,
     service_identities,
 )
-from app.xds.envoy.cluster_policy import HTTP_PROTOCOL_OPTIONS_KEY
-from app.xds.generators.cds import generate_clusters
+from app.translate.cluster.for_proxy import generate_clusters
+from app.translate.cluster.policy import HTTP_PROTOCOL_OPTIONS_KEY
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import (
     config_doc,

@@ -14,9 +14,9 @@ from google.protobuf import json_format
 
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
-from app.xds.envoy.cluster import parse_cluster_name
-from app.xds.generators.cds import generate_clusters
-from app.xds.generators.eds import eds_cluster_names, generate_endpoints
+from app.translate.cluster.builder import parse_cluster_name
+from app.translate.cluster.for_proxy import generate_clusters
+from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import (
     config_doc,

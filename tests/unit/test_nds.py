@@ -14,7 +14,7 @@ from app.environment import Environment
 from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
-from app.xds.generators.nds import build_name_table
+from app.translate.name_table import build_name_table
 from tests.support.mesh import config_doc, endpoint_slice, kube_service, push_context, slice_endpoint
 
 

@@ -23,7 +23,7 @@ from app.config.mesh import default_mesh_config
 from app.config.model import ConfigObject, Kind, ObjectMeta
 from app.model.service import Protocol, Registry, Resolution, Service, ServicePort
 from app.model.virtual_service import ResolvedVirtualService, resolve_virtual_service
-from app.xds.envoy.route import (
+from app.translate.route.builder import (
     RouteContext,
     build_default_route,
     build_vs_routes,

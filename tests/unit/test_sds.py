@@ -15,9 +15,9 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.config.kube import SecretSpec
 from app.config.loader import load_documents
 from app.model.proxy import Proxy, ProxyType, build_proxy
+from app.translate.secrets import generate_secrets, parse_resource_name
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.generators.sds import generate_secrets, parse_resource_name
 from app.xds.resources import SECRET
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo_mesh import Mesh

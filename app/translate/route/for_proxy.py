@@ -27,17 +27,17 @@ from google.protobuf import wrappers_pb2
 from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.config.host import intersection, is_wildcard, matches, most_specific_match, names_for_namespace
+from app.model.ident import Ident
 from app.model.merged_gateway import GatewayServer, merge_gateways
 from app.model.proxy import Proxy
 from app.model.service import Protocol as PortProtocol
 from app.model.service import Resolution, Service
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
-from app.xds.cache import Ident
-from app.xds.envoy.cluster import egress_proxy_cluster
-from app.xds.envoy.listener import EgressListenerView
-from app.xds.envoy.route import RouteContext, build_default_route, build_vs_routes
-from app.xds.envoy.virtual_host import (
+from app.translate.cluster.builder import egress_proxy_cluster
+from app.translate.listener.builder import EgressListenerView
+from app.translate.route.builder import RouteContext, build_default_route, build_vs_routes
+from app.translate.route.virtual_host import (
     GatewayVirtualHost,
     VirtualHostWrapper,
     build_catch_all_virtual_host,
@@ -47,7 +47,7 @@ from app.xds.envoy.virtual_host import (
     gateway_blackhole_virtual_host,
     virtual_hosts_for_sniffed_route,
 )
-from app.xds.generators.view import (
+from app.translate.view import (
     ProxyDestinationRules,
     PushContextView,
     SidecarScopeView,

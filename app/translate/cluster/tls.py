@@ -23,7 +23,7 @@ from app.model.authn import MtlsMode
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 
 if TYPE_CHECKING:
-    from app.xds.envoy.cluster_policy import ClusterDraft, PolicyContext
+    from app.translate.cluster.policy import ClusterDraft, PolicyContext
 
 TLS_SOCKET = "envoy.transport_sockets.tls"
 RAW_BUFFER_SOCKET = "envoy.transport_sockets.raw_buffer"

@@ -17,9 +17,9 @@ from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
-from app.xds.envoy.cluster import AppliedDestinationRule, ServiceTarget
-from app.xds.envoy.listener import EgressListenerView
-from app.xds.envoy.listener_gateway import GatewayVirtualServices
+from app.translate.cluster.builder import AppliedDestinationRule, ServiceTarget
+from app.translate.listener.builder import EgressListenerView
+from app.translate.listener.gateway import GatewayVirtualServices
 
 
 class SidecarScopeView(Protocol):

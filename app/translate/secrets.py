@@ -27,7 +27,7 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from app.config.kube import SecretSpec
 from app.model.proxy import Proxy
-from app.xds.envoy.cluster_tls import KUBERNETES_SECRET, SDS_CA_SUFFIX
+from app.translate.cluster.tls import KUBERNETES_SECRET, SDS_CA_SUFFIX
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from app.api.mesh import MeshConfig
 from app.config.labels import CLUSTER_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, HealthStatus, Service, ServicePort
-from app.xds.envoy.address import build_address
-from app.xds.envoy.cluster_tls import TLS_MODE_ISTIO
-from app.xds.envoy.metadata import ISTIO_METADATA_KEY
+from app.translate.address import build_address
+from app.translate.cluster.tls import TLS_MODE_ISTIO
+from app.translate.metadata import ISTIO_METADATA_KEY
 
 TRANSPORT_SOCKET_MATCH_KEY = "envoy.transport_socket_match"
 DRAINING_LABEL = "istio.io/draining"  # PILOT_DRAINING_LABEL default

@@ -25,9 +25,9 @@ from app.config.host import is_ip_address
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Resolution, Service, ServicePort
 from app.model.traffic_policy import merge_traffic_policy
-from app.xds.envoy.address import UNIX_ADDRESS_PREFIX
-from app.xds.envoy.cluster import AppliedDestinationRule, parse_cluster_name
-from app.xds.envoy.endpoint import (
+from app.translate.address import UNIX_ADDRESS_PREFIX
+from app.translate.cluster.builder import AppliedDestinationRule, parse_cluster_name
+from app.translate.endpoint.builder import (
     apply_locality_load_balancer,
     build_locality_endpoints,
     keep_mtls_endpoints,
@@ -36,7 +36,7 @@ from app.xds.envoy.endpoint import (
     sends_unhealthy,
     tls_mode_for_port,
 )
-from app.xds.generators.view import PushContextView, SidecarScopeView
+from app.translate.view import PushContextView, SidecarScopeView
 
 ClusterLoadAssignment = endpoint_pb2.ClusterLoadAssignment
 _DNS_RESOLUTIONS = (Resolution.DNS_LB, Resolution.DNS_ROUND_ROBIN_LB)

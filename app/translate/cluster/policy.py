@@ -24,9 +24,9 @@ from app.api.mesh import MeshConfig
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Service, ServicePort
-from app.xds.envoy import cluster_tls
-from app.xds.envoy.cluster_tls import raw_buffer_socket
-from app.xds.envoy.endpoint import MAX_UINT32, apply_locality_load_balancer, locality_lb_setting
+from app.translate.cluster import tls as cluster_tls
+from app.translate.cluster.tls import raw_buffer_socket
+from app.translate.endpoint.builder import MAX_UINT32, apply_locality_load_balancer, locality_lb_setting
 
 Cluster = cluster_pb2.Cluster
 HTTP_PROTOCOL_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"

@@ -36,8 +36,8 @@ from envoy.type.matcher.v3 import metadata_pb2, path_pb2, regex_pb2, string_pb2,
 from app.api import security as sec
 from app.config.model import ConfigObject
 from app.model.authz import WorkloadPolicies
-from app.xds.envoy.jwt import JWT_FILTER, JWT_PAYLOAD
-from app.xds.envoy.listener_filters import pack
+from app.translate.listener.filters import pack
+from app.translate.listener.jwt import JWT_FILTER, JWT_PAYLOAD
 
 HTTP_RBAC = "envoy.filters.http.rbac"
 NETWORK_RBAC = "envoy.filters.network.rbac"
@@ -162,7 +162,7 @@ def _unsupported(value: str, tcp: bool) -> NoReturn:
 
 def _jwt_claim(path: Sequence[str], matcher: Any) -> Msg:
     """A claim of the verified JWT, as jwt_authn put its payload in the dynamic metadata
-    (app/xds/envoy/jwt.py); a list claim (aud, groups) matches when one element does. istiod
+    (app/translate/listener/jwt.py); a list claim (aud, groups) matches when one element does. istiod
     reads the istio_authn filter's copy, which upstream Envoy does not have."""
     value = value_pb2.ValueMatcher(
         or_match=value_pb2.OrMatcher(

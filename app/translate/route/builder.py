@@ -29,11 +29,11 @@ from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.model.service import Service
 from app.model.virtual_service import ResolvedVirtualService
-from app.xds.envoy.cluster import destination_cluster as cluster_for_destination
-from app.xds.envoy.cluster import outbound_cluster_name, parse_cluster_name
-from app.xds.envoy.metadata import add_config_metadata
-from app.xds.envoy.route_match import is_catch_all_route, source_matches, translate_route_match
-from app.xds.envoy.route_policy import (
+from app.translate.cluster.builder import destination_cluster as cluster_for_destination
+from app.translate.cluster.builder import outbound_cluster_name, parse_cluster_name
+from app.translate.metadata import add_config_metadata
+from app.translate.route.match import is_catch_all_route, source_matches, translate_route_match
+from app.translate.route.policy import (
     cors_policy,
     destination_consistent_hash,
     direct_response_action,

@@ -22,7 +22,7 @@ from envoy.type.v3 import percent_pb2
 
 from app.api import networking as net
 from app.config.istio_traffic import GRPC_STATUSES
-from app.xds.envoy.route_match import string_matcher
+from app.translate.route.match import string_matcher
 
 HVO = base_pb2.HeaderValueOption
 ConsistentHashLB = net.LoadBalancerSettings.ConsistentHashLB

@@ -18,13 +18,17 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
-from app.xds.envoy.cluster import egress_proxy_cluster
-from app.xds.envoy.listener import ListenerPlan, build_virtual_outbound_listener, plan_sidecar_outbound_listeners
-from app.xds.envoy.listener_filters import HCM
-from app.xds.envoy.listener_gateway import build_gateway_listeners
-from app.xds.envoy.listener_inbound import build_inbound_listeners
-from app.xds.envoy.listener_tcp import OutboundContext
-from app.xds.generators.view import ProxyDestinationRules, PushContextView, SidecarScopeView, proxy_service_targets
+from app.translate.cluster.builder import egress_proxy_cluster
+from app.translate.listener.builder import (
+    ListenerPlan,
+    build_virtual_outbound_listener,
+    plan_sidecar_outbound_listeners,
+)
+from app.translate.listener.filters import HCM
+from app.translate.listener.gateway import build_gateway_listeners
+from app.translate.listener.inbound import build_inbound_listeners
+from app.translate.listener.tcp import OutboundContext
+from app.translate.view import ProxyDestinationRules, PushContextView, SidecarScopeView, proxy_service_targets
 
 
 def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2.Listener]:

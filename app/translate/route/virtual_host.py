@@ -18,7 +18,7 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 
 from app.config.host import specificity_key
 from app.model.service import Registry, Resolution, Service
-from app.xds.envoy.route_match import is_catch_all_route
+from app.translate.route.match import is_catch_all_route
 
 ALLOW_ANY_NAME = "allow_any"  # istiod util.Passthrough: virtual host and route name
 BLOCK_ALL_NAME = "block_all"  # istiod util.BlackHole

@@ -24,14 +24,14 @@ from envoy.config.listener.v3 import listener_pb2
 from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.config.host import is_ip_address
+from app.model.ident import Ident
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.model.service import Protocol as PortProtocol
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import ResolvedVirtualService, VirtualServicesByHost
-from app.xds.cache import Ident
-from app.xds.envoy.address import build_address
-from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
-from app.xds.envoy.listener_filters import (
+from app.translate.address import build_address
+from app.translate.cluster.builder import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
+from app.translate.listener.filters import (
     MAX_ACCEPT_PER_EVENT,
     PASSTHROUGH_FILTER_CHAIN,
     PLAINTEXT_HTTP_ALPNS,
@@ -46,7 +46,7 @@ from app.xds.envoy.listener_filters import (
     transport_socket_connect_timeout,
     zero_duration,
 )
-from app.xds.envoy.listener_tcp import TCP_PROTOCOLS, OutboundContext, service_address, sidecar_tcp_chain_opts
+from app.translate.listener.tcp import TCP_PROTOCOLS, OutboundContext, service_address, sidecar_tcp_chain_opts
 
 VIRTUAL_OUTBOUND = "virtualOutbound"
 VIRTUAL_OUTBOUND_BLACKHOLE = "virtualOutbound-blackhole"

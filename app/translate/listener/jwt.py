@@ -24,7 +24,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 
 from app.api import security as sec
 from app.config.model import ConfigObject
-from app.xds.envoy.listener_filters import pack
+from app.translate.listener.filters import pack
 
 JWT_FILTER = "envoy.filters.http.jwt_authn"
 JWT_PAYLOAD = "payload"  # the dynamic metadata key of a verified token's payload

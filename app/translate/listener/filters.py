@@ -39,10 +39,10 @@ from google.protobuf import any_pb2, duration_pb2, message, wrappers_pb2
 from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy
 from app.model.service import Protocol
-from app.xds.envoy.cluster_tls import TLS_SOCKET
-from app.xds.envoy.route import CORS_FILTER as CORS
-from app.xds.envoy.route import FAULT_FILTER as FAULT
-from app.xds.envoy.tracing import hcm_tracing
+from app.translate.cluster.tls import TLS_SOCKET
+from app.translate.listener.tracing import hcm_tracing
+from app.translate.route.builder import CORS_FILTER as CORS
+from app.translate.route.builder import FAULT_FILTER as FAULT
 
 HCM = "envoy.filters.network.http_connection_manager"
 TCP_PROXY = "envoy.filters.network.tcp_proxy"

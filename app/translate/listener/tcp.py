@@ -21,14 +21,14 @@ from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService, VirtualServicesByHost
-from app.xds.envoy.cluster import destination_cluster, outbound_cluster_name
-from app.xds.envoy.listener_filters import (
+from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
+from app.translate.listener.filters import (
     ChainOpts,
     TcpSettings,
     tcp_filter_stack,
     tcp_proxy_filter,
 )
-from app.xds.envoy.metadata import config_metadata
+from app.translate.metadata import config_metadata
 
 UNSPECIFIED_V4 = "0.0.0.0"
 UNSPECIFIED_V6 = "::"

@@ -26,7 +26,7 @@ from app.model.sidecar_ingress import (
     inbound_connection_pool,
     sidecar_ingress,
 )
-from app.xds.envoy.cluster import (
+from app.translate.cluster.builder import (
     AppliedDestinationRule,
     ServiceTarget,
     build_blackhole_cluster,
@@ -36,7 +36,7 @@ from app.xds.envoy.cluster import (
     build_passthrough_cluster,
     service_identities,
 )
-from app.xds.generators.view import PushContextView, SidecarScopeView, proxy_service_targets
+from app.translate.view import PushContextView, SidecarScopeView, proxy_service_targets
 
 
 def generate_clusters(proxy: Proxy, push: PushContextView) -> list[cluster_pb2.Cluster]:

@@ -33,12 +33,16 @@ from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.service import Protocol, ServicePort
 from app.model.sidecar_ingress import SidecarIngress, after_tls_termination, global_unicast_ip
-from app.xds.envoy.address import build_address
-from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
-from app.xds.envoy.cluster import BLACKHOLE_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER, ServiceTarget, inbound_cluster_name
-from app.xds.envoy.jwt import jwt_authn_filters
-from app.xds.envoy.listener import PROMETHEUS_PORT, STATUS_PORT, capture_ports
-from app.xds.envoy.listener_filters import (
+from app.translate.address import build_address
+from app.translate.cluster.builder import (
+    BLACKHOLE_CLUSTER,
+    INBOUND_PASSTHROUGH_CLUSTER,
+    ServiceTarget,
+    inbound_cluster_name,
+)
+from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
+from app.translate.listener.builder import PROMETHEUS_PORT, STATUS_PORT, capture_ports
+from app.translate.listener.filters import (
     ALL_ISTIO_MTLS_ALPNS,
     MAX_ACCEPT_PER_EVENT,
     MTLS_HTTP_ALPNS,
@@ -60,9 +64,10 @@ from app.xds.envoy.listener_filters import (
     tls_inspector_filter,
     zero_duration,
 )
-from app.xds.envoy.listener_tcp import OutboundContext
-from app.xds.envoy.listener_tls import gateway_tls_context, inbound_mtls_context
-from app.xds.envoy.metadata import config_metadata
+from app.translate.listener.jwt import jwt_authn_filters
+from app.translate.listener.tcp import OutboundContext
+from app.translate.listener.tls import gateway_tls_context, inbound_mtls_context
+from app.translate.metadata import config_metadata
 
 VIRTUAL_INBOUND = "virtualInbound"
 VIRTUAL_INBOUND_BLACKHOLE = "virtualInbound-blackhole"

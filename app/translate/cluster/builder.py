@@ -30,8 +30,8 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
 from app.model.service import Protocol as PortProtocol
 from app.model.traffic_policy import merge_traffic_policy
-from app.xds.envoy.address import build_address
-from app.xds.envoy.cluster_policy import (
+from app.translate.address import build_address
+from app.translate.cluster.policy import (
     HTTP_PROTOCOL_OPTIONS_KEY,
     ClusterDraft,
     Direction,
@@ -41,9 +41,9 @@ from app.xds.envoy.cluster_policy import (
     set_h2,
     set_use_downstream_protocol,
 )
-from app.xds.envoy.cluster_tls import infer_service_mtls_mode
-from app.xds.envoy.endpoint import dns_locality_endpoints, tls_mode_for_port
-from app.xds.envoy.metadata import ISTIO_METADATA_KEY, add_config_metadata
+from app.translate.cluster.tls import infer_service_mtls_mode
+from app.translate.endpoint.builder import dns_locality_endpoints, tls_mode_for_port
+from app.translate.metadata import ISTIO_METADATA_KEY, add_config_metadata
 
 Cluster = cluster_pb2.Cluster
 BLACKHOLE_CLUSTER = "BlackHoleCluster"

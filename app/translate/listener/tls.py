@@ -17,7 +17,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tl
 
 from app.api import networking as net
 from app.api.mesh import MeshConfig
-from app.xds.envoy.cluster_tls import (
+from app.translate.cluster.tls import (
     SDS_CA_SUFFIX,
     SDS_DEFAULT,
     SDS_ROOT,

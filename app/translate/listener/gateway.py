@@ -27,11 +27,10 @@ from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.merged_gateway import GatewayServer, MergedServers, ServerPort, merge_gateways
 from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
-from app.xds.envoy.address import build_address
-from app.xds.envoy.authz import rbac_http_filters, rbac_network_filters
-from app.xds.envoy.cluster import ServiceTarget
-from app.xds.envoy.jwt import jwt_authn_filters
-from app.xds.envoy.listener_filters import (
+from app.translate.address import build_address
+from app.translate.cluster.builder import ServiceTarget
+from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
+from app.translate.listener.filters import (
     MAX_ACCEPT_PER_EVENT,
     SERVER_NAME,
     ChainOpts,
@@ -43,8 +42,9 @@ from app.xds.envoy.listener_filters import (
     transport_socket_connect_timeout,
     zero_duration,
 )
-from app.xds.envoy.listener_tcp import OutboundContext, route_filters
-from app.xds.envoy.listener_tls import gateway_tls_context, has_server_certificate
+from app.translate.listener.jwt import jwt_authn_filters
+from app.translate.listener.tcp import OutboundContext, route_filters
+from app.translate.listener.tls import gateway_tls_context, has_server_certificate
 
 _TLS = net.ServerTLSSettings
 

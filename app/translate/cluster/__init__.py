@@ -1,0 +1,1 @@
+"""Envoy clusters: the builders, and what one proxy gets (``for_proxy``)."""

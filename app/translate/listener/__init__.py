@@ -1,0 +1,1 @@
+"""Envoy listeners: the builders, and what one proxy gets (``for_proxy``)."""

@@ -1,0 +1,1 @@
+"""Envoy routes: the builders, and what one proxy gets (``for_proxy``)."""

@@ -1,1 +1,0 @@
-"""One generator per xDS type: synchronous pure functions of (proxy, push context)."""
