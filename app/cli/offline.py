@@ -1,0 +1,135 @@
+"""The offline tools, reading files only: ``validate``, ``config-dump`` and ``kube-inject``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.debug.dump import (
+    dump_all,
+    dump_clusters,
+    dump_endpoints,
+    dump_listeners,
+    dump_name_table,
+    dump_routes,
+    dump_scope,
+)
+from app.environment import Environment
+from app.errors import PilotfishError
+from app.inject.command import kube_inject_command
+from app.model.features import Features
+from app.model.proxy import Proxy, build_proxy
+from app.model.push_context import PushContext
+from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
+
+_DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
+    "cds": dump_clusters,
+    "eds": dump_endpoints,
+    "lds": dump_listeners,
+    "rds": dump_routes,
+    "nds": dump_name_table,
+    "all": dump_all,
+    "scope": dump_scope,
+}
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"label {part!r}: want key=value")
+        labels[key] = value
+    return labels
+
+
+def _parse_metadata(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"metadata {text!r}: want KEY=VALUE")
+    return key, value
+
+
+def add_commands(sub: Any) -> None:
+    inject = sub.add_parser("kube-inject", help="inject sidecars into a manifest, like istioctl kube-inject")
+    inject.set_defaults(run=kube_inject)
+    inject.add_argument("-f", "--filename", type=Path, required=True, help="input manifest ('-' for stdin)")
+    inject.add_argument("-o", "--output", type=Path, help="write the injected manifest here (default stdout)")
+    inject.add_argument("--valuesFile", type=Path, help="injection values (istio-sidecar-injector's `values`)")
+    inject.add_argument("--meshConfigFile", type=Path, help="mesh config YAML")
+    inject.add_argument("--injectConfigFile", type=Path, help="injection config (istio-sidecar-injector's `config`)")
+    inject.add_argument("-r", "--revision", default="default", help="the control plane revision")
+    dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
+    dump.set_defaults(run=_print_config_dump)
+    dump.add_argument("--config-dir", required=True, type=Path)
+    dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
+    dump.add_argument("--namespace", help="the proxy's namespace (default: from the node id)")
+    dump.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
+    dump.add_argument("--ip", help="the proxy's IPs, a,b (default: the node id's)")
+    dump.add_argument(
+        "--metadata",
+        type=_parse_metadata,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="node metadata as the proxy sends it (repeatable): DNS_CAPTURE=true, NETWORK=n1, CLUSTER_ID=c1, ...",
+    )
+    dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
+    check = sub.add_parser("validate", help="validate config files offline, one line per problem")
+    check.set_defaults(run=lambda args: validate(args.paths))
+    check.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR")
+
+
+def kube_inject(args: argparse.Namespace) -> int:
+    kube_inject_command(args.filename, args.output, args.valuesFile, args.meshConfigFile,
+                        args.injectConfigFile, args.revision, os.environ)  # fmt: skip
+    return 0
+
+
+def config_dump(args: argparse.Namespace) -> dict[str, Any]:
+    source = FileSource(args.config_dir)
+    env = Environment(features=Features.from_env(os.environ))
+    env.apply(source.load())
+    for error in source.rejections():
+        logging.getLogger("pilotfish").warning("%s", error)
+    metadata: dict[str, Any] = dict(args.metadata)
+    if args.namespace:
+        metadata["NAMESPACE"] = args.namespace
+    if args.labels is not None:
+        metadata["LABELS"] = args.labels
+    if args.ip:
+        metadata["INSTANCE_IPS"] = args.ip
+    proxy = build_proxy(args.node_id, metadata)
+    push = env.build_push_context(None)
+    return _DUMPS[args.type](proxy, push)
+
+
+def _print_config_dump(args: argparse.Namespace) -> int:
+    json.dump(config_dump(args), sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+def validate(paths: Sequence[Path]) -> int:
+    """``pilotfish validate``: every problem of the files (directories: their config files),
+    one line each, as the file source would report it; 1 when there is any."""
+    problems = 0
+    for path in paths:
+        if not path.exists():
+            raise PilotfishError(f"validate: {path}: no such file or directory")
+        for file in list_config_files(path) if path.is_dir() else [path]:
+            result = load_config_file(file, mesh=file.name == MESH_FILE)
+            if result is None:
+                print(f"{file}: no such file")
+                problems += 1
+                continue
+            for rejection in result.rejected:
+                print(rejection.error)
+            problems += len(result.rejected)
+    return 1 if problems else 0
