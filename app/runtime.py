@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config.istio import istio_warnings
 from app.config.model import ISTIO_KINDS, ConfigEvent, EventType, Kind
+from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug
 from app.debug.configz import Configz

@@ -13,13 +13,13 @@ from typing import Any
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from app.api.mesh import MeshConfig as MeshConfig
-from app.config.istio_checks import (
+from app.config.schema import merge_message, type_name
+from app.config.validation.fields import (
     check_connect_timeout,
     check_locality_lb_setting,
     check_port_number,
     is_dns1123_label,
 )
-from app.config.schema import merge_message, type_name
 from app.errors import FieldError
 
 

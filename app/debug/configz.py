@@ -37,8 +37,8 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from app.config.istio import istio_warnings
 from app.config.model import ISTIO_KINDS, ConfigObject, Kind
+from app.config.validation.spec import istio_warnings
 from app.errors import ConfigError
 
 ANNOTATION_PREFIX = "pilotfish.io/"
@@ -96,7 +96,7 @@ def kube_object(obj: ConfigObject) -> dict[str, Any]:
     annotations = dict(meta.annotations)
     annotations[SOURCE_ANNOTATION] = obj.source
     # what reading it ignored (ConfigObject.warnings, where the loader records them) and what
-    # pilotfish cannot honour yet, as app.config.istio's object_warnings puts them together
+    # pilotfish cannot honour yet, as app.config.validation.spec's object_warnings puts them together
     warnings = [*getattr(obj, "warnings", ()), *istio_warnings(obj.spec)]
     if warnings:
         annotations[WARNINGS_ANNOTATION] = json.dumps(warnings, ensure_ascii=False)

@@ -27,10 +27,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from app.config.istio import object_warnings
 from app.config.loader import TOP_LEVEL_FIELDS, load_object
 from app.config.model import ISTIO_KINDS
 from app.config.schema import printable_path, type_name
+from app.config.validation.spec import object_warnings
 
 logger = logging.getLogger(__name__)
 

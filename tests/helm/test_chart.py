@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.config.istio import istio_warnings
+from app.config.validation.spec import istio_warnings
 from app.sources.files import load_config_file
 from tests.helm.rendering import CHART, ROOT, assert_valid, by_kind, helm, named, render, render_text, tool
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app.config.istio import SPEC_MESSAGES
 from app.config.loader import load_object
 from app.config.model import ISTIO_KINDS, Kind
 from app.config.schema import parse_message
+from app.config.validation.spec import SPEC_MESSAGES
 from app.errors import FieldError
 from app.webhook.admission import review
 from tests.support.peers import istio_crds_file

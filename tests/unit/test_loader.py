@@ -1,4 +1,4 @@
-"""Loading YAML documents into validated config objects (app/config/loader.py, schema.py, istio.py).
+"""Loading YAML documents into validated config objects (app/config/loader.py, schema.py, validation/).
 
 Validation expectations are checked against istio/istio pkg/config/validation/validation.go
 (ValidateDestinationRule, ValidateVirtualService, ValidateServiceEntry, ValidateGateway,
@@ -19,10 +19,10 @@ from google.protobuf.message import Message
 from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.config import loader
-from app.config.istio import istio_warnings
 from app.config.loader import KubeYamlLoader, LoadResult, load_documents
 from app.config.model import ConfigKey, Kind
 from app.config.schema import build_message, merge_message, parse_message
+from app.config.validation.spec import istio_warnings
 from app.errors import FieldError
 from app.sources.files import next_file_state
 from bench.parse_config import make_yaml

@@ -10,9 +10,9 @@ from pathlib import Path
 import yaml
 from google.protobuf.descriptor import Descriptor
 
-from app.config.istio import SPEC_MESSAGES, istio_warnings
 from app.config.loader import load_documents
-from app.config.not_applied import NOT_APPLIED
+from app.config.validation.not_applied import NOT_APPLIED
+from app.config.validation.spec import SPEC_MESSAGES, istio_warnings
 from app.webhook.admission import review
 
 APP = Path(__file__).resolve().parents[2] / "app"

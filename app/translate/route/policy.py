@@ -21,7 +21,7 @@ from envoy.extensions.retry.priority.previous_priorities.v3 import previous_prio
 from envoy.type.v3 import percent_pb2
 
 from app.api import networking as net
-from app.config.istio_traffic import GRPC_STATUSES
+from app.config.validation.traffic import GRPC_STATUSES
 from app.translate.route.match import string_matcher
 
 HVO = base_pb2.HeaderValueOption

@@ -2,8 +2,8 @@
 
 The checks are the ones a user hits in practice (pilot pkg/config/validation): hosts, ports,
 required fields, conflicting settings. Each raises FieldError naming the field path. The
-traffic kinds' checks (DestinationRule, VirtualService) are in istio_traffic.py, the field
-checks every kind shares in istio_checks.py.
+traffic kinds' checks (DestinationRule, VirtualService) are in traffic.py, the field
+checks every kind shares in fields.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from google.protobuf.message import Message
 from app.api import networking as net
 from app.api import security as sec
 from app.config.host import is_ip_address, validate_fqdn
-from app.config.istio_checks import (
+from app.config.model import ConfigObject, Kind
+from app.config.schema import parse_message
+from app.config.validation.fields import (
     PROTOCOLS,
     check_address,
     check_export_to,
@@ -28,15 +30,13 @@ from app.config.istio_checks import (
     fail,
     is_dns1123_label,
 )
-from app.config.istio_security import (
+from app.config.validation.not_applied import not_applied
+from app.config.validation.security import (
     validate_authorization_policy,
     validate_peer_authentication,
     validate_request_authentication,
 )
-from app.config.istio_traffic import check_connection_pool, validate_destination_rule, validate_virtual_service
-from app.config.model import ConfigObject, Kind
-from app.config.not_applied import not_applied
-from app.config.schema import parse_message
+from app.config.validation.traffic import check_connection_pool, validate_destination_rule, validate_virtual_service
 from app.errors import FieldError
 
 # the spec message of each Istio kind

@@ -17,7 +17,7 @@ from google.protobuf import duration_pb2
 
 from app.api import networking as net
 from app.config.host import first_overlap, validate_fqdn
-from app.config.istio_checks import (
+from app.config.validation.fields import (
     check_duration,
     check_export_to,
     check_host,

@@ -1,4 +1,4 @@
-"""Field checks shared by the Istio kinds (istio.py, istio_traffic.py) and the mesh config
+"""Field checks shared by the Istio kinds (spec.py, traffic.py, security.py) and the mesh config
 (mesh.py), each named after the istiod helper it matches (pilot pkg/config/validation, its
 agent package, pkg/config/labels). Each raises FieldError naming the field path; the caller
 passes the path of the field it checks, with list indexes (``http[0].retries.perTryTimeout``).
