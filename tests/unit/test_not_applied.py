@@ -65,7 +65,7 @@ def test_every_field_pilotfish_never_reads_is_in_the_table() -> None:
     # a field whose name appears nowhere in pilotfish's code is not applied: a pin of istio.io/api
     # that adds one fails here until it is applied or listed
     source = "\n".join(p.read_text() for p in APP.rglob("*.py") if "api" not in p.relative_to(APP).parts[:1])
-    source = source.replace((APP / "config" / "not_applied.py").read_text(), "")
+    source = source.replace((APP / "config" / "validation" / "not_applied.py").read_text(), "")
     seen: set[str] = set()
     unread = {
         f"{desc.full_name}.{name}"
