@@ -23,6 +23,7 @@ from app.api.nds import NameTable
 from app.model.features import Features
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service
+from app.translate.allocated import allocated_addresses, consumes_allocated, of_families, proxy_families
 
 UNSPECIFIED_IP = "0.0.0.0"
 # the registry's own cluster (pilotfish reads one cluster; istiod's default CLUSTER_ID)
@@ -52,39 +53,22 @@ def _same_or_empty(a: str, b: str) -> bool:
     return not a or not b or a == b
 
 
-def _families(proxy: Proxy) -> tuple[bool, bool]:
-    v6 = any(":" in ip for ip in proxy.ip_addresses)
-    v4 = any(":" not in ip for ip in proxy.ip_addresses)
-    return v4, v6
-
-
-def _of_families(addresses: Iterable[str], v4: bool, v6: bool) -> list[str]:
-    return [a for a in addresses if (v6 if ":" in a else v4)]
-
-
-def uses_allocated_addresses(proxy: Proxy, features: Features) -> bool:
-    """istiod nodeUsesAutoallocatedIPs: allocation is on (the proxy's DNS_AUTO_ALLOCATE or the
-    PILOT_ENABLE_IP_AUTOALLOCATE controller) and the proxy's agent captures DNS."""
-    return (proxy.dns_auto_allocate or features.enable_ip_autoallocate) and proxy.dns_capture
-
-
 def _service_addresses(svc: Service, proxy: Proxy, features: Features) -> list[list[str]]:
     """The addresses a proxy uses for a service, one list per istiod Service: istiod makes one
     Service per ServiceEntry address, pilotfish keeps them in one (GetAllAddressesForProxy)."""
-    v4, v6 = _families(proxy)
+    v4, v6 = proxy_families(proxy)
     if svc.registry is Registry.KUBERNETES:
         # ClusterVIPs of the registry's cluster; DefaultAddress the first of them
         vips = list(svc.addresses) or [UNSPECIFIED_IP]
-        found = _of_families(vips, v4, v6) if proxy.cluster_id == REGISTRY_CLUSTER else []
-        return [found or _of_families(vips[:1], v4, v6)]
+        found = of_families(vips, v4, v6) if proxy.cluster_id == REGISTRY_CLUSTER else []
+        return [found or of_families(vips[:1], v4, v6)]
     if len(svc.addresses):
         # one istiod Service per address; a /32 (/128) CIDR is its address, a wider one kept
         # as written (and so skipped as no IP)
         return [[_single_host(a)] for a in svc.addresses]
-    if features.enable_ip_autoallocate and uses_allocated_addresses(proxy, features):
-        allocated = _of_families(svc.auto_addresses, v4, v6)
-        if allocated:
-            return [allocated]
+    allocated = allocated_addresses(svc, proxy, consumes_allocated(proxy, features))
+    if allocated:
+        return [list(allocated)]
     return [[UNSPECIFIED_IP]]
 
 

@@ -43,13 +43,14 @@ from app.model.push_context import PushContext
 from app.model.service import Protocol as PortProtocol
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
+from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import AppliedDestinationRule
 from app.translate.cluster.for_proxy import proxy_clusters, service_clusters
 from app.translate.endpoint.for_proxy import build_assignment, eds_cluster_names, resolve_assignment
 from app.translate.listener.for_proxy import scope_listener_plan, scope_listeners, workload_listeners
 from app.translate.listener.tcp import TCP_PROTOCOLS
 from app.translate.listener.tracing import TRACING_LABELS
-from app.translate.name_table import build_name_table, uses_allocated_addresses
+from app.translate.name_table import build_name_table
 from app.translate.route.for_proxy import generate_routes, sidecar_route_key
 from app.translate.route.policy import load_balancer_view
 from app.translate.secrets import generate_secrets
@@ -151,6 +152,8 @@ def _proxy_key(p: Proxy) -> tuple[Hashable, ...]:
         p.istio_version,
         p.interception_mode,
         p.locality,
+        p.dns_capture,
+        p.dns_auto_allocate,
     )
 
 
@@ -187,6 +190,8 @@ def _traits(proxy: Proxy, labels_read: bool, own_ip_read: bool = False) -> _Trai
         mesh_id=proxy.mesh_id,
         network=proxy.network,
         interception_mode=proxy.interception_mode,
+        dns_capture=proxy.dns_capture,  # with allocation on: listeners bind allocated addresses
+        dns_auto_allocate=proxy.dns_auto_allocate,
     )  # no ISTIO_VERSION: only virtualInbound reads it, built per proxy
     return _Traits(scope_proxy, outbound, located)
 
@@ -787,7 +792,7 @@ class XdsGenerator:
             proxy.cluster_id,
             proxy.network,
             _family_ips(proxy.ip_addresses),
-            uses_allocated_addresses(proxy, push.features),
+            consumes_allocated(proxy, push.features),
         )
         tables = self._state().name_tables
         found = tables.get(key)

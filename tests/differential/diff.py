@@ -28,7 +28,7 @@ import yaml
 
 ABSENT = "<absent>"
 EXPECTED_FILE = Path(__file__).with_name("expected_differences.yaml")
-TYPES = ("cds", "eds", "lds", "rds")
+TYPES = ("cds", "eds", "lds", "rds", "nds")
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,20 @@ from tests.differential.normalize import decode
 QUIET = 1.0  # seconds without a response after initialisation: the server has sent everything
 TIMEOUT = 60.0
 
-Resources = dict[str, dict[str, any_pb2.Any]]  # "cds" / "eds" / "lds" / "rds" -> name -> resource
+Resources = dict[str, dict[str, any_pb2.Any]]  # "cds" / "eds" / "lds" / "rds" / "nds" -> name -> resource
 
 
 def _name(type_url: str, resource: any_pb2.Any) -> str:
     """A resource's name (a ClusterLoadAssignment's is its cluster_name)."""
     message: Any = decode(resource)
-    return str(message.cluster_name if SHORT[type_url] == "eds" else message.name)
+    short = SHORT[type_url]
+    return "" if short == "nds" else str(message.cluster_name if short == "eds" else message.name)
 
 
-async def fetch(address: str, node: base_pb2.Node) -> Resources:
-    """CDS, EDS, LDS and RDS for ``node`` from the ADS server at ``address`` (plaintext)."""
-    client = SotwAdsClient(node, Inspector())
+async def fetch(address: str, node: base_pb2.Node, agent: bool = False) -> Resources:
+    """CDS, EDS, LDS and RDS for ``node`` from the ADS server at ``address`` (plaintext), and NDS
+    when it is an ``agent`` (pilot-agent with DNS capture asks for the name table)."""
+    client = SotwAdsClient(node, Inspector(), agent)
     outbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()
     held: Resources = {}
 

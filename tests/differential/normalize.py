@@ -22,6 +22,8 @@ from typing import Any
 
 from google.protobuf import any_pb2, descriptor, descriptor_pool, json_format, message, message_factory
 
+import app.api.nds  # noqa: F401  registers Istio's NameTable (generated from the pinned module)
+
 _WELL_KNOWN = {"google.protobuf." + n for n in ("Struct", "Value", "ListValue", "Duration", "Timestamp")}
 _tried: set[str] = set()
 

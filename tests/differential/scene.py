@@ -10,11 +10,12 @@ test cluster (the system namespace is read regardless, as istiod does)."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from envoy.config.core.v3 import base_pb2
 from bench.ads_client import node
 from tests.support.cluster import Cluster
 from tests.support.peers import istio_module_dir
+from tests.support.plugged_ca import key_pem, new_root, pem
 
 DATA = Path(__file__).with_name("data")
 SELECTOR_LABEL = "pilotfish-differential"
@@ -61,12 +63,20 @@ class Workload:
     deployment: str
     container_ports: tuple[int, ...]
     ready: bool = True
+    proxy_type: str = "sidecar"  # "router" for a gateway
+    metadata: Mapping[str, str] = field(default_factory=dict)  # more ISTIO_META_* (DNS_CAPTURE, ...)
+
+    @property
+    def agent(self) -> bool:
+        """Whether its pilot-agent asks for NDS too (DNS capture on, as pkg/istio-agent does)."""
+        return self.metadata.get("DNS_CAPTURE") == "true"
 
     def node(self, istio_version: str) -> base_pb2.Node:
         """The node id and metadata pilot-agent sends for this pod (pkg/bootstrap/config.go
         GetNodeMetaData over the environment istiod's injection template gives istio-proxy)."""
-        node_id = f"sidecar~{self.ip}~{self.name}.{self.namespace}~{self.namespace}.svc.cluster.local"
+        node_id = f"{self.proxy_type}~{self.ip}~{self.name}.{self.namespace}~{self.namespace}.svc.cluster.local"
         return node(node_id, {
+            **self.metadata,
             "NAME": self.name,
             "NAMESPACE": self.namespace,
             "LABELS": dict(self.labels),
@@ -122,6 +132,10 @@ class Scene:
                     out[address] = f"CLUSTER_IP({prefix}/{service['metadata']['name']})"
         return out
 
+    def with_node(self, deployment: str, proxy_type: str = "sidecar", **metadata: str) -> None:
+        """The pod of ``deployment`` runs a proxy of this type, with this node metadata besides."""
+        self.workloads[deployment] = replace(self.workloads[deployment], proxy_type=proxy_type, metadata=metadata)
+
     def apply(self, docs: Iterable[Mapping[str, Any]], namespace: str) -> None:
         """Objects into ``namespace``: a Deployment runs as one pod, everything else is applied."""
         for doc in docs:
@@ -169,13 +183,23 @@ def _slice_addresses(kube: Cluster, namespace: str, service: str) -> set[tuple[s
 
 
 BOOKINFO = "bookinfo/platform/kube/bookinfo.yaml"
+SLEEP = "sleep/sleep.yaml"
 TRAFFIC_POLICY = DATA / "traffic-policy.yaml"
+SCOPED = DATA / "scoped.yaml"
+GATEWAY = DATA / "gateway.yaml"
 
 
 def deployments() -> tuple[str, ...]:
-    """Every Deployment of the scene's config sets (each one pod, each a sidecar to compare)."""
-    docs = [*istio_sample(BOOKINFO), *yaml.safe_load_all(TRAFFIC_POLICY.read_text())]
+    """Every Deployment of the scene's config sets (each one pod, each a proxy to compare)."""
+    docs = [*istio_sample(BOOKINFO), *istio_sample(SLEEP)]
+    for data in (TRAFFIC_POLICY, GATEWAY):
+        docs.extend(yaml.safe_load_all(data.read_text()))
     return tuple(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment")
+
+
+def _data(path: Path, bookinfo_namespace: str) -> list[dict[str, Any]]:
+    text = path.read_text().replace("${BOOKINFO}", bookinfo_namespace)
+    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def bookinfo(scene: Scene) -> str:
@@ -194,5 +218,36 @@ def traffic_policy(scene: Scene) -> str:
     in a new namespace; returns it once the slices are there."""
     namespace = scene.namespace("traffic-policy")
     scene.apply([d for d in yaml.safe_load_all(TRAFFIC_POLICY.read_text()) if d], namespace)
+    scene.wait_for_endpoints(namespace)
+    return namespace
+
+
+def scoped(scene: Scene, bookinfo_namespace: str) -> str:
+    """The sleep sample of the pinned istio module with DNS capture and auto-allocation on, in a
+    namespace a Sidecar scopes to itself and bookinfo (data/scoped.yaml, with ServiceEntries that
+    NDS resolves); returns it once the slices are there."""
+    namespace = scene.namespace("scoped")
+    scene.apply(istio_sample(SLEEP), namespace)
+    scene.apply(_data(SCOPED, bookinfo_namespace), namespace)
+    scene.with_node("sleep", DNS_CAPTURE="true", DNS_AUTO_ALLOCATE="true")
+    scene.wait_for_endpoints(namespace)
+    return namespace
+
+
+def gateway(scene: Scene, bookinfo_namespace: str) -> str:
+    """An ingress gateway in a namespace of its own (data/gateway.yaml: an HTTPS server with a
+    credentialName Secret made here) serving the bookinfo sample's Gateway and VirtualService;
+    returns the namespace once the slices are there."""
+    namespace = scene.namespace("ingress")
+    scene.apply(_data(GATEWAY, bookinfo_namespace), namespace)
+    scene.with_node("istio-ingressgateway", "router")
+    cert, key = new_root("bookinfo.example.com")
+    secret = {k: base64.b64encode(v.encode()).decode() for k, v in (("tls.crt", pem(cert)), ("tls.key", key_pem(key)))}
+    scene.kube.apply({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "bookinfo-cert", "namespace": namespace},
+        "data": secret,
+    })  # fmt: skip
+    scene.apply(istio_sample("bookinfo/networking/bookinfo-gateway.yaml"), bookinfo_namespace)
     scene.wait_for_endpoints(namespace)
     return namespace

@@ -1,12 +1,14 @@
 """The differential test (issue 27): istiod and pilotfish read the same cluster (the bookinfo
-sample of the pinned istio module, its DestinationRules and a VirtualService; traffic policies
-and ServiceEntries from data/traffic-policy.yaml), a sidecar's node
-asks each for CDS, EDS, LDS and RDS over ADS, and every difference must be one
+sample of the pinned istio module, its DestinationRules and VirtualServices; traffic policies
+and ServiceEntries from data/traffic-policy.yaml; the sleep sample in a namespace a Sidecar
+scopes, with DNS capture, data/scoped.yaml; an ingress gateway with the bookinfo Gateway and an
+HTTPS server, data/gateway.yaml), a proxy's node asks each for CDS, EDS, LDS and RDS over ADS
+(and NDS, when its agent captures DNS), and every difference must be one
 expected_differences.yaml lists (intended, or a known defect with both values).
 
-CI runs the productpage sidecar; ``DIFFERENTIAL_FULL=1`` (``make differential``) runs the
-sidecar of every workload of the scene. ``DIFFERENTIAL_DUMP=FILE`` appends every difference found, as JSON
-lines, for reviewing the list."""
+CI runs the productpage sidecar, the scoped sleep sidecar and the gateway;
+``DIFFERENTIAL_FULL=1`` (``make differential``) runs the proxy of every workload of the scene.
+``DIFFERENTIAL_DUMP=FILE`` appends every difference found, as JSON lines, for reviewing the list."""
 
 from __future__ import annotations
 
@@ -25,14 +27,16 @@ from tests.differential.diff import TYPES, judge, load_expected, report
 from tests.differential.fetch import Resources, fetch
 from tests.differential.istiod import Istiod, running_istiod
 from tests.differential.normalize import resource, substitute
-from tests.differential.scene import Scene, bookinfo, deployments, traffic_policy
+from tests.differential.scene import Scene, bookinfo, deployments, gateway, scoped, traffic_policy
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import Pilotfish, run_pilotfish
 from tests.support.cluster import Cluster, chart_role
 
-CI_PROXIES = ("productpage-v1",)
+CI_PROXIES = ("productpage-v1", "sleep", "istio-ingressgateway")
 FULL = os.environ.get("DIFFERENTIAL_FULL") == "1"
 PROXIES = deployments() if FULL else CI_PROXIES
+AGENTS = frozenset({"sleep"})  # its pilot-agent captures DNS (scene.scoped): it asks for NDS
+CASES = [(w, t) for w in PROXIES for t in TYPES if t != "nds" or w in AGENTS]
 
 
 @dataclass
@@ -48,11 +52,12 @@ class Planes:
     def config(self, workload: str) -> dict[str, Resources]:
         """``{"istiod": ..., "pilotfish": ...}`` for ``workload``'s sidecar (fetched on first use)."""
         if workload not in self.fetched:
-            node = self.scene.workloads[workload].node(istio_version())
+            pod = self.scene.workloads[workload]
+            node, agent = pod.node(istio_version()), pod.agent
             try:
                 self.fetched[workload] = {
-                    "istiod": asyncio.run(fetch(self.istiod.xds_address, node)),
-                    "pilotfish": asyncio.run(fetch(f"127.0.0.1:{self.pilotfish.xds_port}", node)),
+                    "istiod": asyncio.run(fetch(self.istiod.xds_address, node, agent)),
+                    "pilotfish": asyncio.run(fetch(f"127.0.0.1:{self.pilotfish.xds_port}", node, agent)),
                 }
             except AssertionError as e:
                 logs = f"istiod log:\n{self.istiod.process.tail(60)}\n{self.pilotfish.describe()}"
@@ -72,8 +77,10 @@ def planes(
     scene = Scene.create(kube_cluster)
     try:
         chart_role(kube_cluster, scene.system)  # pilotfish keeps its CA root in the system namespace
-        bookinfo(scene)
+        bookinfo_namespace = bookinfo(scene)
         traffic_policy(scene)
+        scoped(scene, bookinfo_namespace)
+        gateway(scene, bookinfo_namespace)
         args = ("--system-namespace", scene.system)
         with (
             pytest.MonkeyPatch.context() as env,
@@ -86,12 +93,11 @@ def planes(
         kube_cluster.delete_namespaces()
 
 
-@pytest.mark.parametrize("type_", TYPES)
-@pytest.mark.parametrize("workload", PROXIES)
+@pytest.mark.parametrize(("workload", "type_"), CASES)
 def test_no_differences_beyond_the_reviewed_list(planes: Planes, workload: str, type_: str) -> None:
     held = planes.config(workload)
     istiod, pilotfish = planes.plain(held["istiod"], type_), planes.plain(held["pilotfish"], type_)
-    assert istiod, f"istiod sent {workload}'s sidecar no {type_}"
+    assert istiod, f"istiod sent {workload}'s proxy no {type_}"
     judged = judge(type_, istiod, pilotfish, load_expected(), workload)
     text = report(f"bookinfo x {workload}", judged)
     print(f"\n{text}")

@@ -18,6 +18,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
+from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
 from app.translate.listener.builder import (
     ListenerPlan,
@@ -101,4 +102,5 @@ def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:
 def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> OutboundContext:
     # rules are looked up on demand: only TCP chains read them
     rules = ProxyDestinationRules(proxy, scope)
-    return OutboundContext(proxy=proxy, mesh=push.mesh, services=scope.services_by_host, rules=rules)
+    allocated = consumes_allocated(proxy, push.features)
+    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, allocated)

@@ -40,7 +40,6 @@ from app.translate.listener.filters import (
     http1_options,
     tls_inspector_filter,
     transport_socket_connect_timeout,
-    zero_duration,
 )
 from app.translate.listener.jwt import jwt_authn_filters
 from app.translate.listener.tcp import OutboundContext, route_filters
@@ -190,14 +189,14 @@ def _with_authz(
 def _listener(
     name: str, bind: str, port: int, chains: Sequence[ChainOpts], ctx: OutboundContext
 ) -> listener_pb2.Listener:
-    """istiod buildGatewayListener: bound to the port, no listener-filter timeout (a gateway's
-    inspectors are required, so it waits for the TLS hello)."""
+    """istiod buildGatewayListener: bound to the port; no ``listener_filters_timeout`` set, so
+    Envoy's default (15 s) bounds the wait for a TLS hello (istiod sets one on sidecar
+    listeners only)."""
     out = listener_pb2.Listener(name=name, traffic_direction=base_pb2.OUTBOUND)
     out.address.CopyFrom(build_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
     if any(c.needs_tls_inspector() for c in chains):
         out.listener_filters.append(tls_inspector_filter())
-    out.listener_filters_timeout.CopyFrom(zero_duration())
     stat_prefix = delimited_stat_prefix(f"outbound_{name}")
     for opts in chains:
         chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)

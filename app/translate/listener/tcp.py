@@ -21,6 +21,7 @@ from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService, VirtualServicesByHost
+from app.translate.allocated import allocated_addresses
 from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
 from app.translate.listener.filters import (
     ChainOpts,
@@ -45,6 +46,7 @@ class OutboundContext:
     mesh: MeshConfig
     services: Mapping[str, Service]
     rules: Mapping[str, net.DestinationRule]
+    allocated: bool = False  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
 
     @property
     def ipv6_only(self) -> bool:
@@ -60,10 +62,13 @@ class OutboundContext:
 
 
 def service_address(ctx: OutboundContext, service: Service) -> str:
-    """istiod GetAddressForProxy: the VIP, else the unspecified address (IPv6 for an IPv6-only
-    proxy reaching a ServiceEntry)."""
+    """istiod GetAddressForProxy: the VIP, else the allocated address for a proxy that uses them,
+    else the unspecified address (IPv6 for an IPv6-only proxy reaching a ServiceEntry)."""
     if service.addresses:
         return service.addresses[0]
+    allocated = allocated_addresses(service, ctx.proxy, ctx.allocated)
+    if allocated:
+        return allocated[0]
     return UNSPECIFIED_V6 if service.registry is Registry.EXTERNAL and ctx.ipv6_only else UNSPECIFIED_V4
 
 

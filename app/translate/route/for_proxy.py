@@ -34,6 +34,7 @@ from app.model.service import Protocol as PortProtocol
 from app.model.service import Resolution, Service
 from app.model.sidecar_scope import ALLOW_ANY
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
+from app.translate.allocated import allocated_addresses, consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
 from app.translate.listener.builder import EgressListenerView
 from app.translate.route.builder import RouteContext, build_default_route, build_vs_routes
@@ -226,7 +227,10 @@ def _sidecar_virtual_hosts(
         if _http_or_sniffed(svc.ports[0].protocol):
             route = build_default_route(svc.hostname, port, ctx)
             wrappers.append(VirtualHostWrapper(port, (svc,), (), (route,)))
-    return build_sidecar_virtual_hosts(wrappers, proxy.dns_domain, include_attempt_count)
+    consumes = consumes_allocated(proxy, push.features)
+    return build_sidecar_virtual_hosts(
+        wrappers, proxy.dns_domain, include_attempt_count, lambda svc: allocated_addresses(svc, proxy, consumes)
+    )
 
 
 def _names_a_service(vs: ResolvedVirtualService, services: Mapping[str, Service]) -> bool:

@@ -11,7 +11,7 @@ suffix; virtual host names still do (``reviews.default.svc.cluster.local:9080``)
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -91,15 +91,18 @@ def _unique_and_shared(hostname: str, proxy_domain: str) -> tuple[list[str], lis
     return host_parts[: len(host_parts) - shared], host_parts[len(host_parts) - shared :]
 
 
-def service_domains(service: Service, proxy_domain: str) -> tuple[list[str], list[str]]:
+def service_domains(
+    service: Service, proxy_domain: str, allocated: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
     """Domains of a service's virtual host, and which of them are short-name expansions
-    (istiod generateVirtualHostDomains with the port ignored)."""
+    (istiod generateVirtualHostDomains with the port ignored); ``allocated``: the auto-allocated
+    addresses the proxy uses for a service without its own (GetAllAddressesForProxy)."""
     alts = alt_hosts(service.hostname, proxy_domain)
     domains = [ipv6_compliant(service.hostname), *alts]
     if service.resolution is Resolution.PASSTHROUGH and service.registry is Registry.KUBERNETES:
         # headless: clients also address pods as <pod>.<service name>
         domains += [f"*.{d}" for d in domains]
-    domains += [ipv6_compliant(a) for a in service.addresses if a and a != UNSPECIFIED_IP]
+    domains += [ipv6_compliant(a) for a in (*service.addresses, *allocated) if a and a != UNSPECIFIED_IP]
     return domains, alts
 
 
@@ -114,12 +117,15 @@ class VirtualHostWrapper:
 
 
 def build_sidecar_virtual_hosts(
-    wrappers: Sequence[VirtualHostWrapper], proxy_domain: str, include_attempt_count: bool
+    wrappers: Sequence[VirtualHostWrapper],
+    proxy_domain: str,
+    include_attempt_count: bool,
+    allocated: Callable[[Service], Sequence[str]] = lambda _: (),
 ) -> list[rc.VirtualHost]:
     """One virtual host per VirtualService host and per service of each wrapper, in order. A
     name or domain already taken by an earlier virtual host is dropped (istiod
     BuildSidecarOutboundVirtualHosts); a short name that is itself some service's FQDN is never
-    used as an expansion."""
+    used as an expansion. ``allocated``: a service's auto-allocated addresses the proxy uses."""
     names: set[str] = set()
     taken: set[str] = set()
     known_fqdns: set[str] = set()
@@ -141,7 +147,7 @@ def build_sidecar_virtual_hosts(
             if maybe_svc is None:
                 domains = [ipv6_compliant(hostname)]
             else:
-                domains, expanded = service_domains(maybe_svc, proxy_domain)
+                domains, expanded = service_domains(maybe_svc, proxy_domain, allocated(maybe_svc))
             kept = _dedupe(domains, taken, expanded, known_fqdns)
             if kept:
                 out.append(
