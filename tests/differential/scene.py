@@ -191,9 +191,7 @@ GATEWAY = DATA / "gateway.yaml"
 
 def deployments() -> tuple[str, ...]:
     """Every Deployment of the scene's config sets (each one pod, each a proxy to compare)."""
-    docs = [*istio_sample(BOOKINFO), *istio_sample(SLEEP)]
-    for data in (TRAFFIC_POLICY, GATEWAY):
-        docs.extend(yaml.safe_load_all(data.read_text()))
+    docs = [*istio_sample(BOOKINFO), *istio_sample(SLEEP), *_data(TRAFFIC_POLICY, ""), *_data(GATEWAY, "bookinfo")]
     return tuple(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment")
 
 
