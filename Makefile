@@ -71,7 +71,7 @@ bench: $(STAMP) $(API_STAMP)
 	$(BIN)/python -m bench.push_cost --proxies 400 --out bench/results/push_cost-delta.json
 
 # istiod (pilot-discovery from the pinned module) and pilotfish on one real API server, every
-# proxy of every config set, each xDS type diffed against tests/differential/expected_differences.yaml
+# proxy of every config set, each xDS type diffed against app/debug/xds_diff/expected_differences.yaml
 # (CI's `make unit` runs one proxy of it)
 differential: $(STAMP) $(API_STAMP) $(PEERS_STAMP)
 	DIFFERENTIAL_FULL=1 $(BIN)/pytest tests/differential -s

@@ -7,7 +7,7 @@ and the number of responses the stream had delivered, and the sidecar reconnects
 jittered exponential backoff (Envoy's 500 ms base, 30 s cap), keeping what it holds. A churn
 (``reconnect()``) drops the connection and comes back at once on a new one.
 
-Every response is ACKed (and followed by what it makes Envoy ask for, see ads_client.py) before
+Every response is ACKed (and followed by what it makes Envoy ask for, see app/xds/client.py) before
 it is logged as an ``Event`` stamped with the time those requests were written: the proxy's
 "last ACK" of a push is its last event in the push's window.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 
-from bench.ads_client import AdsClient, Inspector, ads_client, node
+from app.xds.client import AdsClient, Inspector, ads_client, node
 from bench.mesh import SidecarIdentity
 
 _ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"

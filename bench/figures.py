@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from bench.ads_client import ADS_ORDER, SHORT
+from app.xds.client import ENVOY_ORDER, SHORT
 from bench.envoy import Event, SimulatedEnvoy
 
 # the figures (top level or in "received") that get a ratio to the floor
@@ -35,7 +35,7 @@ def per_type(events: Iterable[Event]) -> dict[str, dict[str, int]]:
     def zero() -> dict[str, int]:
         return {"bytes": 0, "responses": 0, "resources": 0, "removed": 0}
 
-    out = {SHORT[t]: zero() for t in ADS_ORDER}
+    out = {SHORT[t]: zero() for t in ENVOY_ORDER}
     for e in events:
         row = out.setdefault(SHORT.get(e.type_url, e.type_url), zero())
         row["bytes"] += e.size

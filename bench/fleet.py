@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
-from bench.ads_client import Inspector
+from app.xds.client import Inspector
 from bench.envoy import Activity, SimulatedEnvoy
 from bench.mesh import SidecarIdentity
 from bench.recording import Recorder

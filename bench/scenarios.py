@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from bench.ads_client import ADS_ORDER, SHORT
+from app.xds.client import ENVOY_ORDER, SHORT
 from bench.envoy import SimulatedEnvoy
 from bench.figures import percentiles, received, stream_errors
 from bench.fleet import Fleet
@@ -66,7 +66,7 @@ async def connect_storm(run: Run) -> dict[str, object]:
     stuck = [e for e in fleet.envoys if e.complete_at is None]
     incomplete: dict[str, int] = {}  # what the sidecars that did not complete got: "cds+eds", "nothing"
     for envoy in stuck:
-        held = "+".join(SHORT[t] for t in ADS_ORDER if t in envoy.ads.acked) or "nothing"
+        held = "+".join(SHORT[t] for t in ENVOY_ORDER if t in envoy.ads.acked) or "nothing"
         incomplete[held] = incomplete.get(held, 0) + 1
     return {
         "proxies": len(fleet.envoys),

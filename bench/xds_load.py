@@ -2,7 +2,7 @@
 
 pilotfish runs as ``python -m app.cli serve`` (a child process) on a generated mesh (bench/mesh.py;
 mesh-1k by default: 1,000 services in 50 namespaces, 100 DestinationRules and VirtualServices),
-and 2,000 simulated Envoy sidecars in this process (bench/envoy.py, bench/ads_client.py) each
+and 2,000 simulated Envoy sidecars in this process (bench/envoy.py, app/xds/client.py) each
 hold one ADS stream, Delta or SotW, on its own HTTP/2 connection, speaking as Envoy does. The
 same sidecars are then run against the transport floor (bench/floor_server.py): a trivial server
 that sends the bytes pilotfish sent, pre-serialized, so every pilotfish figure is also a ratio.

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.cli.node_args import add_node_arguments, node_metadata
 from app.debug.dump import (
     dump_all,
     dump_clusters,
@@ -39,23 +40,6 @@ _DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
 }
 
 
-def _parse_labels(text: str) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key:
-            raise argparse.ArgumentTypeError(f"label {part!r}: want key=value")
-        labels[key] = value
-    return labels
-
-
-def _parse_metadata(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"metadata {text!r}: want KEY=VALUE")
-    return key, value
-
-
 def add_commands(sub: Any) -> None:
     inject = sub.add_parser("kube-inject", help="inject sidecars into a manifest, like istioctl kube-inject")
     inject.set_defaults(run=kube_inject)
@@ -68,18 +52,7 @@ def add_commands(sub: Any) -> None:
     dump = sub.add_parser("config-dump", help="print what one proxy would receive, as JSON")
     dump.set_defaults(run=_print_config_dump)
     dump.add_argument("--config-dir", required=True, type=Path)
-    dump.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
-    dump.add_argument("--namespace", help="the proxy's namespace (default: from the node id)")
-    dump.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
-    dump.add_argument("--ip", help="the proxy's IPs, a,b (default: the node id's)")
-    dump.add_argument(
-        "--metadata",
-        type=_parse_metadata,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="node metadata as the proxy sends it (repeatable): DNS_CAPTURE=true, NETWORK=n1, CLUSTER_ID=c1, ...",
-    )
+    add_node_arguments(dump)
     dump.add_argument("--type", choices=sorted(_DUMPS), default="cds")
     check = sub.add_parser("validate", help="validate config files offline, one line per problem")
     check.set_defaults(run=lambda args: validate(args.paths))
@@ -98,14 +71,7 @@ def config_dump(args: argparse.Namespace) -> dict[str, Any]:
     env.apply(source.load())
     for error in source.rejections():
         logging.getLogger("pilotfish").warning("%s", error)
-    metadata: dict[str, Any] = dict(args.metadata)
-    if args.namespace:
-        metadata["NAMESPACE"] = args.namespace
-    if args.labels is not None:
-        metadata["LABELS"] = args.labels
-    if args.ip:
-        metadata["INSTANCE_IPS"] = args.ip
-    proxy = build_proxy(args.node_id, metadata)
+    proxy = build_proxy(args.node_id, node_metadata(args))
     push = env.build_push_context(None)
     return _DUMPS[args.type](proxy, push)
 

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from envoy.config.core.v3 import base_pb2
 
-from bench.ads_client import node
+from app.xds.client import node
 from tests.support.cluster import Cluster
 from tests.support.peers import istio_module_dir
 from tests.support.plugged_ca import key_pem, new_root, pem

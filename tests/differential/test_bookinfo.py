@@ -19,14 +19,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from google.protobuf import json_format
 
-from tests.differential.diff import TYPES, judge, load_expected, report
-from tests.differential.fetch import Resources, fetch
+from app.cli import main
+from app.debug.xds_diff.compare import plain
+from app.debug.xds_diff.diff import TYPES, judge, load_expected, report
+from app.xds.fetch import FetchError, Resources, fetch
 from tests.differential.istiod import Istiod, running_istiod
-from tests.differential.normalize import resource, substitute
 from tests.differential.scene import Scene, bookinfo, deployments, gateway, scoped, traffic_policy
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import Pilotfish, run_pilotfish
@@ -59,14 +60,10 @@ class Planes:
                     "istiod": asyncio.run(fetch(self.istiod.xds_address, node, agent)),
                     "pilotfish": asyncio.run(fetch(f"127.0.0.1:{self.pilotfish.xds_port}", node, agent)),
                 }
-            except AssertionError as e:
+            except FetchError as e:
                 logs = f"istiod log:\n{self.istiod.process.tail(60)}\n{self.pilotfish.describe()}"
                 raise AssertionError(f"{workload}: {e}\n{logs}") from None
         return self.fetched[workload]
-
-    def plain(self, held: Resources, type_: str) -> dict[str, Any]:
-        out: dict[str, Any] = substitute({n: resource(r) for n, r in held.get(type_, {}).items()}, self.placeholders)
-        return out
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +93,8 @@ def planes(
 @pytest.mark.parametrize(("workload", "type_"), CASES)
 def test_no_differences_beyond_the_reviewed_list(planes: Planes, workload: str, type_: str) -> None:
     held = planes.config(workload)
-    istiod, pilotfish = planes.plain(held["istiod"], type_), planes.plain(held["pilotfish"], type_)
+    istiod = plain(held["istiod"], type_, planes.placeholders)
+    pilotfish = plain(held["pilotfish"], type_, planes.placeholders)
     assert istiod, f"istiod sent {workload}'s proxy no {type_}"
     judged = judge(type_, istiod, pilotfish, load_expected(), workload)
     text = report(f"bookinfo x {workload}", judged)
@@ -106,3 +104,34 @@ def test_no_differences_beyond_the_reviewed_list(planes: Planes, workload: str, 
             for d in [*judged.unlisted, *(d for d, _ in judged.listed)]:
                 out.write(json.dumps({"proxy": workload, **dataclasses.asdict(d)}) + "\n")
     assert not judged.unlisted, text
+
+
+def _compare_argv(planes: Planes, workload: str, istiod: str, pilotfish: str) -> list[str]:
+    node = planes.scene.workloads[workload].node(istio_version())
+    metadata = json_format.MessageToDict(node.metadata)
+    return ["compare-istiod", "--istiod", istiod, "--pilotfish", pilotfish, "--node-id", node.id,
+            "--metadata-json", json.dumps(metadata), "-o", "json"]  # fmt: skip
+
+
+def test_compare_istiod_finds_nothing_beyond_the_reviewed_list(
+    planes: Planes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pilotfish compare-istiod``: the same fetch and judgement a user runs against their mesh."""
+    pilotfish = f"127.0.0.1:{planes.pilotfish.xds_port}"
+    assert main(_compare_argv(planes, "sleep", planes.istiod.xds_address, pilotfish)) == 0
+    judged = {j["type"]: j for j in json.loads(capsys.readouterr().out)}
+    assert set(judged) == {"cds", "eds", "lds", "rds", "nds"}  # an agent with DNS capture: NDS too
+    assert all(not j["unlisted"] for j in judged.values())
+    assert judged["eds"]["identical"] == judged["eds"]["resources"] > 0
+
+
+def test_compare_istiod_reports_differences_the_list_does_not_cover(
+    planes: Planes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The two sides swapped: every intended difference (a filter only istiod adds) is now one the
+    list does not cover, and the command says so and exits 1."""
+    pilotfish = f"127.0.0.1:{planes.pilotfish.xds_port}"
+    assert main(_compare_argv(planes, "productpage-v1", pilotfish, planes.istiod.xds_address)) == 1
+    judged = {j["type"]: j for j in json.loads(capsys.readouterr().out)}
+    unlisted = judged["cds"]["unlisted"]
+    assert unlisted and all(d["path"] == "filters" and d["istiod"] == "<absent>" for d in unlisted)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.differential.diff import ABSENT, Difference, Expected, diff_resources, judge, load_expected
-from tests.differential.normalize import substitute
+from app.debug.xds_diff.diff import ABSENT, Difference, Expected, diff_resources, judge, load_expected
+from app.debug.xds_diff.normalize import substitute
 
 HCM = "filters[name=envoy.filters.network.http_connection_manager].typed_config"
 

@@ -16,6 +16,7 @@ values covers only a difference with exactly those values: a changed value is a 
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import re
@@ -209,8 +210,9 @@ def judge(
     return Judged(type_, len(names), len(names - differing), listed, unlisted)
 
 
-def report(title: str, judged: Judged) -> str:
-    """A readable account: counts, each unlisted difference in full, the listed ones by entry."""
+def report(title: str, judged: Judged, show_intended: bool = False) -> str:
+    """A readable account: counts, each unlisted difference in full, the listed ones by entry
+    (each in full too with ``show_intended``)."""
     lines = [
         f"{title} {judged.type}: {judged.compared} resources: {judged.identical} identical, "
         f"{judged.intended_only} differ only as intended, {judged.defective} with defects; differences: "
@@ -227,4 +229,21 @@ def report(title: str, judged: Judged) -> str:
         e = entries[key]
         kind = "defect" if e.defect else "intended"
         lines.append(f"  {kind} x{len(ds)}: {e.resource} {e.path}: {e.reason.strip().splitlines()[0]}")
+        if show_intended:
+            lines.extend("    " + d.render().replace("\n", "\n    ") for d in ds)
     return "\n".join(lines)
+
+
+def judged_json(judged: Judged, show_intended: bool = False) -> dict[str, Any]:
+    """``report`` as data: the counts, the unlisted differences, and the listed ones by reason."""
+    out: dict[str, Any] = {
+        "type": judged.type,
+        "resources": judged.compared,
+        "identical": judged.identical,
+        "intended_only": judged.intended_only,
+        "with_defects": judged.defective,
+        "unlisted": [dataclasses.asdict(d) for d in judged.unlisted],
+    }
+    listed = [{**dataclasses.asdict(d), "reason": e.reason.strip(), "defect": e.defect} for d, e in judged.listed]
+    out["listed"] = listed if show_intended else len(listed)
+    return out

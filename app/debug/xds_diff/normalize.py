@@ -97,7 +97,7 @@ def _field(field: descriptor.FieldDescriptor, value: Any) -> Any:
 def _scalar(field: descriptor.FieldDescriptor, value: Any) -> Any:
     if field.type == descriptor.FieldDescriptor.TYPE_MESSAGE:
         return plain(value)
-    if field.type == descriptor.FieldDescriptor.TYPE_ENUM:
+    if field.type == descriptor.FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
         enum_value = field.enum_type.values_by_number.get(value)
         return enum_value.name if enum_value is not None else value
     if field.type == descriptor.FieldDescriptor.TYPE_BYTES:

@@ -1,4 +1,6 @@
-"""What a simulated Envoy says on an ADS stream, Delta or SotW, without I/O.
+"""What Envoy says on an ADS stream, Delta or SotW, without I/O: the client side of the protocol,
+for the ADS fetch (app/xds/fetch.py: ``compare-istiod``, the differential test) and the
+benchmark's simulated proxies.
 
 ``AdsClient.start()`` gives the requests that open a stream; ``on_response()`` takes one response
 and gives back the ACK plus whatever the response makes Envoy ask for next, in Envoy's order:
@@ -39,13 +41,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import json_format, struct_pb2
 
-CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
-ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-NAME_TABLE = "type.googleapis.com/istio.networking.nds.v1.NameTable"
-ADS_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
-SHORT = {CLUSTER: "cds", ENDPOINT: "eds", LISTENER: "lds", ROUTE: "rds", NAME_TABLE: "nds"}
+from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SHORT_NAMES
+
+ENVOY_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)  # what Envoy itself subscribes to, in ADS order
+SHORT = {t: SHORT_NAMES[t] for t in (*ENVOY_ORDER, NAME_TABLE)}
 _HCM_TYPE = "type.googleapis.com/" + hcm_pb2.HttpConnectionManager.DESCRIPTOR.full_name
 
 Request: TypeAlias = discovery_pb2.DeltaDiscoveryRequest | discovery_pb2.DiscoveryRequest
@@ -136,7 +135,7 @@ class AdsClient(abc.ABC):
     @property
     def complete(self) -> bool:
         """Envoy is initialised: CDS and LDS ACKed, and EDS / RDS too unless nothing needs them."""
-        envoy = all(t in self.acked or (t in (ENDPOINT, ROUTE) and not self._needed(t)) for t in ADS_ORDER)
+        envoy = all(t in self.acked or (t in (ENDPOINT, ROUTE) and not self._needed(t)) for t in ENVOY_ORDER)
         return envoy and (not self.agent or NAME_TABLE in self.acked)
 
     def start(self) -> list[Request]:
@@ -148,7 +147,7 @@ class AdsClient(abc.ABC):
             if self.agent:
                 self.held[NAME_TABLE] = _Held()
             return [self._initial(t) for t in self.held]
-        return [self._initial(t) for t in (*ADS_ORDER, NAME_TABLE) if t in self.held]
+        return [self._initial(t) for t in (*ENVOY_ORDER, NAME_TABLE) if t in self.held]
 
     def on_response(self, resp: Any) -> tuple[Received, list[Request]]:
         type_url = resp.type_url
