@@ -31,12 +31,11 @@ from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Ki
 from app.environment import Environment
 from app.model.proxy import Proxy, ProxyType, build_proxy
 from app.model.push_context import PushContext
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
-from app.translate.listener.for_proxy import generate_listeners
-from app.xds import generate
+from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.discovery import Discovery, push_request
+from app.xds.generators import state as generator_state
+from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
 from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER
@@ -502,13 +501,13 @@ def test_every_proxy_gets_what_plain_generation_builds_for_it() -> None:
 def test_assertion_mode_checks_the_first_proxy_of_a_class_too(monkeypatch: pytest.MonkeyPatch) -> None:
     # a key that misses a trait (here: the proxy type of outbound clusters) serves a new class
     # another class's entry; assertion mode compares it with the proxy's own build at once
-    real = generate._traits
+    real = generator_state.traits
 
     def without_type(p: Proxy, *args: bool) -> Any:
         traits = real(p, *args)
         return replace(traits, outbound=replace(traits.outbound, type=ProxyType.SIDECAR))
 
-    monkeypatch.setattr(generate, "_traits", without_type)
+    monkeypatch.setattr(generator_state, "traits", without_type)
     mesh = Mesh(BASE)
     mesh.clusters(proxy("client.c", "10.0.9.1"))
     with pytest.raises(CacheAssertionError):

@@ -20,7 +20,7 @@ from app.api.mesh import MeshConfig
 from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
-from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService, VirtualServicesByHost
+from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
 from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
 from app.translate.listener.filters import (
     ChainOpts,
@@ -133,11 +133,10 @@ def sidecar_tcp_chain_opts(
     listen_port: ServicePort,
     cidr: str,
     bind: str,
-    virtual_services: VirtualServicesByHost,
+    vss: Sequence[ResolvedVirtualService],
 ) -> list[ChainOpts]:
     """istiod buildSidecarOutboundTCPListenerOpts for one service: TLS chains for TLS / HTTPS
-    ports, plain TCP chains otherwise."""
-    vss = virtual_services.matching(service.hostname)
+    ports, plain TCP chains otherwise; ``vss`` are the VirtualServices matching the service."""
     cidrs = (cidr,) if cidr else ()
     if listen_port.protocol in TLS_PROTOCOLS:
         return _tls_chain_opts(ctx, service, listen_port, cidrs, bind, vss)
