@@ -44,6 +44,8 @@ class EgressListenerView(TypingProtocol):
     def virtual_services(self) -> Sequence[ResolvedVirtualService]: ...
     @property
     def virtual_services_by_host(self) -> VirtualServicesByHost: ...
+    @property
+    def headless_services(self) -> Sequence[Service]: ...
 
 
 def _binds_to_port(egress: EgressListenerView, interception_mode: str) -> bool:
@@ -81,7 +83,7 @@ def per_endpoint_addresses(
     for egress in egress_listeners:
         if egress.port is not None or egress.bind.startswith("unix://"):
             continue
-        for service in egress.services:
+        for service in egress.headless_services:  # the only ones ``_per_endpoint`` may take
             for port in service.ports:
                 if _per_endpoint(egress, interception_mode, service, port):
                     out.update(_endpoint_binds(service, port, endpoints(service)) or ())
