@@ -443,6 +443,29 @@ def test_a_headless_pod_gets_no_outbound_listener_to_itself_and_others_still_sha
         assert {n: r.version for n, r in got[p.id].items()} == {n: r.version for n, r in plain.items()}
 
 
+@pytest.mark.parametrize(
+    ("egress", "listener"),
+    [
+        # an explicit port: the headless service listens on the wildcard, per port
+        ("[{port: {number: 9092, protocol: TCP, name: tcp}, hosts: [./*]}]", "0.0.0.0_9092"),
+        # a catch-all that does not capture binds localhost, per port
+        ("[{captureMode: NONE, hosts: [./*, istio-system/*]}]", "127.0.0.1_9092"),
+    ],
+)
+def test_a_headless_pod_shares_its_class_where_no_listener_binds_endpoints(egress: str, listener: str) -> None:
+    # only a capturing catch-all egress listener without a bind gives a headless TCP service one
+    # listener per endpoint (translate.listener.plan); elsewhere a proxy at an endpoint's address
+    # reads nothing of its own IP and shares its class's listeners
+    sidecar = config_doc("Sidecar", "default", f"egress: {egress}", namespace="a")
+    mesh = Mesh(BASE, HEADLESS, sidecar)
+    kafka_0 = proxy("kafka-0.a", "10.0.1.21", {"app": "kafka"})
+    client = proxy("client-0.a", "10.0.9.1")
+    own, shared = mesh.listeners(kafka_0), mesh.listeners(client)
+    assert listener in own and not any(name.startswith("10.0.1.2") for name in own)
+    assert own.keys() == shared.keys()
+    assert all(r is shared[name] for name, r in own.items() if name != "virtualInbound")
+
+
 def test_canonical_service_splits_listeners_by_their_tracing_tags_and_nothing_else() -> None:
     # istiod's tracing tags name the proxy's canonical service: proxies that differ in it get
     # their own outbound listeners, and still share every cluster
