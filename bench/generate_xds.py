@@ -24,11 +24,11 @@ from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
-from app.translate.cluster.for_proxy import generate_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
-from app.translate.listener.for_proxy import generate_listeners, route_names
+from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
-from app.xds.generate import XdsGenerator
+from app.xds.generators.reference import generate_clusters, generate_listeners
+from app.xds.generators.source import XdsGenerator
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import WatchedResource
 

@@ -20,12 +20,18 @@ from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
-from app.translate.listener.for_proxy import generate_listeners, route_names
-from app.translate.name_table import build_name_table
-from app.translate.route.for_proxy import generate_routes
+from app.translate.endpoint.for_proxy import eds_cluster_names
+from app.translate.listener.for_proxy import route_names
 from app.xds.generate import ResourceSource
+from app.xds.generators.reference import (
+    generate_clusters,
+    generate_endpoints,
+    generate_listeners,
+    generate_name_table,
+    generate_routes,
+    reference_source,
+)
+from app.xds.generators.source import XdsGenerator
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import Resource, WatchedResource
 
@@ -47,29 +53,27 @@ def _json(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return [to_json(m) for m in messages]
 
 
-def dump_clusters(proxy: Proxy, push: PushContext) -> dict[str, Any]:
-    return {"clusters": _json(generate_clusters(proxy, push))}
+def dump_clusters(proxy: Proxy, push: PushContext, source: XdsGenerator | None = None) -> dict[str, Any]:
+    return {"clusters": _json(generate_clusters(proxy, push, source))}
 
 
-def dump_endpoints(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+def dump_endpoints(proxy: Proxy, push: PushContext, source: XdsGenerator | None = None) -> dict[str, Any]:
     """The assignment of every EDS cluster the proxy gets (what Envoy subscribes to)."""
-    names = eds_cluster_names(generate_clusters(proxy, push))
-    return {"endpoints": _json(generate_endpoints(proxy, push, names))}
+    return {"endpoints": _json(generate_endpoints(proxy, push, source=source))}
 
 
-def dump_listeners(proxy: Proxy, push: PushContext) -> dict[str, Any]:
-    return {"listeners": _json(generate_listeners(proxy, push))}
+def dump_listeners(proxy: Proxy, push: PushContext, source: XdsGenerator | None = None) -> dict[str, Any]:
+    return {"listeners": _json(generate_listeners(proxy, push, source))}
 
 
-def dump_name_table(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+def dump_name_table(proxy: Proxy, push: PushContext, source: XdsGenerator | None = None) -> dict[str, Any]:
     """The DNS name table the proxy's agent would be served (null for a router)."""
-    table = build_name_table(proxy, push, push.sidecar_scope(proxy).services)
-    return {"nameTable": _name_table_json(table)}
+    return {"nameTable": _name_table_json(generate_name_table(proxy, push, source))}
 
 
-def dump_routes(proxy: Proxy, push: PushContext) -> dict[str, Any]:
+def dump_routes(proxy: Proxy, push: PushContext, source: XdsGenerator | None = None) -> dict[str, Any]:
     """Every route configuration the proxy's listeners name (what Envoy subscribes to)."""
-    return {"routes": _json(generate_routes(proxy, push, route_names(generate_listeners(proxy, push))))}
+    return {"routes": _json(generate_routes(proxy, push, source=source))}
 
 
 _DECODE = {
@@ -114,15 +118,15 @@ def dump_served(proxy: Proxy, source: ResourceSource) -> dict[str, Any]:
     }
 
 
-def dump_all(proxy: Proxy, push: PushContext) -> dict[str, Any]:
-    clusters = generate_clusters(proxy, push)
-    listeners = generate_listeners(proxy, push)
+def dump_all(proxy: Proxy, push: PushContext, source: XdsGenerator | None = None) -> dict[str, Any]:
+    """Every type the proxy would be served of ``push``, generated once through one source."""
+    source = source or reference_source(push)
     return {
-        "clusters": _json(clusters),
-        "endpoints": _json(generate_endpoints(proxy, push, eds_cluster_names(clusters))),
-        "listeners": _json(listeners),
-        "routes": _json(generate_routes(proxy, push, route_names(listeners))),
-        **dump_name_table(proxy, push),
+        **dump_clusters(proxy, push, source),
+        **dump_endpoints(proxy, push, source),
+        **dump_listeners(proxy, push, source),
+        **dump_routes(proxy, push, source),
+        **dump_name_table(proxy, push, source),
     }
 
 

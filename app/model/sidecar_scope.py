@@ -45,6 +45,10 @@ class EgressListener:
     services: tuple[Service, ...]
     virtual_services: tuple[ResolvedVirtualService, ...]
     virtual_services_by_host: VirtualServicesByHost  # the same, for per-service lookups
+    # its services without an address that pass traffic through (headless): outbound listeners
+    # may bind each of their endpoints' addresses, except the proxy's own (what makes a proxy's
+    # first IP part of what its scope gives it; ``translate.listener.plan`` decides)
+    headless_services: tuple[Service, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +66,6 @@ class SidecarScope:
     # its Sidecar, its services as (Service, namespace, hostname), its VirtualServices and the
     # DestinationRules merged into its rules
     dependencies: frozenset[ConfigKey] = frozenset()
-    # the services of its egress listeners without an address that pass traffic through
-    # (headless): outbound listeners may bind each of their endpoints' addresses, except the
-    # proxy's own (what makes a proxy's first IP part of what its scope gives it)
-    headless_services: tuple[Service, ...] = ()
     # whether its config reads the proxy's labels: a workloadSelector DestinationRule, a rule
     # with locality failoverPriority, a VirtualService match on sourceLabels (computed once per
     # scope, which later snapshots carry over while its inputs are unchanged)
@@ -270,6 +270,9 @@ def build_sidecar_scope(
                 services=tuple(selected),
                 virtual_services=tuple(vss),
                 virtual_services_by_host=VirtualServicesByHost.build(vss),
+                headless_services=tuple(
+                    s for s in selected if s.resolution is Resolution.PASSTHROUGH and not s.addresses
+                ),
             )
         )
         for svc in selected:
@@ -295,12 +298,6 @@ def build_sidecar_scope(
     deps.update(_rule_keys(drs))
     if sidecar is not None:
         deps.add(sidecar.key)
-    headless = {
-        id(svc): svc
-        for listener in listeners
-        for svc in listener.services
-        if svc.resolution is Resolution.PASSTHROUGH and not svc.addresses
-    }
     return SidecarScope(
         name=sidecar.namespaced_name if sidecar is not None else None,
         namespace=namespace,
@@ -312,7 +309,6 @@ def build_sidecar_scope(
         destination_rules=drs,
         outbound_traffic_policy=policy,
         dependencies=frozenset(deps),
-        headless_services=tuple(headless.values()),
         reads_labels=_reads_labels(drs, scope_vs),
     )
 

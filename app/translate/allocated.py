@@ -41,11 +41,15 @@ def consumes_allocated(proxy: Proxy, features: Features) -> bool:
     return features.enable_ip_autoallocate and uses_allocated_addresses(proxy, features)
 
 
-def allocated_addresses(service: Service, proxy: Proxy, consumes: bool) -> tuple[str, ...]:
-    """The allocated addresses of ``service`` the proxy uses in place of a VIP (of its families);
-    none for a service with addresses of its own or a proxy that does not ``consumes`` them
-    (``consumes_allocated``)."""
-    if not consumes or service.addresses:
+def allocation(proxy: Proxy, consumes: bool) -> tuple[bool, bool] | None:
+    """The (IPv4, IPv6) families whose allocated addresses the proxy uses; None when it uses
+    none (``consumes``: ``consumes_allocated``)."""
+    return proxy_families(proxy) if consumes else None
+
+
+def allocated_addresses(service: Service, families: tuple[bool, bool] | None) -> tuple[str, ...]:
+    """The allocated addresses of ``service`` a proxy uses in place of a VIP, of its
+    ``families`` (``allocation``); none for a service with addresses of its own."""
+    if families is None or service.addresses:
         return ()
-    v4, v6 = proxy_families(proxy)
-    return tuple(of_families(service.auto_addresses, v4, v6))
+    return tuple(of_families(service.auto_addresses, *families))

@@ -23,7 +23,7 @@ from app.api.nds import NameTable
 from app.model.features import Features
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service
-from app.translate.allocated import allocated_addresses, consumes_allocated, of_families, proxy_families
+from app.translate.allocated import allocated_addresses, allocation, consumes_allocated, of_families, proxy_families
 
 UNSPECIFIED_IP = "0.0.0.0"
 # the registry's own cluster (pilotfish reads one cluster; istiod's default CLUSTER_ID)
@@ -66,7 +66,7 @@ def _service_addresses(svc: Service, proxy: Proxy, features: Features) -> list[l
         # one istiod Service per address; a /32 (/128) CIDR is its address, a wider one kept
         # as written (and so skipped as no IP)
         return [[_single_host(a)] for a in svc.addresses]
-    allocated = allocated_addresses(svc, proxy, consumes_allocated(proxy, features))
+    allocated = allocated_addresses(svc, allocation(proxy, consumes_allocated(proxy, features)))
     if allocated:
         return [list(allocated)]
     return [[UNSPECIFIED_IP]]

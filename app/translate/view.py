@@ -18,8 +18,8 @@ from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.translate.cluster.builder import AppliedDestinationRule, ServiceTarget
-from app.translate.listener.builder import EgressListenerView
 from app.translate.listener.gateway import GatewayVirtualServices
+from app.translate.listener.plan import EgressListenerView
 
 
 class SidecarScopeView(Protocol):

@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 from app.environment import Change, Environment
 from app.model.push_context import PushContext
 from app.xds.cache import ResourceCache
-from app.xds.generate import XdsGenerator
+from app.xds.generators.source import XdsGenerator
 from app.xds.needs_push import update_types
 from app.xds.observe import PushObserver
 from app.xds.push import PushQueue

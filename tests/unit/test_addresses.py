@@ -14,9 +14,8 @@ from google.protobuf import json_format
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.translate.address import build_address
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
-from app.translate.listener.for_proxy import generate_listeners
+from app.translate.endpoint.for_proxy import eds_cluster_names
+from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import push_context, sidecar_proxy
 from tests.support.peers import istio_module_dir

@@ -17,10 +17,9 @@ from google.protobuf import json_format
 
 from app.config.loader import load_documents
 from app.model.authz import AuthorizationPolicies, RequestAuthentications, WorkloadPolicies
-from app.translate.cluster.for_proxy import generate_clusters
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
-from app.translate.listener.for_proxy import generate_listeners
 from app.translate.listener.jwt import jwt_authn_filters
+from app.xds.generators.reference import generate_clusters, generate_listeners
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import endpoint_slice, kube_pod, kube_service, push_context, sidecar_proxy, slice_endpoint
 

@@ -31,12 +31,11 @@ from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Ki
 from app.environment import Environment
 from app.model.proxy import Proxy, ProxyType, build_proxy
 from app.model.push_context import PushContext
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
-from app.translate.listener.for_proxy import generate_listeners
-from app.xds import generate
+from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.discovery import Discovery, push_request
+from app.xds.generators import state as generator_state
+from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
 from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
 from app.xds.resources import CLUSTER, ENDPOINT, LISTENER
@@ -444,6 +443,29 @@ def test_a_headless_pod_gets_no_outbound_listener_to_itself_and_others_still_sha
         assert {n: r.version for n, r in got[p.id].items()} == {n: r.version for n, r in plain.items()}
 
 
+@pytest.mark.parametrize(
+    ("egress", "listener"),
+    [
+        # an explicit port: the headless service listens on the wildcard, per port
+        ("[{port: {number: 9092, protocol: TCP, name: tcp}, hosts: [./*]}]", "0.0.0.0_9092"),
+        # a catch-all that does not capture binds localhost, per port
+        ("[{captureMode: NONE, hosts: [./*, istio-system/*]}]", "127.0.0.1_9092"),
+    ],
+)
+def test_a_headless_pod_shares_its_class_where_no_listener_binds_endpoints(egress: str, listener: str) -> None:
+    # only a capturing catch-all egress listener without a bind gives a headless TCP service one
+    # listener per endpoint (translate.listener.plan); elsewhere a proxy at an endpoint's address
+    # reads nothing of its own IP and shares its class's listeners
+    sidecar = config_doc("Sidecar", "default", f"egress: {egress}", namespace="a")
+    mesh = Mesh(BASE, HEADLESS, sidecar)
+    kafka_0 = proxy("kafka-0.a", "10.0.1.21", {"app": "kafka"})
+    client = proxy("client-0.a", "10.0.9.1")
+    own, shared = mesh.listeners(kafka_0), mesh.listeners(client)
+    assert listener in own and not any(name.startswith("10.0.1.2") for name in own)
+    assert own.keys() == shared.keys()
+    assert all(r is shared[name] for name, r in own.items() if name != "virtualInbound")
+
+
 def test_canonical_service_splits_listeners_by_their_tracing_tags_and_nothing_else() -> None:
     # istiod's tracing tags name the proxy's canonical service: proxies that differ in it get
     # their own outbound listeners, and still share every cluster
@@ -502,13 +524,13 @@ def test_every_proxy_gets_what_plain_generation_builds_for_it() -> None:
 def test_assertion_mode_checks_the_first_proxy_of_a_class_too(monkeypatch: pytest.MonkeyPatch) -> None:
     # a key that misses a trait (here: the proxy type of outbound clusters) serves a new class
     # another class's entry; assertion mode compares it with the proxy's own build at once
-    real = generate._traits
+    real = generator_state.traits
 
     def without_type(p: Proxy, *args: bool) -> Any:
         traits = real(p, *args)
         return replace(traits, outbound=replace(traits.outbound, type=ProxyType.SIDECAR))
 
-    monkeypatch.setattr(generate, "_traits", without_type)
+    monkeypatch.setattr(generator_state, "traits", without_type)
     mesh = Mesh(BASE)
     mesh.clusters(proxy("client.c", "10.0.9.1"))
     with pytest.raises(CacheAssertionError):

@@ -34,8 +34,8 @@ from app.translate.cluster.builder import (
     build_passthrough_cluster,
     service_identities,
 )
-from app.translate.cluster.for_proxy import generate_clusters
 from app.translate.cluster.policy import HTTP_PROTOCOL_OPTIONS_KEY
+from app.xds.generators.reference import generate_clusters
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import (
     config_doc,

@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from app.api import networking as net
 from app.config.model import ConfigKey, Kind
 from app.model.delegation import merge_http_routes
-from app.translate.route.for_proxy import generate_routes
+from app.xds.generators.reference import generate_routes
 from tests.support.mesh import config_doc, kube_service, push_context, sidecar_proxy
 
 

@@ -15,8 +15,8 @@ from google.protobuf import json_format
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.translate.cluster.builder import parse_cluster_name
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.endpoint.for_proxy import eds_cluster_names, generate_endpoints
+from app.translate.endpoint.for_proxy import eds_cluster_names
+from app.xds.generators.reference import generate_clusters, generate_endpoints
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import (
     config_doc,

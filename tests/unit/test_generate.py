@@ -6,10 +6,10 @@ from __future__ import annotations
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
-from app.translate.cluster.for_proxy import generate_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import ResourceCache
-from app.xds.generate import XdsGenerator
+from app.xds.generators.reference import generate_clusters
+from app.xds.generators.source import XdsGenerator
 from app.xds.resources import CLUSTER, ENDPOINT
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, NODE

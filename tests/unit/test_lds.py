@@ -27,10 +27,10 @@ from google.protobuf import json_format
 from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
-from app.translate.cluster.for_proxy import generate_clusters
 from app.translate.listener.builder import sidecar_route_name
-from app.translate.listener.for_proxy import generate_listeners, route_names
+from app.translate.listener.for_proxy import route_names
 from app.translate.listener.tls import inbound_mtls_context, trust_domains_for_validation
+from app.xds.generators.reference import generate_clusters, generate_listeners
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import (
     endpoint_slice,

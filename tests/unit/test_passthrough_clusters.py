@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 
-from app.translate.cluster.for_proxy import generate_clusters
+from app.xds.generators.reference import generate_clusters
 from tests.support.mesh import push_context, sidecar_proxy
 
 C = cluster_pb2.Cluster

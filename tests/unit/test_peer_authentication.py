@@ -13,8 +13,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from app.config.loader import load_documents
 from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.push_context import PushContext
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.listener.for_proxy import generate_listeners
+from app.xds.generators.reference import generate_clusters, generate_listeners
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import endpoint_slice, kube_pod, kube_service, push_context, sidecar_proxy, slice_endpoint
 

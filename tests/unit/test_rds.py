@@ -20,9 +20,9 @@ from envoy.config.route.v3 import route_pb2
 
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
-from app.translate.listener.for_proxy import generate_listeners, route_names
-from app.translate.route.for_proxy import generate_routes
+from app.translate.listener.for_proxy import route_names
 from app.translate.route.virtual_host import alt_hosts
+from app.xds.generators.reference import generate_listeners, generate_routes
 from tests.support.envoy import route_bootstrap, validate_bootstrap
 from tests.support.mesh import config_doc, kube_service, mesh_config_map, push_context, router_proxy, sidecar_proxy
 

@@ -16,11 +16,10 @@ from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.sources.files import FileSource
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.listener.for_proxy import generate_listeners
 from app.translate.view import proxy_service_targets
 from app.xds.cache import ResourceCache
-from app.xds.generate import XdsGenerator
+from app.xds.generators.reference import generate_clusters, generate_listeners
+from app.xds.generators.source import XdsGenerator
 from app.xds.resources import CLUSTER, LISTENER
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, NODE

@@ -19,8 +19,7 @@ from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.sidecar_ingress import default_endpoint_address, global_unicast_ip, inbound_connection_pool
-from app.translate.cluster.for_proxy import generate_clusters
-from app.translate.listener.for_proxy import generate_listeners
+from app.xds.generators.reference import generate_clusters, generate_listeners
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import endpoint_slice, kube_pod, kube_service, push_context, sidecar_proxy, slice_endpoint
 

@@ -1,17 +1,18 @@
-"""CDS generator: every cluster one proxy gets, as istiod's ConfigGenerator.BuildClusters.
+"""The clusters one proxy gets, as istiod's ConfigGenerator.BuildClusters, in the two parts the
+generator (``app.xds.generators.clusters``) shares differently.
 
 Sidecars: for each service in the proxy's SidecarScope (except ALIAS services) and each non-UDP
 port, the default cluster and one per DestinationRule subset; BlackHoleCluster,
 PassthroughCluster, one ``inbound|PORT||`` per workload port of the proxy's own service targets,
 and InboundPassthroughCluster. Gateways (router): the outbound clusters and BlackHoleCluster
 only (they have no original-destination listeners). A name built twice keeps the first
-(istiod normalizeClusters); the result is sorted by name. Synchronous and pure: everything read
+(istiod normalizeClusters). Synchronous and pure: everything read
 comes from ``proxy`` and ``push`` (DESIGN.md §7).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from envoy.config.cluster.v3 import cluster_pb2
 
@@ -37,26 +38,6 @@ from app.translate.cluster.builder import (
     service_identities,
 )
 from app.translate.view import PushContextView, SidecarScopeView, proxy_service_targets
-
-
-def generate_clusters(proxy: Proxy, push: PushContextView) -> list[cluster_pb2.Cluster]:
-    scope = push.sidecar_scope(proxy)
-    clusters: list[cluster_pb2.Cluster] = []
-    for service in scope.services:
-        rule = scope.destination_rule(proxy, service)
-        endpoints = push.endpoints(service.hostname, service.namespace)
-        mode = push.peer_authentications.namespace_mode(service.namespace)
-        clusters.extend(service_clusters(proxy, push.mesh, service, rule, endpoints, mode))
-    clusters.extend(proxy_clusters(proxy, push, scope))
-    return unique_by_name(clusters)
-
-
-def unique_by_name(clusters: Iterable[cluster_pb2.Cluster]) -> list[cluster_pb2.Cluster]:
-    """Sorted by name; a name built twice keeps the first (istiod normalizeClusters)."""
-    unique: dict[str, cluster_pb2.Cluster] = {}
-    for c in clusters:
-        unique.setdefault(c.name, c)
-    return [unique[name] for name in sorted(unique)]
 
 
 def service_clusters(

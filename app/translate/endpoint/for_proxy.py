@@ -1,4 +1,4 @@
-"""EDS generator: one ClusterLoadAssignment per cluster name a proxy subscribes to, as istiod's
+"""One ClusterLoadAssignment per cluster name a proxy subscribes to, as istiod's
 EdsGenerator builds them (pilot/pkg/xds/eds.go, endpoints.NewEndpointBuilder and
 BuildClusterLoadAssignment).
 
@@ -36,23 +36,10 @@ from app.translate.endpoint.builder import (
     sends_unhealthy,
     tls_mode_for_port,
 )
-from app.translate.view import PushContextView, SidecarScopeView
+from app.translate.view import SidecarScopeView
 
 ClusterLoadAssignment = endpoint_pb2.ClusterLoadAssignment
 _DNS_RESOLUTIONS = (Resolution.DNS_LB, Resolution.DNS_ROUND_ROBIN_LB)
-
-
-def generate_endpoints(
-    proxy: Proxy, push: PushContextView, cluster_names: Iterable[str]
-) -> list[endpoint_pb2.ClusterLoadAssignment]:
-    """One assignment per distinct name, sorted by cluster name."""
-    scope = push.sidecar_scope(proxy)
-    out = []
-    for name in sorted(set(cluster_names)):
-        target = resolve_assignment(name, proxy, scope)
-        endpoints = push.endpoints(target.service.hostname, target.service.namespace) if target else ()
-        out.append(build_assignment(name, proxy, push.mesh, target, endpoints))
-    return out
 
 
 def eds_cluster_names(clusters: Iterable[cluster_pb2.Cluster]) -> list[str]:

@@ -1,17 +1,17 @@
-"""LDS generator: every listener one proxy gets, as istiod's ConfigGenerator.BuildListeners.
+"""What listeners one proxy gets, as istiod's ConfigGenerator.BuildListeners, in two parts the
+generator shares differently.
 
 Sidecars: the outbound listeners of their SidecarScope's egress listeners, plus (unless the
-proxy does not capture traffic, INTERCEPTION_MODE NONE) ``virtualOutbound`` on 15001 and
-``virtualInbound`` on 15006 with chains for the proxy's own workload ports. Routers: one listener
-per port of the Gateways that select them. The result is sorted by name; a name built twice
-keeps the first. ``route_names`` lists the RDS routes the listeners ask for. Synchronous and
-pure: everything read comes from ``proxy`` and ``push`` (DESIGN.md §7).
+proxy does not capture traffic, INTERCEPTION_MODE NONE) ``virtualOutbound`` on 15001: these
+follow from the scope and a few proxy traits, as inputs values (``scope_listener_inputs``);
+``virtualInbound`` on 15006 with chains for the proxy's own workload ports
+(``workload_listeners``). Routers: one listener per port of the Gateways that select them.
+``route_names`` lists the RDS routes listeners ask for. Synchronous and pure (DESIGN.md §7).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
@@ -20,51 +20,33 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
 from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
-from app.translate.listener.builder import (
-    ListenerPlan,
-    build_virtual_outbound_listener,
-    plan_sidecar_outbound_listeners,
-)
 from app.translate.listener.filters import HCM
 from app.translate.listener.gateway import build_gateway_listeners
 from app.translate.listener.inbound import build_inbound_listeners
+from app.translate.listener.inputs import ListenerContext, ScopeListenerInputs, VirtualOutboundInputs
+from app.translate.listener.plan import plan_outbound_listeners
 from app.translate.listener.tcp import OutboundContext
 from app.translate.view import ProxyDestinationRules, PushContextView, SidecarScopeView, proxy_service_targets
 
 
-def generate_listeners(proxy: Proxy, push: PushContextView) -> list[listener_pb2.Listener]:
-    scope = push.sidecar_scope(proxy)
-    return unique_by_name([*scope_listeners(proxy, push, scope), *workload_listeners(proxy, push, scope)])
-
-
-def unique_by_name(listeners: Iterable[listener_pb2.Listener]) -> list[listener_pb2.Listener]:
-    """Sorted by name; a name built twice keeps the first."""
-    unique: dict[str, listener_pb2.Listener] = {}
-    for listener in listeners:
-        unique.setdefault(listener.name, listener)
-    return [unique[name] for name in sorted(unique)]
-
-
-def scope_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:
-    """A sidecar's listeners that follow from its scope alone: the outbound listeners of its
-    egress listeners and ``virtualOutbound``; none for a router."""
-    return [build() for _, build in scope_listener_plan(proxy, push, scope)]
-
-
-def scope_listener_plan(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[ListenerPlan]:
-    """``scope_listeners`` not yet built, each with what it is built from (None: not told)."""
+def scope_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[ScopeListenerInputs]:
+    """A sidecar's listeners that follow from its scope alone, as what each is built from
+    (``build_scope_listener``): the outbound listeners of its egress listeners and
+    ``virtualOutbound``; none for a router."""
     if proxy.type is ProxyType.ROUTER:
         return []
     ctx = _context(proxy, push, scope)
-    policy = scope.outbound_traffic_policy
     egress = egress_proxy_cluster(scope.sidecar)
-    plan = plan_sidecar_outbound_listeners(
-        ctx, scope.egress_listeners, policy, lambda s: push.endpoints(s.hostname, s.namespace), egress
+    context = ListenerContext.of(proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated)
+    endpoints = push.endpoints
+    inputs: list[ScopeListenerInputs] = []
+    inputs.extend(
+        plan_outbound_listeners(ctx, context, scope.egress_listeners, lambda s: endpoints(s.hostname, s.namespace))
     )
     if proxy.interception_mode != "NONE":
         # nothing is redirected to a proxy that does not capture traffic
-        plan.append((None, partial(build_virtual_outbound_listener, ctx, policy, egress)))
-    return plan
+        inputs.append(VirtualOutboundInputs(context))
+    return inputs
 
 
 def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> list[listener_pb2.Listener]:

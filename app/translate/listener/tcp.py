@@ -20,8 +20,8 @@ from app.api.mesh import MeshConfig
 from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
-from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService, VirtualServicesByHost
-from app.translate.allocated import allocated_addresses
+from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
+from app.translate.allocated import allocated_addresses, allocation
 from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
 from app.translate.listener.filters import (
     ChainOpts,
@@ -66,7 +66,7 @@ def service_address(ctx: OutboundContext, service: Service) -> str:
     else the unspecified address (IPv6 for an IPv6-only proxy reaching a ServiceEntry)."""
     if service.addresses:
         return service.addresses[0]
-    allocated = allocated_addresses(service, ctx.proxy, ctx.allocated)
+    allocated = allocated_addresses(service, allocation(ctx.proxy, ctx.allocated))
     if allocated:
         return allocated[0]
     return UNSPECIFIED_V6 if service.registry is Registry.EXTERNAL and ctx.ipv6_only else UNSPECIFIED_V4
@@ -138,11 +138,10 @@ def sidecar_tcp_chain_opts(
     listen_port: ServicePort,
     cidr: str,
     bind: str,
-    virtual_services: VirtualServicesByHost,
+    vss: Sequence[ResolvedVirtualService],
 ) -> list[ChainOpts]:
     """istiod buildSidecarOutboundTCPListenerOpts for one service: TLS chains for TLS / HTTPS
-    ports, plain TCP chains otherwise."""
-    vss = virtual_services.matching(service.hostname)
+    ports, plain TCP chains otherwise; ``vss`` are the VirtualServices matching the service."""
     cidrs = (cidr,) if cidr else ()
     if listen_port.protocol in TLS_PROTOCOLS:
         return _tls_chain_opts(ctx, service, listen_port, cidrs, bind, vss)

@@ -1,1 +1,2 @@
-"""Envoy routes: the builders, and what one proxy gets (``for_proxy``)."""
+"""Envoy routes: the builders, a sidecar's route configurations from their inputs values
+(``sidecar``) and a gateway's (``gateway``)."""

@@ -1,0 +1,83 @@
+"""What every per-type generator answers (istiod's XdsResourceGenerator), and the assertion
+mode's comparison of a shared build with one made for the very proxy served."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Protocol
+
+from google.protobuf.message import Message
+
+from app.model.proxy import Proxy
+from app.model.sidecar_scope import SidecarScope
+from app.xds.cache import CacheAssertionError
+from app.xds.generate import Partial
+from app.xds.generators.state import SnapshotState
+from app.xds.push_request import PushRequest
+from app.xds.watch import Resource, WatchedResource, encode
+
+
+class Generator(Protocol):
+    """One xDS type's resources for a proxy, from the snapshot's state."""
+
+    def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        """The type's current resources the proxy may watch (None: nothing to send)."""
+        ...
+
+    def changes(
+        self,
+        state: SnapshotState,
+        proxy: Proxy,
+        watch: WatchedResource,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial | None:
+        """What ``request`` changed of the type for a sidecar (see ``ResourceSource.changes``);
+        None when that cannot be told without generating the whole type."""
+        ...
+
+
+class WholeTypeOnly:
+    """A generator without partial answers: every push regenerates the type."""
+
+    def changes(
+        self,
+        state: SnapshotState,
+        proxy: Proxy,
+        watch: WatchedResource,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial | None:
+        return None
+
+
+def _name(msg: Message) -> str:
+    return str(getattr(msg, "name", "") or getattr(msg, "cluster_name", ""))
+
+
+def check(what: str, built: Sequence[Resource], reference: Sequence[Message]) -> None:
+    """Assertion mode: a shared set must equal this proxy's own, built uncached."""
+    fresh = [encode(_name(m), m) for m in reference]
+    if [(r.name, r.body.value) for r in built] != [(r.name, r.body.value) for r in fresh]:
+        raise CacheAssertionError(f"{what}: the shared set differs from this proxy's own")
+
+
+def shared_named(
+    memo: dict[str, Resource],
+    names: Iterable[str],
+    build: Callable[[str], Resource],
+    own: Callable[[str], Message] | None,
+) -> list[Resource]:
+    """Named resources from a class memo, built on first ask; with ``own`` (assertion mode)
+    every ask is compared with the resource built for this very proxy."""
+    out = []
+    for name in names:
+        found = memo.get(name)
+        if found is None:
+            found = memo[name] = build(name)
+        if own is not None:
+            check(name, [found], [own(name)])
+        out.append(found)
+    return out

@@ -1,0 +1,33 @@
+"""Cache key parts and invalidation dependencies that several generators name alike."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from app.model.destination_rule import ConsolidatedDestinationRule
+from app.model.ident import Ident
+from app.model.service import Service
+from app.model.sidecar_scope import SidecarScope
+from app.translate.cluster.builder import AppliedDestinationRule
+from app.xds.cache import Dep
+
+
+def endpoints_dep(service: Service) -> Dep:
+    return ("endpoints", service.hostname, service.namespace)
+
+
+def rule_key(rule: AppliedDestinationRule | None) -> Hashable:
+    """A DestinationRule as a key part: the objects merged into it, in order (what its spec,
+    name and namespace are made from; istiod keys by the rule's sources too). The namespace that
+    owns a rule and the namespaces it is exported to hold separate, equal consolidations of the
+    same objects; keyed so, they share one entry."""
+    if rule is None:
+        return None
+    if not isinstance(rule, ConsolidatedDestinationRule) or not rule.objects:
+        return Ident(rule)
+    return tuple(Ident(obj) for obj in rule.objects)
+
+
+def rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
+    """The DestinationRules a scope holds for a host (every candidate: any may be applied)."""
+    return [obj.key for cdr in scope.destination_rules.get(hostname, ()) for obj in cdr.objects]

@@ -1,0 +1,70 @@
+"""LDS (istiod LdsGenerator): a class's scope-wide listeners, shared, and the proxy's own
+workload listeners (``virtualInbound``, a gateway's listeners), built per proxy.
+
+A scope-wide listener is built from its inputs value alone (``translate.listener.inputs``), so
+the class reuses the listener an earlier snapshot of its lineage built from an equal value: a
+change that adds one service rebuilds one listener, not a thousand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from app.model.proxy import Proxy
+from app.translate.listener.builder import build_scope_listener
+from app.translate.listener.for_proxy import scope_listener_inputs, workload_listeners
+from app.translate.listener.inputs import ScopeListenerInputs
+from app.xds.cache import ResourceCache
+from app.xds.generators.base import WholeTypeOnly, check
+from app.xds.generators.state import ProxyClass, SnapshotState
+from app.xds.watch import Resource, WatchedResource, encode
+
+_NONE: Mapping[ScopeListenerInputs, Resource] = {}
+
+
+@dataclass(slots=True)
+class ClassListeners:
+    """A class's scope-wide listeners in one snapshot, and the same by what each is built from."""
+
+    earlier: Mapping[ScopeListenerInputs, Resource]  # its lineage's in an earlier snapshot
+    listeners: list[Resource] | None = None
+    by_inputs: dict[ScopeListenerInputs, Resource] = field(default_factory=dict)
+
+    def reusable(self) -> Mapping[ScopeListenerInputs, Resource]:
+        return self.by_inputs or self.earlier
+
+
+def _class_listeners(cls: ProxyClass) -> ClassListeners:
+    earlier = cls.earlier.get(ClassListeners, _NONE)
+    assert isinstance(earlier, Mapping)
+    return ClassListeners(earlier)
+
+
+class ListenerGenerator(WholeTypeOnly):
+    def __init__(self, cache: ResourceCache) -> None:
+        self.cache = cache
+
+    def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        push = state.push
+        cls = state.proxy_class(proxy)
+        scope = cls.scope
+        sets = cls.part(ClassListeners, lambda: _class_listeners(cls))
+        if sets.listeners is None:
+            built = []
+            for inputs in scope_listener_inputs(cls.traits.scope_proxy, push, scope):
+                found = sets.earlier.get(inputs)
+                if found is None:
+                    listener = build_scope_listener(inputs)
+                    found = encode(listener.name, listener)
+                sets.by_inputs[inputs] = found
+                built.append(found)
+            sets.listeners = built
+        if self.cache.verify:
+            reference = [build_scope_listener(i) for i in scope_listener_inputs(proxy, push, scope)]
+            check("scope listeners", sets.listeners, reference)
+        own = [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
+        unique: dict[str, Resource] = {}
+        for r in (*sets.listeners, *own):
+            unique.setdefault(r.name, r)
+        return [unique[name] for name in sorted(unique) if watch.wants(name)]

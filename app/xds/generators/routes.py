@@ -1,0 +1,96 @@
+"""RDS (istiod RdsGenerator): a sidecar class's route configurations by name, shared, each
+built from its inputs value alone (``translate.route.sidecar``), so the class reuses the
+configuration an earlier snapshot of its lineage built from an equal value; a gateway's, built
+per proxy (they follow from the Gateways its labels select and its own targets)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+
+from app.api.networking import DestinationRule
+from app.model.ident import Ident
+from app.model.proxy import Proxy, ProxyType
+from app.translate.allocated import consumes_allocated
+from app.translate.route.gateway import gateway_routes
+from app.translate.route.policy import load_balancer_view
+from app.translate.route.sidecar import SidecarRouteInputs, build_sidecar_route_config, sidecar_route_inputs
+from app.xds.cache import ResourceCache
+from app.xds.generators.base import WholeTypeOnly, shared_named
+from app.xds.generators.state import ProxyClass, SnapshotState
+from app.xds.watch import Resource, WatchedResource, encode
+
+_Built = tuple[SidecarRouteInputs, Resource]
+_NONE: Mapping[str, _Built] = {}
+
+
+@dataclass(slots=True)
+class ClassRoutes:
+    """A sidecar class's route configurations in one snapshot, and what each was built from."""
+
+    earlier: Mapping[str, _Built]  # its lineage's in earlier snapshots, by name
+    routes: dict[str, Resource] = field(default_factory=dict)
+    inputs: dict[str, SidecarRouteInputs] = field(default_factory=dict)
+
+    def reusable(self) -> Mapping[str, _Built]:
+        if not self.inputs:
+            return self.earlier
+        return {**self.earlier, **{name: (inputs, self.routes[name]) for name, inputs in self.inputs.items()}}
+
+
+@dataclass(slots=True)
+class _RuleViews:
+    """Per snapshot: ``load_balancer_view`` once per rule (every route configuration reads it
+    for each of its hosts)."""
+
+    found: dict[Ident[DestinationRule], bytes] = field(default_factory=dict)
+
+    def view(self, rule: DestinationRule | None) -> bytes | None:
+        if rule is None:
+            return None
+        found = self.found.get(Ident(rule))
+        if found is None:
+            found = self.found[Ident(rule)] = load_balancer_view(rule)
+        return found
+
+
+def _class_routes(cls: ProxyClass) -> ClassRoutes:
+    earlier = cls.earlier.get(ClassRoutes, _NONE)
+    assert isinstance(earlier, Mapping)
+    return ClassRoutes(earlier)
+
+
+class RouteGenerator(WholeTypeOnly):
+    def __init__(self, cache: ResourceCache) -> None:
+        self.cache = cache
+
+    def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        push = state.push
+        names = sorted(watch.names)
+        if proxy.type is ProxyType.ROUTER:
+            return [encode(r.name, r) for r in gateway_routes(proxy, push, names)]
+        cls = state.proxy_class(proxy)
+        scope = cls.scope
+        sets = cls.part(ClassRoutes, lambda: _class_routes(cls))
+        views = state.part(_RuleViews, _RuleViews)
+
+        def allocates(p: Proxy) -> bool:
+            return consumes_allocated(p, push.features)
+
+        def build(name: str) -> Resource:
+            inputs = sets.inputs[name] = sidecar_route_inputs(
+                cls.traits.scope_proxy, push.mesh, scope, name, views.view, allocates(cls.traits.scope_proxy)
+            )
+            earlier = sets.earlier.get(name)
+            if earlier is not None and earlier[0] == inputs:
+                return earlier[1]
+            return encode(name, build_sidecar_route_config(inputs))
+
+        def own(name: str) -> Message:
+            inputs = sidecar_route_inputs(proxy, push.mesh, scope, name, views.view, allocates(proxy))
+            built: Message = build_sidecar_route_config(inputs)
+            return built
+
+        return shared_named(sets.routes, names, build, own if self.cache.verify else None)

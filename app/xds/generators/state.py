@@ -1,0 +1,128 @@
+"""Generation state, each part owned by the object of its lifetime (DESIGN §1 "Push cost model").
+
+* ``SnapshotState``: one snapshot. Made when the snapshot is published and replaced with it, so
+  none of it is ever read against another snapshot and nothing needs resetting. It holds the
+  proxy classes, the parents they are patched from and what earlier snapshots left to reuse, and
+  each generator's per-snapshot memo (``part``).
+* ``ProxyClass``: one class (scope and traits, ``traits.py``) in one snapshot. Each generator
+  keeps its share of the class's build in a part of its own type (``part``); a part that can be
+  reused by a later snapshot says what (``Reusing``).
+* What a stream was last brought to is the generator's note in ``WatchedResource.synced``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, runtime_checkable
+
+from app.config.mesh import MeshConfig
+from app.model.ident import Ident
+from app.model.proxy import Proxy
+from app.model.push_context import PushContext
+from app.model.sidecar_scope import SidecarScope
+from app.translate.listener.plan import per_endpoint_addresses
+from app.xds.generators.traits import Traits, labels_read, lineage, traits
+from app.xds.push_request import PushRequest
+
+P = TypeVar("P")
+
+
+def _part(parts: dict[type, object], kind: type[P], make: Callable[[], P]) -> P:
+    found = parts.get(kind)
+    if found is None:
+        found = parts[kind] = make()
+    assert isinstance(found, kind)
+    return found
+
+
+@runtime_checkable
+class Reusing(Protocol):
+    """A class part that a later snapshot's class of the same lineage may reuse from."""
+
+    def reusable(self) -> object:
+        """What it leaves to the next snapshot (equal inputs build equal bytes)."""
+        ...
+
+
+@dataclass(slots=True)
+class ProxyClass:
+    """Proxies with one SidecarScope and the same traits, in one snapshot: they get the same
+    scope-wide resources, built once, as first asked for."""
+
+    scope: SidecarScope
+    mesh: MeshConfig
+    traits: Traits
+    lineage: Hashable
+    # what the class's lineage left in earlier snapshots, by part type (see ``reusable``)
+    earlier: Mapping[type, object] = field(default_factory=dict)
+    parts: dict[type, object] = field(default_factory=dict)
+
+    def part(self, kind: type[P], make: Callable[[], P]) -> P:
+        """The class's part of this type, made on first ask."""
+        return _part(self.parts, kind, make)
+
+    def reusable(self) -> Mapping[type, object]:
+        """What the class's next snapshot may reuse: its parts' own, else what it inherited."""
+        own = {kind: part.reusable() for kind, part in self.parts.items() if isinstance(part, Reusing)}
+        return {**self.earlier, **own}
+
+
+@dataclass(slots=True)
+class SnapshotState:
+    """Generation's state for one snapshot (``XdsGenerator`` holds one reference)."""
+
+    push: PushContext
+    # the classes of the snapshot this one replaced, by lineage, and the request between the
+    # two: a class's clusters are patched from its parent's
+    parents: Mapping[Hashable, ProxyClass] = field(default_factory=dict)
+    parent_request: PushRequest | None = None
+    # what classes may reuse, by lineage: not only from the snapshot just replaced (an
+    # endpoint push between two config pushes generates no listeners or routes)
+    reusable: Mapping[Hashable, Mapping[type, object]] = field(default_factory=dict)
+    classes: dict[Hashable, ProxyClass] = field(default_factory=dict)  # by scope and traits
+    lineage: dict[Hashable, ProxyClass] = field(default_factory=dict)  # the same, by lineage
+    # each proxy's class: a push asks for it once per type and more
+    proxy_classes: dict[Ident[Proxy], ProxyClass] = field(default_factory=dict)
+    per_endpoint: dict[tuple[Ident[SidecarScope], str], frozenset[str]] = field(default_factory=dict)
+    parts: dict[type, object] = field(default_factory=dict)
+
+    def part(self, kind: type[P], make: Callable[[], P]) -> P:
+        """A generator's per-snapshot memo of this type, made on first ask."""
+        return _part(self.parts, kind, make)
+
+    def next_reusable(self) -> Mapping[Hashable, Mapping[type, object]]:
+        """What the classes of the next snapshot may reuse: this one's builds; when no proxy
+        asked for anything in this snapshot, what it inherited."""
+        if not self.lineage:
+            return self.reusable
+        return {key: found.reusable() for key, found in self.lineage.items()}
+
+    def proxy_class(self, proxy: Proxy) -> ProxyClass:
+        found = self.proxy_classes.get(Ident(proxy))
+        if found is None:
+            found = self.proxy_classes[Ident(proxy)] = self._find_class(proxy)
+        return found
+
+    def forget(self, proxy: Proxy) -> None:
+        self.proxy_classes.pop(Ident(proxy), None)
+
+    def _find_class(self, proxy: Proxy) -> ProxyClass:
+        push = self.push
+        scope = push.sidecar_scope(proxy)
+        memo_key = (Ident(scope), proxy.interception_mode)
+        addresses = self.per_endpoint.get(memo_key)
+        if addresses is None:
+            endpoints = push.endpoints
+            addresses = self.per_endpoint[memo_key] = per_endpoint_addresses(
+                scope.egress_listeners, proxy.interception_mode, lambda s: endpoints(s.hostname, s.namespace)
+            )
+        own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
+        found_traits = traits(proxy, labels_read(scope, push.mesh), own_ip_read)
+        key = (Ident(scope), *found_traits.key())
+        found = self.classes.get(key)
+        if found is None:
+            line = lineage(scope, found_traits)
+            found = ProxyClass(scope, push.mesh, found_traits, line, self.reusable.get(line, {}))
+            self.classes[key] = self.lineage[line] = found
+        return found
