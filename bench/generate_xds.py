@@ -29,7 +29,7 @@ from app.xds.generate import XdsGenerator
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names
 from app.xds.generators.lds import generate_listeners, route_names
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import WatchedResource
 
 _SERVICE = """apiVersion: v1

@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         closure = {m for m in graph.find_upstream_modules(module) if m.split(".")[0] == "app"}
         print(f"  {module:<22} {len(closure):>4} app modules")
     sizes = sorted(
-        ((sum(1 for _ in path.open(encoding="utf-8")), path.relative_to(root)) for path in (root / "app").rglob("*.py")),
+        (
+            (sum(1 for _ in path.open(encoding="utf-8")), path.relative_to(root))
+            for path in (root / "app").rglob("*.py")
+        ),
         reverse=True,
     )
     print(f"the {LARGEST} largest app modules (lines)")

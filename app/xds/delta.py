@@ -35,23 +35,19 @@ from collections.abc import Collection, Sequence
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.resources import ENDPOINT, EXPLICIT_TYPES
+from app.xds.limits import NameQuota, check_new_watch, check_type, name_cost
+from app.xds.resource import Resource, set_version
 from app.xds.response import DeltaResponse
+from app.xds.type_urls import ENDPOINT, EXPLICIT_TYPES
 from app.xds.watch import (
     WILDCARD,
-    NameQuota,
     NameSets,
     NonceSource,
     Outcome,
     RequestKind,
-    Resource,
     SubscribedNames,
     WatchedResource,
-    check_new_watch,
-    check_type,
     is_wildcard_request,
-    name_cost,
-    set_version,
 )
 
 # types whose initial_resource_versions are taken as the names the client holds, not the versions:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from envoy.config.cluster.v3 import cluster_pb2
 from google.protobuf.message import Message
@@ -55,47 +55,12 @@ from app.xds.generators.rds import generate_routes, sidecar_route_key
 from app.xds.generators.sds import generate_secrets
 from app.xds.generators.view import proxy_service_targets
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.source import Partial
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
+from app.xds.watch import WatchedResource
 
 M = TypeVar("M", bound=Message)
-
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    """What a push changed of one type for one proxy: the current resources among the names it
-    may have touched, and every name considered (one the client holds that is considered but
-    not among the resources is gone)."""
-
-    resources: list[Resource]
-    considered: frozenset[str]
-
-
-class ResourceSource(Protocol):
-    """What the transport asks for: the current resources of a type for a proxy, and its scope."""
-
-    def generate(self, type_url: str, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
-        """The type's current resources the proxy may watch (None: a type not served)."""
-        ...
-
-    def changes(
-        self,
-        type_url: str,
-        proxy: Proxy,
-        watch: WatchedResource,
-        request: PushRequest,
-        previous: SidecarScope | None,
-        also: Collection[str],
-    ) -> Partial | None:
-        """What ``request`` changed of the type for this proxy since its last full or partial
-        answer, plus the current versions of the names in ``also``; None when that cannot be
-        told without generating the whole type (then call ``generate``). ``previous`` is the
-        scope the proxy had before the change."""
-        ...
-
-    def scope(self, proxy: Proxy) -> SidecarScope:
-        """The proxy's SidecarScope in the current snapshot (what the push filter reads)."""
-        ...
 
 
 def _family_ips(ips: Sequence[str]) -> tuple[str, ...]:

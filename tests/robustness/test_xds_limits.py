@@ -29,24 +29,16 @@ from google.protobuf import any_pb2
 from grpclib.const import Status
 
 from app.model.proxy import Proxy, build_proxy
-from app.model.sidecar_scope import SidecarScope
 from app.runtime import Runtime
 from app.xds import watch
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.resources import CLUSTER, ENDPOINT
+from app.xds.errors import QuotaExceeded
+from app.xds.limits import IDLE_BURST, IDLE_PER_SECOND, MAX_WATCHED_TYPES, IdleAnswers
+from app.xds.resource import Resource
 from app.xds.sotw import SotwSession
-from app.xds.watch import (
-    IDLE_BURST,
-    IDLE_PER_SECOND,
-    MAX_WATCHED_TYPES,
-    IdleAnswers,
-    QuotaExceeded,
-    Resource,
-    SubscribedNames,
-    WatchedResource,
-    counter_nonces,
-)
+from app.xds.type_urls import CLUSTER, ENDPOINT
+from app.xds.watch import SubscribedNames, WatchedResource, counter_nonces
 from tests.robustness.serving import Client, ended_by_server, serving, with_node
 from tests.support.bookinfo import BOOKINFO, NODE, RATINGS, REVIEWS
 
@@ -363,11 +355,8 @@ class Recording:
         self.asked.append(len(w.names))
         return [Resource(n, "v", self.body, b"", memoryview(b"")) for n in sorted(w.names)]
 
-    def changes(self, *args: Any) -> None:
+    def note(self, proxy: Proxy) -> object:
         return None
-
-    def scope(self, proxy: Proxy) -> SidecarScope:
-        return None  # type: ignore[return-value]
 
 
 # was: every subscription change copied the stream's whole name set ((names | subscribe) -

@@ -37,10 +37,12 @@ from app.xds.discovery import Discovery, push_request
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.eds import eds_cluster_names, generate_endpoints
 from app.xds.generators.lds import generate_listeners
+from app.xds.mesh_source import MeshSource
 from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER
+from app.xds.watch import WatchedResource
 from tests.support.mesh import config_doc, endpoint_slice, kube_pod, kube_service, slice_endpoint
 
 ROOT = "istio-system"
@@ -108,7 +110,7 @@ class Mesh:
         self.cache = ResourceCache(verify=verify)
         self.discovery: Discovery[object] = Discovery(self.env, self.cache)
         self.discovery.start()
-        self.source = self.discovery.generator
+        self.source = MeshSource(self.discovery.generator)
 
     @property
     def push(self) -> PushContext:

@@ -21,7 +21,7 @@ from app.xds.generate import XdsGenerator
 from app.xds.generators.cds import generate_clusters
 from app.xds.generators.lds import generate_listeners
 from app.xds.generators.view import proxy_service_targets
-from app.xds.resources import CLUSTER, LISTENER
+from app.xds.type_urls import CLUSTER, LISTENER
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, NODE
 from tests.support.mesh import config_doc, push_context
