@@ -18,7 +18,7 @@ and everything watched is sent again, as istiod does for every type but WDS (it 
 still warming when the old stream broke, stays warming until an assignment arrives after it
 (Envoy with ``initial_fetch_timeout: 0s``: for ever), and an EDS request cannot say which are.
 
-A request costs what it names, not what the stream holds (app/xds/watch.py): subscriptions are
+A request costs what it names, not what the stream holds (app/xds/limits.py): subscriptions are
 a ``SubscribedNames`` changed in place, and an answered change says which names it made wanted
 (``Outcome.subscribed``), so the answer considers those alone; a name the wildcard already
 covers makes nothing wanted and is not answered. A stale or unknown nonce is ignored and

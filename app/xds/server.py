@@ -13,6 +13,9 @@ stream past what it may make the server hold or do (its subscribed names' bytes,
 generate a whole type for nothing) with RESOURCE_EXHAUSTED; the server and the other streams
 go on (DESIGN §5). A stale or unknown nonce, a repeated ACK and a subscription change are
 served as istiod serves them: they cost what they name (app/xds/limits.py says what is bounded).
+Why a stream ends is a ``StreamError`` (app/xds/errors.py) naming its gRPC status, mapped to
+grpc's in one place (``grpc_status``). What a stream serves comes from the injected
+``ServedSource`` (app/xds/source.py): the server never reads what a client or a push is.
 
 A client that stops reading holds back nothing but itself: what a stream buffers is bounded
 both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, so HTTP/2 flow

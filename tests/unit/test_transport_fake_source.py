@@ -18,10 +18,10 @@ from google.protobuf import wrappers_pb2
 from app.security.authn import Caller, SpiffeId
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.errors import InvalidNode, Unauthorized
+from app.xds.errors import InvalidNode, Status, Unauthorized
 from app.xds.resource import Resource, encode
 from app.xds.response import DeltaResponse, SotwResponse
-from app.xds.server import XdsServer
+from app.xds.server import XdsServer, grpc_status
 from app.xds.sotw import SotwSession
 from app.xds.source import PushAnswer, TypePush
 from app.xds.type_urls import CLUSTER, ENDPOINT
@@ -381,3 +381,9 @@ async def test_a_node_the_source_cannot_read_ends_its_stream_with_invalid_argume
     assert await asyncio.wait_for(call.code(), 10) == grpc.StatusCode.INVALID_ARGUMENT
     assert await call.details() == "node 'bad-stand': not a fruit stand"
     assert served.server.streams == {}
+
+
+def test_every_stream_error_status_is_a_grpc_status_code() -> None:
+    assert [grpc_status(s).name for s in Status] == [s.value for s in Status]
+    assert grpc_status(InvalidNode.status) is grpc.StatusCode.INVALID_ARGUMENT
+    assert grpc_status(Unauthorized.status) is grpc.StatusCode.PERMISSION_DENIED
