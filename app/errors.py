@@ -10,6 +10,12 @@ class PilotfishError(Exception):
     """Base of every error pilotfish raises on purpose."""
 
 
+def shown(text: str, limit: int = 64) -> str:
+    """Client input as an error message may quote it: repr'd, and cut at ``limit`` characters
+    (a 100 KB node id echoed into a gRPC status exceeds what the client accepts)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 class ConfigError(PilotfishError):
     """A config object or file was rejected.
 

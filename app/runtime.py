@@ -37,6 +37,7 @@ from app.errors import ConfigError
 from app.heap import HeapKeeper
 from app.inject.native_sidecars import NativeSidecarMode
 from app.inject.source import injection_source
+from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
@@ -59,10 +60,10 @@ from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.discovery import Discovery, push_request
-from app.xds.generate import ResourceSource
+from app.xds.mesh_source import MeshSource, MeshStream
 from app.xds.push import Debouncer, run_push_workers
 from app.xds.push_request import PushRequest
-from app.xds.server import Stream, XdsServer
+from app.xds.server import XdsServer
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
@@ -93,7 +94,7 @@ class Runtime:
                     debounce_ms=settings.file_debounce_ms,
                 )
             )
-        self.discovery: Discovery[Stream] = Discovery(
+        self.discovery: Discovery[MeshStream] = Discovery(
             self.env, ResourceCache(verify=settings.cache_assert), streams=self.streams, observer=self.tracer
         )
         self.generator = self.discovery.generator
@@ -117,8 +118,9 @@ class Runtime:
         self._root_hooks: list[Callable[[str], None]] = []
         if settings.ca_dir is not None:
             self._serve_ca(CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain()))
-        self.xds = XdsServer(
-            self.generator,
+        self.source = MeshSource(self.generator)
+        self.xds: XdsServer[Proxy, PushRequest] = XdsServer(
+            self.source,
             on_disconnect=self._disconnected,
             on_connect=lambda _: self.heap.connected(),
             send_timeout=settings.xds_send_timeout,
@@ -154,8 +156,8 @@ class Runtime:
     def push_context(self) -> PushContext:
         return self.discovery.push_context()
 
-    def resource_source(self) -> ResourceSource:
-        return self.generator
+    def resource_source(self) -> MeshSource:
+        return self.source
 
     @property
     def ready(self) -> bool:
@@ -164,7 +166,7 @@ class Runtime:
     def rejections(self) -> Sequence[ConfigError]:
         return [error for source in self.sources for error in source.rejections()]
 
-    def streams(self) -> Sequence[Stream]:
+    def streams(self) -> Sequence[MeshStream]:
         return list(self.xds.streams.values())
 
     def refused_streams(self) -> Sequence[dict[str, str]]:
@@ -180,7 +182,7 @@ class Runtime:
         return xds_debug.answer(
             type_url, names, identities,
             streams=self.streams(),
-            source=self.generator,
+            source=self.source,
             root_namespace=self.env.store.mesh.root_namespace or self.settings.system_namespace,
             control_plane=xds_debug.control_plane_identifier(self.settings.pod_name, __version__),
         )  # fmt: skip
@@ -292,7 +294,7 @@ class Runtime:
         }
         return {**self._last_push, "responsesSinceByType": {t: n for t, n in sorted(sent.items()) if n}}
 
-    def pending_push(self, stream: Stream) -> bool:
+    def pending_push(self, stream: MeshStream) -> bool:
         return self.queue.queued(stream)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -484,7 +486,7 @@ class Runtime:
         self._last_push_sent = dict(self.metrics.pushes.values)
         self.heap.settled()  # the new snapshot and what the change left behind
 
-    async def _push_to(self, stream: Stream, request: PushRequest) -> None:
+    async def _push_to(self, stream: MeshStream, request: PushRequest) -> None:
         dequeued = time.monotonic()
         self.metrics.queue_time.observe(dequeued - request.start)  # istiod measures from the push's start
         pushes = stream.connection.pushes
@@ -497,12 +499,12 @@ class Runtime:
         if stream.connection.pushes > pushes:  # not skipped by the dependency filter
             self.metrics.convergence.observe(time.monotonic() - request.start)
 
-    def _disconnected(self, stream: Stream) -> None:
-        self.generator.forget(stream.connection.proxy)
+    def _disconnected(self, stream: MeshStream) -> None:
+        self.generator.forget(stream.connection.client)
         dropped = self.queue.remove(stream)
         if dropped is not None and dropped.traces and self.tracer is not None:
             # queued for a stream that is gone: done with it, nothing sent
-            self.tracer.proxy_pushed(stream.connection.id, stream.connection.proxy.id, dropped, time.monotonic(), ())
+            self.tracer.proxy_pushed(stream.connection.id, stream.connection.client.id, dropped, time.monotonic(), ())
 
     async def _sweep_heap(self, interval: float) -> None:
         """Now and then, while no push is in flight, collect the cycles frozen objects hold."""

@@ -29,7 +29,7 @@ from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.generators.reference import generate_clusters, generate_listeners
 from app.xds.generators.source import XdsGenerator
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import WatchedResource
 
 _SERVICE = """apiVersion: v1

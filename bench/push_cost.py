@@ -41,16 +41,17 @@ from app.sources.files import FileSource
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
-from app.xds.connection import Connection, proxy_from_node
+from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.discovery import Discovery, push_request
+from app.xds.mesh_source import MeshSource, proxy_from_node
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.sotw import SotwSession
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import NameSets, counter_nonces
 from bench.mesh import Mesh, MeshSpec, SidecarIdentity, sidecars
 
-AnyConnection = Connection[Any, Any]
+AnyConnection = Connection[Any, Any, Any, Any]
 
 
 @dataclass
@@ -197,11 +198,12 @@ def main() -> None:
             else (lambda: SotwSession(counter_nonces(), None, name_sets))
         )
         connect = connect_delta if args.protocol == "delta" else connect_sotw
+        source = MeshSource(world.discovery.generator)
         conns: list[AnyConnection] = []
         started = time.perf_counter()
         for i, identity in enumerate(sidecars(spec, args.proxies, args.agents)):
             node = _node(identity)
-            conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), world.discovery.generator)
+            conn: AnyConnection = Connection(f"c{i}", proxy_from_node(node), session(), source)
             connect(conn, node, identity.agent)
             conns.append(conn)
             heap.connected()

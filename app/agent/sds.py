@@ -6,6 +6,12 @@ swaps certificates without reconnecting. Mounted files are served too, as pilot-
 the names istiod gives a DestinationRule's own certificates (``file-cert:CERT~KEY``,
 ``file-root:PATH``, ``file-root:system``), read when asked for (not watched). Names it cannot
 serve stay unanswered.
+
+It serves on the xDS seam (app/xds/source.py, DESIGN §1) as pilotfish's server does: the
+secrets are a ``ResourceSource`` (``AgentSecrets``), and each stream is the same ``Connection``
+and ``SotwSession`` that serve Envoy's ADS, so requests, ACKs, NACKs and what is resent follow the
+same rules; a renewal is a push. Only the edge is its own: grpclib on a Unix socket, one stream
+coroutine that waits for the next request or the next certificate.
 """
 
 from __future__ import annotations
@@ -13,23 +19,31 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Set as AbstractSet
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2
 from envoy.service.discovery.v3.discovery_pb2 import DiscoveryRequest, DiscoveryResponse
-from google.protobuf import any_pb2
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
 from app.agent.certs import CertificateManager, WorkloadCertificate
+from app.xds.connection import Connection
+from app.xds.errors import StreamError
+from app.xds.resource import Resource, encode
+from app.xds.response import SotwResponse
+from app.xds.sotw import SotwSession
+from app.xds.source import PushAnswer, TypePush
+from app.xds.type_urls import SECRET
+from app.xds.watch import WatchedResource, counter_nonces
 
 logger = logging.getLogger("pilotfish.agent")
 
 SDS = "/envoy.service.secret.v3.SecretDiscoveryService/"
-SECRET_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+SECRET_TYPE = SECRET
 WORKLOAD = "default"
 ROOT = "ROOTCA"
 
@@ -87,18 +101,66 @@ def _trust(name: str, bundle: bytes) -> secret_pb2.Secret:
     return secret_pb2.Secret(name=name, validation_context=context)
 
 
-def response(
-    names: AbstractSet[str], cert: WorkloadCertificate | None, version: int, nonce: str
-) -> DiscoveryResponse | None:
-    """The secrets of ``names`` that can be served; None when none can (nothing is sent)."""
-    out = DiscoveryResponse(version_info=str(version), type_url=SECRET_TYPE, nonce=nonce)
-    for name in sorted(names):
-        found = secret(name, cert)
-        if found is not None:
-            packed = any_pb2.Any()
-            packed.Pack(found)
-            out.resources.append(packed)
-    return out if out.resources else None
+@dataclass(frozen=True, slots=True)
+class Envoy:
+    """The client of an SDS stream: the Envoy whose node id its first request carries."""
+
+    id: str
+    istio_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A push: the workload certificate was renewed (``issued`` certificates so far)."""
+
+    issued: int
+    traces: tuple[Hashable, ...] = ()
+
+
+_SECRET_ONLY = (TypePush(SECRET, False, None),)
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalPlan:
+    """What a renewal does to a stream: its watched secrets, answered again (sent if changed)."""
+
+    source: AgentSecrets
+    client: Envoy
+    types: tuple[TypePush, ...]
+    note: object = None
+
+    def answer(
+        self, step: TypePush, watch: WatchedResource, force_names: Collection[str], partial: bool
+    ) -> PushAnswer | None:
+        found = self.source.generate(step.type_url, self.client, watch)
+        return None if found is None else PushAnswer(found, None, None)
+
+
+class AgentSecrets:
+    """The agent's secrets as a ResourceSource (app/xds/source.py): the workload certificate and
+    root from ``certificates`` (None: none), mounted files by name."""
+
+    def __init__(self, certificates: CertificateManager | None) -> None:
+        self._certs = certificates
+
+    def note(self, client: Envoy) -> object:
+        return None  # nothing is kept per stream: a renewal re-answers what it watches
+
+    def generate(self, type_url: str, client: Envoy, watch: WatchedResource) -> list[Resource] | None:
+        """The watched secrets that can be served; None when none can (nothing is sent: an
+        empty response would replace what Envoy has with nothing)."""
+        if type_url != SECRET:
+            return None
+        current = self._certs.current if self._certs is not None else None
+        found = ((name, secret(name, current)) for name in sorted(watch.names))
+        served = [encode(name, message) for name, message in found if message is not None]
+        return served or None
+
+    def push(self, client: Envoy, note: object, request: Renewal, watched: Collection[str]) -> RenewalPlan:
+        return RenewalPlan(self, client, _SECRET_ONLY if SECRET in watched else ())
+
+
+SdsConnection = Connection[Envoy, Renewal, DiscoveryRequest, SotwResponse]
 
 
 class SdsServer:
@@ -106,7 +168,9 @@ class SdsServer:
 
     def __init__(self, certificates: CertificateManager | None) -> None:
         self._certs = certificates
-        self._nonces = itertools.count(1)
+        self._source = AgentSecrets(certificates)
+        self._nonces = counter_nonces()
+        self._ids = itertools.count(1)
         self.streams = 0  # open SDS streams
         self.pushes = 0  # responses sent because a certificate was renewed
 
@@ -128,13 +192,19 @@ class SdsServer:
             reader.cancel()
 
     async def _serve(self, stream: Stream[Any, Any], events: asyncio.Queue[DiscoveryRequest | None]) -> None:
-        names: frozenset[str] = frozenset()
-        sent_version = -1  # nothing sent yet
+        try:
+            await self._answer(stream, events)
+        except StreamError as e:
+            raise GRPCError(Status[e.status.value], str(e)) from None
+
+    async def _answer(self, stream: Stream[Any, Any], events: asyncio.Queue[DiscoveryRequest | None]) -> None:
+        conn: SdsConnection | None = None
+        seen = 0  # the certificates issued when the stream was last answered
         while True:
             request_task = asyncio.ensure_future(events.get())
             renewed_task = None
-            if self._certs is not None and any(map(needs_workload_certificate, names)):
-                renewed_task = asyncio.ensure_future(self._certs.wait_for(max(sent_version, 0)))
+            if self._certs is not None and conn is not None and self._needs_certificate(conn):
+                renewed_task = asyncio.ensure_future(self._certs.wait_for(seen))
             waiting = {request_task} if renewed_task is None else {request_task, renewed_task}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             for task in waiting:
@@ -144,24 +214,27 @@ class SdsServer:
                 request = request_task.result()
                 if request is None:
                     return  # Envoy closed the stream
-                if request.type_url and request.type_url != SECRET_TYPE:
-                    raise GRPCError(Status.INVALID_ARGUMENT, f"type {request.type_url[:120]} is not served here")
-                if request.HasField("error_detail"):
-                    logger.warning("SDS: Envoy rejected %s: %s", sorted(names), request.error_detail.message)
-                wanted = frozenset(request.resource_names)
-                if wanted == names and sent_version >= 0:
-                    continue  # an ACK or NACK; a renewal that came with it is seen next round
-                names = wanted
-                if self._certs is not None and any(map(needs_workload_certificate, names)):
+                if not request.type_url:
+                    request.type_url = SECRET  # the SDS service serves one type
+                if conn is None:
+                    client = Envoy(request.node.id or f"sds-{next(self._ids)}")
+                    conn = Connection(client.id, client, SotwSession(self._nonces, frozenset({SECRET})), self._source)
+                if self._certs is not None and any(map(needs_workload_certificate, request.resource_names)):
                     await self._certs.wait_for(0)  # the first certificate, if none yet
+                seen = self._certs.issued if self._certs is not None else 0
+                responses = conn.on_request(request)
             else:
+                assert self._certs is not None and conn is not None
                 self.pushes += 1
-            current = self._certs.current if self._certs is not None else None
-            version = self._certs.issued if self._certs is not None else 0
-            answer = response(names, current, version, str(next(self._nonces)))
-            if answer is not None:
-                sent_version = version
-                await stream.send_message(answer)
+                seen = self._certs.issued
+                responses = conn.on_push(Renewal(seen))
+            for resp in responses:
+                await stream.send_message(resp.message())
+
+    @staticmethod
+    def _needs_certificate(conn: SdsConnection) -> bool:
+        watch = conn.session.watches.get(SECRET)
+        return watch is not None and any(map(needs_workload_certificate, watch.names))
 
 
 async def _read(stream: Stream[DiscoveryRequest, Any], events: asyncio.Queue[DiscoveryRequest | None]) -> None:

@@ -34,7 +34,7 @@ from app.agent.interest import DeltaInterest, SotwInterest
 from app.api.nds import NameTable
 from app.supervise import Backoff
 from app.telemetry.agent import CANCELLED, ERROR, AgentMetrics
-from app.xds.resources import NAME_TABLE
+from app.xds.type_urls import NAME_TABLE
 
 logger = logging.getLogger("pilotfish.agent")
 

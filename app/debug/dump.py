@@ -22,7 +22,6 @@ from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.listener.for_proxy import route_names
-from app.xds.generate import ResourceSource
 from app.xds.generators.reference import (
     generate_clusters,
     generate_endpoints,
@@ -32,8 +31,10 @@ from app.xds.generators.reference import (
     reference_source,
 )
 from app.xds.generators.source import XdsGenerator
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
-from app.xds.watch import Resource, WatchedResource
+from app.xds.mesh_source import MeshSource
+from app.xds.resource import Resource
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
+from app.xds.watch import WatchedResource
 
 
 def to_json(msg: Message) -> dict[str, Any]:
@@ -85,7 +86,7 @@ _DECODE = {
 }
 
 
-def served(proxy: Proxy, source: ResourceSource, type_url: str, watch: WatchedResource) -> Sequence[Resource]:
+def served(proxy: Proxy, source: MeshSource, type_url: str, watch: WatchedResource) -> Sequence[Resource]:
     """What a connected proxy is served of a type now, read from the shared cache (no regeneration)."""
     return source.generate(type_url, proxy, watch) or []
 
@@ -94,12 +95,12 @@ def decoded(type_url: str, resources: Sequence[Resource]) -> list[Any]:
     return [_DECODE[type_url].FromString(r.body.value) for r in resources]
 
 
-def served_routes(proxy: Proxy, source: ResourceSource, listeners: Sequence[Any]) -> Sequence[Resource]:
+def served_routes(proxy: Proxy, source: MeshSource, listeners: Sequence[Any]) -> Sequence[Resource]:
     """The route configurations the proxy's listeners name (what Envoy subscribes to)."""
     return served(proxy, source, ROUTE, WatchedResource(ROUTE, False, set(route_names(listeners))))
 
 
-def dump_served(proxy: Proxy, source: ResourceSource) -> dict[str, Any]:
+def dump_served(proxy: Proxy, source: MeshSource) -> dict[str, Any]:
     """What a connected proxy is served now: every cluster and listener, the EDS clusters'
     assignments and the listeners' routes."""
 

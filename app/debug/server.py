@@ -29,9 +29,8 @@ from app.debug.dump import dump_served, scope_json
 from app.errors import ConfigError
 from app.model.push_context import PushContext
 from app.settings import split_address
-from app.xds.generate import ResourceSource
-from app.xds.resources import SHORT_NAMES
-from app.xds.server import Stream
+from app.xds.mesh_source import MeshSource, MeshStream
+from app.xds.type_urls import SHORT_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +41,11 @@ class DebugState(Protocol):
 
     def push_context(self) -> PushContext: ...
 
-    def resource_source(self) -> ResourceSource: ...
+    def resource_source(self) -> MeshSource: ...
 
     def rejections(self) -> Sequence[ConfigError]: ...
 
-    def streams(self) -> Sequence[Stream]: ...
+    def streams(self) -> Sequence[MeshStream]: ...
 
     def metrics_text(self) -> str: ...
 
@@ -54,20 +53,20 @@ class DebugState(Protocol):
 
     def push_status(self) -> dict[str, Any]: ...
 
-    def pending_push(self, stream: Stream) -> bool: ...
+    def pending_push(self, stream: MeshStream) -> bool: ...
 
     def refused_streams(self) -> Sequence[dict[str, str]]: ...
 
     def ca_root(self) -> str | None: ...
 
 
-def sync_status(stream: Stream) -> dict[str, Any]:
+def sync_status(stream: MeshStream) -> dict[str, Any]:
     conn = stream.connection
     return {
         "connectionID": conn.id,
-        "proxy": conn.proxy.id,
-        "proxyType": str(conn.proxy.type),
-        "namespace": conn.proxy.namespace,
+        "proxy": conn.client.id,
+        "proxyType": str(conn.client.type),
+        "namespace": conn.client.namespace,
         "identity": stream.identity,  # "" on the plaintext port
         "protocol": "delta" if conn.delta else "sotw",
         "pushes": conn.pushes,
@@ -145,10 +144,10 @@ class DebugServer:
         }
         return web.json_response(configmap)
 
-    def _stream(self, request: web.Request) -> Stream:
+    def _stream(self, request: web.Request) -> MeshStream:
         wanted = request.query.get("proxyID", "")
         for stream in self._state.streams():
-            if wanted in (stream.connection.id, stream.connection.proxy.id):
+            if wanted in (stream.connection.id, stream.connection.client.id):
                 return stream
         raise web.HTTPNotFound(text=f"no connected proxy {wanted!r} (see /debug/syncz)\n")
 
@@ -164,8 +163,8 @@ class DebugServer:
         out = [
             {
                 "connectionID": s.connection.id,
-                "proxy": s.connection.proxy.id,
-                "proxyType": str(s.connection.proxy.type),
+                "proxy": s.connection.client.id,
+                "proxyType": str(s.connection.client.type),
                 "protocol": "delta" if s.connection.delta else "sotw",
                 "types": sorted(SHORT_NAMES.get(w.type_url, w.type_url) for w in s.connection.watched()),
                 "pushes": s.connection.pushes,
@@ -176,11 +175,11 @@ class DebugServer:
         return web.json_response(out)
 
     async def _config_dump(self, request: web.Request) -> web.Response:
-        proxy = self._stream(request).connection.proxy
+        proxy = self._stream(request).connection.client
         return web.json_response(dump_served(proxy, self._state.resource_source()))
 
     async def _sidecarz(self, request: web.Request) -> web.Response:
-        proxy = self._stream(request).connection.proxy
+        proxy = self._stream(request).connection.client
         return web.json_response(scope_json(proxy, self._state.push_context().sidecar_scope(proxy)))
 
     async def _rejections(self, _request: web.Request) -> web.Response:

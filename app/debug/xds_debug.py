@@ -27,9 +27,8 @@ from google.protobuf.message import Message
 
 from app.debug.dump import decoded, served, served_routes
 from app.security.authn import parse_spiffe
-from app.xds.generate import ResourceSource
-from app.xds.resources import CLUSTER, DEBUG_PREFIX, LISTENER
-from app.xds.server import Stream
+from app.xds.mesh_source import MeshSource, MeshStream
+from app.xds.type_urls import CLUSTER, DEBUG_PREFIX, LISTENER
 from app.xds.watch import WatchedResource
 
 SYNCZ = f"{DEBUG_PREFIX}/syncz"
@@ -61,11 +60,11 @@ def _config_status(watch: WatchedResource) -> str:
     return "SYNCED" if watch.nonce_acked == watch.nonce_sent else "STALE"
 
 
-def syncz(streams: Sequence[Stream], namespace: str | None) -> list[Named]:
+def syncz(streams: Sequence[MeshStream], namespace: str | None) -> list[Named]:
     out: list[Named] = []
     for stream in sorted(streams, key=lambda s: s.connection.id):
         connection = stream.connection
-        proxy = connection.proxy
+        proxy = connection.client
         watches = sorted(connection.watched(), key=lambda w: w.type_url)
         if not watches or (namespace is not None and proxy.namespace != namespace):
             continue
@@ -90,8 +89,8 @@ def answer(
     names: Sequence[str],
     identities: Sequence[str],
     *,
-    streams: Sequence[Stream],
-    source: ResourceSource,
+    streams: Sequence[MeshStream],
+    source: MeshSource,
     root_namespace: str,
     control_plane: str,
 ) -> tuple[list[Named], str]:
@@ -104,12 +103,12 @@ def answer(
     return [], ""
 
 
-def config_dump(streams: Sequence[Stream], name: str, namespace: str | None, source: ResourceSource) -> list[Named]:
+def config_dump(streams: Sequence[MeshStream], name: str, namespace: str | None, source: MeshSource) -> list[Named]:
     """What the first stream whose id contains ``name`` is served now, as config dump sections."""
     stream = next((s for s in sorted(streams, key=lambda s: s.connection.id) if name in s.connection.id), None)
-    if stream is None or (namespace is not None and stream.connection.proxy.namespace != namespace):
+    if stream is None or (namespace is not None and stream.connection.client.namespace != namespace):
         return []
-    proxy = stream.connection.proxy
+    proxy = stream.connection.client
     # the served resources' Anys are the dump's as they are: nothing decoded but the listeners
     clusters = config_dump_shared_pb2.ClustersConfigDump()
     for r in served(proxy, source, CLUSTER, WatchedResource(CLUSTER, True)):

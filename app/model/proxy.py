@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.model import EMPTY_LABELS
-from app.errors import PilotfishError
+from app.errors import PilotfishError, shown
 
 
 class ProxyType(enum.StrEnum):
@@ -57,12 +57,6 @@ class Proxy:
     @property
     def is_gateway(self) -> bool:
         return self.type is ProxyType.ROUTER
-
-
-def shown(text: str, limit: int = 64) -> str:
-    """Client input as an error message may quote it: repr'd, and cut at ``limit`` characters
-    (a 100 KB node id echoed into a gRPC status exceeds what the client accepts)."""
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def parse_node_id(node_id: str) -> tuple[ProxyType, str, str, str]:

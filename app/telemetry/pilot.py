@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 
 from app.telemetry.prometheus import Histogram, Metric, render
-from app.xds.resources import SHORT_NAMES
+from app.xds.type_urls import SHORT_NAMES
 
 # Go's codes.Code.String(), which istiod writes into the ``err`` label
 _CODE_NAMES = {
@@ -168,6 +168,10 @@ class PilotMetrics:
     def pushed_type(self, type_url: str, seconds: float) -> None:
         """A push built and wrote a response of this type in ``seconds``."""
         self.push_time.observe(seconds, type=SHORT_NAMES.get(type_url, type_url))
+
+    def write_timeout(self) -> None:
+        """A response write passed the send timeout (the stream was given up)."""
+        self.write_timeouts.add()
 
     def auth_failure(self, code: str) -> None:
         """A secure-port stream was refused (UNAUTHENTICATED, PERMISSION_DENIED)."""

@@ -45,8 +45,8 @@ from opentelemetry.util.types import AttributeValue
 
 from app.errors import SettingsError
 from app.xds.push_request import PushRequest
-from app.xds.resources import SHORT_NAMES
 from app.xds.response import DeltaResponse, SotwResponse
+from app.xds.type_urls import SHORT_NAMES
 
 DEFAULT_TIMEOUT = 30.0  # PILOTFISH_TRACE_TIMEOUT: how long a push may take to converge
 MAX_KEYS = 50  # changed config keys listed on a push span (the count is always there)

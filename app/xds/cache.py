@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from app.config.model import ConfigKey
 from app.errors import PilotfishError
-from app.xds.watch import Resource
+from app.xds.resource import Resource
 
 T = TypeVar("T")
 V = TypeVar("V")

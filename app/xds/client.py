@@ -41,7 +41,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import json_format, struct_pb2
 
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SHORT_NAMES
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SHORT_NAMES
 
 ENVOY_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)  # what Envoy itself subscribes to, in ADS order
 SHORT = {t: SHORT_NAMES[t] for t in (*ENVOY_ORDER, NAME_TABLE)}

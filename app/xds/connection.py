@@ -1,15 +1,15 @@
-"""One xDS stream's logic between the wire and the generators, still without I/O.
+"""One xDS stream's logic between the wire and the resource source, still without I/O.
 
-A ``Connection`` pairs a proxy with its protocol session (SotW or Delta) and the injected
-``ResourceSource`` it asks for resources. Given a request or a push it returns the responses
-to write, in ADS order:
-clusters before endpoints, listeners before routes, and the endpoints (routes) again
-whenever a push re-sent clusters (listeners), which Envoy needs to finish warming them; the
-endpoints of the clusters an answer to a request sent, too (a reconnect's CDS request may
-come after its EDS request: ``_warm``).
+A ``Connection`` pairs a client (opaque here: the source made it of the stream's node) with its
+protocol session (SotW or Delta) and the injected ``ResourceSource`` it asks for resources
+(app/xds/source.py). Given a request or a push it returns the responses to write, in the order
+the source's push plan gives (ADS order: clusters before endpoints, listeners before routes),
+and a type again by the names its leader re-sent (endpoints whenever a push re-sent clusters,
+which Envoy needs to finish warming them); the endpoints of the clusters an answer to a request
+sent, too (a reconnect's CDS request may come after its EDS request: ``_warm``).
 A Delta subscription change of a type subscribed by name is answered from the names it adds
 alone (``Outcome.subscribed``), so it costs what it names; an answer that generated a type's
-whole set and sent nothing is paid from the stream's ``IdleAnswers`` (app/xds/watch.py).
+whole set and sent nothing is paid from the stream's ``IdleAnswers`` (app/xds/limits.py).
 The gRPC servicer (server.py) only feeds it and writes what it returns.
 """
 
@@ -18,19 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from envoy.config.core.v3 import base_pb2
-from google.protobuf import json_format
-
-from app.model.proxy import InvalidNodeError, Proxy, build_proxy, shown
-from app.model.sidecar_scope import SidecarScope
 from app.xds.delta import DeltaSession
-from app.xds.generate import ResourceSource
-from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
-from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, EXPLICIT_TYPES, SHORT_NAMES
-from app.xds.watch import IdleAnswers, Outcome, RequestKind, Resource, WatchedResource
+from app.xds.limits import IdleAnswers
+from app.xds.resource import Resource
+from app.xds.source import C, P, ResourceSource
+from app.xds.type_urls import CLUSTER, ENDPOINT, EXPLICIT_TYPES, SHORT_NAMES
+from app.xds.watch import Outcome, RequestKind, WatchedResource
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +42,6 @@ Resp = TypeVar("Resp", bound=Response)
 _Req_contra = TypeVar("_Req_contra", contravariant=True)
 _Resp_co = TypeVar("_Resp_co", bound=Response, covariant=True)
 
-# child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
-_LEADER = {child: parent for parent, child in FOLLOWS.items()}
 # a type whose answer to a request brings the resources Envoy needs to warm what it sent: the
 # endpoints of the clusters (istiod WarmingDependencies, pilot/pkg/model/context.go; Delta:
 # processDeltaRequest -> forceEDSPush after any CDS answer, pilot/pkg/xds/delta.go). Routes need
@@ -77,37 +70,18 @@ class Session(Protocol[_Req_contra, _Resp_co]):
     ) -> _Resp_co | None: ...
 
 
-def proxy_from_node(node: base_pb2.Node) -> Proxy:
-    """The Proxy an xDS node describes; raises InvalidNodeError, for whatever in the node
-    cannot be read (the server ends the stream with INVALID_ARGUMENT and this short message)."""
-    try:
-        metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
-    except (ValueError, TypeError, json_format.Error) as e:
-        # a Struct may hold what JSON cannot: Infinity, NaN
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InvalidNodeError(f"node {shown(node.id)}: unreadable metadata: {shown(reason, 120)}") from None
-    loc = node.locality
-    locality = "/".join((loc.region, loc.zone, loc.sub_zone)).rstrip("/") if node.HasField("locality") else ""
-    try:
-        return build_proxy(node.id, metadata, locality)
-    except InvalidNodeError:
-        raise
-    except (ValueError, TypeError, AttributeError, KeyError) as e:  # a bug, but the client's stream only
-        logger.warning("node %s: cannot be read", shown(node.id), exc_info=True)
-        raise InvalidNodeError(f"node {shown(node.id)}: cannot be read ({type(e).__name__})") from None
-
-
-class Connection(Generic[Req, Resp]):
-    """One stream: its proxy, its protocol session, and the SidecarScope its last full push used
-    (istiod keeps it as PrevSidecarScope, to push a proxy a change takes config away from)."""
+class Connection(Generic[C, P, Req, Resp]):
+    """One stream: its client, its protocol session, and the source's note for it (the mesh's
+    source keeps there the scope the last full push used, istiod's PrevSidecarScope, to push a
+    proxy a change takes config away from)."""
 
     def __init__(
         self,
         conn_id: str,
-        proxy: Proxy,
+        client: C,
         session: Session[Req, Resp],
-        source: ResourceSource,
-        on_outcome: Callable[[Outcome, Proxy], None] | None = None,
+        source: ResourceSource[C, P],
+        on_outcome: Callable[[Outcome, C], None] | None = None,
         idle: IdleAnswers | None = None,
     ) -> None:
         """``on_outcome`` hears how each request was taken (an ACK, a NACK, a stale nonce, ...);
@@ -115,14 +89,14 @@ class Connection(Generic[Req, Resp]):
         self.id = conn_id
         self._on_outcome = on_outcome
         self._idle = idle
-        self.proxy = proxy
+        self.client = client
         self.session = session
         self.source = source
         self.pushes = 0
-        self.skipped = 0  # pushes the dependency filter answered with nothing
+        self.skipped = 0  # pushes the source's filter answered with nothing
         # seconds the last push took to build each type's response (istiod pilot_xds_push_time)
         self.build_seconds: dict[str, float] = {}
-        self.scope: SidecarScope | None = None
+        self.note: object = None  # the source's, handed back to it on every push
 
     @property
     def delta(self) -> bool:
@@ -131,12 +105,12 @@ class Connection(Generic[Req, Resp]):
     def on_request(self, req: Req) -> list[Resp]:
         outcome = self.session.on_request(req)
         if self._on_outcome is not None:
-            self._on_outcome(outcome, self.proxy)
+            self._on_outcome(outcome, self.client)
         if outcome.kind is RequestKind.NACK:
             logger.warning(
                 "%s NACK from %s (%s): %s",
                 SHORT_NAMES.get(outcome.type_url, outcome.type_url),
-                self.proxy.id,
+                self.client.id,
                 self.id,
                 outcome.error,
             )
@@ -144,19 +118,19 @@ class Connection(Generic[Req, Resp]):
             return []
         type_url = outcome.type_url
         watch = self.session.watches[type_url]
-        if self.scope is None:
-            self.scope = self.source.scope(self.proxy)
+        if self.note is None:
+            self.note = self.source.note(self.client)
         subscribed = outcome.subscribed
         if subscribed is not None and type_url in EXPLICIT_TYPES and not watch.wildcard:
             # a Delta subscription change: the answer is what the names it added need, built
             # for those alone, whatever else the stream watches
             view = WatchedResource(type_url, False, subscribed)
-            resources = self.source.generate(type_url, self.proxy, view)
+            resources = self.source.generate(type_url, self.client, view)
             if resources is None:
                 return []
             resp = self.session.response(type_url, resources, considered=subscribed)
         else:
-            resources = self.source.generate(type_url, self.proxy, watch)
+            resources = self.source.generate(type_url, self.client, watch)
             if resources is None:
                 return []
             resp = self.session.answer(type_url, resources)
@@ -183,59 +157,49 @@ class Connection(Generic[Req, Resp]):
         sent = frozenset(r.name for r in leader.resources)
         if watch is None or not sent:
             return None
-        resources = self.source.generate(type_url, self.proxy, watch)
+        resources = self.source.generate(type_url, self.client, watch)
         if resources is None:
             return None
         return self.session.response(type_url, resources, force_names=sent)
 
-    def on_push(self, req: PushRequest) -> list[Resp]:
-        """The responses a push needs, in ADS order; none when the change cannot affect this
-        proxy (istiod ProxyNeedsPush: its scope, before or after, does not depend on it)."""
-        previous = self.scope
-        if req.full or self.scope is None:
-            self.scope = self.source.scope(self.proxy)
-        if not proxy_needs_push(self.proxy, req, previous, self.scope):
+    def on_push(self, req: P) -> list[Resp]:
+        """The responses a push needs, in the source's order; none when the source's filter
+        says the change cannot affect this client (istiod ProxyNeedsPush)."""
+        plan = self.source.push(self.client, self.note, req, self.session.watches.keys())
+        self.note = plan.note
+        if plan.types is None:
             self.skipped += 1
             return []
         self.pushes += 1
         out: list[Resp] = []
-        watched = self.session.watches.keys()
-        # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
-        # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
-        affected = types_to_push(self.proxy, req, watched | set(ADS_ORDER))
-        elsewhere = set(affected) - watched
         sent: dict[str, frozenset[str]] = {}
         self.build_seconds = {}
-        for type_url in (t for t in affected if t in watched):
+        for step in plan.types:
             began = time.perf_counter()
+            type_url = step.type_url
             watch = self.session.watches[type_url]
-            leader = _LEADER.get(type_url)
             # a re-sent cluster (listener) needs its endpoints (routes) to finish warming: the
             # same names, the others stay as they are. Envoy 1.40 keeps a modified EDS cluster
             # warming until an assignment for it arrives after the CDS response (Delta never
             # re-asks; with istiod's initial_fetch_timeout 0s it never warms on its own)
-            force = req.forced or leader in elsewhere
-            force_names = sent.get(leader, frozenset()) if leader else frozenset()
-            partial = None
-            if not force:
-                partial = self.source.changes(type_url, self.proxy, watch, req, previous, force_names)
+            force_names = sent.get(step.leader, frozenset()) if step.leader else frozenset()
             # Delta can carry just what changed, and so can SotW for the explicitly subscribed
             # types (Envoy updates the assignments named and keeps the others, as with istiod's
             # incremental EDS); a SotW CDS/LDS response holds the whole set
-            if partial is not None and (self.delta or type_url in EXPLICIT_TYPES):
-                resources: Sequence[Resource] | None = partial.resources
-                considered: frozenset[str] | None = partial.considered
-            else:
-                resources, considered = self.source.generate(type_url, self.proxy, watch), None
-            if resources is None:
+            answer = plan.answer(step, watch, force_names, self.delta or type_url in EXPLICIT_TYPES)
+            if answer is None:
                 continue
             resp = self.session.response(
-                type_url, resources, force=force, force_names=force_names, considered=considered
+                type_url,
+                answer.resources,
+                force=step.force,
+                force_names=force_names,
+                considered=answer.considered,
             )
             if resp is not None:
                 # what changed for the client: what a SotW response carries besides the
                 # unchanged rest is what the partial found; a Delta response carries only that
-                changed = partial.resources if partial is not None and not self.delta else resp.resources
+                changed = answer.changed if answer.changed is not None and not self.delta else resp.resources
                 sent[type_url] = frozenset(r.name for r in changed)
                 out.append(resp)
                 self.build_seconds[type_url] = time.perf_counter() - began

@@ -18,7 +18,7 @@ and everything watched is sent again, as istiod does for every type but WDS (it 
 still warming when the old stream broke, stays warming until an assignment arrives after it
 (Envoy with ``initial_fetch_timeout: 0s``: for ever), and an EDS request cannot say which are.
 
-A request costs what it names, not what the stream holds (app/xds/watch.py): subscriptions are
+A request costs what it names, not what the stream holds (app/xds/limits.py): subscriptions are
 a ``SubscribedNames`` changed in place, and an answered change says which names it made wanted
 (``Outcome.subscribed``), so the answer considers those alone; a name the wildcard already
 covers makes nothing wanted and is not answered. A stale or unknown nonce is ignored and
@@ -35,23 +35,19 @@ from collections.abc import Collection, Sequence
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.resources import ENDPOINT, EXPLICIT_TYPES
+from app.xds.limits import NameQuota, check_new_watch, check_type, name_cost
+from app.xds.resource import Resource, set_version
 from app.xds.response import DeltaResponse
+from app.xds.type_urls import ENDPOINT, EXPLICIT_TYPES
 from app.xds.watch import (
     WILDCARD,
-    NameQuota,
     NameSets,
     NonceSource,
     Outcome,
     RequestKind,
-    Resource,
     SubscribedNames,
     WatchedResource,
-    check_new_watch,
-    check_type,
     is_wildcard_request,
-    name_cost,
-    set_version,
 )
 
 # types whose initial_resource_versions are taken as the names the client holds, not the versions:

@@ -74,7 +74,7 @@ class Discovery(Generic[S]):
         cache: ResourceCache,
         *,
         streams: Callable[[], Collection[S]] = tuple,
-        observer: PushObserver | None = None,
+        observer: PushObserver[PushRequest] | None = None,
     ) -> None:
         self.env = env
         self.generator = XdsGenerator(cache)

@@ -22,7 +22,7 @@ from google.protobuf import any_pb2
 
 from app.errors import PilotfishError
 from app.xds.client import SHORT, Inspector, SotwAdsClient
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
 QUIET = 1.0  # seconds without a response after initialisation: the server has sent everything
 TIMEOUT = 60.0

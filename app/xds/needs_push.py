@@ -22,7 +22,7 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.translate.route.policy import load_balancer_view
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE, SECRET
+from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE, SECRET
 
 # secrets follow only Secret changes and forced pushes (istiod sds.go sdsNeedsPush)
 _ALL = frozenset(ADS_ORDER) - {SECRET}

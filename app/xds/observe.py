@@ -1,5 +1,6 @@
-"""What the push pipeline tells an observer (the tracer; DESIGN §3: the pipeline reports through
-an injected observer, so nothing but app/telemetry imports OpenTelemetry).
+"""What the push pipeline and the transport tell an observer (the tracer; DESIGN §3: the
+pipeline reports through an injected observer, so nothing but app/telemetry imports
+OpenTelemetry), and what the transport counts (``XdsMetrics``, kept by app/telemetry).
 
 A debounced push is announced once (``push_fired``), which hands back an opaque handle the
 request then carries (``PushRequest.traces``; merged requests carry all of theirs); every stream
@@ -15,32 +16,23 @@ response always comes after the ``proxy_pushed`` that carried it, however fast t
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from app.xds.push_request import PushRequest
 from app.xds.response import DeltaResponse, SotwResponse
 
+# the push request (app/xds/push_request.py PushRequest): opaque to the transport, which hands it
+# on; the observer (app/telemetry) knows it
+P_contra = TypeVar("P_contra", contravariant=True)
 
-class PushObserver(Protocol):
-    def push_fired(self, request: PushRequest, fired: float) -> Hashable | None:
-        """A debounced push fires at ``fired`` (monotonic seconds; ``request.start`` is its
-        first event). Returns the handle its request carries, None when it is not observed
-        (not sampled)."""
-        ...
 
-    def context_built(self, handle: Hashable, started: float, ended: float) -> None:
-        """The push rebuilt the PushContext between these monotonic times."""
-        ...
-
-    def push_queued(self, handle: Hashable, streams: int) -> None:
-        """The push was queued for this many streams; each will report ``proxy_pushed``."""
-        ...
+class StreamObserver(Protocol[P_contra]):
+    """What the transport (app/xds/server.py) tells the observer."""
 
     def proxy_pushed(
         self,
         stream_id: str,
         proxy_id: str,
-        request: PushRequest,
+        request: P_contra,
         dequeued: float,
         responses: Sequence[DeltaResponse | SotwResponse],
     ) -> None:
@@ -55,4 +47,55 @@ class PushObserver(Protocol):
 
     def disconnected(self, stream_id: str) -> None:
         """The stream ended: nothing it was sent will be answered."""
+        ...
+
+
+class PushObserver(StreamObserver[P_contra], Protocol[P_contra]):
+    """What the push pipeline (app/xds/discovery.py) tells it besides."""
+
+    def push_fired(self, request: P_contra, fired: float) -> Hashable | None:
+        """A debounced push fires at ``fired`` (monotonic seconds; ``request.start`` is its
+        first event). Returns the handle its request carries, None when it is not observed
+        (not sampled)."""
+        ...
+
+    def context_built(self, handle: Hashable, started: float, ended: float) -> None:
+        """The push rebuilt the PushContext between these monotonic times."""
+        ...
+
+    def push_queued(self, handle: Hashable, streams: int) -> None:
+        """The push was queued for this many streams; each will report ``proxy_pushed``."""
+        ...
+
+
+class XdsMetrics(Protocol):
+    """What the transport counts (app/telemetry/pilot.py PilotMetrics keeps them as istiod's
+    pilot_xds_* metrics)."""
+
+    def connected(self, istio_version: str, delta: int) -> None:
+        """A stream of a client of that version connected (1) or ended (-1)."""
+        ...
+
+    def sent(self, type_url: str, seconds: float, size: int) -> None:
+        """A response of the type took ``seconds`` to write and carried ``size`` resource bytes."""
+        ...
+
+    def pushed_type(self, type_url: str, seconds: float) -> None:
+        """A push's response of the type took ``seconds`` to build and write."""
+        ...
+
+    def write_timeout(self) -> None:
+        """A write passed the send timeout."""
+        ...
+
+    def auth_failure(self, code: str) -> None:
+        """A secure-port stream was refused with that gRPC status name."""
+        ...
+
+    def rejected(self, type_url: str, node: str, code: int) -> None:
+        """A client NACKed a response of the type."""
+        ...
+
+    def expired_nonce(self, type_url: str) -> None:
+        """A request answered a response that is not the latest (ignored)."""
         ...

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.watch import Resource, field_bytes
+from app.xds.resource import Resource, field_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,14 @@ the next inbox item: a client's answer may be queued before the write that carri
 returns, and must never reach the observer before the push it answers.
 The per-type services (CDS, EDS, LDS, RDS; SotW and Delta) are the same handler with the
 session restricted to one type. A bad node or a request no client should send (too many
-types, an undecodable request: app/xds/watch.py) ends that stream with INVALID_ARGUMENT, and a
+types, an undecodable request: app/xds/limits.py) ends that stream with INVALID_ARGUMENT, and a
 stream past what it may make the server hold or do (its subscribed names' bytes, answers that
 generate a whole type for nothing) with RESOURCE_EXHAUSTED; the server and the other streams
 go on (DESIGN §5). A stale or unknown nonce, a repeated ACK and a subscription change are
-served as istiod serves them: they cost what they name (app/xds/watch.py says what is bounded).
+served as istiod serves them: they cost what they name (app/xds/limits.py says what is bounded).
+Why a stream ends is a ``StreamError`` (app/xds/errors.py) naming its gRPC status, mapped to
+grpc's in one place (``grpc_status``). What a stream serves comes from the injected
+``ServedSource`` (app/xds/source.py): the server never reads what a client or a push is.
 
 A client that stops reading holds back nothing but itself: what a stream buffers is bounded
 both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, so HTTP/2 flow
@@ -32,56 +35,46 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import functools
 import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic
 
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError, Message
 
-from app.model.proxy import InvalidNodeError, Proxy
-from app.security.authn import Caller, SecretAccess, SpiffeId, verified_identity
+from app.security.authn import Caller, SecretAccess, SpiffeId
 from app.security.server import Authenticator
-from app.telemetry.pilot import PilotMetrics
-from app.xds.connection import Connection, Session, proxy_from_node
+from app.xds.connection import Connection, Session
 from app.xds.delta import DeltaSession
-from app.xds.generate import ResourceSource
-from app.xds.observe import PushObserver
-from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE, SECRET, SHORT_NAMES
+from app.xds.errors import (
+    CallEnded,
+    DebugUnauthenticated,
+    ProtocolError,
+    Refused,
+    SendTimeout,
+    Status,
+    StreamError,
+)
+from app.xds.limits import IdleAnswers
+from app.xds.observe import StreamObserver, XdsMetrics
+from app.xds.resource import encode
 from app.xds.response import DeltaResponse, SotwResponse, payload
 from app.xds.sotw import SotwSession
-from app.xds.watch import (
-    IdleAnswers,
-    NameSets,
-    Outcome,
-    ProtocolError,
-    QuotaExceeded,
-    RequestKind,
-    counter_nonces,
-    encode,
-)
+from app.xds.source import C, P, ServedSource
+from app.xds.type_urls import CLUSTER, DEBUG_PREFIX, ENDPOINT, LISTENER, ROUTE, SECRET, SHORT_NAMES
+from app.xds.watch import NameSets, Outcome, RequestKind, counter_nonces
 
 logger = logging.getLogger(__name__)
 
 MAX_REFUSALS = 100
 
 
-class Unauthorized(Exception):
-    """A secure-port stream whose identity may not have the config its node asks for."""
-
-    def __init__(self, message: str, proxy_id: str) -> None:
-        super().__init__(message)
-        self.proxy_id = proxy_id
-
-
-AnyConnection = Connection[Any, Any]
+AnyConnection = Connection[Any, Any, Any, Any]
 AnyResponse = DeltaResponse | SotwResponse
 
 # service -> (SotW method, Delta method, types it serves; None: any, as ADS)
@@ -99,8 +92,8 @@ SERVICES: dict[str, tuple[str, str, frozenset[str] | None]] = {
 
 
 @dataclass(slots=True)
-class _Push:
-    request: PushRequest
+class _Push(Generic[P]):
+    request: P
     done: asyncio.Future[None]
     dequeued: float  # when a push worker took it (monotonic)
     sent: list[AnyResponse] = field(default_factory=list)  # what the push wrote
@@ -139,16 +132,10 @@ def _parser(message: type[Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-class DebugUnauthenticated(Exception):
-    """A debug type asked for on a stream the secure port did not authenticate."""
-
-
-class SendTimeout(Exception):
-    """A response was not taken by the transport within the send timeout: the client stopped reading."""
-
-
-class CallEnded(Exception):
-    """A write failed in gRPC core: the call is over (the client left, the server stops)."""
+def grpc_status(status: Status) -> grpc.StatusCode:
+    """The gRPC status code of a stream error's ``status`` (app/xds/errors.py): the one mapping
+    of the two."""
+    return grpc.StatusCode[status.value]
 
 
 @dataclass(slots=True, eq=False)
@@ -176,18 +163,18 @@ DebugAnswers = Callable[[str, Sequence[str], Sequence[str]], tuple[Sequence[tupl
 
 
 @dataclass(slots=True, eq=False)  # identity: the push queue keys on it
-class Stream:
+class Stream(Generic[C, P]):
     """A live stream as the push workers see it: its connection and its inbox."""
 
-    connection: AnyConnection
+    connection: Connection[C, P, Any, Any]
     inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     closed: bool = False
     identity: str = ""  # the secure port's authenticated identities; "" on the plaintext port
-    verified: SpiffeId | None = None  # the identity that matched the proxy (istiod VerifiedIdentity)
-    observer: PushObserver | None = None  # told what each push wrote (app/xds/observe.py)
-    writing: _Push | None = None  # the push whose responses are being written
+    verified: SpiffeId | None = None  # the identity that matched the client (istiod VerifiedIdentity)
+    observer: StreamObserver[P] | None = None  # told what each push wrote (app/xds/observe.py)
+    writing: _Push[P] | None = None  # the push whose responses are being written
 
-    async def push(self, request: PushRequest, dequeued: float | None = None) -> list[AnyResponse]:
+    async def push(self, request: P, dequeued: float | None = None) -> list[AnyResponse]:
         """Hand a push to the stream coroutine and wait until its responses are written; returns
         them (none: nothing changed for this proxy, or the stream closed). ``dequeued``: when
         the push worker took it (default now). The observer hears of it from the stream (see
@@ -201,7 +188,7 @@ class Stream:
         await item.done
         return item.sent
 
-    def settle(self, item: _Push) -> None:
+    def settle(self, item: _Push[P]) -> None:
         """The stream is done with a push: the observer is told what it wrote, then the push
         worker is released. The stream coroutine calls this before it takes the next item of its
         inbox, so the observer knows what was sent before any answer to it is processed (an
@@ -211,29 +198,34 @@ class Stream:
         try:
             if self.observer is not None and item.request.traces:
                 conn = self.connection
-                self.observer.proxy_pushed(conn.id, conn.proxy.id, item.request, item.dequeued, item.sent)
+                self.observer.proxy_pushed(conn.id, conn.client.id, item.request, item.dequeued, item.sent)
         finally:
             item.done.set_result(None)
 
 
-class XdsServer:
+class XdsServer(Generic[C, P]):
+    """Serves the streams of ``source``'s clients; generic over what the source makes of a node
+    (``C``) and what a push request is (``P``), neither of which it reads beyond app/xds/source.py's
+    protocols."""
+
     def __init__(
         self,
-        source: ResourceSource,
-        on_disconnect: Callable[[Stream], None],
+        source: ServedSource[C, P],
+        on_disconnect: Callable[[Stream[C, P]], None],
         *,
-        on_connect: Callable[[Stream], None] | None = None,
+        metrics: XdsMetrics,
+        on_connect: Callable[[Stream[C, P]], None] | None = None,
         send_timeout: float = 0.0,
         max_large_writes: int = MAX_LARGE_WRITES,
-        metrics: PilotMetrics | None = None,
-        observer: PushObserver | None = None,
+        observer: StreamObserver[P] | None = None,
         clock: Callable[[], float] = time.monotonic,
         authenticator: Authenticator | None = None,
         extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
         debug: DebugAnswers | None = None,
     ) -> None:
         """``send_timeout`` seconds a response may wait for the transport (0: forever);
-        ``observer`` is told of the clients' answers (ACK/NACK) and of closed streams;
+        ``metrics`` count what streams do; ``observer`` is told of the clients' answers
+        (ACK/NACK) and of closed streams;
         ``clock`` paces each stream's IdleAnswers; ``authenticator`` tells who is behind a
         stream that came through the secure port (the others are not authenticated, as on
         istiod's :15010); ``extra_handlers`` are served too (the certificate service);
@@ -256,9 +248,9 @@ class XdsServer:
         self._large_writes = asyncio.Semaphore(max_large_writes)
         self._ids = itertools.count(1)
         self._name_sets = NameSets()  # shared by every stream's watches
-        self._metrics = metrics or PilotMetrics()
+        self._metrics = metrics
         self._observer = observer
-        self.streams: dict[str, Stream] = {}
+        self.streams: dict[str, Stream[C, P]] = {}
         self._servers: list[grpc.aio.Server] = []
         self.port = 0
 
@@ -350,7 +342,7 @@ class XdsServer:
         secure: bool = False,
     ) -> None:
         inbox: asyncio.Queue[object] = asyncio.Queue()
-        stream: Stream | None = None
+        stream: Stream[C, P] | None = None
         caller: Caller | None = None
         writer = CallWriter(context)
         if secure and self.authenticator is not None:
@@ -358,7 +350,7 @@ class XdsServer:
             if caller is None:
                 peer = self.authenticator.peer(context)
                 who = peer.address if peer is not None else context.peer()
-                await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication failure", who)
+                await self._refuse(context, grpc_status(Status.UNAUTHENTICATED), "authentication failure", who)
         try:
             async with asyncio.TaskGroup() as tg:
                 reader = tg.create_task(read_requests(requests, inbox))
@@ -375,7 +367,7 @@ class XdsServer:
                                 stream = self._connect(item, session, inbox, caller)
                                 writer.on_expire = functools.partial(self._expired, stream)
                             if getattr(item, "type_url", "").startswith(DEBUG_PREFIX):
-                                await self._write(writer, self._debug_answer(stream, item, caller))
+                                await self._write(writer, self._debug_answer(stream, item, caller, context.peer()))
                                 inbox.task_done()
                                 continue
                             if getattr(item, "type_url", "") == SECRET:
@@ -387,37 +379,44 @@ class XdsServer:
                         inbox.task_done()
                 finally:
                     reader.cancel()
-        except* (ProtocolError, InvalidNodeError) as group:
-            error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
-            logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
-            await _end(writer, grpc.StatusCode.INVALID_ARGUMENT, error)
-        except* DebugUnauthenticated:
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "authentication required", context.peer())
-        except* Unauthorized as group:
-            refusal = group.exceptions[0]
-            assert isinstance(refusal, Unauthorized)
-            await self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, str(refusal), refusal.proxy_id)
-        except* QuotaExceeded as group:
-            error = str(group.exceptions[0])[:MAX_STATUS_MESSAGE]
-            logger.warning("xDS stream %s ended: %s", stream.connection.id if stream else "(new)", error)
-            await _end(writer, grpc.StatusCode.RESOURCE_EXHAUSTED, error)
-        except* CallEnded:
+        except* StreamError as group:
+            error = group.exceptions[0]
+            assert isinstance(error, StreamError)
+            await self._ended(context, writer, stream, error)
+        finally:
+            if stream is not None:
+                self._disconnect(stream)
+
+    async def _ended(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        writer: CallWriter,
+        stream: Stream[C, P] | None,
+        error: StreamError,
+    ) -> None:
+        """End the call as ``error`` says: a refusal is counted and listed, a call gRPC ended
+        gets nothing more, the others a status and a log line."""
+        name = stream.connection.id if stream is not None else "(new)"
+        if isinstance(error, Refused):
+            await self._refuse(context, grpc_status(error.status), str(error), error.who)
+        elif isinstance(error, CallEnded):
             # nothing more can go to the call, not even a status: end as a cancelled call ends
             # (grpc.aio sends nothing for it), not with an error gRPC would log and answer
-            logger.info("xDS stream %s: the call ended under a write", stream.connection.id if stream else "(new)")
+            logger.info("xDS stream %s: the call ended under a write", name)
             if stream is not None:
                 self._disconnect(stream)
             raise asyncio.CancelledError from None
-        except* SendTimeout:
+        elif isinstance(error, SendTimeout):
             # as istiod's "timeout sending": the client reconnects and resyncs. The stream was
             # given up when the timer fired (_expired); the write it timed out on has returned
             # now (the client read it), so the status goes out after it
             if stream is not None:
                 self._disconnect(stream)
-            await _end(writer, grpc.StatusCode.DEADLINE_EXCEEDED, "timeout sending")
-        finally:
-            if stream is not None:
-                self._disconnect(stream)
+            await _end(writer, grpc_status(error.status), str(error))
+        else:
+            message = str(error)[:MAX_STATUS_MESSAGE]  # quoted client input is cut already
+            logger.warning("xDS stream %s ended: %s", name, message)
+            await _end(writer, grpc_status(error.status), message)
 
     async def _refuse(
         self, context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, message: str, who: str
@@ -430,47 +429,42 @@ class XdsServer:
 
     def _connect(
         self, first: Any, session: Session[Any, Any], inbox: asyncio.Queue[object], caller: Caller | None
-    ) -> Stream:
+    ) -> Stream[C, P]:
         if not first.HasField("node") or not first.node.id:
             raise ProtocolError("the first request of a stream must carry node.id")
-        proxy = proxy_from_node(first.node)
+        client = self._source.client(first.node)
         verified: SpiffeId | None = None
         if caller is not None:
-            # istiod authorize: the identity must be the proxy's namespace (and account)
-            found = verified_identity(caller, proxy.namespace, proxy.service_account)
-            if isinstance(found, str):
-                raise Unauthorized(f"authorization failed: {found}", proxy.id)
-            proxy, verified = dataclasses.replace(proxy, verified=True), found
-        conn_id = f"{proxy.id}-{next(self._ids)}"
-        connection = Connection(conn_id, proxy, session, self._source, self._outcome, IdleAnswers(self._clock))
+            client, verified = self._source.authorize(client, caller)
+        conn_id = f"{client.id}-{next(self._ids)}"
+        connection = Connection(conn_id, client, session, self._source, self._outcome, IdleAnswers(self._clock))
         stream = Stream(connection, inbox, observer=self._observer, verified=verified)
         if caller is not None:
             stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
-        self._metrics.connected(proxy.istio_version, 1)
+        self._metrics.connected(client.istio_version, 1)
         if self._on_connect is not None:
             self._on_connect(stream)
         protocol = "delta" if stream.connection.delta else "sotw"
         logger.info("xDS %s connected: %s (%s)", protocol, conn_id, first.node.id)
         return stream
 
-    async def _review_secrets(self, stream: Stream) -> None:
+    async def _review_secrets(self, stream: Stream[C, P]) -> None:
         """Before credentialName Secrets are generated for a stream: the API server's current
-        word (cached) on whether its verified service account may read them, on its proxy."""
+        word (cached) on whether its verified service account may read them, on its client."""
         if self.secret_access is None or stream.verified is None:
             return
         who = stream.verified
         denied = await self.secret_access.authorize(who.namespace, who.service_account) or ""
-        proxy = stream.connection.proxy
-        if proxy.secrets_denied != denied:
-            stream.connection.proxy = dataclasses.replace(proxy, secrets_denied=denied)
+        connection = stream.connection
+        connection.client = self._source.secret_access(connection.client, denied)
 
-    def _disconnect(self, stream: Stream) -> None:
+    def _disconnect(self, stream: Stream[C, P]) -> None:
         if stream.closed:
             return
         stream.closed = True
         self.streams.pop(stream.connection.id, None)
-        self._metrics.connected(stream.connection.proxy.istio_version, -1)
+        self._metrics.connected(stream.connection.client.istio_version, -1)
         self._on_disconnect(stream)
         if self._observer is not None:
             self._observer.disconnected(stream.connection.id)
@@ -483,13 +477,13 @@ class XdsServer:
                 stream.settle(item)
         logger.info("xDS disconnected: %s", stream.connection.id)
 
-    def _expired(self, stream: Stream) -> None:
+    def _expired(self, stream: Stream[C, P]) -> None:
         """A write of the stream did not complete within the send timeout: the stream is given
         up (its pushes released, no more pushed to it) while the write waits on."""
         logger.warning("xDS stream %s ended: timeout sending", stream.connection.id)
         self._disconnect(stream)
 
-    async def _write_push(self, stream: Stream | None, item: _Push, writer: CallWriter) -> None:
+    async def _write_push(self, stream: Stream[C, P] | None, item: _Push[P], writer: CallWriter) -> None:
         try:
             if stream is not None and not stream.closed:
                 stream.writing = item
@@ -521,7 +515,7 @@ class XdsServer:
             def expire() -> None:
                 nonlocal holding
                 writer.expired = True
-                self._metrics.write_timeouts.add()
+                self._metrics.write_timeout()
                 if holding:  # the slot is for writes that move: this one holds no other back
                     holding = False
                     self._large_writes.release()
@@ -554,11 +548,11 @@ class XdsServer:
         self._metrics.sent(resp.type_url, took, sum(len(r.body.value) for r in resp.resources))
         return took
 
-    def _debug_answer(self, stream: Stream, req: Any, caller: Caller | None) -> AnyResponse:
+    def _debug_answer(self, stream: Stream[C, P], req: Any, caller: Caller | None, peer: str) -> AnyResponse:
         """A debug type's answer, outside the stream's watches (not ACKed, never pushed). As
         istiod with ENABLE_DEBUG_ENDPOINT_AUTH: only for a caller the secure port authenticated."""
         if caller is None:
-            raise DebugUnauthenticated
+            raise DebugUnauthenticated(peer)
         delta = stream.connection.delta
         names = list(req.resource_names_subscribe if delta else req.resource_names)
         found, control_plane = self._debug(req.type_url, names, caller.identities) if self._debug else ((), "")
@@ -568,7 +562,7 @@ class XdsServer:
             return DeltaResponse(req.type_url, nonce, nonce, resources, control_plane=control_plane)
         return SotwResponse(req.type_url, nonce, nonce, resources, control_plane=control_plane)
 
-    def _answered(self, stream: Stream, req: Any) -> None:
+    def _answered(self, stream: Stream[C, P], req: Any) -> None:
         """Tell the observer the client answered a response (a NACK carries an error detail)."""
         assert self._observer is not None
         if not req.response_nonce:
@@ -577,12 +571,12 @@ class XdsServer:
         error = req.error_detail.message if nack else None
         self._observer.answered(stream.connection.id, req.type_url, req.response_nonce, error)
 
-    def _outcome(self, outcome: Outcome, proxy: Proxy) -> None:
+    def _outcome(self, outcome: Outcome, client: C) -> None:
         if outcome.kind is RequestKind.NACK:
-            self._metrics.rejected(outcome.type_url, proxy.id, outcome.error_code)
+            self._metrics.rejected(outcome.type_url, client.id, outcome.error_code)
         elif outcome.kind is RequestKind.STALE:
             # istiod: "Expired nonce received", at debug level, and pilot_xds_expired_nonce
-            logger.debug("xDS %s: %s expired nonce", proxy.id, SHORT_NAMES.get(outcome.type_url, outcome.type_url))
+            logger.debug("xDS %s: %s expired nonce", client.id, SHORT_NAMES.get(outcome.type_url, outcome.type_url))
             self._metrics.expired_nonce(outcome.type_url)
 
 

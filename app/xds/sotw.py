@@ -20,23 +20,11 @@ from collections.abc import Collection, Sequence
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.resources import EXPLICIT_TYPES
+from app.xds.limits import NameQuota, check_new_watch, check_type, name_cost
+from app.xds.resource import Resource, set_version
 from app.xds.response import SotwResponse
-from app.xds.watch import (
-    WILDCARD,
-    NameQuota,
-    NameSets,
-    NonceSource,
-    Outcome,
-    RequestKind,
-    Resource,
-    WatchedResource,
-    check_new_watch,
-    check_type,
-    is_wildcard_request,
-    name_cost,
-    set_version,
-)
+from app.xds.type_urls import EXPLICIT_TYPES
+from app.xds.watch import WILDCARD, NameSets, NonceSource, Outcome, RequestKind, WatchedResource, is_wildcard_request
 
 
 class SotwSession:

@@ -25,7 +25,7 @@ from app.security.secret_access import SecretAccessReviewer
 from app.settings import Settings
 from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
-from app.xds.resources import SECRET
+from app.xds.type_urls import SECRET
 from tests.kube.common import started
 from tests.support.cluster import Cluster, Requests
 from tests.support.plugged_ca import key_pem, new_root, pem

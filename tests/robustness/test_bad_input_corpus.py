@@ -29,7 +29,7 @@ from app.config.model import ISTIO_KINDS, ConfigObject, Kind
 from app.debug.configz import SOURCE_ANNOTATION, is_rejection
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import WatchedResource
 from tests.robustness.corpus import CASES, GOOD, KINDS, NS, Case, good_text, write_text
 from tests.robustness.serving import get_json, ready, serving

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2
 
 from app.runtime import Runtime
 from app.settings import Settings
-from app.xds.resources import CLUSTER
+from app.xds.type_urls import CLUSTER
 from tests.support.bookinfo import BOOKINFO, NODE
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"

@@ -18,7 +18,7 @@ from envoy.config.core.v3 import base_pb2
 from app.config.loader import load_documents
 from app.model.proxy import InvalidNodeError
 from app.sources.files import FileSource
-from app.xds.connection import proxy_from_node
+from app.xds.mesh_source import proxy_from_node
 
 GOOD = """apiVersion: networking.istio.io/v1
 kind: ServiceEntry

@@ -33,13 +33,15 @@ from app.api import networking as net
 from app.api import security as sec
 from app.config.loader import LoadResult, load_documents, load_mesh_file, load_object
 from app.model.proxy import InvalidNodeError, build_proxy
-from app.xds.connection import Connection, proxy_from_node
+from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
+from app.xds.errors import ProtocolError
+from app.xds.mesh_source import proxy_from_node
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.server import Undecodable, _parser
 from app.xds.sotw import SotwSession
-from app.xds.watch import ProtocolError, counter_nonces
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
+from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE, RATINGS, REVIEWS
 from tests.support.bookinfo_mesh import Mesh
 
@@ -302,7 +304,7 @@ def mesh() -> Mesh:
     return Mesh()
 
 
-def drive(conn: Connection[Any, Any], steps: list[Any]) -> None:
+def drive(conn: Connection[Any, Any, Any, Any], steps: list[Any]) -> None:
     """Feed requests and pushes; a ProtocolError ends the stream, as the server ends it."""
     for step in steps:
         try:

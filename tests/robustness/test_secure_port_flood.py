@@ -31,7 +31,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.agent.certs import build_csr
 from app.api import ca as ca_api
-from app.xds.resources import CLUSTER
+from app.xds.type_urls import CLUSTER
 from tests.e2e.harness import free_port
 from tests.support.bookinfo import BOOKINFO, NODE
 

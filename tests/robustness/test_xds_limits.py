@@ -1,7 +1,7 @@
 """Per-stream xDS limits over real gRPC (DESIGN §5: a hostile stream ends, never the server).
 
 What a stream may make the server hold or do is bounded by memory and by what a request names,
-never by the size of a legitimate mesh (app/xds/watch.py): istiod serves a request for more than
+never by the size of a legitimate mesh (app/xds/limits.py): istiod serves a request for more than
 100,000 names, ignores stale and garbage nonces, and answers every subscription change, and so
 does pilotfish now. What ends a stream: a stream watching too many types or a huge type URL
 (INVALID_ARGUMENT), subscriptions past the stream's bytes of names, and a loop of requests that
@@ -29,24 +29,16 @@ from google.protobuf import any_pb2
 from grpclib.const import Status
 
 from app.model.proxy import Proxy, build_proxy
-from app.model.sidecar_scope import SidecarScope
 from app.runtime import Runtime
-from app.xds import watch
+from app.xds import limits
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.resources import CLUSTER, ENDPOINT
+from app.xds.errors import QuotaExceeded
+from app.xds.limits import IDLE_BURST, IDLE_PER_SECOND, MAX_WATCHED_TYPES, IdleAnswers
+from app.xds.resource import Resource
 from app.xds.sotw import SotwSession
-from app.xds.watch import (
-    IDLE_BURST,
-    IDLE_PER_SECOND,
-    MAX_WATCHED_TYPES,
-    IdleAnswers,
-    QuotaExceeded,
-    Resource,
-    SubscribedNames,
-    WatchedResource,
-    counter_nonces,
-)
+from app.xds.type_urls import CLUSTER, ENDPOINT
+from app.xds.watch import SubscribedNames, WatchedResource, counter_nonces
 from tests.robustness.serving import Client, ended_by_server, serving, with_node
 from tests.support.bookinfo import BOOKINFO, NODE, RATINGS, REVIEWS
 
@@ -177,7 +169,7 @@ async def test_a_stream_past_its_bytes_of_names_ends_with_resource_exhausted(
     runtime: Runtime, channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the bound is on what the names cost to hold (2 MiB here, 256 MiB served), however they come
-    monkeypatch.setattr(watch, "MAX_NAME_BYTES", 2 * 1024 * 1024)
+    monkeypatch.setattr(limits, "MAX_NAME_BYTES", 2 * 1024 * 1024)
     batches = [delta(MADE_UP, many(5_000, f"batch{i}-"), node=i == 0) for i in range(3)]
     details = await ended_with(runtime, caplog, Status.RESOURCE_EXHAUSTED, batches)
     assert "would take the stream's names past 2 MiB" in details
@@ -363,11 +355,8 @@ class Recording:
         self.asked.append(len(w.names))
         return [Resource(n, "v", self.body, b"", memoryview(b"")) for n in sorted(w.names)]
 
-    def changes(self, *args: Any) -> None:
+    def note(self, proxy: Proxy) -> object:
         return None
-
-    def scope(self, proxy: Proxy) -> SidecarScope:
-        return None  # type: ignore[return-value]
 
 
 # was: every subscription change copied the stream's whole name set ((names | subscribe) -

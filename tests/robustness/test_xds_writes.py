@@ -23,10 +23,12 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.settings import Settings
+from app.telemetry.pilot import PilotMetrics
+from app.xds.errors import SendTimeout
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT
 from app.xds.response import DeltaResponse
-from app.xds.server import LARGE_RESPONSE, CallWriter, SendTimeout, XdsServer, _end
+from app.xds.server import LARGE_RESPONSE, CallWriter, XdsServer, _end
+from app.xds.type_urls import CLUSTER, ENDPOINT
 from app.xds.watch import WatchedResource
 from tests.robustness.serving import Client, with_node
 from tests.support.bookinfo import BOOKINFO, NODE
@@ -69,7 +71,7 @@ def grpc_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 async def given_up(runtime: Runtime, node_id: str, within: float) -> None:
     proxy_id = build_proxy(node_id).id
     for _ in range(int(within / 0.05)):
-        if not any(s.connection.proxy.id == proxy_id for s in runtime.xds.streams.values()):
+        if not any(s.connection.client.id == proxy_id for s in runtime.xds.streams.values()):
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"the stream of {node_id} was not given up within {within}s")
@@ -120,7 +122,7 @@ async def test_a_slow_consumer_that_leaves_after_being_given_up_logs_no_tracebac
         await client.send(with_node(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER), node, LABELS))
         stream = None
         for _ in range(100):
-            stream = next((s for s in runtime.xds.streams.values() if s.connection.proxy.id == proxy_id), None)
+            stream = next((s for s in runtime.xds.streams.values() if s.connection.client.id == proxy_id), None)
             if stream is not None:
                 break
             await asyncio.sleep(0.05)
@@ -173,7 +175,9 @@ def responses(runtime: Runtime, count: int, size: int = 1) -> list[DeltaResponse
 
 @asyncio_module
 async def test_writes_of_one_stream_never_overlap_and_a_timed_out_one_is_not_cancelled(runtime: Runtime) -> None:
-    server = XdsServer(runtime.generator, on_disconnect=lambda _: None, send_timeout=0.2, max_large_writes=1)
+    server = XdsServer(
+        runtime.source, on_disconnect=lambda _: None, metrics=PilotMetrics(), send_timeout=0.2, max_large_writes=1
+    )
     context = CoreLike()
     expired: list[str] = []
     writer = CallWriter(context, on_expire=lambda: expired.append("given up"))
@@ -193,7 +197,9 @@ async def test_writes_of_one_stream_never_overlap_and_a_timed_out_one_is_not_can
 
 @asyncio_module
 async def test_a_write_past_the_send_timeout_gives_back_its_large_write_slot(runtime: Runtime) -> None:
-    server = XdsServer(runtime.generator, on_disconnect=lambda _: None, send_timeout=0.2, max_large_writes=1)
+    server = XdsServer(
+        runtime.source, on_disconnect=lambda _: None, metrics=PilotMetrics(), send_timeout=0.2, max_large_writes=1
+    )
     stuck, moving = CoreLike(), CoreLike()
     moving.release.set()
     [large_stuck] = responses(runtime, 1, LARGE_RESPONSE)
@@ -215,7 +221,7 @@ async def test_a_write_past_the_send_timeout_gives_back_its_large_write_slot(run
 async def test_a_write_whose_coroutine_was_cancelled_is_the_last_operation_on_the_call(runtime: Runtime) -> None:
     # the call is ending (the client left, the server stops): core may still hold the write, so
     # nothing more goes to the call, status included
-    server = XdsServer(runtime.generator, on_disconnect=lambda _: None)
+    server = XdsServer(runtime.source, on_disconnect=lambda _: None, metrics=PilotMetrics())
     context = CoreLike()
     writer = CallWriter(context)
     [resp] = responses(runtime, 1)

@@ -10,20 +10,23 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.config.loader import load_documents
 from app.config.model import ConfigEvent, EventType
 from app.environment import Environment
-from app.model.proxy import build_proxy
+from app.model.proxy import Proxy, build_proxy
 from app.sources.files import FileSource
 from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.discovery import Discovery, push_request
+from app.xds.mesh_source import MeshSource
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import BOOKINFO, NODE
 
 Req = discovery_pb2.DeltaDiscoveryRequest
-DeltaConnection = Connection[discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse]
+DeltaConnection = Connection[
+    Proxy, PushRequest, discovery_pb2.DeltaDiscoveryRequest, discovery_pb2.DeltaDiscoveryResponse
+]
 
 
 class Mesh:
@@ -32,7 +35,7 @@ class Mesh:
         self.env.apply(FileSource(BOOKINFO).load())
         self.discovery: Discovery[DeltaConnection] = Discovery(self.env, ResourceCache(verify=True))
         self.discovery.start()
-        self.source = self.discovery.generator
+        self.source = MeshSource(self.discovery.generator)
 
     def connect(self, node: str = NODE, *, listeners: bool = False) -> tuple[DeltaConnection, list[str]]:
         """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with

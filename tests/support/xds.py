@@ -5,7 +5,7 @@ from __future__ import annotations
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from app.xds.watch import Resource, encode
+from app.xds.resource import Resource, encode
 
 
 def clusters(*names: str, timeout: int = 1) -> list[Resource]:

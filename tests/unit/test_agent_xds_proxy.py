@@ -27,7 +27,7 @@ from app.api.nds import NameTable
 from app.runtime import Runtime
 from app.settings import Settings
 from app.supervise import Backoff
-from app.xds.resources import CLUSTER, ENDPOINT, NAME_TABLE
+from app.xds.type_urls import CLUSTER, ENDPOINT, NAME_TABLE
 from tests.e2e.harness import free_port
 from tests.support.bookinfo import BOOKINFO, NODE
 

@@ -7,7 +7,7 @@ from app.api import ca, nds
 from app.api import networking as net
 from app.api import security as sec
 from app.api.mesh import MeshConfig
-from app.xds.resources import NAME_TABLE
+from app.xds.type_urls import NAME_TABLE
 
 
 def test_the_wire_names_are_istios() -> None:

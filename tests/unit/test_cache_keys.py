@@ -36,10 +36,12 @@ from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.discovery import Discovery, push_request
 from app.xds.generators import state as generator_state
 from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
+from app.xds.mesh_source import MeshSource
 from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER
+from app.xds.watch import WatchedResource
 from tests.support.mesh import config_doc, endpoint_slice, kube_pod, kube_service, slice_endpoint
 
 ROOT = "istio-system"
@@ -107,7 +109,7 @@ class Mesh:
         self.cache = ResourceCache(verify=verify)
         self.discovery: Discovery[object] = Discovery(self.env, self.cache)
         self.discovery.start()
-        self.source = self.discovery.generator
+        self.source = MeshSource(self.discovery.generator)
 
     @property
     def push(self) -> PushContext:

@@ -4,6 +4,8 @@ leader), for ADS and for per-type streams."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.model import ConfigKey, Kind
@@ -11,8 +13,8 @@ from app.model.proxy import build_proxy
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
+from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import EXTRA_DR, NODE, RATINGS, REVIEWS
 from tests.support.bookinfo_mesh import Mesh as SupportMesh
@@ -23,7 +25,7 @@ class Mesh(SupportMesh):
 
     def sotw(
         self, types: frozenset[str] | None = None
-    ) -> Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
+    ) -> Connection[Any, Any, discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
         return Connection("c1", build_proxy(NODE), SotwSession(counter_nonces(), types), self.source)
 
 

@@ -7,9 +7,11 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.delta import DeltaSession
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
+from app.xds.errors import ProtocolError
+from app.xds.resource import encode
 from app.xds.response import DeltaResponse
-from app.xds.watch import NameSets, ProtocolError, RequestKind, counter_nonces, encode
+from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
+from app.xds.watch import NameSets, RequestKind, counter_nonces
 from tests.support.xds import cla, clusters
 
 

@@ -26,7 +26,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.model import push_context
 from app.runtime import Runtime
 from app.settings import Settings
-from app.xds.resources import CLUSTER
+from app.xds.type_urls import CLUSTER
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS
 from tests.support.bookinfo_mesh import Mesh
 from tests.support.runtime import running

@@ -10,7 +10,7 @@ from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import ResourceCache
 from app.xds.generators.reference import generate_clusters
 from app.xds.generators.source import XdsGenerator
-from app.xds.resources import CLUSTER, ENDPOINT
+from app.xds.type_urls import CLUSTER, ENDPOINT
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, NODE
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from envoy.config.route.v3 import route_pb2
 
-from app.xds.resources import ENDPOINT, LISTENER, ROUTE
-from app.xds.watch import Resource
+from app.xds.resource import Resource
+from app.xds.type_urls import ENDPOINT, LISTENER, ROUTE
 from tests.support.bookinfo_mesh import DeltaConnection, Mesh
 
 SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
@@ -64,7 +64,7 @@ def connect(mesh: Mesh) -> DeltaConnection:
 
 
 def served(mesh: Mesh, conn: DeltaConnection, type_url: str) -> dict[str, Resource]:
-    return {r.name: r for r in mesh.source.generate(type_url, conn.proxy, conn.session.watches[type_url]) or []}
+    return {r.name: r for r in mesh.source.generate(type_url, conn.client, conn.session.watches[type_url]) or []}
 
 
 def test_a_service_entry_on_a_new_port_rebuilds_only_its_own_listener_and_no_route() -> None:

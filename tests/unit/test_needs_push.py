@@ -8,7 +8,7 @@ from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.xds.needs_push import AFFECTS, FOLLOWS, UNAFFECTED_KINDS, types_to_push
 from app.xds.push_request import PushRequest
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
+from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 
 NDS = "type.googleapis.com/istio.networking.nds.v1.NameTable"
 ENVOY = [CLUSTER, ENDPOINT, LISTENER, ROUTE]

@@ -10,12 +10,12 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
 from app.config.model import ConfigKey, Kind
-from app.model.proxy import build_proxy
+from app.model.proxy import Proxy, build_proxy
 from app.xds.connection import Connection
 from app.xds.needs_push import update_types
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.sotw import SotwSession
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo import NODE
 from tests.support.bookinfo_mesh import DeltaConnection, Mesh
@@ -125,7 +125,7 @@ def test_class_sets_patched_over_several_snapshots_equal_fresh_builds() -> None:
         for conn in conns:
             conn.on_push(request)
     for conn in conns:
-        full = mesh.source.generate(CLUSTER, conn.proxy, conn.session.watches[CLUSTER]) or []
+        full = mesh.source.generate(CLUSTER, conn.client, conn.session.watches[CLUSTER]) or []
         held = conn.session.watches[CLUSTER].client_versions
         assert held == {r.name: r.version for r in full}
 
@@ -159,13 +159,13 @@ def test_narrowed_keys_merge_only_when_every_request_narrowed_them() -> None:
 
 def test_dr_and_endpoint_pushes_never_generate_a_whole_type() -> None:
     mesh = Mesh()
-    mesh.source.cache.verify = False  # assertion mode compares with full generations itself
+    mesh.source.generator.cache.verify = False  # assertion mode compares with full generations itself
     conn, _ = mesh.connect()
 
     def whole_type(*args: object) -> None:
         raise AssertionError("a partial push generated a whole type")
 
-    mesh.source.generate = whole_type  # type: ignore[method-assign,assignment]
+    mesh.source.generator.generate = whole_type  # type: ignore[method-assign,assignment]
     assert conn.on_push(mesh.apply(_rule(errors=7)))
     assert conn.on_push(mesh.apply(REVIEWS_SLICE))
 
@@ -198,12 +198,13 @@ def test_a_rule_for_the_proxys_own_service_rebuilds_and_sends_its_inbound_cluste
     assert not any(name.endswith(REVIEWS_HOST) for name in clusters)
 
 
-def _connect_sotw(mesh: Mesh) -> Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]:
+SotwConnection = Connection[Proxy, PushRequest, discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse]
+
+
+def _connect_sotw(mesh: Mesh) -> SotwConnection:
     """A SotW ADS stream subscribed as Envoy does (CDS wildcard, EDS for the EDS clusters)."""
     SotwReq = discovery_pb2.DiscoveryRequest
-    conn: Connection[discovery_pb2.DiscoveryRequest, discovery_pb2.DiscoveryResponse] = Connection(
-        "s", build_proxy(NODE), SotwSession(counter_nonces(), None), mesh.source
-    )
+    conn: SotwConnection = Connection("s", build_proxy(NODE), SotwSession(counter_nonces(), None), mesh.source)
     first = SotwReq(type_url=CLUSTER)
     first.node.id = NODE
     [cds] = conn.on_request(first)
@@ -261,5 +262,5 @@ def test_a_peer_authentication_change_resends_the_clusters_whose_auto_mtls_it_tu
 
 def _clusters(conn: DeltaConnection) -> list[cluster_pb2.Cluster]:
     watch = conn.session.watches[CLUSTER]
-    found = conn.source.generate(CLUSTER, conn.proxy, watch) or []
+    found = conn.source.generate(CLUSTER, conn.client, watch) or []
     return [cluster_pb2.Cluster.FromString(r.body.value) for r in found]

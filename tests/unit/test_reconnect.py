@@ -20,8 +20,8 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.model.proxy import build_proxy
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER
 from app.xds.sotw import SotwSession
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER
 from app.xds.watch import RequestKind, counter_nonces
 from tests.support.bookinfo import EXTRA_DR, NODE, RATINGS, REVIEWS
 from tests.support.bookinfo_mesh import Mesh
@@ -35,11 +35,11 @@ def names(resp: Any) -> list[str]:
     return [r.name for r in resp.resources]
 
 
-def delta_connection(mesh: Mesh, conn_id: str = "c2") -> Connection[Any, Any]:
+def delta_connection(mesh: Mesh, conn_id: str = "c2") -> Connection[Any, Any, Any, Any]:
     return Connection(conn_id, build_proxy(NODE), DeltaSession(counter_nonces("n"), None), mesh.source)
 
 
-def sotw_connection(mesh: Mesh, conn_id: str = "c2") -> Connection[Any, Any]:
+def sotw_connection(mesh: Mesh, conn_id: str = "c2") -> Connection[Any, Any, Any, Any]:
     return Connection(conn_id, build_proxy(NODE), SotwSession(counter_nonces("n"), None), mesh.source)
 
 

@@ -7,9 +7,9 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
-from app.xds.resources import CLUSTER
+from app.xds.resource import Resource, encode
 from app.xds.response import DeltaResponse, SotwResponse
-from app.xds.watch import Resource, encode
+from app.xds.type_urls import CLUSTER
 
 
 def resources() -> list[Resource]:

@@ -18,7 +18,7 @@ from app.model.proxy import Proxy, ProxyType, build_proxy
 from app.translate.secrets import generate_secrets, parse_resource_name
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.resources import SECRET
+from app.xds.type_urls import SECRET
 from app.xds.watch import counter_nonces
 from tests.support.bookinfo_mesh import Mesh
 

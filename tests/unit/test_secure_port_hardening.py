@@ -40,7 +40,7 @@ from app.security import server as secure_server
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CaError, CertificateAuthority
 from app.security.server import Authenticator, CertificateService, SecurePort, memory_file
-from app.xds.resources import CLUSTER
+from app.xds.type_urls import CLUSTER
 from tests.support.bookinfo import NODE
 from tests.support.secure import secure_runtime
 

@@ -21,7 +21,7 @@ from google.protobuf import struct_pb2
 from app.agent.certs import build_csr
 from app.api import ca as ca_api
 from app.runtime import Runtime
-from app.xds.resources import CLUSTER
+from app.xds.type_urls import CLUSTER
 from tests.support.bookinfo import NODE
 from tests.support.secure import secure_runtime
 

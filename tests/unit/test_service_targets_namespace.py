@@ -20,7 +20,7 @@ from app.translate.view import proxy_service_targets
 from app.xds.cache import ResourceCache
 from app.xds.generators.reference import generate_clusters, generate_listeners
 from app.xds.generators.source import XdsGenerator
-from app.xds.resources import CLUSTER, LISTENER
+from app.xds.type_urls import CLUSTER, LISTENER
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, NODE
 from tests.support.mesh import config_doc, push_context

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.resources import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER
+from app.xds.errors import ProtocolError
 from app.xds.sotw import SotwSession
-from app.xds.watch import ProtocolError, RequestKind, counter_nonces
+from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, LISTENER
+from app.xds.watch import RequestKind, counter_nonces
 from tests.support.xds import cla, clusters
 
 

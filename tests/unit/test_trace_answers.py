@@ -28,7 +28,7 @@ from opentelemetry.trace import StatusCode
 from app.runtime import Runtime
 from app.settings import Settings
 from app.telemetry.tracing import PushTracer
-from app.xds.resources import CLUSTER, ENDPOINT
+from app.xds.type_urls import CLUSTER, ENDPOINT
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
 from tests.support.runtime import running
 

@@ -18,9 +18,9 @@ from app.config.model import ConfigKey, Kind
 from app.errors import SettingsError
 from app.telemetry.tracing import PushTracer, tracing_from_env
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT
+from app.xds.resource import encode
 from app.xds.response import DeltaResponse
-from app.xds.watch import encode
+from app.xds.type_urls import CLUSTER, ENDPOINT
 
 DR = ConfigKey(Kind.DESTINATION_RULE, "ns", "reviews")
 

@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from app.runtime import Runtime
 from app.settings import Settings
 from app.telemetry.tracing import tracing_from_env
-from app.xds.resources import CLUSTER, ENDPOINT
+from app.xds.type_urls import CLUSTER, ENDPOINT
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
 
 DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"

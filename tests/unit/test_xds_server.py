@@ -28,10 +28,11 @@ from app.cli import main
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.settings import Settings
+from app.telemetry.pilot import PilotMetrics
 from app.xds.push_request import PushRequest
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.response import DeltaResponse
 from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, CallWriter, XdsServer, read_requests
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
 
@@ -423,7 +424,7 @@ class HeldWrites:
 
 
 async def test_large_responses_are_paced_and_small_ones_pass(runtime: Runtime) -> None:
-    server = XdsServer(runtime.generator, on_disconnect=lambda _: None, max_large_writes=2)
+    server = XdsServer(runtime.source, on_disconnect=lambda _: None, metrics=PilotMetrics(), max_large_writes=2)
     context = HeldWrites()
     [cluster] = runtime.generator.generate(CLUSTER, build_proxy(NODE), WatchedResource(CLUSTER, True))[:1]
     large = [DeltaResponse(CLUSTER, f"large{i}", "", [cluster] * LARGE_RESPONSE) for i in range(5)]

@@ -11,10 +11,11 @@ from google.protobuf.message import Message
 from app.model.proxy import Proxy
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError
-from app.xds.generate import Partial
 from app.xds.generators.state import SnapshotState
 from app.xds.push_request import PushRequest
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.source import Partial
+from app.xds.watch import WatchedResource
 
 
 class Generator(Protocol):

@@ -27,13 +27,14 @@ from app.translate.cluster.for_proxy import proxy_clusters, service_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.view import proxy_service_targets
 from app.xds.cache import CacheAssertionError, ResourceCache
-from app.xds.generate import Partial
 from app.xds.generators.base import check
 from app.xds.generators.keys import endpoints_dep, rule_deps, rule_key
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import Traits, proxy_key
 from app.xds.push_request import PushRequest
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.source import Partial
+from app.xds.watch import WatchedResource
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,15 @@ from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.translate.endpoint.for_proxy import build_assignment, resolve_assignment
 from app.xds.cache import ResourceCache
-from app.xds.generate import Partial
 from app.xds.generators.base import shared_named
 from app.xds.generators.clusters import ClusterGenerator
 from app.xds.generators.keys import endpoints_dep, rule_deps, rule_key
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import proxy_key
 from app.xds.push_request import PushRequest
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.source import Partial
+from app.xds.watch import WatchedResource
 
 # kinds that never change which service or DestinationRule a hostname resolves to in a scope
 # (a DNS name change comes with its endpoints, named in ``endpoint_services``)

@@ -18,7 +18,8 @@ from app.translate.listener.inputs import ScopeListenerInputs
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import WholeTypeOnly, check
 from app.xds.generators.state import ProxyClass, SnapshotState
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.watch import WatchedResource
 
 _NONE: Mapping[ScopeListenerInputs, Resource] = {}
 

@@ -13,7 +13,8 @@ from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.generators.base import WholeTypeOnly
 from app.xds.generators.state import SnapshotState
 from app.xds.generators.traits import family_ips
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.watch import WatchedResource
 
 
 @dataclass(slots=True)

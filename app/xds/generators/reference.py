@@ -18,8 +18,9 @@ from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.generators.source import XdsGenerator
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
-from app.xds.watch import Resource, WatchedResource
+from app.xds.resource import Resource
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
+from app.xds.watch import WatchedResource
 
 
 def reference_source(push: PushContext, *, verify: bool = False) -> XdsGenerator:

@@ -13,7 +13,7 @@ from app.xds.generators.listeners import ListenerGenerator
 from app.xds.generators.name_table import NameTableGenerator
 from app.xds.generators.routes import RouteGenerator
 from app.xds.generators.secrets import SecretGenerator
-from app.xds.resources import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 
 
 def generators(cache: ResourceCache) -> Mapping[str, Generator]:

@@ -20,7 +20,8 @@ from app.translate.route.sidecar import SidecarRouteInputs, build_sidecar_route_
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import WholeTypeOnly, shared_named
 from app.xds.generators.state import ProxyClass, SnapshotState
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.watch import WatchedResource
 
 _Built = tuple[SidecarRouteInputs, Resource]
 _NONE: Mapping[str, _Built] = {}

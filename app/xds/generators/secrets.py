@@ -7,7 +7,8 @@ from app.model.proxy import Proxy
 from app.translate.secrets import generate_secrets
 from app.xds.generators.base import WholeTypeOnly
 from app.xds.generators.state import SnapshotState
-from app.xds.watch import Resource, WatchedResource, encode
+from app.xds.resource import Resource, encode
+from app.xds.watch import WatchedResource
 
 
 class SecretGenerator(WholeTypeOnly):

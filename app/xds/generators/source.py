@@ -23,11 +23,12 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, ResourceCache
-from app.xds.generate import Partial
 from app.xds.generators.registry import generators
 from app.xds.generators.state import SnapshotState
 from app.xds.push_request import PushRequest
-from app.xds.watch import Resource, WatchedResource
+from app.xds.resource import Resource
+from app.xds.source import Partial
+from app.xds.watch import WatchedResource
 
 # kinds whose change may alter any cached entry: the cache is cleared and nothing is patched
 _EVERYTHING_KINDS = frozenset({Kind.MESH_CONFIG, Kind.CONFIG_MAP, Kind.PEER_AUTHENTICATION})

@@ -1,0 +1,135 @@
+"""The mesh's side of the seam (app/xds/source.py): proxies, the push filter, the generator.
+
+``MeshSource`` turns a stream's node into a ``Proxy``, answers the secure port's questions about
+it, and answers requests and pushes from an ``XdsGenerator``. A push is filtered here as istiod's
+ProxyNeedsPush does (app/xds/needs_push.py): against the SidecarScope the proxy's last full push
+used, which is the stream's note (the transport keeps it and knows nothing of it), and the
+scope now. The types a push sends, which of them are forced and which follow a re-sent type
+(endpoints after clusters) are the push filter's tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from google.protobuf import json_format
+
+from app.errors import shown
+from app.model.proxy import InvalidNodeError, Proxy, build_proxy
+from app.model.sidecar_scope import SidecarScope
+from app.security.authn import Caller, SpiffeId, verified_identity
+from app.xds.errors import InvalidNode, Unauthorized
+from app.xds.generators.source import XdsGenerator
+from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
+from app.xds.push_request import PushRequest
+from app.xds.resource import Resource
+from app.xds.server import Stream
+from app.xds.source import PushAnswer, TypePush
+from app.xds.type_urls import ADS_ORDER
+from app.xds.watch import WatchedResource
+
+logger = logging.getLogger(__name__)
+
+# a stream of a mesh proxy, as the runtime and the debug endpoints read it
+MeshStream = Stream[Proxy, PushRequest]
+
+# child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
+_LEADER = {child: parent for parent, child in FOLLOWS.items()}
+
+
+def proxy_from_node(node: base_pb2.Node) -> Proxy:
+    """The Proxy an xDS node describes; raises InvalidNodeError, for whatever in the node
+    cannot be read (the server ends the stream with INVALID_ARGUMENT and this short message)."""
+    try:
+        metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
+    except (ValueError, TypeError, json_format.Error) as e:
+        # a Struct may hold what JSON cannot: Infinity, NaN
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InvalidNodeError(f"node {shown(node.id)}: unreadable metadata: {shown(reason, 120)}") from None
+    loc = node.locality
+    locality = "/".join((loc.region, loc.zone, loc.sub_zone)).rstrip("/") if node.HasField("locality") else ""
+    try:
+        return build_proxy(node.id, metadata, locality)
+    except InvalidNodeError:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError) as e:  # a bug, but the client's stream only
+        logger.warning("node %s: cannot be read", shown(node.id), exc_info=True)
+        raise InvalidNodeError(f"node {shown(node.id)}: cannot be read ({type(e).__name__})") from None
+
+
+def _scope(note: object) -> SidecarScope | None:
+    """The scope a stream's note holds (None: the stream was never answered)."""
+    return note if isinstance(note, SidecarScope) else None
+
+
+@dataclass(frozen=True, slots=True)
+class MeshPush:
+    """What one push does to one proxy's stream (a ``PushPlan``)."""
+
+    note: SidecarScope
+    types: tuple[TypePush, ...] | None
+    generator: XdsGenerator
+    proxy: Proxy
+    request: PushRequest
+    previous: SidecarScope | None
+
+    def answer(
+        self, step: TypePush, watch: WatchedResource, force_names: Collection[str], partial: bool
+    ) -> PushAnswer | None:
+        changes = None
+        if not step.force:
+            changes = self.generator.changes(step.type_url, self.proxy, watch, self.request, self.previous, force_names)
+        if changes is not None and partial:
+            return PushAnswer(changes.resources, changes.considered, changes.resources)
+        whole = self.generator.generate(step.type_url, self.proxy, watch)
+        if whole is None:
+            return None
+        return PushAnswer(whole, None, changes.resources if changes is not None else None)
+
+
+class MeshSource:
+    """The ``ServedSource`` of the mesh's proxies (app/xds/source.py), over ``generator``."""
+
+    def __init__(self, generator: XdsGenerator) -> None:
+        self.generator = generator
+
+    def client(self, node: base_pb2.Node) -> Proxy:
+        try:
+            return proxy_from_node(node)
+        except InvalidNodeError as e:
+            raise InvalidNode(str(e)) from None
+
+    def authorize(self, client: Proxy, caller: Caller) -> tuple[Proxy, SpiffeId]:
+        # istiod authorize: the identity must be the proxy's namespace (and account)
+        found = verified_identity(caller, client.namespace, client.service_account)
+        if isinstance(found, str):
+            raise Unauthorized(f"authorization failed: {found}", client.id)
+        return dataclasses.replace(client, verified=True), found
+
+    def secret_access(self, client: Proxy, denied: str) -> Proxy:
+        return client if client.secrets_denied == denied else dataclasses.replace(client, secrets_denied=denied)
+
+    def note(self, client: Proxy) -> SidecarScope:
+        return self.generator.scope(client)
+
+    def generate(self, type_url: str, client: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        return self.generator.generate(type_url, client, watch)
+
+    def push(self, client: Proxy, note: object, request: PushRequest, watched: Collection[str]) -> MeshPush:
+        previous = _scope(note)
+        scope = self.generator.scope(client) if request.full or previous is None else previous
+        if not proxy_needs_push(client, request, previous, scope):
+            return MeshPush(scope, None, self.generator, client, request, previous)
+        # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
+        # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
+        affected = types_to_push(client, request, {*watched, *ADS_ORDER})
+        elsewhere = set(affected).difference(watched)
+        types = tuple(
+            TypePush(t, request.forced or _LEADER.get(t) in elsewhere, _LEADER.get(t)) for t in affected if t in watched
+        )
+        return MeshPush(scope, types, self.generator, client, request, previous)

@@ -1,0 +1,62 @@
+"""An encoded xDS resource, shared by every stream served it, and the versions responses carry.
+
+Versions are content hashes, so "has the client got this?" is a string comparison and an
+unchanged resource is never resent (nor a NACKed one, until its content changes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One encoded resource, ready for either protocol and shared by every proxy served it.
+
+    ``entry`` is the resource already on the wire as one element of a Delta response's
+    ``resources`` (field 2: an envoy.service.discovery.v3.Resource whose first field is the
+    Any), and ``sotw`` the Any inside it as one element of a SotW response's ``resources``
+    (field 2 too), so responses are assembled by joining bytes (app/xds/response.py)."""
+
+    name: str
+    version: str  # content hash
+    body: any_pb2.Any
+    entry: bytes
+    sotw: memoryview
+
+
+def encode(name: str, msg: Message) -> Resource:
+    body = any_pb2.Any()
+    body.Pack(msg, deterministic=True)
+    version = hashlib.blake2b(body.value, digest_size=8).hexdigest()
+    # discovery.v3.Resource: resource (2) first, so its encoding is also a SotW element
+    element = field_bytes(2, body.SerializeToString(deterministic=True))
+    inner = b"".join((element, field_bytes(1, version.encode()), field_bytes(3, name.encode())))
+    entry = field_bytes(2, inner)
+    start = len(entry) - len(inner)
+    return Resource(name, version, body, entry, memoryview(entry)[start : start + len(element)])
+
+
+def field_bytes(number: int, value: bytes) -> bytes:
+    """A length-delimited protobuf field (strings, bytes, messages): key, length, value."""
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def set_version(resources: Iterable[Resource]) -> str:
+    """The version of a whole response: a hash over names and resource versions."""
+    text = "\0".join(f"{r.name}\0{r.version}" for r in resources)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
