@@ -72,3 +72,14 @@ def test_placeholders_replace_whole_names_and_addresses_only() -> None:
         {"ns-1a2b": "ns", "10.96.0.1": "CLUSTER_IP(ns/a)"},
     )
     assert swapped == {"outbound|80||a.ns.svc": ["CLUSTER_IP(ns/a)", "10.96.0.10", "ns-1a2b-x", "a.ns"]}
+
+
+def test_filter_chains_are_matched_by_their_match_and_their_order_is_no_difference() -> None:
+    """Envoy selects a filter chain by its match criteria, not by its place in the list."""
+    a = {"filter_chain_match": {"server_names": ["a.example"]}, "stat_prefix": "x"}
+    b = {"filter_chain_match": {"prefix_ranges": [{"address_prefix": "10.0.0.0"}]}, "stat_prefix": "y"}
+    changed = {**b, "stat_prefix": "z"}
+    assert diff_resources("lds", {"l": {"filter_chains": [a, b]}}, {"l": {"filter_chains": [b, a]}}) == []
+    [found] = diff_resources("lds", {"l": {"filter_chains": [a, b]}}, {"l": {"filter_chains": [changed, a]}})
+    assert found.path == 'filter_chains[match={"prefix_ranges":[{"address_prefix":"10.0.0.0"}]}].stat_prefix'
+    assert (found.istiod, found.pilotfish) == ("y", "z")

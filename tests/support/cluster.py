@@ -318,6 +318,10 @@ class Cluster:
         self._namespaces.append(name)
         return name
 
+    def track_namespace(self, name: str) -> None:
+        """Delete ``name`` with the namespaces ``namespace`` made (a test made it by its name)."""
+        self._namespaces.append(name)
+
     def delete_namespaces(self) -> None:
         """The namespaces made since the last call go (the namespace controller empties them
         in the background). Their pods go at once: a pod bound to a node waits for its kubelet

@@ -112,6 +112,14 @@ def diff_values(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]
 
 
 def _diff_lists(a: list[Any], b: list[Any], path: str) -> Iterator[tuple[str, Any, Any]]:
+    matches_a, matches_b = _chain_matches(path, a), _chain_matches(path, b)
+    if matches_a is not None and matches_b is not None:
+        # Envoy picks a listener's filter chain by its match criteria, most specific first,
+        # never by list order: chains are compared by match, and their order is no difference
+        by_a, by_b = dict(zip(matches_a, a, strict=True)), dict(zip(matches_b, b, strict=True))
+        for match in [*matches_a, *(m for m in matches_b if m not in by_a)]:
+            yield from diff_values(by_a.get(match, ABSENT), by_b.get(match, ABSENT), f"{path}[match={match}]")
+        return
     names_a, names_b = _names(a), _names(b)
     if names_a is not None and names_b is not None:
         by_a, by_b = dict(zip(names_a, a, strict=True)), dict(zip(names_b, b, strict=True))
@@ -127,6 +135,15 @@ def _diff_lists(a: list[Any], b: list[Any], path: str) -> Iterator[tuple[str, An
     else:
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             yield from diff_values(x, y, f"{path}[{i}]")
+
+
+def _chain_matches(path: str, items: Sequence[Any]) -> list[str] | None:
+    """A listener's filter chains' distinct ``filter_chain_match``es (compact JSON), if that is
+    what ``items`` are and no two chains share one."""
+    if not path.endswith("filter_chains") or not all(isinstance(i, dict) for i in items):
+        return None
+    matches = [json.dumps(i.get("filter_chain_match", {}), sort_keys=True, separators=(",", ":")) for i in items]
+    return matches if len(set(matches)) == len(matches) else None
 
 
 def _names(items: Sequence[Any]) -> list[str] | None:

@@ -154,19 +154,24 @@ class _Planner:
         kind = listener_kind(port.protocol)
         if kind is None:
             return
-        cidr = ""
         if kind is ListenerKind.HTTP:
             bind = bind or self.ctx.wildcard
-            add = PortAdd(service.hostname, None, port, bind, bind_to_port, cidr, kind)
+            self.adds.setdefault((bind, port.port), []).append(
+                PortAdd(service.hostname, None, port, bind, bind_to_port, "", kind)
+            )
+            return
+        # istiod makes one Service per ServiceEntry address, so each address binds a listener of
+        # its own and each CIDR a prefix-matched chain of the wildcard listener
+        if bind:
+            addresses = [bind]
+        elif len(service.addresses) > 1:
+            addresses = list(service.addresses)
         else:
-            if not bind:
-                address = service_address(self.ctx, service)
-                if "/" in address:
-                    bind, cidr = self.ctx.wildcard, address  # a CIDR: wildcard listener + prefix match
-                else:
-                    bind = address
-            add = self._tcp_add(service, port, bind, bind_to_port, cidr, kind, vss)
-        self.adds.setdefault((bind, port.port), []).append(add)
+            addresses = [service_address(self.ctx, service)]
+        for address in addresses:
+            at, cidr = (self.ctx.wildcard, address) if "/" in address else (address, "")
+            add = self._tcp_add(service, port, at, bind_to_port, cidr, kind, vss)
+            self.adds.setdefault((at, port.port), []).append(add)
 
     def _tcp_add(
         self,
