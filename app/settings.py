@@ -86,7 +86,7 @@ class Settings:
     # istiod's default is 0 (wait forever); ours is not, so a client that stops reading can
     # never park a push worker for good (0 still disables it)
     xds_send_timeout: float = 30.0
-    file_debounce_ms: int = 50  # batching of file-system events
+    file_debounce_ms: int = 10  # batching of file-system events (the push debouncer merges bursts)
     shutdown_grace: float = 5.0  # seconds streams get to finish on SIGTERM
     cache_assert: bool = False  # PILOTFISH_CACHE_ASSERT: rebuild on every cache hit, fail on a difference
     gc_freeze: bool = True  # PILOTFISH_GC_FREEZE: freeze the settled heap (app/heap.py)

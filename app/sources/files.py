@@ -264,7 +264,7 @@ class FileSource:
         config_dir: Path,
         *,
         system_namespace: str = "istio-system",
-        debounce_ms: int = 50,
+        debounce_ms: int = 10,
         max_files: int = MAX_CONFIG_FILES,
     ) -> None:
         """``max_files``: the most config files (and directories) the directory may hold."""
@@ -319,7 +319,10 @@ class FileSource:
         nothing). Stop it by cancelling the task iterating it, or by closing the iterator.
         """
         stop = asyncio.Event()
-        changes = awatch(self._dir, debounce=self._debounce_ms, stop_event=stop)
+        # the push debouncer (PILOT_DEBOUNCE_AFTER) merges bursts of changes anyway: a file write
+        # reaches it after ``debounce_ms`` quiet, not watchfiles' default 50 ms (a second debounce
+        # stacked on the first, 50 ms of every file-driven push's latency)
+        changes = awatch(self._dir, debounce=self._debounce_ms, step=self._debounce_ms, stop_event=stop)
         pending = asyncio.ensure_future(_next_batch(changes))
         try:
             await asyncio.sleep(0)  # awatch creates its watcher on the first step of that task
@@ -335,7 +338,7 @@ class FileSource:
                 pending = asyncio.ensure_future(_next_batch(changes))
                 changed = {os.path.abspath(path) for _, path in batch}
         finally:
-            stop.set()  # the watcher thread sees it within one watchfiles step (50 ms)
+            stop.set()  # the watcher thread sees it within one watchfiles step (``debounce_ms``)
             await asyncio.wait([pending])
             if not pending.cancelled():
                 pending.exception()  # retrieved: it was raised above or is not of interest now

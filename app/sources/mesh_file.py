@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 class MeshFileSource:
-    def __init__(self, path: Path, *, debounce_ms: int = 50) -> None:
+    def __init__(self, path: Path, *, debounce_ms: int = 10) -> None:
         self._path = path
         self._debounce_ms = debounce_ms
         self._current: ConfigObject | None = None
@@ -41,7 +41,7 @@ class MeshFileSource:
         before that is not lost."""
         target = self._path.resolve()
         # the directory, not the file: editors and ConfigMap mounts replace files
-        changes = awatch(target.parent, debounce=self._debounce_ms)
+        changes = awatch(target.parent, debounce=self._debounce_ms, step=self._debounce_ms)
         pending = asyncio.ensure_future(anext(changes, None))
         try:
             await asyncio.sleep(0)  # awatch starts its watcher on the first step of that task
