@@ -195,11 +195,13 @@ SLEEP = "sleep/sleep.yaml"
 TRAFFIC_POLICY = DATA / "traffic-policy.yaml"
 SCOPED = DATA / "scoped.yaml"
 GATEWAY = DATA / "gateway.yaml"
+FEATURES = DATA / "features.yaml"
 
 
 def deployments() -> tuple[str, ...]:
     """Every Deployment of the scene's config sets (each one pod, each a proxy to compare)."""
     docs = [*istio_sample(BOOKINFO), *istio_sample(SLEEP), *_data(TRAFFIC_POLICY, ""), *_data(GATEWAY, "bookinfo")]
+    docs += _data(FEATURES, "bookinfo")
     docs += [d for path in testdata_files() for d in yaml.safe_load_all(path.read_text())]
     return tuple(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment")
 
@@ -265,6 +267,16 @@ def istio_testdata(scene: Scene) -> list[str]:
     for namespace in made.values():
         scene.wait_for_endpoints(namespace)
     return left_out
+
+
+def features(scene: Scene, bookinfo_namespace: str) -> str:
+    """data/features.yaml: the security kinds (PeerAuthentication, AuthorizationPolicy,
+    RequestAuthentication), a Sidecar ingress listener, VirtualService delegation and a
+    WorkloadEntry, on the ``web`` workload; returns its namespace once the slices are there."""
+    namespace = scene.namespace("features")
+    scene.apply(_data(FEATURES, bookinfo_namespace), namespace)
+    scene.wait_for_endpoints(namespace)
+    return namespace
 
 
 def scoped(scene: Scene, bookinfo_namespace: str) -> str:

@@ -28,12 +28,21 @@ from app.debug.xds_diff.compare import plain
 from app.debug.xds_diff.diff import TYPES, judge, load_expected, report
 from app.xds.fetch import FetchError, Resources, fetch
 from tests.differential.istiod import Istiod, running_istiod
-from tests.differential.scene import Scene, bookinfo, deployments, gateway, istio_testdata, scoped, traffic_policy
+from tests.differential.scene import (
+    Scene,
+    bookinfo,
+    deployments,
+    features,
+    gateway,
+    istio_testdata,
+    scoped,
+    traffic_policy,
+)
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import Pilotfish, run_pilotfish
 from tests.support.cluster import Cluster, chart_role
 
-CI_PROXIES = ("productpage-v1", "sleep", "istio-ingressgateway")
+CI_PROXIES = ("productpage-v1", "sleep", "istio-ingressgateway", "web")
 FULL = os.environ.get("DIFFERENTIAL_FULL") == "1"
 PROXIES = deployments() if FULL else CI_PROXIES
 AGENTS = frozenset({"sleep"})  # its pilot-agent captures DNS (scene.scoped): it asks for NDS
@@ -79,6 +88,7 @@ def planes(
         traffic_policy(scene)
         scoped(scene, bookinfo_namespace)
         gateway(scene, bookinfo_namespace)
+        features(scene, bookinfo_namespace)
         left_out = istio_testdata(scene)
         args = ("--system-namespace", scene.system)
         with (

@@ -284,12 +284,13 @@ def test_one_provider_per_rule_and_a_missing_token_allowed() -> None:
     assert a["localJwks"] == {"inlineString": '{"keys": []}'} and a["forwardPayloadHeader"] == "x-payload"
     assert a["payloadInMetadata"] == "payload"
     assert b["remoteJwks"]["httpUri"]["cluster"] == "outbound|443||keys.b.example"
-    # two providers: every token valid or missing, or any one valid
+    # two providers: any one valid, or every token valid or missing (istiod's order: the
+    # providers, then the AND; tests/differential compares it with istiod's)
     [rule] = config["rules"]
     assert rule["match"] == {"prefix": "/"}
     requires = rule["requires"]["requiresAny"]["requirements"]
-    assert requires[1:] == [{"providerName": "origins-0"}, {"providerName": "origins-1"}]
-    inner = requires[0]["requiresAll"]["requirements"]
+    assert requires[:2] == [{"providerName": "origins-0"}, {"providerName": "origins-1"}]
+    inner = requires[2]["requiresAll"]["requirements"]
     assert inner[0] == {"requiresAny": {"requirements": [{"providerName": "origins-0"}, {"allowMissing": {}}]}}
 
 

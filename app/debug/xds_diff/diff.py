@@ -3,9 +3,10 @@ reviewed list of intended differences (expected_differences.yaml) it is judged a
 
 A path names a field the way a reader finds it in a config dump: ``filter_chains[0].filters
 [name=envoy.filters.network.tcp_proxy].typed_config.stat_prefix``. A list whose items all have
-a distinct ``name`` is matched by name (``[name=X]``), and a different order of the common names
-is one difference at ``PATH[<order>]``; any other list is compared item by item, and as a whole
-when the lengths differ.
+a ``name`` is matched by name (``[name=X]``; a repeated name by its occurrence, ``[name=X#2]``),
+and a different order of the common names is one difference at ``PATH[<order>]``; a listener's
+filter chains are matched by their ``filter_chain_match`` (Envoy never reads their order); any
+other list is compared item by item, and as a whole when the lengths differ.
 
 An entry of the reviewed list covers a difference when its ``proxy`` glob (default ``*``) matches
 the workload whose sidecar asked, its ``type`` matches, its ``resource``
@@ -147,11 +148,16 @@ def _chain_matches(path: str, items: Sequence[Any]) -> list[str] | None:
 
 
 def _names(items: Sequence[Any]) -> list[str] | None:
-    """The items' distinct names, if every item is a dict with one."""
+    """The items' names, if every item is a dict with one; a name repeated (three RBAC filters
+    in a row) is told apart by its occurrence: ``rbac``, ``rbac#2``, ``rbac#3``."""
     if not items or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items):
         return None
-    names = [i["name"] for i in items]
-    return names if len(set(names)) == len(names) else None
+    seen: dict[str, int] = {}
+    out = []
+    for item in items:
+        count = seen[item["name"]] = seen.get(item["name"], 0) + 1
+        out.append(item["name"] if count == 1 else f"{item['name']}#{count}")
+    return out
 
 
 def _ancestors(path: str) -> Iterator[str]:

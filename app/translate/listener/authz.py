@@ -388,7 +388,9 @@ def _each(policies: WorkloadPolicies, tcp: bool) -> list[tuple[rbac_pb2.RBAC | N
 
 
 def _shadow_prefix(shadow: rbac_pb2.RBAC | None) -> str:
-    return SHADOW_PREFIX.get(shadow.action, "") if shadow is not None else ""
+    """istiod shadowRuleStatPrefix: by the shadow rules' action, and ALLOW's without shadow
+    rules (Go's getter on the nil RBAC reads action 0, ALLOW), so every filter has one."""
+    return SHADOW_PREFIX.get(shadow.action if shadow is not None else rbac_pb2.RBAC.ALLOW, "")
 
 
 def rbac_http_filters(policies: WorkloadPolicies) -> list[hcm_pb2.HttpFilter]:

@@ -29,6 +29,8 @@ from app.translate.listener.filters import pack
 JWT_FILTER = "envoy.filters.http.jwt_authn"
 JWT_PAYLOAD = "payload"  # the dynamic metadata key of a verified token's payload
 _DEFAULT_TIMEOUT_S = 5  # istiod's PILOT_JWT_PUB_KEY_REFRESH timeout for Envoy-fetched keys
+_JWKS_CACHE_S = 300  # how long Envoy keeps fetched keys (istiod's RemoteJwks CacheDuration)
+_SPACE_DELIMITED = ("permission", "scope")
 
 
 def _cluster_for(uri: str) -> str:
@@ -45,6 +47,7 @@ def _provider(rule: sec.JWTRule) -> jwt_pb2.JwtProvider:
         forward_payload_header=rule.output_payload_to_header,
         payload_in_metadata=JWT_PAYLOAD,
     )
+    out.normalize_payload_in_metadata.space_delimited_claims.extend(_space_delimited(rule))
     out.audiences.extend(rule.audiences)
     for header in rule.from_headers:
         out.from_headers.add(name=header.name, value_prefix=header.prefix)
@@ -61,7 +64,16 @@ def _provider(rule: sec.JWTRule) -> jwt_pb2.JwtProvider:
         else:
             uri.timeout.seconds = _DEFAULT_TIMEOUT_S
         out.remote_jwks.http_uri.CopyFrom(uri)
+        out.remote_jwks.cache_duration.seconds = _JWKS_CACHE_S
     return out
+
+
+def _space_delimited(rule: sec.JWTRule) -> list[str]:
+    """istiod buildSpaceDelimitedClaims: the claims Envoy splits on spaces in the payload it
+    writes to metadata (``scope`` and ``permission`` always; the rule's own besides, sorted)."""
+    if not rule.space_delimited_claims:
+        return list(_SPACE_DELIMITED)
+    return sorted({*rule.space_delimited_claims, *_SPACE_DELIMITED})
 
 
 def jwt_authn_filters(policies: Sequence[ConfigObject]) -> list[hcm_pb2.HttpFilter]:
@@ -81,12 +93,12 @@ def jwt_authn_filters(policies: Sequence[ConfigObject]) -> list[hcm_pb2.HttpFilt
     if len(each) == 1:
         requirement = each[0]
     else:
-        # every provider's token valid or missing; or any one provider's valid (tokens that
-        # share a location): istiod's inner AND / outer OR
+        # any one provider's token valid (tokens that share a location), or every provider's
+        # valid or missing: istiod's outer OR {P1, P2, ..., AND{...}}, in that order
         requirement = jwt_pb2.JwtRequirement()
-        requirement.requires_any.requirements.add().requires_all.requirements.extend(each)
         for i in range(len(rules)):
             requirement.requires_any.requirements.add(provider_name=f"origins-{i}")
+        requirement.requires_any.requirements.add().requires_all.requirements.extend(each)
     route = config.rules.add()
     route.match.CopyFrom(rc.RouteMatch(prefix="/"))
     route.requires.CopyFrom(requirement)
