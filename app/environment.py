@@ -60,6 +60,8 @@ class Environment:
         self.features = features or Features()
         self.store = ConfigStore()
         self.registry = ServiceRegistry(domain_suffix=domain_suffix)
+        # jwksUri -> keys the control plane fetched (app/security/jwks.py; app/model/jwks.py)
+        self.jwks: dict[str, str] = {}
 
     def apply(self, events: Iterable[ConfigEvent]) -> Change:
         configs: set[ConfigKey] = set()
@@ -126,6 +128,7 @@ class Environment:
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,
             features=self.features,
+            jwks=MappingProxyType(dict(self.jwks)),
         )
 
     def build_push_context(self, previous: PushContext | None, change: Change | None = None) -> PushContext:

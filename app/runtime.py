@@ -37,11 +37,15 @@ from app.errors import ConfigError
 from app.heap import HeapKeeper
 from app.inject.native_sidecars import NativeSidecarMode
 from app.inject.source import injection_source
+from app.model.jwks import ENVOY as ENVOY_FETCHES
+from app.model.jwks import HYBRID, uris_to_fetch
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
 from app.security.ca_store import KubeCaStore
+from app.security.jwks import FIRST_FETCH_WAIT as JWKS_FIRST_FETCH_WAIT
+from app.security.jwks import JwksResolver
 from app.security.secret_access import SecretAccessReviewer
 from app.security.server import Authenticator, CertificateService, SecurePort
 from app.security.token_review import TokenReviewer
@@ -105,6 +109,9 @@ class Runtime:
             debounce_max=settings.debounce_max,
             eds_debounce=settings.eds_debounce,
         )
+        # RequestAuthentication jwksUri keys the control plane fetches (istiod's default mode)
+        mode = self.env.features.jwks_fetch_mode
+        self._jwks = JwksResolver(self._jwks_changed) if mode != ENVOY_FETCHES else None
         self.heap = HeapKeeper(enabled=settings.gc_freeze)
         self.metrics = PilotMetrics()
         self._configz = Configz()  # /debug/configz's renderings, kept while each object is in force
@@ -335,6 +342,9 @@ class Runtime:
         try:
             for source in self.sources:
                 self._apply(source, await source.start())  # each source logs its rejections
+            if self._jwks is not None:
+                # the first push carries the keys, as istiod fetches a uri when a push first needs it
+                await self._jwks.fetched(timeout=JWKS_FIRST_FETCH_WAIT)
             if self._ca_store is not None:
                 # after the sources: the mesh config names the trust domain a new root is made for
                 ca = await self._ca_store.load()
@@ -416,6 +426,8 @@ class Runtime:
                 await asyncio.shield(self.webhook.stop())
             for source in self.sources:
                 await asyncio.shield(source.close())
+            if self._jwks is not None:
+                await asyncio.shield(self._jwks.close())
             if self._stop_tracing is not None:
                 await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
 
@@ -457,12 +469,29 @@ class Runtime:
             for warning in istio_warnings(obj.spec) if event.type is not EventType.DELETE else ():
                 logger.warning("%s: %s %s: %s", obj.source, obj.kind, obj.namespaced_name, warning)
         change = self.env.apply(events)
+        if self._jwks is not None and any(event.obj.kind is Kind.REQUEST_AUTHENTICATION for event in events):
+            self._jwks.want(self._jwks_uris())
         if self.controllers is not None and any(event.obj.kind is Kind.MESH_CONFIG for event in events):
             self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
         if self._kube is not None and isinstance(source, MeshFileSource) and events:
             self._kube.use_mesh_config(self.env.store.mesh)
         return change
+
+    def _jwks_uris(self) -> dict[str, float]:
+        mode = self.env.features.jwks_fetch_mode
+        hosts = {service.hostname for service in self.env.registry.services()} if mode == HYBRID else set()
+        return uris_to_fetch(self.env.store.list(Kind.REQUEST_AUTHENTICATION), mode, hosts.__contains__)
+
+    def _jwks_changed(self, uris: frozenset[str]) -> None:
+        """New keys for ``uris``: the policies naming them are pushed with the keys inline."""
+        assert self._jwks is not None
+        self.env.jwks = dict(self._jwks.keys)
+        policies = self.env.store.list(Kind.REQUEST_AUTHENTICATION)
+        keys = frozenset(p.key for p in policies if any(r.jwks_uri in uris for r in p.spec.jwt_rules))
+        request = push_request(Change(configs=keys), len(keys))
+        if request is not None:
+            self.debouncer.submit(request)
 
     async def _fire(self, request: PushRequest) -> None:
         pushed = await self.discovery.fire(request)

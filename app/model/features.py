@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.errors import SettingsError
+from app.model.jwks import fetch_mode
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 _FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
@@ -39,11 +40,14 @@ class Features:
     # PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE: a Sidecar with ingress entries keeps
     # the service ports they do not name
     sidecar_service_inbound_listener_merge: bool = False
+    # PILOT_JWT_ENABLE_REMOTE_JWKS: who fetches a RequestAuthentication's jwksUri keys
+    # (app/model/jwks.py: "istiod" the control plane, "envoy" the proxy, "hybrid" either)
+    jwks_fetch_mode: str = "istiod"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Features:
         """The flags set in ``env`` (istiod's names), istiod's defaults for the rest."""
-        values = {}
+        values: dict[str, bool] = {}
         for name, key in (
             ("enable_ip_autoallocate", "PILOT_ENABLE_IP_AUTOALLOCATE"),
             ("multicluster_headless", "ENABLE_MULTICLUSTER_HEADLESS"),
@@ -52,4 +56,5 @@ class Features:
         ):
             if key in env:
                 values[name] = parse_bool(key, env[key])
-        return cls(**values)
+        mode = fetch_mode(env.get("PILOT_JWT_ENABLE_REMOTE_JWKS", "istiod").strip())
+        return cls(**values, jwks_fetch_mode=mode)

@@ -28,6 +28,7 @@ from app.model.authn import PeerAuthentications
 from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.destination_rule import DestinationRuleIndex
 from app.model.features import Features
+from app.model.jwks import HYBRID, with_fetched_keys
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.model.service_index import ServiceIndex
@@ -58,6 +59,7 @@ class PushInputs:
     secrets: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
+    jwks: Mapping[str, str] = field(default_factory=dict)  # jwksUri -> the keys the control plane fetched
 
 
 ScopeKey = tuple[str, str | None]  # (proxy namespace, "ns/name" of the Sidecar or None)
@@ -93,7 +95,10 @@ def _build_authz(inputs: PushInputs) -> AuthorizationPolicies:
 
 
 def _build_jwt(inputs: PushInputs) -> RequestAuthentications:
-    return RequestAuthentications.build(inputs.request_authentications, inputs.mesh.root_namespace)
+    mode = inputs.features.jwks_fetch_mode
+    hosts = {service.hostname for service in inputs.services} if mode == HYBRID else set()
+    policies = with_fetched_keys(inputs.request_authentications, inputs.jwks, mode, hosts.__contains__)
+    return RequestAuthentications.build(policies, inputs.mesh.root_namespace)
 
 
 def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
