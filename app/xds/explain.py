@@ -80,7 +80,9 @@ def _service_origin(service: Service) -> ConfigKey:
     return ConfigKey(kind, service.namespace, service.name)
 
 
-def contributors(push: PushContext, deps: Iterable[Dep], find: Find | None = None) -> tuple[list[Cause], list[Service], list[tuple[str, str, int]]]:
+def contributors(
+    push: PushContext, deps: Iterable[Dep], find: Find | None = None
+) -> tuple[list[Cause], list[Service], list[tuple[str, str, int]]]:
     """The config objects (sorted by kind, namespace, name; a service as its object), the
     services and the endpoint shards ``deps`` name in ``push``."""
     objects = _snapshot_objects(push)
@@ -126,7 +128,9 @@ def type_url_of(short: str) -> str:
     raise PilotfishError(f"type {short!r}: want one of {', '.join(sorted(SHORT_NAMES.values()))}")
 
 
-def explain_resource(generator: XdsGenerator, proxy: Proxy, type_url: str, name: str, find: Find | None = None) -> Explanation:
+def explain_resource(
+    generator: XdsGenerator, proxy: Proxy, type_url: str, name: str, find: Find | None = None
+) -> Explanation:
     """What the resource ``name`` of ``type_url`` the proxy is served now was made from;
     raises NotServed, saying what the proxy is served instead, when it is not served one."""
     served = generator.names(type_url, proxy, (name,))
