@@ -216,4 +216,3 @@ class Agent:
             if self.dns is not None:
                 await self.dns.close()
             await runner.cleanup()
-

@@ -488,6 +488,7 @@ ISTIOD_METRICS = {
 PILOTFISH_METRICS = {
     "pilotfish_xds_cache_hits", "pilotfish_xds_cache_misses", "pilotfish_xds_cache_evictions",
     "pilotfish_config_rejections", "pilotfish_xds_auth_failures", "pilotfish_secure_port_refused",
+    "pilotfish_xds_rejects_by_config",
     "leader_election_master_status",  # client-go's name (istiod sets no provider for it)
 }  # fmt: skip
 # the standard process and Python metrics every Python exporter has (prometheus_client's collectors)
