@@ -223,8 +223,8 @@ class PilotMetrics:
             self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, f"Code({code})"))
         for cause in causes:
             self.rejects_by_config.add(type=short, kind=cause.kind, namespace=cause.namespace, name=cause.name)
-        made = "; made from " + ", ".join(map(str, causes)) if causes else ""
-        self.recent_rejections.append(f"{short} NACK from {node}: {error}{made}")
+        made = ", made from " + ", ".join(map(str, causes)) if causes else ""
+        self.recent_rejections.append(f"{short} NACK from {node}{made}: {error}")
 
     def pushed(
         self, reasons: Mapping[str, int], full: bool, debounced: float, init: float, services: int, vs: int

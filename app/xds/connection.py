@@ -121,14 +121,15 @@ class Connection(Generic[C, P, Req, Resp]):
         outcome = self.session.on_request(req)
         if outcome.kind is RequestKind.NACK:
             outcome = dataclasses.replace(outcome, causes=self._causes(outcome))
-            made = "; made from " + ", ".join(map(str, outcome.causes)) if outcome.causes else ""
+            # the objects first: Envoy's message may run over many lines
+            made = ", made from " + ", ".join(map(str, outcome.causes)) if outcome.causes else ""
             logger.warning(
-                "%s NACK from %s (%s): %s%s",
+                "%s NACK from %s (%s)%s: %s",
                 SHORT_NAMES.get(outcome.type_url, outcome.type_url),
                 self.client.id,
                 self.id,
-                outcome.error,
                 made,
+                outcome.error,
             )
         self.last_outcome = outcome
         if self._on_outcome is not None:

@@ -639,8 +639,8 @@ async def test_a_nack_names_the_objects_its_rejected_resources_were_made_from(
         async with session.get(base + "explain", params={**query, "name": "nope"}) as resp:
             assert resp.status == 404 and "no cds resource 'nope'" in await resp.text()
     [entry] = rejections
-    assert entry.startswith("cds NACK from productpage-v1-0.bookinfo: Error adding/updating cluster(s)")
-    assert "DestinationRule bookinfo/reviews" in entry
+    assert entry.startswith("cds NACK from productpage-v1-0.bookinfo, made from DestinationRule bookinfo/reviews (")
+    assert entry.endswith(f": Error adding/updating cluster(s) {rejected}: ring too large")
     kinds = {(c["kind"], c["name"]) for c in explained["configs"]}
     assert kinds == {("DestinationRule", "reviews"), ("Service", "reviews")}
     assert explained["endpointShards"][0]["endpoints"] == 3
