@@ -652,6 +652,24 @@ async def test_a_nack_names_the_objects_its_rejected_resources_were_made_from(
     s.call.cancel()
 
 
+async def test_a_route_nack_naming_no_resource_blames_the_watched_routes_virtual_service(
+    runtime: Runtime, channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=ROUTE, resource_names=["9080"])))
+    rds = await s.recv()
+    nack = discovery_pb2.DiscoveryRequest(type_url=ROUTE, resource_names=["9080"], response_nonce=rds.nonce)
+    nack.error_detail.code, nack.error_detail.message = 13, "header matcher: invalid"
+    await s.send(nack)
+    await _until(lambda: bool(runtime.metrics.recent_rejections))
+    [entry] = runtime.metrics.recent_rejections
+    assert entry.startswith("rds NACK from productpage-v1-0.bookinfo, made from ")
+    assert "VirtualService bookinfo/reviews (" in entry and entry.endswith(": header matcher: invalid")
+    counted = {(dict(k)["kind"], dict(k)["name"], dict(k)["type"]) for k in runtime.metrics.rejects_by_config.values}
+    assert ("VirtualService", "reviews", "rds") in counted
+    s.call.cancel()
+
+
 async def test_a_dynamic_dns_service_entry_is_accepted_and_reported_in_configz(
     runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
