@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 # a NACK whose message names none of a by-name watch's resources blames all of them, up to this
 _MAX_UNNAMED = 20
+# what separates the names in Envoy's NACK messages ("Error adding/updating cluster(s) A, B: ...",
+# or the rejected resource as text, 'name: "A"'); names hold none of these
+_WORDS = re.compile(r'[\s",;()\[\]{}]+')
 
 # a stream of a mesh proxy, as the runtime and the debug endpoints read it
 MeshStream = Stream[Proxy, PushRequest]
@@ -137,7 +141,9 @@ class MeshSource:
         of the type it is served now that Envoy's message names (Envoy names the clusters and
         listeners it refused), else, for a type watched by name, the few it watches."""
         served = self.generator.names(type_url, client, watch.names)
-        rejected = [name for name in served if name and name in error]
+        # Envoy quotes a refused resource's name, or names it before a colon
+        words = {w for word in _WORDS.split(error) for w in (word, word.rstrip(":")) if w}
+        rejected = [name for name in served if name in words]
         if not rejected and not watch.wildcard and len(served) <= _MAX_UNNAMED:
             rejected = served
         deps = {dep for name in rejected for dep in self.generator.deps(type_url, client, name)}

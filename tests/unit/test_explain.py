@@ -4,17 +4,20 @@ attribution core against the keys the cache and the push filter use."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.cli import main
-from app.config.model import ConfigKey
+from app.config.loader import load_object
+from app.config.model import ConfigEvent, ConfigKey, EventType
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
 from app.xds.cache import ResourceCache
+from app.xds.explain import NotServed, explain_resource
 from app.xds.generators.source import XdsGenerator
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from bench.mesh import Mesh, MeshSpec, sidecars
@@ -115,3 +118,24 @@ def test_on_a_generated_mesh_every_resource_is_explained_by_keys_the_push_filter
         "--type", "rds", "80",
     )  # fmt: skip
     assert ("VirtualService", "ns-0", "svc-0") in configs(routes)
+
+
+def test_an_object_from_kubernetes_is_named_with_its_resource_version() -> None:
+    env = Environment()
+    env.apply(FileSource(BOOKINFO).load())
+    raw = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": "reviews", "namespace": "bookinfo", "resourceVersion": "4711"},
+        "spec": {"host": "reviews", "subsets": [{"name": "v2", "labels": {"version": "v2"}}]},
+    }
+    [obj] = load_object(raw, "kube:destinationrules").objects
+    env.apply([ConfigEvent(EventType.UPDATE, obj)])
+    generator = XdsGenerator(ResourceCache(), env.build_push_context(None))
+    proxy = build_proxy(PRODUCTPAGE, {})
+    found = explain_resource(generator, proxy, CLUSTER, REVIEWS_V2, env.config_object).json()
+    rule = next(c for c in found["configs"] if c["kind"] == "DestinationRule")
+    assert rule == {"kind": "DestinationRule", "namespace": "bookinfo", "name": "reviews", "resourceVersion": "4711"}
+    # an endpoint name no cluster of the proxy has is not served
+    with pytest.raises(NotServed, match=re.escape("no eds resource 'outbound|9080||nope'")):
+        explain_resource(generator, proxy, ENDPOINT, "outbound|9080||nope")

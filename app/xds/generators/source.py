@@ -29,11 +29,13 @@ from app.xds.generators.state import SnapshotState
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource
 from app.xds.source import Partial
-from app.xds.type_urls import EXPLICIT_TYPES
+from app.xds.type_urls import ROUTE, SECRET
 from app.xds.watch import WatchedResource
 
 # kinds whose change may alter any cached entry: the cache is cleared and nothing is patched
 _EVERYTHING_KINDS = frozenset({Kind.MESH_CONFIG, Kind.CONFIG_MAP, Kind.PEER_AUTHENTICATION})
+# types generated for any name asked for (the others' names follow from the snapshot)
+_BY_NAME = frozenset({ROUTE, SECRET})
 
 
 class XdsGenerator:
@@ -119,10 +121,10 @@ class XdsGenerator:
                 raise CacheAssertionError(f"{type_url} {name}: considered by a partial push but left out")
 
     def names(self, type_url: str, proxy: Proxy, wanted: Collection[str] = ()) -> list[str]:
-        """The names of the type's resources the proxy is served now (of ``wanted`` for a type
-        watched by name: endpoints, routes, secrets; every one for the others), on a watch of
-        its own, so no stream's note changes."""
-        explicit = type_url in EXPLICIT_TYPES and bool(wanted)
+        """The names of the type's resources the proxy is served now (of ``wanted`` for routes
+        and secrets, which are served by whatever name is asked; every one for the others: the
+        endpoints of its clusters), on a watch of its own, so no stream's note changes."""
+        explicit = type_url in _BY_NAME and bool(wanted)
         watch = WatchedResource(type_url, not explicit, frozenset(wanted) if explicit else frozenset())
         return [r.name for r in self.generate(type_url, proxy, watch) or ()]
 
