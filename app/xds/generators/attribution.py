@@ -39,6 +39,7 @@ from app.translate.view import proxy_service_targets
 from app.xds.cache import Dep
 from app.xds.generators.keys import rule_deps, service_deps
 from app.xds.generators.listeners import ClassListeners
+from app.xds.generators.routes import ClassRoutes
 from app.xds.generators.state import SnapshotState
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 
@@ -57,8 +58,11 @@ def resource_deps(state: SnapshotState, proxy: Proxy, type_url: str, name: str) 
     if type_url == LISTENER:
         return _listener_deps(state, proxy, name)
     if type_url == ROUTE:
-        allocates = consumes_allocated(cls.traits.scope_proxy, push.features)
-        inputs = sidecar_route_inputs(cls.traits.scope_proxy, push.mesh, scope, name, _rule_view, allocates)
+        served = cls.parts.get(ClassRoutes)
+        inputs = served.inputs.get(name) if isinstance(served, ClassRoutes) else None
+        if inputs is None:  # not served to the class yet: made as the generator makes it
+            allocates = consumes_allocated(cls.traits.scope_proxy, push.features)
+            inputs = sidecar_route_inputs(cls.traits.scope_proxy, push.mesh, scope, name, _rule_view, allocates)
         return _route_deps(inputs, scope)
     if type_url == NAME_TABLE:
         return frozenset(_services(scope, (s.hostname for s in scope.services)))
