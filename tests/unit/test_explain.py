@@ -136,6 +136,20 @@ def test_an_object_from_kubernetes_is_named_with_its_resource_version() -> None:
     found = explain_resource(generator, proxy, CLUSTER, REVIEWS_V2, env.config_object).json()
     rule = next(c for c in found["configs"] if c["kind"] == "DestinationRule")
     assert rule == {"kind": "DestinationRule", "namespace": "bookinfo", "name": "reviews", "resourceVersion": "4711"}
+    # the workload's own listener: the PeerAuthentication its inbound mode composes
+    strict = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "strict", "namespace": "bookinfo", "resourceVersion": "12"},
+        "spec": {"mtls": {"mode": "STRICT"}},
+    }
+    [policy] = load_object(strict, "kube:peerauthentications").objects
+    env.apply([ConfigEvent(EventType.ADD, policy)])
+    generator = XdsGenerator(ResourceCache(), env.build_push_context(None))
+    inbound = explain_resource(generator, proxy, LISTENER, "virtualInbound", env.config_object).json()
+    assert {"kind": "PeerAuthentication", "namespace": "bookinfo", "name": "strict", "resourceVersion": "12"} in (
+        inbound["configs"]
+    )
     # an endpoint name no cluster of the proxy has is not served
     with pytest.raises(NotServed, match=re.escape("no eds resource 'outbound|9080||nope'")):
         explain_resource(generator, proxy, ENDPOINT, "outbound|9080||nope")

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.api.networking import DestinationRule
+from app.config.labels import selector_matches
 from app.config.model import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
@@ -136,7 +137,20 @@ def _listener_deps(state: SnapshotState, proxy: Proxy, name: str) -> frozenset[D
     authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
     deps.update(obj.key for obj in (*authz.allow, *authz.deny, *authz.audit, *authz.custom))
     deps.update(obj.key for obj in push.request_authentications.for_workload(proxy.namespace, proxy.labels))
+    deps.update(_peer_authentication_deps(push, proxy))
     return frozenset(deps)
+
+
+def _peer_authentication_deps(push: PushContext, proxy: Proxy) -> list[Dep]:
+    """The PeerAuthentications a workload's inbound mode composes (``workload_mode``): the
+    mesh's, its namespace's and the oldest workload policy selecting it."""
+    policies = push.peer_authentications
+    found = [policies.mesh, policies.by_namespace.get(proxy.namespace)]
+    for obj in policies.workloads.get(proxy.namespace, ()):
+        if selector_matches(obj.spec.selector.match_labels, proxy.labels):
+            found.append(obj)
+            break
+    return [obj.key for obj in found if obj is not None]
 
 
 def _scope_listener_deps(inputs: ScopeListenerInputs, scope: SidecarScope) -> frozenset[Dep]:
