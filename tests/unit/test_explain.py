@@ -67,6 +67,15 @@ def test_a_route_configuration_names_the_virtual_service_and_the_text_form_reads
     assert f"Service bookinfo/productpage  ({BOOKINFO / 'workloads.yaml'}#0)" in text
 
 
+def test_a_gateways_routes_name_its_gateway_and_the_virtual_services_bound_to_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gateway = "router~10.1.0.50~istio-ingressgateway-0.istio-system~istio-system.svc.cluster.local"
+    args = ["--config-dir", str(BOOKINFO), "--proxy", gateway, "--labels", "istio=ingressgateway"]
+    found = configs(explain(capsys, *args, "--type", "rds", "http.8080"))
+    assert {("Gateway", "bookinfo", "bookinfo-gateway"), ("VirtualService", "bookinfo", "bookinfo")} <= found
+
+
 def test_a_resource_the_proxy_is_not_served_is_an_error_saying_what_it_is_served(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

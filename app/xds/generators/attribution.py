@@ -185,9 +185,16 @@ def _route_deps(inputs: SidecarRouteInputs, scope: SidecarScope) -> frozenset[De
 
 
 def _gateway_deps(proxy: Proxy, push: PushContext, scope: SidecarScope) -> frozenset[Dep]:
-    """A gateway's listeners and routes: the Gateways in force, the VirtualServices bound to
-    them and the scope's keys (istiod pushes a gateway on any change but a Sidecar's)."""
+    """A gateway's listeners and routes: the Gateways selecting it, the VirtualServices bound
+    to them (by ``ns/name``, a bare name in the VirtualService's namespace) and the scope's
+    keys (istiod pushes a gateway on any change but a Sidecar's)."""
     deps: set[Dep] = set(scope.dependencies)
-    deps.update(obj.key for obj in push.gateways)
+    selecting = [g for g in push.gateways if selector_matches(g.spec.selector, proxy.labels)]
+    deps.update(g.key for g in selecting)
+    names = {g.namespaced_name for g in selecting}
+    for vs in push.inputs.virtual_services:
+        bound = {ref if "/" in ref else f"{vs.meta.namespace}/{ref}" for ref in vs.spec.gateways}
+        if bound & names:
+            deps.add(vs.key)
     deps.update(_own_deps(proxy, push, scope, None))
     return frozenset(deps)
