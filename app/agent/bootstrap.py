@@ -145,7 +145,7 @@ def parse_downward_api(text: str) -> dict[str, str]:
         if sep:
             value = json.loads(raw)
             if not isinstance(value, str):
-                raise ValueError(f'downward API line {line!r}: want key="value"')
+                raise ValueError(f"downward API line {line!r}: want key=\"value\"")
             out[key] = value
     return out
 

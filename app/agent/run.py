@@ -216,3 +216,4 @@ class Agent:
             if self.dns is not None:
                 await self.dns.close()
             await runner.cleanup()
+

@@ -182,3 +182,4 @@ def merge_delegates(
 
 def is_root(spec: net.VirtualService) -> bool:
     return any(route.HasField("delegate") for route in spec.http)
+

@@ -93,7 +93,9 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
     if not ips:
         ips = (ip,)
     labels = md.get("LABELS")
-    clean_labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else dict(EMPTY_LABELS)
+    clean_labels = (
+        {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else dict(EMPTY_LABELS)
+    )
     return Proxy(
         type=proxy_type,
         id=pod_id,

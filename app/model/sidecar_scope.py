@@ -152,7 +152,9 @@ def parse_egress_hosts(hosts: Sequence[str], config_namespace: str, where: str =
         if ns == ".":
             ns = config_namespace
         target.setdefault(ns, []).append(host)
-    return EgressHosts({k: tuple(v) for k, v in imported.items()}, {k: tuple(v) for k, v in excluded.items()})
+    return EgressHosts(
+        {k: tuple(v) for k, v in imported.items()}, {k: tuple(v) for k, v in excluded.items()}
+    )
 
 
 def _only_port(svc: Service, port: int) -> Service | None:
@@ -205,7 +207,9 @@ def _vs_matches_hosts(vs: ResolvedVirtualService, hosts: tuple[str, ...], egress
     # an egress host naming one service in it, and the other way round (istiod VSMatches); a
     # host of it that is excluded does not select it, another may (SelectVirtualServices)
     namespace = vs.obj.meta.namespace
-    return any(matches(vh, h) and not egress.excludes(namespace, vh) for vh in vs.spec.hosts for h in hosts)
+    return any(
+        matches(vh, h) and not egress.excludes(namespace, vh) for vh in vs.spec.hosts for h in hosts
+    )
 
 
 def _select_virtual_services(

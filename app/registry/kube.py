@@ -212,7 +212,9 @@ def convert_service(obj: ConfigObject, domain_suffix: str) -> Service:
 _NO_POD = Workload("", "", "", EMPTY_LABELS, EMPTY_PORTS)
 
 
-def _merge_slices(parts: list[tuple[Endpoint, ...]], keys: list[frozenset[tuple[str, str]]]) -> tuple[Endpoint, ...]:
+def _merge_slices(
+    parts: list[tuple[Endpoint, ...]], keys: list[frozenset[tuple[str, str]]]
+) -> tuple[Endpoint, ...]:
     """Concatenate slices, one endpoint per (address, port name), a healthy one preferred.
 
     ``keys`` are each part's (address, port name) set, kept per slice, so the usual case (no

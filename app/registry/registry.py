@@ -136,7 +136,12 @@ class ServiceRegistry:
         """A Kubernetes Service as the WorkloadEntries it selects see it (istiod: EDS services only)."""
         svc = self._kube.service(*key)
         spec = self._kube.service_spec(*key)
-        if svc is None or spec is None or svc.selector is None or svc.resolution is not Resolution.CLIENT_SIDE_LB:
+        if (
+            svc is None
+            or spec is None
+            or svc.selector is None
+            or svc.resolution is not Resolution.CLIENT_SIDE_LB
+        ):
             return None
         ports = tuple(
             (p.name, p.port, p.target_port)
@@ -185,7 +190,9 @@ class ServiceRegistry:
 
     def _reindex_targets(self, key: ServiceKey) -> set[str]:
         """Re-read the IPs a shard serves; returns the IPs whose targets in it changed."""
-        new: _TargetSig = frozenset((ep.address, ep.service_port_name, ep.port) for ep in self._index.endpoints(*key))
+        new: _TargetSig = frozenset(
+            (ep.address, ep.service_port_name, ep.port) for ep in self._index.endpoints(*key)
+        )
         old = self._targets_by_key.get(key, frozenset())
         if new == old:
             return set()

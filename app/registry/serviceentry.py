@@ -93,12 +93,12 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
     allocated = _allocated(obj)
     ports = tuple(ServicePort(p.name, p.number, parse_protocol(p.protocol)) for p in se.ports)
     resolution = _RESOLUTIONS.get(se.resolution, Resolution.PASSTHROUGH)
-    overrides = (
-        tuple((p.number, p.target_port) for p in se.ports if p.target_port)
-        if (resolution is Resolution.PASSTHROUGH)
-        else ()
+    overrides = tuple((p.number, p.target_port) for p in se.ports if p.target_port) if (
+        resolution is Resolution.PASSTHROUGH
+    ) else ()
+    selector = (
+        MappingProxyType(dict(se.workload_selector.labels)) if se.HasField("workload_selector") else None
     )
-    selector = MappingProxyType(dict(se.workload_selector.labels)) if se.HasField("workload_selector") else None
     return tuple(
         Service(
             hostname=host,
@@ -167,7 +167,9 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
         locality=locality,
         weight=we.weight,
         network=we.network,
-        service_account=spiffe_identity(trust_domain, namespace, we.service_account) if we.service_account else "",
+        service_account=spiffe_identity(trust_domain, namespace, we.service_account)
+        if we.service_account
+        else "",
         tls_mode=tls_mode,
         health=HealthStatus.UNKNOWN,  # istiod convertWorkloadEntryToWorkloadInstance sets none
     )
@@ -349,7 +351,9 @@ class ServiceEntryController:
             selector = se.workload_selector.labels
             for store in (self._workload_entries, self._pods):
                 by_name = store.get(ns, {})
-                matched = [by_name[n] for n in sorted(by_name) if selector_matches(selector, by_name[n].labels)]
+                matched = [
+                    by_name[n] for n in sorted(by_name) if selector_matches(selector, by_name[n].labels)
+                ]
                 for port in se.ports:
                     for w in matched:
                         out.append(_entry_port_endpoint(w, port))
@@ -375,7 +379,11 @@ class ServiceEntryController:
             by_name = self._workload_entries.get(key[1], {})
             for name in sorted(by_name):
                 w = by_name[name]
-                if not w.labels or not is_ip_address(w.address) or not selector_matches(selecting.selector, w.labels):
+                if (
+                    not w.labels
+                    or not is_ip_address(w.address)
+                    or not selector_matches(selecting.selector, w.labels)
+                ):
                     continue
                 for port_name, number, target in selecting.ports:
                     if isinstance(target, str):  # a named targetPort must be a named WorkloadEntry port

@@ -329,9 +329,7 @@ async def test_ads_type_without_generator_is_watched_not_answered_and_stream_sta
     # serves and ignores the rest, the stream stays up
     secret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
     s = Stream(channel, ADS + "DeltaAggregatedResources", delta=True)
-    await s.send(
-        node(discovery_pb2.DeltaDiscoveryRequest(type_url=secret, resource_names_subscribe=["kubernetes://c"]))
-    )
+    await s.send(node(discovery_pb2.DeltaDiscoveryRequest(type_url=secret, resource_names_subscribe=["kubernetes://c"])))
     await s.nothing()
     await s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER))
     cds = await s.recv()

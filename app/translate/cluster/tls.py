@@ -48,10 +48,7 @@ class TlsConfigError(ValueError):
 
 
 def infer_service_mtls_mode(
-    rule_policy: net.TrafficPolicy | None,
-    service: Service,
-    port: ServicePort,
-    endpoints: Sequence[Endpoint],
+    rule_policy: net.TrafficPolicy | None, service: Service, port: ServicePort, endpoints: Sequence[Endpoint],
     namespace_mode: MtlsMode,
 ) -> MtlsMode:
     """istiod BestEffortInferServiceMTLSMode: unknown for a mesh-external service; a passthrough

@@ -168,9 +168,7 @@ def _jwt_claim(path: Sequence[str], matcher: Any) -> Msg:
         or_match=value_pb2.OrMatcher(
             value_matchers=[
                 value_pb2.ValueMatcher(string_match=matcher),
-                value_pb2.ValueMatcher(
-                    list_match=value_pb2.ListMatcher(one_of=value_pb2.ValueMatcher(string_match=matcher))
-                ),
+                value_pb2.ValueMatcher(list_match=value_pb2.ListMatcher(one_of=value_pb2.ValueMatcher(string_match=matcher))),
             ]
         )
     )
@@ -266,7 +264,9 @@ def _said(generate: Callable[[str, bool], Msg], values: Sequence[str], tcp: bool
     return out
 
 
-def _permission(fields: Sequence[tuple[PermissionOf, Sequence[str], Sequence[str]]], tcp: bool, strict: bool) -> Msg:
+def _permission(
+    fields: Sequence[tuple[PermissionOf, Sequence[str], Sequence[str]]], tcp: bool, strict: bool
+) -> Msg:
     """AND over fields of (OR of values, NOT OR of not-values); any when nothing is set."""
     rules = []
     for generate, values, not_values in fields:
@@ -277,7 +277,9 @@ def _permission(fields: Sequence[tuple[PermissionOf, Sequence[str], Sequence[str
     return Permission(and_rules=Permission.Set(rules=rules or [Permission(any=True)]))
 
 
-def _principal(fields: Sequence[tuple[PrincipalOf, Sequence[str], Sequence[str]]], tcp: bool, strict: bool) -> Msg:
+def _principal(
+    fields: Sequence[tuple[PrincipalOf, Sequence[str], Sequence[str]]], tcp: bool, strict: bool
+) -> Msg:
     ids = []
     for generate, values, not_values in fields:
         if said := _said(generate, values, tcp, strict):

@@ -178,7 +178,9 @@ def build_gateway_listeners(
     return [_listener(name, bind, port, chains, ctx) for name, (bind, port, chains) in by_name.items() if chains]
 
 
-def _with_authz(chain: ChainOpts, http: tuple[hcm_pb2.HttpFilter, ...], network: tuple[lc.Filter, ...]) -> ChainOpts:
+def _with_authz(
+    chain: ChainOpts, http: tuple[hcm_pb2.HttpFilter, ...], network: tuple[lc.Filter, ...]
+) -> ChainOpts:
     if chain.http is not None:
         return replace(chain, http=replace(chain.http, authz=http)) if http else chain
     return replace(chain, network_filters=(*network, *chain.network_filters)) if network else chain

@@ -91,7 +91,9 @@ def _unique_and_shared(hostname: str, proxy_domain: str) -> tuple[list[str], lis
     return host_parts[: len(host_parts) - shared], host_parts[len(host_parts) - shared :]
 
 
-def service_domains(service: Service, proxy_domain: str, allocated: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+def service_domains(
+    service: Service, proxy_domain: str, allocated: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
     """Domains of a service's virtual host, and which of them are short-name expansions
     (istiod generateVirtualHostDomains with the port ignored); ``allocated``: the auto-allocated
     addresses the proxy uses for a service without its own (GetAllAddressesForProxy)."""
