@@ -111,6 +111,13 @@ class Environment:
             out.add(ConfigKey(Kind.DNS_NAME, key[1], key[0]) if http_only else service_config_key(*key))
         return out
 
+    def config_object(self, key: ConfigKey) -> ConfigObject | None:
+        """The object of that key as last applied (Istio config, or a Kubernetes Service or
+        ServiceEntry by its object name): where it came from and its resourceVersion."""
+        if key.kind in _STORE_KINDS:
+            return self.store.get(key.kind, key.namespace, key.name)
+        return self.registry.config_object(key.kind, key.namespace, key.name)
+
     def push_inputs(self) -> PushInputs:
         """What a PushContext is built from, as immutable tuples taken now: the build itself
         may then run off the event loop while events keep arriving."""

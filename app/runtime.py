@@ -31,6 +31,7 @@ from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug
 from app.debug.configz import Configz
+from app.debug.push_history import PushHistory
 from app.debug.server import DebugServer
 from app.environment import Change, Environment
 from app.errors import ConfigError
@@ -68,11 +69,14 @@ from app.xds.mesh_source import MeshSource, MeshStream
 from app.xds.push import Debouncer, run_push_workers
 from app.xds.push_request import PushRequest
 from app.xds.server import XdsServer
+from app.xds.type_urls import SHORT_NAMES
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
 logger = logging.getLogger("pilotfish")
+
+_MAX_KEYS_SHOWN = 50  # trigger keys a push_status entry lists
 
 
 class Runtime:
@@ -117,6 +121,7 @@ class Runtime:
         self._configz = Configz()  # /debug/configz's renderings, kept while each object is in force
         self._last_push: dict[str, Any] | None = None  # /debug/push_status
         self._last_push_sent: dict[tuple[tuple[str, str], ...], float] = {}
+        self.push_history = PushHistory()
         self.ca: CertificateAuthority | None = None
         self.secure: SecurePort | None = None
         self._authenticator: Authenticator | None = None
@@ -125,7 +130,7 @@ class Runtime:
         self._root_hooks: list[Callable[[str], None]] = []
         if settings.ca_dir is not None:
             self._serve_ca(CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain()))
-        self.source = MeshSource(self.generator)
+        self.source = MeshSource(self.generator, self.env.config_object)
         self.xds: XdsServer[Proxy, PushRequest] = XdsServer(
             self.source,
             on_disconnect=self._disconnected,
@@ -172,6 +177,9 @@ class Runtime:
 
     def rejections(self) -> Sequence[ConfigError]:
         return [error for source in self.sources for error in source.rejections()]
+
+    def rejected_pushes(self) -> Sequence[str]:
+        return list(self.metrics.recent_rejections)
 
     def streams(self) -> Sequence[MeshStream]:
         return list(self.xds.streams.values())
@@ -292,14 +300,16 @@ class Runtime:
         return self._configz(objects, self.rejections())
 
     def push_status(self) -> dict[str, Any]:
-        """``/debug/push_status``: the last push fired, and the responses sent since, by type."""
+        """``/debug/push_status``: the last push fired and the responses sent since, by type, and
+        the latest pushes, each with its trigger, the proxies reached and the resources sent."""
         if self._last_push is None:
             return {}
         sent = {
             dict(labels)["type"]: count - self._last_push_sent.get(labels, 0)
             for labels, count in self.metrics.pushes.values.items()
         }
-        return {**self._last_push, "responsesSinceByType": {t: n for t, n in sorted(sent.items()) if n}}
+        since = {t: n for t, n in sorted(sent.items()) if n}
+        return {**self._last_push, "responsesSinceByType": since, "pushes": self.push_history.json()}
 
     def pending_push(self, stream: MeshStream) -> bool:
         return self.queue.queued(stream)
@@ -503,6 +513,11 @@ class Runtime:
         self.metrics.pushed(request.reasons, request.full, debounced, init, services, virtual_services)
         self._last_push = {
             "version": push.version,
+            "trigger": {
+                "configs": sorted(str(key) for key in request.configs_updated)[:_MAX_KEYS_SHOWN],
+                "endpointShards": sorted(f"{h}/{ns}" for h, ns in request.endpoint_services)[:_MAX_KEYS_SHOWN],
+                "proxyIPs": sorted(request.proxy_ips)[:_MAX_KEYS_SHOWN],
+            },
             "full": request.full,
             "reasons": dict(request.reasons),
             "configsUpdated": sorted(str(key) for key in request.configs_updated)[:50],
@@ -513,6 +528,7 @@ class Runtime:
             "proxiesQueued": pushed.streams,
         }
         self._last_push_sent = dict(self.metrics.pushes.values)
+        self.push_history.fired(push.version, self._last_push)
         self.heap.settled()  # the new snapshot and what the change left behind
 
     async def _push_to(self, stream: MeshStream, request: PushRequest) -> None:
@@ -521,10 +537,15 @@ class Runtime:
         pushes = stream.connection.pushes
         try:
             # the stream tells the tracer what it wrote, before it processes any answer to it
-            await stream.push(request, dequeued)
+            sent = await stream.push(request, dequeued)
         except Exception:
             self.metrics.internal_errors.add()
             raise
+        if sent:
+            by_type = Counter[str]()
+            for resp in sent:
+                by_type[SHORT_NAMES.get(resp.type_url, resp.type_url)] += len(resp.resources)
+            self.push_history.reached(request.pushes, stream.connection.client.id, by_type)
         if stream.connection.pushes > pushes:  # not skipped by the dependency filter
             self.metrics.convergence.observe(time.monotonic() - request.start)
 

@@ -31,6 +31,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
 from app.agent.certs import CertificateManager, WorkloadCertificate
+from app.xds.cause import Cause
 from app.xds.connection import Connection
 from app.xds.errors import StreamError
 from app.xds.resource import Resource, encode
@@ -158,6 +159,9 @@ class AgentSecrets:
 
     def push(self, client: Envoy, note: object, request: Renewal, watched: Collection[str]) -> RenewalPlan:
         return RenewalPlan(self, client, _SECRET_ONLY if SECRET in watched else ())
+
+    def rejected(self, client: Envoy, type_url: str, error: str, watch: WatchedResource) -> tuple[Cause, ...]:
+        return ()  # the workload's own certificates: no config object made them
 
 
 SdsConnection = Connection[Envoy, Renewal, DiscoveryRequest, SotwResponse]

@@ -35,8 +35,12 @@ def _parse_object(text: str) -> dict[str, Any]:
     return found
 
 
-def add_node_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node-id", required=True, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local")
+def add_node_arguments(
+    parser: argparse.ArgumentParser, id_flags: tuple[str, ...] = ("--node-id",), required: bool = True
+) -> None:
+    parser.add_argument(
+        *id_flags, dest="node_id", required=required, help="TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local"
+    )
     parser.add_argument("--namespace", help="the proxy's namespace (default: from the node id)")
     parser.add_argument("--labels", type=_parse_labels, default=None, help="k=v,k=v workload labels")
     parser.add_argument("--ip", help="the proxy's IPs, a,b (default: the node id's)")

@@ -7,10 +7,14 @@
 ``/debug/config_dump?proxyID=``  what a connected proxy is given now (clusters, endpoints,
                                  listeners, routes), as ``pilotfish config-dump`` prints it
 ``/debug/sidecarz?proxyID=``     that proxy's SidecarScope
-``/debug/rejections``            config objects rejected, with the reason
+``/debug/rejections``            config objects rejected, with the reason; then the latest NACKs,
+                                 each naming the config objects the rejected resources came from
+``/debug/explain?proxyID=&type=&name=``  the config objects, services and endpoint shards that
+                                 made one resource a connected proxy is served (``pilotfish explain``)
 ``/debug/configz``               the Istio config in force in Kubernetes form, as istiod's, then every
                                  rejection as a Kubernetes Event (app/debug/configz.py)
-``/debug/push_status``           the last push fired: request, times, proxies, responses since by type
+``/debug/push_status``           the latest pushes (at most 100): trigger keys, times, proxies
+                                 reached, resources sent by type
 ``/debug/connections``           every stream: proxy, protocol, types watched, pushes, pending push
 aiohttp serves it; the handlers only read the runtime through ``DebugState``.
 """
@@ -26,9 +30,10 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from app.debug.dump import dump_served, scope_json
-from app.errors import ConfigError
+from app.errors import ConfigError, PilotfishError
 from app.model.push_context import PushContext
 from app.settings import split_address
+from app.xds.explain import NotServed, type_url_of
 from app.xds.mesh_source import MeshSource, MeshStream
 from app.xds.type_urls import SHORT_NAMES
 
@@ -44,6 +49,8 @@ class DebugState(Protocol):
     def resource_source(self) -> MeshSource: ...
 
     def rejections(self) -> Sequence[ConfigError]: ...
+
+    def rejected_pushes(self) -> Sequence[str]: ...
 
     def streams(self) -> Sequence[MeshStream]: ...
 
@@ -100,6 +107,7 @@ class DebugServer:
         app.router.add_get("/debug/config_dump", self._config_dump)
         app.router.add_get("/debug/sidecarz", self._sidecarz)
         app.router.add_get("/debug/rejections", self._rejections)
+        app.router.add_get("/debug/explain", self._explain)
         app.router.add_get("/debug/configz", self._configz)
         app.router.add_get("/debug/push_status", self._push_status)
         app.router.add_get("/debug/connections", self._connections)
@@ -183,4 +191,15 @@ class DebugServer:
         return web.json_response(scope_json(proxy, self._state.push_context().sidecar_scope(proxy)))
 
     async def _rejections(self, _request: web.Request) -> web.Response:
-        return web.json_response([str(e) for e in self._state.rejections()])
+        return web.json_response([*(str(e) for e in self._state.rejections()), *self._state.rejected_pushes()])
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        proxy = self._stream(request).connection.client
+        try:
+            type_url = type_url_of(request.query.get("type", ""))
+            found = self._state.resource_source().explain(proxy, type_url, request.query.get("name", ""))
+        except NotServed as e:
+            raise web.HTTPNotFound(text=f"{e}\n") from None
+        except PilotfishError as e:
+            raise web.HTTPBadRequest(text=f"{e}\n") from None
+        return web.json_response(found.json())

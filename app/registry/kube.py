@@ -279,6 +279,10 @@ class KubeController:
     def services(self) -> Mapping[ServiceKey, Service]:
         return MappingProxyType(self._services)
 
+    def service_object(self, namespace: str, name: str) -> ConfigObject | None:
+        """The Kubernetes Service object of that name (its file or resourceVersion)."""
+        return self._service_objs.get((namespace, name))
+
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         obj = self._namespaces.get(namespace)
         return obj.meta.labels if obj is not None else EMPTY_LABELS

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.config.host import is_ip_address
-from app.config.model import ConfigEvent, Kind
+from app.config.model import ConfigEvent, ConfigObject, Kind
 from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
@@ -214,6 +214,14 @@ class ServiceRegistry:
         return changed
 
     # --- reads -----------------------------------------------------------------------------
+
+    def config_object(self, kind: Kind, namespace: str, name: str) -> ConfigObject | None:
+        """The Kubernetes Service or ServiceEntry object of that name, as last applied."""
+        if kind is Kind.SERVICE:
+            return self._kube.service_object(namespace, name)
+        if kind is Kind.SERVICE_ENTRY:
+            return self._entries.entry(namespace, name)
+        return None
 
     def services(self) -> tuple[Service, ...]:
         """Every Service, ordered by (hostname, namespace); the same tuple until one changes."""

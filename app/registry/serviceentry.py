@@ -199,6 +199,10 @@ class ServiceEntryController:
     def services(self) -> Mapping[ServiceKey, Service]:
         return MappingProxyType(self._services)
 
+    def entry(self, namespace: str, name: str) -> ConfigObject | None:
+        """The ServiceEntry object of that name (its file or resourceVersion)."""
+        return self._entries.get((namespace, name))
+
     # --- events ----------------------------------------------------------------------------
 
     def apply(self, event: ConfigEvent) -> Changes:

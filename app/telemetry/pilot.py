@@ -6,12 +6,13 @@ istiod exposes and pilotfish does not measure yet is not exposed (no zero-valued
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Mapping
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 
 from app.telemetry.prometheus import Histogram, Metric, render
+from app.xds.cause import Cause
 from app.xds.type_urls import SHORT_NAMES
 
 # Go's codes.Code.String(), which istiod writes into the ``err`` label
@@ -20,6 +21,7 @@ _CODE_NAMES = {
     6: "AlreadyExists", 7: "PermissionDenied", 8: "ResourceExhausted", 9: "FailedPrecondition", 10: "Aborted",
     11: "OutOfRange", 12: "Unimplemented", 13: "Internal", 14: "Unavailable", 15: "DataLoss", 16: "Unauthenticated",
 }  # fmt: skip
+MAX_RECENT_REJECTIONS = 100
 _PUSH_BUCKETS = (0.01, 0.1, 0.5, 1, 3, 5, 10, 20, 30)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
 
@@ -44,6 +46,15 @@ class PilotMetrics:
             "lds": Metric("pilot_xds_lds_reject", "Pilot rejected LDS.", "gauge"),
             "rds": Metric("pilot_xds_rds_reject", "Pilot rejected RDS.", "gauge"),
         }
+        # labelled by object, not by proxy: bounded by the config objects that made a rejected
+        # resource (a proxy label would grow with the mesh; pilot_xds_*_reject has the node)
+        self.rejects_by_config = Metric(
+            "pilotfish_xds_rejects_by_config",
+            "XDS responses rejected by proxies, by a config object the rejected resources were made from.",
+            "counter",
+        )
+        # the latest NACKs, each naming the objects it traced to (/debug/rejections)
+        self.recent_rejections: deque[str] = deque(maxlen=MAX_RECENT_REJECTIONS)
         self.write_timeouts = Metric("pilot_xds_write_timeout", "Pilot XDS response write timeouts.", "counter")
         self.debounce_time = Histogram(
             "pilot_debounce_time",
@@ -203,12 +214,17 @@ class PilotMetrics:
         """An Istio config object came from Kubernetes (istiod's crdclient events)."""
         self.k8s_cfg_events.add(type=kind, event=event)
 
-    def rejected(self, type_url: str, node: str, code: int) -> None:
-        """A NACK: by type, and per node with its gRPC code's name, as istiod labels it."""
+    def rejected(self, type_url: str, node: str, code: int, error: str, causes: Sequence[Cause]) -> None:
+        """A NACK: by type, and per node with its gRPC code's name, as istiod labels it; by each
+        config object the rejected resources were made from; and kept for /debug/rejections."""
         short = SHORT_NAMES.get(type_url, type_url)
         self.total_rejects.add(type=short)
         if short in self.rejects:
             self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, f"Code({code})"))
+        for cause in causes:
+            self.rejects_by_config.add(type=short, kind=cause.kind, namespace=cause.namespace, name=cause.name)
+        made = ", made from " + ", ".join(map(str, causes)) if causes else ""
+        self.recent_rejections.append(f"{short} NACK from {node}{made}: {error}")
 
     def pushed(
         self, reasons: Mapping[str, int], full: bool, debounced: float, init: float, services: int, vs: int
@@ -254,6 +270,7 @@ class PilotMetrics:
                 self.inbound_updates,
                 self.total_rejects,
                 *self.rejects.values(),
+                self.rejects_by_config,
                 self.write_timeouts,
                 self.debounce_time,
                 self.pushcontext_init,

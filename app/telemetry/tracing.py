@@ -15,7 +15,9 @@ proxy has answered (the NACK is an answer: nothing more will come), but with
 ``pilotfish.push.converged`` false, status ERROR naming the first rejecting proxy and Envoy's
 message, ``pilotfish.push.nacks`` (how many responses were rejected),
 ``pilotfish.push.nacked_proxies`` (which proxies) and one ``pilotfish.nack`` event per NACK (proxy,
-type, message; at most ``MAX_KEYS``). A proxy that disconnects before answering is not a NACK.
+type, message and the config objects the rejected resources were made from, which the proxy span
+carries too as ``pilotfish.nack.configs``; at most ``MAX_KEYS``). A proxy that disconnects
+before answering is not a NACK.
 
 The stream reports what a push wrote (``proxy_pushed``) before it processes the next request
 from its client (app/xds/server.py ``Stream.settle``), so an answer is never processed before
@@ -44,6 +46,7 @@ from opentelemetry.trace import Link, Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from app.errors import SettingsError
+from app.xds.cause import Cause
 from app.xds.push_request import PushRequest
 from app.xds.response import DeltaResponse, SotwResponse
 from app.xds.type_urls import SHORT_NAMES
@@ -195,13 +198,15 @@ class PushTracer:
             push.done += 1
             self._maybe_finish(push)
 
-    def answered(self, stream_id: str, type_url: str, nonce: str, error: str | None) -> None:
+    def answered(
+        self, stream_id: str, type_url: str, nonce: str, error: str | None, causes: Sequence[Cause] = ()
+    ) -> None:
         for proxy in list(self._by_stream.get(stream_id, ())):
             if proxy.pending.get(type_url) != nonce:
                 continue
             del proxy.pending[type_url]
             if error is not None:
-                self._nacked(proxy, type_url, error)
+                self._nacked(proxy, type_url, error, tuple(str(c) for c in causes))
             if not proxy.pending:
                 self._end_proxy(proxy, proxy.nack or None)
 
@@ -209,11 +214,14 @@ class PushTracer:
         for proxy in list(self._by_stream.get(stream_id, ())):
             self._end_proxy(proxy, "the stream closed before the proxy answered")
 
-    def _nacked(self, proxy: _ProxyPush, type_url: str, error: str) -> None:
-        """A response of ``proxy`` was rejected: the proxy span and every push it carries say so."""
+    def _nacked(self, proxy: _ProxyPush, type_url: str, error: str, configs: tuple[str, ...]) -> None:
+        """A response of ``proxy`` was rejected: the proxy span and every push it carries say so,
+        naming the config objects the rejected resources were made from."""
         short = SHORT_NAMES.get(type_url, type_url)
         if not proxy.nack:
             proxy.nack = f"{short} NACK: {error}"
+        if configs:
+            proxy.span.set_attribute("pilotfish.nack.configs", configs)
         for push in proxy.pushes:
             if push.ended:
                 continue
@@ -225,6 +233,7 @@ class PushTracer:
                     "pilotfish.stream.id": proxy.stream_id,
                     "xds.type": short,
                     "pilotfish.nack.message": error,
+                    "pilotfish.nack.configs": configs,
                 }
                 push.root.add_event("pilotfish.nack", event)
 

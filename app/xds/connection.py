@@ -15,11 +15,13 @@ The gRPC servicer (server.py) only feeds it and writes what it returns.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+from app.xds.cause import Cause
 from app.xds.delta import DeltaSession
 from app.xds.limits import IdleAnswers
 from app.xds.resource import Resource
@@ -97,6 +99,19 @@ class Connection(Generic[C, P, Req, Resp]):
         # seconds the last push took to build each type's response (istiod pilot_xds_push_time)
         self.build_seconds: dict[str, float] = {}
         self.note: object = None  # the source's, handed back to it on every push
+        self.last_outcome: Outcome | None = None  # how the latest request was taken
+
+    def _causes(self, outcome: Outcome) -> tuple[Cause, ...]:
+        """The source's word on what the rejected resources were made from; a source that
+        fails to say costs the NACK its causes, never the stream."""
+        watch = self.session.watches.get(outcome.type_url)
+        if watch is None:
+            return ()
+        try:
+            return tuple(self.source.rejected(self.client, outcome.type_url, outcome.error, watch))
+        except Exception:
+            logger.exception("%s: the causes of a NACK could not be found", self.client.id)
+            return ()
 
     @property
     def delta(self) -> bool:
@@ -104,16 +119,21 @@ class Connection(Generic[C, P, Req, Resp]):
 
     def on_request(self, req: Req) -> list[Resp]:
         outcome = self.session.on_request(req)
-        if self._on_outcome is not None:
-            self._on_outcome(outcome, self.client)
         if outcome.kind is RequestKind.NACK:
+            outcome = dataclasses.replace(outcome, causes=self._causes(outcome))
+            # the objects first: Envoy's message may run over many lines
+            made = ", made from " + ", ".join(map(str, outcome.causes)) if outcome.causes else ""
             logger.warning(
-                "%s NACK from %s (%s): %s",
+                "%s NACK from %s (%s)%s: %s",
                 SHORT_NAMES.get(outcome.type_url, outcome.type_url),
                 self.client.id,
                 self.id,
+                made,
                 outcome.error,
             )
+        self.last_outcome = outcome
+        if self._on_outcome is not None:
+            self._on_outcome(outcome, self.client)
         if not outcome.respond:
             return []
         type_url = outcome.type_url

@@ -128,6 +128,7 @@ class Discovery(Generic[S]):
         self.generator.publish(push, request)  # served, and the cache invalidated
         self._full_next = False
         streams = self._streams()
+        request = replace(request, pushes=(push.version,))
         if trace is not None:
             assert observer is not None
             if request.full:

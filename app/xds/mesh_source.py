@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,9 @@ from app.errors import shown
 from app.model.proxy import InvalidNodeError, Proxy, build_proxy
 from app.model.sidecar_scope import SidecarScope
 from app.security.authn import Caller, SpiffeId, verified_identity
+from app.xds.cause import Cause
 from app.xds.errors import InvalidNode, Unauthorized
+from app.xds.explain import Explanation, Find, contributors, explain_resource
 from app.xds.generators.source import XdsGenerator
 from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
 from app.xds.push_request import PushRequest
@@ -34,6 +37,12 @@ from app.xds.type_urls import ADS_ORDER
 from app.xds.watch import WatchedResource
 
 logger = logging.getLogger(__name__)
+
+# a NACK whose message names none of a by-name watch's resources blames all of them, up to this
+_MAX_UNNAMED = 20
+# what separates the names in Envoy's NACK messages ("Error adding/updating cluster(s) A, B: ...",
+# or the rejected resource as text, 'name: "A"'); names hold none of these
+_WORDS = re.compile(r'[\s",;()\[\]{}]+')
 
 # a stream of a mesh proxy, as the runtime and the debug endpoints read it
 MeshStream = Stream[Proxy, PushRequest]
@@ -93,10 +102,13 @@ class MeshPush:
 
 
 class MeshSource:
-    """The ``ServedSource`` of the mesh's proxies (app/xds/source.py), over ``generator``."""
+    """The ``ServedSource`` of the mesh's proxies (app/xds/source.py), over ``generator``;
+    ``find`` tells where a config object came from (``Environment.config_object``), for the
+    objects a rejection or an explanation names."""
 
-    def __init__(self, generator: XdsGenerator) -> None:
+    def __init__(self, generator: XdsGenerator, find: Find | None = None) -> None:
         self.generator = generator
+        self.find = find
 
     def client(self, node: base_pb2.Node) -> Proxy:
         try:
@@ -119,6 +131,24 @@ class MeshSource:
 
     def generate(self, type_url: str, client: Proxy, watch: WatchedResource) -> list[Resource] | None:
         return self.generator.generate(type_url, client, watch)
+
+    def explain(self, client: Proxy, type_url: str, name: str) -> Explanation:
+        """What the resource the client is served now was made from (raises NotServed)."""
+        return explain_resource(self.generator, client, type_url, name, self.find)
+
+    def rejected(self, client: Proxy, type_url: str, error: str, watch: WatchedResource) -> tuple[Cause, ...]:
+        """The config objects the client's rejected resources were made from: the resources
+        of the type it is served now that Envoy's message names (Envoy names the clusters and
+        listeners it refused), else, for a type watched by name, the few it watches."""
+        served = self.generator.names(type_url, client, watch.names)
+        # Envoy quotes a refused resource's name, or names it before a colon
+        words = {w for word in _WORDS.split(error) for w in (word, word.rstrip(":")) if w}
+        rejected = [name for name in served if name in words]
+        if not rejected and not watch.wildcard and len(served) <= _MAX_UNNAMED:
+            rejected = served
+        deps = {dep for name in rejected for dep in self.generator.deps(type_url, client, name)}
+        configs, _, _ = contributors(self.generator.push_context(), deps, self.find)
+        return tuple(configs)
 
     def push(self, client: Proxy, note: object, request: PushRequest, watched: Collection[str]) -> MeshPush:
         previous = _scope(note)

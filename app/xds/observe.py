@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Protocol, TypeVar
 
+from app.xds.cause import Cause
 from app.xds.response import DeltaResponse, SotwResponse
 
 # the push request (app/xds/push_request.py PushRequest): opaque to the transport, which hands it
@@ -41,8 +42,11 @@ class StreamObserver(Protocol[P_contra]):
         any answer to those responses is processed."""
         ...
 
-    def answered(self, stream_id: str, type_url: str, nonce: str, error: str | None) -> None:
-        """The client ACKed (``error`` None) or NACKed a response."""
+    def answered(
+        self, stream_id: str, type_url: str, nonce: str, error: str | None, causes: Sequence[Cause] = ()
+    ) -> None:
+        """The client ACKed (``error`` None) or NACKed a response; ``causes``: the config objects
+        the rejected resources were made from (the source's word)."""
         ...
 
     def disconnected(self, stream_id: str) -> None:
@@ -92,8 +96,9 @@ class XdsMetrics(Protocol):
         """A secure-port stream was refused with that gRPC status name."""
         ...
 
-    def rejected(self, type_url: str, node: str, code: int) -> None:
-        """A client NACKed a response of the type."""
+    def rejected(self, type_url: str, node: str, code: int, error: str, causes: Sequence[Cause]) -> None:
+        """A client NACKed a response of the type with that message; ``causes``: the config
+        objects the rejected resources were made from."""
         ...
 
     def expired_nonce(self, type_url: str) -> None:

@@ -52,6 +52,8 @@ class PushRequest:
     forced: bool = False  # push everything watched, changed or not
     # the observer's handles of the debounced pushes this request carries (app/xds/observe.py)
     traces: tuple[Hashable, ...] = field(default=(), compare=False, hash=False)
+    # the snapshot versions of the debounced pushes it carries (/debug/push_status's history)
+    pushes: tuple[int, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def all_kinds(self) -> bool:
@@ -83,6 +85,7 @@ class PushRequest:
             start=_oldest(self.start, other.start),
             forced=self.forced or other.forced,
             traces=self.traces + tuple(t for t in other.traces if t not in self.traces),
+            pushes=self.pushes + tuple(v for v in other.pushes if v not in self.pushes),
         )
 
 

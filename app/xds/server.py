@@ -569,11 +569,13 @@ class XdsServer(Generic[C, P]):
             return
         nack = req.HasField("error_detail") and req.error_detail.code != 0
         error = req.error_detail.message if nack else None
-        self._observer.answered(stream.connection.id, req.type_url, req.response_nonce, error)
+        outcome = stream.connection.last_outcome
+        causes = outcome.causes if nack and outcome is not None else ()
+        self._observer.answered(stream.connection.id, req.type_url, req.response_nonce, error, causes)
 
     def _outcome(self, outcome: Outcome, client: C) -> None:
         if outcome.kind is RequestKind.NACK:
-            self._metrics.rejected(outcome.type_url, client.id, outcome.error_code)
+            self._metrics.rejected(outcome.type_url, client.id, outcome.error_code, outcome.error, outcome.causes)
         elif outcome.kind is RequestKind.STALE:
             # istiod: "Expired nonce received", at debug level, and pilot_xds_expired_nonce
             logger.debug("xDS %s: %s expired nonce", client.id, SHORT_NAMES.get(outcome.type_url, outcome.type_url))

@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar
 from envoy.config.core.v3 import base_pb2
 
 from app.security.authn import Caller, SpiffeId
+from app.xds.cause import Cause
 from app.xds.resource import Resource
 from app.xds.watch import WatchedResource
 
@@ -124,6 +125,11 @@ class ResourceSource(Protocol[C_contra, P_contra]):
     def push(self, client: C_contra, note: object, request: P_contra, watched: Collection[str]) -> PushPlan:
         """What ``request`` does to a stream of ``client`` watching the types ``watched``;
         ``note`` is the stream's (None before any answer)."""
+        ...
+
+    def rejected(self, client: C_contra, type_url: str, error: str, watch: WatchedResource) -> Sequence[Cause]:
+        """The config objects the resources the client just rejected (``error``: its message)
+        were made from, for the NACK's log line, metric and trace (none: not known)."""
         ...
 
 

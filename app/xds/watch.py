@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from app.xds.cause import Cause
 from app.xds.type_urls import EXPLICIT_TYPES
 
 WILDCARD = "*"
@@ -182,5 +183,5 @@ class Outcome:
     # a Delta subscription change that is answered: the names it made wanted, all the answer
     # has to consider (None: the whole watch, as for a first request or a new wildcard)
     subscribed: frozenset[str] | None = None
-
-
+    # a NACK: the config objects the rejected resources were made from (the source's word)
+    causes: tuple[Cause, ...] = ()

@@ -302,8 +302,11 @@ class Envoy(LoggedProcess):
 
 
 @contextmanager
-def run_envoy(pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir: Path) -> Iterator[Envoy]:
-    """A real Envoy on ADS to ``pilotfish``; on exit it must have rejected no update."""
+def run_envoy(
+    pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir: Path, *, rejecting: bool = False
+) -> Iterator[Envoy]:
+    """A real Envoy on ADS to ``pilotfish``; on exit it must have rejected no update, unless the
+    test makes it reject some (``rejecting``)."""
     admin_port = free_port()
     bootstrap = agent_bootstrap(
         proxy.node_id,
@@ -335,7 +338,8 @@ def run_envoy(pilotfish: Pilotfish, proxy: ProxyIdentity, api_type: str, workdir
             raise AssertionError(f"{e}\n{envoy.describe()}\n{pilotfish.describe()}") from None
         yield envoy
         assert envoy.alive(), f"Envoy died during the test\n{envoy.describe()}"
-        envoy.assert_nothing_rejected()
+        if not rejecting:
+            envoy.assert_nothing_rejected()
     finally:
         envoy.stop()
 

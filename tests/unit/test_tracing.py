@@ -17,6 +17,7 @@ from opentelemetry.trace import StatusCode
 from app.config.model import ConfigKey, Kind
 from app.errors import SettingsError
 from app.telemetry.tracing import PushTracer, tracing_from_env
+from app.xds.cause import Cause
 from app.xds.push_request import PushRequest
 from app.xds.resource import encode
 from app.xds.response import DeltaResponse
@@ -65,7 +66,8 @@ async def test_a_push_trace_ends_when_the_last_proxy_acked_everything(exported: 
     t.answered("a-1", ENDPOINT, "0", None)  # an answer to an older response: not this push's
     assert not by_name(exported.get_finished_spans(), "pilotfish.push")
     t.answered("a-1", ENDPOINT, "2", None)
-    t.answered("b-2", CLUSTER, "7", "unknown field")  # a NACK ends it too, as an error
+    # a NACK ends it too, as an error, naming what the rejected resources were made from
+    t.answered("b-2", CLUSTER, "7", "unknown field", [Cause("DestinationRule", "ns", "reviews", "dr.yaml#0")])
     spans = exported.get_finished_spans()
     (root,) = by_name(spans, "pilotfish.push")
     assert root.attributes is not None
@@ -88,6 +90,11 @@ async def test_a_push_trace_ends_when_the_last_proxy_acked_everything(exported: 
     assert a.attributes["xds.resources"] == 2
     assert a.status.status_code is StatusCode.UNSET
     assert b.status.status_code is StatusCode.ERROR and "unknown field" in (b.status.description or "")
+    assert b.attributes is not None
+    assert b.attributes["pilotfish.nack.configs"] == ("DestinationRule ns/reviews (dr.yaml#0)",)
+    [event] = [e for e in root.events if e.name == "pilotfish.nack"]
+    assert event.attributes is not None
+    assert event.attributes["pilotfish.nack.configs"] == ("DestinationRule ns/reviews (dr.yaml#0)",)
     for span in (a, b):
         assert span.parent is not None and span.parent.span_id == root.context.span_id
         assert span.end_time is not None and root.end_time is not None and span.end_time <= root.end_time

@@ -16,6 +16,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import wrappers_pb2
 
 from app.security.authn import Caller, SpiffeId
+from app.xds.cause import Cause
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.errors import InvalidNode, Status, Unauthorized
@@ -119,6 +120,10 @@ class FakeSource:
         watch.synced = (watch.synced if isinstance(watch.synced, int) else 0) + 1
         return [r for name, r in sorted(held.items()) if watch.wants(name)]
 
+    def rejected(self, client: Client, type_url: str, error: str, watch: WatchedResource) -> list[Cause]:
+        """The fruit a NACK's message names, as the objects they were made from."""
+        return [Cause("Stand", client.id, name) for name in sorted(self.resources.get(type_url, {})) if name in error]
+
     def push(self, client: Client, note: object, request: Push, watched: Collection[str]) -> Plan:
         self.notes_in.append(note)
         count = note.count if isinstance(note, Note) else 0
@@ -176,6 +181,8 @@ def test_a_sotw_request_is_answered_acked_and_nacked_through_the_source() -> Non
         (RequestKind.NACK, FRUIT, "stand-1"),
     ]
     assert conn.session.watches[FRUIT].last_error == "apples are not pears"
+    # the source named what the rejected resources were made from; the outcome carries it
+    assert outcomes[-1][0].causes == (Cause("Stand", "stand-1", "apple"), Cause("Stand", "stand-1", "pear"))
     # the rejected set is never resent as such; different content goes out
     assert conn.on_push(Push(types=(FRUIT,))) == []
     source.put(FRUIT, ("apple", "yellow"))
@@ -267,7 +274,7 @@ class Metrics:
     def __init__(self) -> None:
         self.clients: dict[str, int] = {}
         self.sent_types: list[str] = []
-        self.nacks: list[tuple[str, str, int]] = []
+        self.nacks: list[tuple[str, str, int, tuple[Cause, ...]]] = []
 
     def connected(self, istio_version: str, delta: int) -> None:
         self.clients[istio_version] = self.clients.get(istio_version, 0) + delta
@@ -284,8 +291,8 @@ class Metrics:
     def auth_failure(self, code: str) -> None:
         pass
 
-    def rejected(self, type_url: str, node: str, code: int) -> None:
-        self.nacks.append((type_url, node, code))
+    def rejected(self, type_url: str, node: str, code: int, error: str, causes: Sequence[Cause]) -> None:
+        self.nacks.append((type_url, node, code, tuple(causes)))
 
     def expired_nonce(self, type_url: str) -> None:
         pass
@@ -296,7 +303,7 @@ class Observer:
 
     def __init__(self) -> None:
         self.pushed: list[tuple[str, Push, list[str]]] = []
-        self.answers: list[tuple[str, str | None]] = []
+        self.answers: list[tuple[str, str | None, tuple[Cause, ...]]] = []
 
     def proxy_pushed(
         self,
@@ -308,8 +315,10 @@ class Observer:
     ) -> None:
         self.pushed.append((proxy_id, request, [r.type_url for r in responses]))
 
-    def answered(self, stream_id: str, type_url: str, nonce: str, error: str | None) -> None:
-        self.answers.append((type_url, error))
+    def answered(
+        self, stream_id: str, type_url: str, nonce: str, error: str | None, causes: Sequence[Cause] = ()
+    ) -> None:
+        self.answers.append((type_url, error, tuple(causes)))
 
     def disconnected(self, stream_id: str) -> None:
         pass
@@ -368,8 +377,9 @@ async def test_the_grpc_server_serves_a_fake_sources_clients(served: Served) -> 
     await call.done_writing()
     assert await call.code() == grpc.StatusCode.OK
     assert served.observer.pushed == [("stand-7", request, [FRUIT])]
-    assert served.observer.answers[-1] == (FRUIT, "green apples")
-    assert served.metrics.nacks == [(FRUIT, "stand-7", 3)] and served.metrics.sent_types == [FRUIT, FRUIT]
+    apple = (Cause("Stand", "stand-7", "apple"),)
+    assert served.observer.answers[-1] == (FRUIT, "green apples", apple)
+    assert served.metrics.nacks == [(FRUIT, "stand-7", 3, apple)] and served.metrics.sent_types == [FRUIT, FRUIT]
     assert served.metrics.clients == {"1.99": 0}
 
 

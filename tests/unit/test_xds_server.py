@@ -488,6 +488,7 @@ ISTIOD_METRICS = {
 PILOTFISH_METRICS = {
     "pilotfish_xds_cache_hits", "pilotfish_xds_cache_misses", "pilotfish_xds_cache_evictions",
     "pilotfish_config_rejections", "pilotfish_xds_auth_failures", "pilotfish_secure_port_refused",
+    "pilotfish_xds_rejects_by_config",
     "leader_election_master_status",  # client-go's name (istiod sets no provider for it)
 }  # fmt: skip
 # the standard process and Python metrics every Python exporter has (prometheus_client's collectors)
@@ -587,6 +588,83 @@ async def test_debug_configz_push_status_and_connections(runtime: Runtime, chann
     assert push["proxiesQueued"] == 1 and push["responsesSinceByType"].get("cds") == 1
     assert connection["proxy"] == "productpage-v1-0.bookinfo" and connection["types"] == ["cds", "lds"]
     assert connection["protocol"] == "sotw" and connection["pendingPush"] is False
+    # the history: newest first, with its trigger keys, the proxies reached and what each type sent
+    latest = push["pushes"][0]
+    assert latest["version"] == push["version"]
+    assert latest["trigger"]["configs"] == ["DestinationRule bookinfo/ratings-extra"]
+    assert latest["proxiesReached"] == 1 and latest["proxies"] == ["productpage-v1-0.bookinfo"]
+    assert latest["resourcesSentByType"]["cds"] >= 1
+    s.call.cancel()
+
+
+async def test_a_nack_names_the_objects_its_rejected_resources_were_made_from(
+    runtime: Runtime, channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER)))
+    cds = await s.recv()
+    rejected = "outbound|9080|v2|reviews.bookinfo.svc.cluster.local"
+    nack = discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=cds.nonce)
+    # as Envoy's CDS words it: the clusters it refused, each with the reason
+    nack.error_detail.code = 13
+    nack.error_detail.message = f"Error adding/updating cluster(s) {rejected}: ring too large"
+    await s.send(nack)
+    await _until(lambda: bool(runtime.metrics.recent_rejections))
+    [logged] = [r.getMessage() for r in caplog.records if "NACK from" in r.getMessage()]
+    assert logged.startswith("cds NACK from productpage-v1-0.bookinfo")
+    assert "made from DestinationRule bookinfo/reviews (" in logged and "traffic.yaml#1)" in logged
+    assert "Service bookinfo/reviews (" in logged
+    labels = {dict(k)["kind"]: dict(k) for k in runtime.metrics.rejects_by_config.values}
+    assert labels["DestinationRule"] == {
+        "type": "cds",
+        "kind": "DestinationRule",
+        "namespace": "bookinfo",
+        "name": "reviews",
+    }
+    metrics = await scrape(runtime)
+    key = (
+        "pilotfish_xds_rejects_by_config",
+        (("kind", "DestinationRule"), ("name", "reviews"), ("namespace", "bookinfo"), ("type", "cds")),
+    )
+    assert metrics[key] == 1
+    base = f"http://127.0.0.1:{runtime.http.port}/debug/"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "rejections") as resp:
+            rejections = await resp.json()
+        query = {"proxyID": "productpage-v1-0.bookinfo", "type": "cds", "name": rejected}
+        async with session.get(base + "explain", params=query) as resp:
+            explained = await resp.json()
+        async with session.get(base + "explain", params={**query, "name": "nope"}) as resp:
+            assert resp.status == 404 and "no cds resource 'nope'" in await resp.text()
+    [entry] = rejections
+    assert entry.startswith("cds NACK from productpage-v1-0.bookinfo, made from DestinationRule bookinfo/reviews (")
+    assert entry.endswith(f": Error adding/updating cluster(s) {rejected}: ring too large")
+    kinds = {(c["kind"], c["name"]) for c in explained["configs"]}
+    assert kinds == {("DestinationRule", "reviews"), ("Service", "reviews")}
+    assert explained["endpointShards"][0]["endpoints"] == 3
+    # the command, online: the same answer
+    url = f"http://127.0.0.1:{runtime.http.port}"
+    args = ["explain", "--server", url, "--proxy", "productpage-v1-0.bookinfo", "--type", "cds", rejected, "-o", "json"]
+    assert await asyncio.to_thread(main, args) == 0
+    assert json.loads(capsys.readouterr().out) == explained
+    s.call.cancel()
+
+
+async def test_a_route_nack_naming_no_resource_blames_the_watched_routes_virtual_service(
+    runtime: Runtime, channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = Stream(channel, ADS + "StreamAggregatedResources", delta=False)
+    await s.send(node(discovery_pb2.DiscoveryRequest(type_url=ROUTE, resource_names=["9080"])))
+    rds = await s.recv()
+    nack = discovery_pb2.DiscoveryRequest(type_url=ROUTE, resource_names=["9080"], response_nonce=rds.nonce)
+    nack.error_detail.code, nack.error_detail.message = 13, "header matcher: invalid"
+    await s.send(nack)
+    await _until(lambda: bool(runtime.metrics.recent_rejections))
+    [entry] = runtime.metrics.recent_rejections
+    assert entry.startswith("rds NACK from productpage-v1-0.bookinfo, made from ")
+    assert "VirtualService bookinfo/reviews (" in entry and entry.endswith(": header matcher: invalid")
+    counted = {(dict(k)["kind"], dict(k)["name"], dict(k)["type"]) for k in runtime.metrics.rejects_by_config.values}
+    assert ("VirtualService", "reviews", "rds") in counted
     s.call.cancel()
 
 

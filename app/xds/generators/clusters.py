@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
 
-from app.config.model import ConfigKey, Kind
 from app.model.ident import Ident
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
@@ -28,7 +27,7 @@ from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.view import proxy_service_targets
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.generators.base import check
-from app.xds.generators.keys import endpoints_dep, rule_deps, rule_key
+from app.xds.generators.keys import rule_key, service_deps
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import Traits, proxy_key
 from app.xds.push_request import PushRequest
@@ -278,8 +277,7 @@ class ClusterGenerator:
         mesh = push.mesh
         mode = push.peer_authentications.namespace_mode(service.namespace)
         key = ("clusters", proxy_key(narrowed), Ident(service), rule_key(rule), Ident(mesh), Ident(endpoints), mode)
-        deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), endpoints_dep(service)]
-        deps.extend(rule_deps(scope, service.hostname))
+        deps = service_deps(scope, service)
 
         def build() -> _ServiceClusters:
             built = service_clusters(narrowed, mesh, service, rule, endpoints, mode)

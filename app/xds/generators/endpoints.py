@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from app.config.model import ConfigKey, Kind
+from app.config.model import Kind
 from app.model.ident import Ident
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
@@ -19,7 +19,7 @@ from app.translate.endpoint.for_proxy import build_assignment, resolve_assignmen
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import shared_named
 from app.xds.generators.clusters import ClusterGenerator
-from app.xds.generators.keys import endpoints_dep, rule_deps, rule_key
+from app.xds.generators.keys import rule_key, service_deps
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import proxy_key
 from app.xds.push_request import PushRequest
@@ -142,8 +142,7 @@ class EndpointGenerator:
             Ident(endpoints),
         )
         service = target.service
-        deps = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), endpoints_dep(service)]
-        deps.extend(rule_deps(scope, service.hostname))
+        deps = service_deps(scope, service)
 
         def build() -> Resource:
             return encode(name, build_assignment(name, narrowed, mesh, target, endpoints))

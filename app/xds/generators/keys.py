@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from app.config.model import ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.ident import Ident
 from app.model.service import Service
@@ -31,3 +32,11 @@ def rule_key(rule: AppliedDestinationRule | None) -> Hashable:
 def rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
     """The DestinationRules a scope holds for a host (every candidate: any may be applied)."""
     return [obj.key for cdr in scope.destination_rules.get(hostname, ()) for obj in cdr.objects]
+
+
+def service_deps(scope: SidecarScope, service: Service) -> list[Dep]:
+    """What a service's outbound clusters and assignments are built from, as their cache
+    entries record it: the Service, its endpoint shard and the scope's rules for its host."""
+    deps: list[Dep] = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), endpoints_dep(service)]
+    deps.extend(rule_deps(scope, service.hostname))
+    return deps

@@ -23,15 +23,19 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, ResourceCache
+from app.xds.generators.attribution import resource_deps
 from app.xds.generators.registry import generators
 from app.xds.generators.state import SnapshotState
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource
 from app.xds.source import Partial
+from app.xds.type_urls import ROUTE, SECRET
 from app.xds.watch import WatchedResource
 
 # kinds whose change may alter any cached entry: the cache is cleared and nothing is patched
 _EVERYTHING_KINDS = frozenset({Kind.MESH_CONFIG, Kind.CONFIG_MAP, Kind.PEER_AUTHENTICATION})
+# types generated for any name asked for (the others' names follow from the snapshot)
+_BY_NAME = frozenset({ROUTE, SECRET})
 
 
 class XdsGenerator:
@@ -115,6 +119,20 @@ class XdsGenerator:
         for name in partial.considered:
             if name in current and name not in carried:
                 raise CacheAssertionError(f"{type_url} {name}: considered by a partial push but left out")
+
+    def names(self, type_url: str, proxy: Proxy, wanted: Collection[str] = ()) -> list[str]:
+        """The names of the type's resources the proxy is served now (of ``wanted`` for routes
+        and secrets, which are served by whatever name is asked; every one for the others: the
+        endpoints of its clusters), on a watch of its own, so no stream's note changes."""
+        explicit = type_url in _BY_NAME and bool(wanted)
+        watch = WatchedResource(type_url, not explicit, frozenset(wanted) if explicit else frozenset())
+        return [r.name for r in self.generate(type_url, proxy, watch) or ()]
+
+    def deps(self, type_url: str, proxy: Proxy, name: str) -> frozenset[Dep]:
+        """The dependency keys the resource ``name`` the proxy is served was built from
+        (``attribution.resource_deps``: the keys its cache entry records and the push filter
+        tests)."""
+        return resource_deps(self._state(), proxy, type_url, name)
 
     def forget(self, proxy: Proxy) -> None:
         """A proxy's stream ended: its class entry goes (a snapshot may outlive many proxies)."""
