@@ -243,6 +243,29 @@ def test_the_webhook_refuses_an_unknown_top_level_key_only_once_the_object_is_va
             "jwtRules[0].outputClaimToHeaders[0].header: 'x:y' does not match",
         ),
         ("RequestAuthentication", "jwtRules: [{issuer: i, timeout: 0.1ms}]", "jwtRules[0].timeout: duration must be"),
+        # ValidateHTTPHeaderOperationName / WithAuthority: Envoy refuses to modify these and
+        # would NACK every route configuration carrying the VirtualService
+        (
+            "VirtualService",
+            "hosts: [a]\nhttp: [{headers: {response: {set: {host: x}}}, route: [{destination: {host: a}}]}]",
+            'http[0].headers.response.set[host]: invalid header "host": cannot set Host header',
+        ),
+        (
+            "VirtualService",
+            "hosts: [a]\nhttp: [{route: [{destination: {host: a}, headers: {request: {set: {':path': /x}}}}]}]",
+            'http[0].route[0].headers.request.set[:path]: invalid header ":path": header cannot have ":" prefix',
+        ),
+        (
+            "VirtualService",
+            "hosts: [a]\nhttp: [{headers: {request: {remove: [host]}}, route: [{destination: {host: a}}]}]",
+            'http[0].headers.request.remove[0]: invalid header "host": cannot set Host header',
+        ),
+        (
+            "VirtualService",
+            "hosts: [a]\nhttp: [{headers: {request: {set: {':authority': d}}}, rewrite: {authority: e}, "
+            "route: [{destination: {host: a}}]}]",
+            'http[0].headers.request: authority header cannot be set multiple times: have "e", attempting to set "d"',
+        ),
         # the CRD's bounds (app/api/istio/crd_constraints.py, generated from Istio's CRDs)
         ("ServiceEntry", "hosts: []", "hosts: must not be empty"),
         ("ServiceEntry", "hosts: [a.example]\nworkloadSelector: {labels: {app: " + "a" * 64 + "}}", "at most 63"),
@@ -276,6 +299,9 @@ def test_istiod_s_checks(kind: str, spec: str, expected: str) -> None:
         ("RequestAuthentication", "selector: {matchLabels: {}}\njwtRules: [{issuer: i}]"),
         ("RequestAuthentication", "targetRef: {kind: Gateway, group: gateway.networking.k8s.io, name: web}"),
         ("RequestAuthentication", "jwtRules: [{issuer: i, jwksUri: 'HTTPS://login.example/keys'}]"),
+        # a request may set the authority: a host rewrite
+        ("VirtualService", "hosts: [a]\nhttp: [{headers: {request: {set: {host: a.example}}}, "
+         "route: [{destination: {host: a}}]}]"),
         ("DestinationRule", "host: a\ntrafficPolicy: {connectionPool: {http: {http2KeepAlive: "
          "{interval: 30s, timeout: 5s}}}}"),
         ("DestinationRule", "host: a\ntrafficPolicy: {loadBalancer: {consistentHash: "

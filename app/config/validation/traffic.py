@@ -34,6 +34,9 @@ from app.config.validation.fields import (
 # --- DestinationRule -----------------------------------------------------------------
 
 
+# istiod ValidateHTTPHeaderValue: no control character but tab in a header value
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
 def validate_destination_rule(dr: net.DestinationRule, namespace: str) -> None:
     check_host("host", dr.host)
     check_export_to(dr.export_to, "exportTo", namespace)
@@ -387,10 +390,15 @@ def _check_http_route(here: str, route: net.HTTPRoute, budget: RegexBudget) -> N
         raise fail(here, "route and redirect cannot both be set")
     if route.HasField("direct_response") and (has_route or route.HasField("redirect")):
         raise fail(here, "directResponse cannot be combined with route or redirect")
+    if route.HasField("headers"):
+        _check_header_operations(f"{here}.headers", route.headers)
+        _check_authority(here, route)
     for j, dest in enumerate(route.route):
         if not dest.HasField("destination"):
             raise fail(f"{here}.route[{j}].destination", "is required")
         check_destination(dest.destination, f"{here}.route[{j}].destination")
+        if dest.HasField("headers"):
+            _check_header_operations(f"{here}.route[{j}].headers", dest.headers)
         if dest.weight < 0:
             raise fail(f"{here}.route[{j}].weight", "must not be negative")
     if len(route.route) > 1 and sum(d.weight for d in route.route) == 0:
@@ -410,6 +418,51 @@ def _check_http_route(here: str, route: net.HTTPRoute, budget: RegexBudget) -> N
         check_http_retry(f"{here}.retries", route.retries)
     if route.HasField("direct_response") and not 200 <= route.direct_response.status <= 599:
         raise fail(f"{here}.directResponse.status", "must be an HTTP status between 200 and 599")
+
+
+def _is_authority(name: str) -> bool:
+    return name.lower() in (":authority", "host")
+
+
+def _check_header_operations(path: str, headers: net.Headers) -> None:
+    """istiod's header-manipulation checks (validateHTTPRoute, validateRouteDestinations): a
+    request may add or set the authority (``host``, ``:authority``: a host rewrite) but no other
+    ``:``-prefixed header; removing from a request and anything on a response may touch neither
+    ``host`` nor a ``:``-prefixed header (Envoy refuses to modify them and NACKs the routes);
+    values hold no control characters but tab."""
+    for section, operations in (("request", headers.request), ("response", headers.response)):
+        for op in ("add", "set"):
+            for name, value in getattr(operations, op).items():
+                where = f"{path}.{section}.{op}[{name}]"
+                _check_header_name(where, name, authority_allowed=section == "request")
+                if _CONTROL.search(value):
+                    raise fail(where, f"header value configuration {value!r} is invalid")
+        for j, name in enumerate(operations.remove):
+            _check_header_name(f"{path}.{section}.remove[{j}]", name, authority_allowed=False)
+
+
+def _check_header_name(where: str, name: str, *, authority_allowed: bool) -> None:
+    if not name:
+        raise fail(where, "header name cannot be empty")
+    if authority_allowed and _is_authority(name):
+        return
+    if name.lower() == "host":
+        raise fail(where, f'invalid header "{name}": cannot set Host header')
+    if name.startswith(":"):
+        raise fail(where, f'invalid header "{name}": header cannot have ":" prefix')
+
+
+def _check_authority(here: str, route: net.HTTPRoute) -> None:
+    """istiod validateAuthorityRewrite: the authority is rewritten in one place at most."""
+    current = route.rewrite.authority if route.HasField("rewrite") else ""
+    request = route.headers.request
+    for name, value in (*request.set.items(), *request.add.items()):
+        if not _is_authority(name):
+            continue
+        if current:
+            reason = f'authority header cannot be set multiple times: have "{current}", attempting to set "{value}"'
+            raise fail(f"{here}.headers.request", reason)
+        current = value
 
 
 def _check_cors_policy(path: str, cors: net.CorsPolicy, budget: RegexBudget) -> None:
