@@ -87,18 +87,27 @@ class ServerProcess:
 
 def start_pilotfish(
     server_root: Path,
-    config_dir: Path,
+    config_dir: Path | None,
     log: Path,
     extra_env: dict[str, str] | None = None,
     module: str = "app.cli",
+    kube: tuple[Path, str] | None = None,
 ) -> ServerProcess:
     """``module``: what runs the server's command line (bench.heap_probe wraps app.cli; the bench's
-    directory is then on the server's path too)."""
+    directory is then on the server's path too). ``kube``: (kubeconfig, root namespace) of a
+    cluster to read, instead of or beside ``config_dir``; with it the CA and its secure port run
+    too, as istiod's do (on a free port), and the webhooks do not (nothing calls them)."""
     xds, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     path = str(server_root) if module == "app.cli" else os.pathsep.join((str(server_root), str(BENCH_ROOT)))
     env = {**os.environ, **pilot_env(), **(extra_env or {}), "PYTHONPATH": path}
-    command = [sys.executable, "-m", module, "serve", "--config-dir", str(config_dir)]
-    command += ["--xds-address", xds, "--http-address", http]
+    env.pop("KUBECONFIG", None)  # only the cluster named here
+    command = [sys.executable, "-m", module, "serve", "--xds-address", xds, "--http-address", http]
+    if config_dir is not None:
+        command += ["--config-dir", str(config_dir)]
+    if kube is not None:
+        kubeconfig, system_namespace = kube
+        command += ["--kubeconfig", str(kubeconfig), "--system-namespace", system_namespace]
+        command += ["--secure-xds-address", f"127.0.0.1:{free_port()}", "--webhook-address", ""]
     with log.open("wb") as out:
         popen = subprocess.Popen(command, cwd=server_root, env=env, stdout=out, stderr=subprocess.STDOUT)
     server = ServerProcess(popen, xds, log)

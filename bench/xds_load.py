@@ -60,6 +60,8 @@ import uvloop
 from bench.figures import ratios
 from bench.fleet import Fleet
 from bench.floor_server import CONTROL_METHOD
+from bench.kube_load import control_plane_run, format_table, istiod_server, pilotfish_server, table
+from bench.kube_mesh import KubeMesh
 from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
 from bench.processes import (
     BENCH_ROOT,
@@ -73,6 +75,7 @@ from bench.processes import (
 )
 from bench.recording import Recorder, Recording
 from bench.scenarios import Run, Trigger, churn, connect_storm, push
+from tests.support.cluster import Cluster, running_cluster
 
 SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", "sidecar-dr-change")
 FLOOR_PUSHES = ("dr-change", "endpoint-add")
@@ -177,6 +180,24 @@ def _floor_trigger(control: grpc.aio.Channel, scenario: str) -> Trigger:
     return trigger
 
 
+async def kube_benchmark(args: argparse.Namespace, kube: Cluster, system: str, work: Path) -> Figures:
+    """The Kubernetes mode (bench/kube_load.py): the mesh into ``kube`` (root namespace
+    ``system``), pilotfish then istiod reading it, then the floor; every figure side by side."""
+    spec = MeshSpec(args.services, args.namespaces)
+    mesh = KubeMesh(spec, kube, system)
+    runs: Figures = {"cluster_load_s": await asyncio.to_thread(mesh.load)}
+    recording = Recording(args.protocol)
+    with pilotfish_server(args.server_root, mesh, work / "pilotfish") as server:
+        runs["pilotfish"] = await control_plane_run(args, mesh, server, recording)
+    await asyncio.to_thread(mesh.reset)
+    with istiod_server(mesh, work / "istiod") as server:
+        runs["istiod"] = await control_plane_run(args, mesh, server, None)
+    if recording.initial:
+        runs["floor"] = await floor_run(args, spec, recording, work / "floor")
+    runs["table"] = table(runs)
+    return runs
+
+
 async def benchmark(args: argparse.Namespace, work: Path) -> Figures:
     spec = MeshSpec(args.services, args.namespaces)
     recording = Recording(args.protocol)
@@ -230,6 +251,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "proxies": args.proxies,
             "agents": args.agents,
             "tracing": args.tracing,
+            "kube": args.kube,
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
             "server_env": pilot_env(),
@@ -256,6 +278,23 @@ def summary(result: Figures) -> str:
         if "otlp_received" in run:
             lines.append(f"  {run_name:9} OTLP sink received {run['otlp_received']}")
     return "\n".join(lines)
+
+
+def kube_summary(result: Figures) -> str:
+    params, runs = _mapping(result["parameters"]), _mapping(result["runs"])
+    head = (
+        f"xds_load --kube {params['protocol']}: {params['services']} services, {params['namespaces']} namespaces, "
+        f"{params['proxies']} proxies ({params['agents']} agents); "
+        f"pilotfish {str(_mapping(result['pilotfish'])['commit'])[:10]}"
+    )
+    notes = [
+        f"  {run}: {_mapping(runs[run])['skipped']}"
+        for run in ("pilotfish", "istiod")
+        if "skipped" in _mapping(runs.get(run, {}))
+    ]
+    rows = runs["table"]
+    assert isinstance(rows, list)
+    return "\n".join([head, f"  cluster load (s): {runs['cluster_load_s']}", *notes, format_table(rows)])
 
 
 def _line(figures: Mapping[str, object], floor: Mapping[str, object]) -> str:
@@ -291,7 +330,7 @@ def _scenarios(text: str) -> tuple[str, ...]:
     return names
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--protocol", choices=("delta", "sotw"), default="delta")
     parser.add_argument("--services", type=int, default=SERVICES)
@@ -304,23 +343,41 @@ def main() -> None:
     parser.add_argument(
         "--tracing", action="store_true", help="pilotfish exports push traces over OTLP/gRPC to a local receiver"
     )
+    parser.add_argument(
+        "--kube",
+        action="store_true",
+        help="the mesh in a real API server; pilotfish (serve --kubeconfig) and istiod side by side (bench/kube_load)",
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
     parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")
-    parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>[-kube].json")
+    args = parser.parse_args(argv)
     args.server_root = args.server_root.resolve()
-    out = args.out or BENCH_ROOT / "bench" / "results" / f"xds_load-{args.protocol}.json"
+    if args.kube and args.tracing:
+        parser.error("--tracing is for the config-dir mode")
+    return args
+
+
+async def _kube_main(args: argparse.Namespace, work: Path) -> Figures:
+    with running_cluster(work / "cluster") as kube:
+        return await kube_benchmark(args, kube, "istio-system", work)
+
+
+def main() -> None:
+    args = parse_args()
+    mode = "-kube" if args.kube else ""
+    out = args.out or BENCH_ROOT / "bench" / "results" / f"xds_load-{args.protocol}{mode}.json"
     loadavg = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="xds_load-"))
     try:
-        runs = uvloop.run(benchmark(args, work))
+        runs = uvloop.run(_kube_main(args, work) if args.kube else benchmark(args, work))
     except BaseException:
         print(f"xds_load failed; server logs and config are in {work}", file=sys.stderr)
         raise
     shutil.rmtree(work)
     result = report(args, runs, loadavg)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(summary(result))
+    print(kube_summary(result) if args.kube else summary(result))
     print(f"written to {out}")
 
 
