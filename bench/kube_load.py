@@ -35,7 +35,7 @@ from bench.figures import COMPARED
 from bench.fleet import Fleet
 from bench.kube_mesh import KubeMesh
 from bench.mesh import sidecars
-from bench.processes import ServerProcess, log_warnings, start_pilotfish
+from bench.processes import ServerProcess, istiod_env, log_warnings, start_pilotfish
 from bench.recording import Recorder, Recording
 from bench.scenarios import Run, churn, connect_storm, push
 from tests.differential.istiod import running_istiod
@@ -74,7 +74,7 @@ def pilotfish_server(server_root: Path, mesh: KubeMesh, work: Path) -> Iterator[
 @contextmanager
 def istiod_server(mesh: KubeMesh, work: Path) -> Iterator[Started]:
     began = time.monotonic()
-    with running_istiod(mesh.kube, mesh.system, work) as istiod:
+    with running_istiod(mesh.kube, mesh.system, work, istiod_env()) as istiod:
         server = ServerProcess(istiod.process.popen, istiod.xds_address, istiod.process.log_path)
         yield Started.now(server, began)
 

@@ -48,6 +48,20 @@ def pilot_env() -> dict[str, str]:
     return {key: os.environ.get(key, default) for key, default in PILOT_DEFAULTS.items()}
 
 
+# pilotfish admits every new stream at once; istiod admits PILOT_MAX_REQUESTS_PER_SECOND (on 2
+# cores its default is 25/s, features.RequestLimit) and refuses the rest for the client to retry
+# after a backoff, so a connect storm would time its limiter. Lifted unless the caller's env sets
+# it (PILOT_MAX_REQUESTS_PER_SECOND=25 shows istiod as it ships on this machine).
+ISTIOD_REQUEST_LIMIT = "100000"
+
+
+def istiod_env() -> dict[str, str]:
+    """What istiod gets in the side-by-side run: pilotfish's PILOT_* settings (so the same push
+    throttle, where istiod's own default on 2 cores is 25) and its request limit."""
+    limit = os.environ.get("PILOT_MAX_REQUESTS_PER_SECOND", ISTIOD_REQUEST_LIMIT)
+    return {**pilot_env(), "PILOT_MAX_REQUESTS_PER_SECOND": limit}
+
+
 @dataclass
 class ServerProcess:
     popen: subprocess.Popen[bytes]

@@ -65,6 +65,7 @@ from bench.kube_mesh import KubeMesh
 from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
 from bench.processes import (
     BENCH_ROOT,
+    istiod_env,
     log_warnings,
     otlp_env,
     pilot_env,
@@ -255,6 +256,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
             "server_env": pilot_env(),
+            **({"istiod_env": istiod_env()} if args.kube else {}),
         },
         "runs": runs,
     }
