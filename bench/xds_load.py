@@ -28,13 +28,22 @@ sharper figure. While the floor sends faster than the client decodes, arrived re
 the client: at mesh-1k with 2,000 sidecars it peaks at ~11-13 GB RSS (``load_client`` in the
 report). Ratios are left out for a scenario that timed out on either side.
 
+``--kube`` (bench/kube_load.py) puts the mesh in a real API server instead (etcd, kube-apiserver,
+kube-controller-manager from .peers/bin; the endpointslice controller makes the slices) and runs
+pilotfish (``serve --kubeconfig``) and then istiod (``pilot-discovery discovery``) on it, each
+driven by the same sidecars sending pilot-agent's node metadata, then the floor; the changes go
+through the API server (and ``sidecar-dr-change`` is preceded by ``sidecar-add``, the Sidecars
+applied in the same run); the report adds a table of every figure as pilotfish / istiod and
+pilotfish / floor (to bench/results/xds_load-<protocol>-kube.json by default).
+
 Figures (times in seconds from the change, nothing subtracted), server CPU (utime + stime from
 /proc) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
 bench/results/xds_load-<protocol>.json (``--out``) with the machine, the parameters and the
 server's git commit; a summary is printed. On a shared 2-core machine figures vary from run to
 run (the load average at the start is in the report). Usage:
     python -m bench.xds_load [--protocol delta|sotw] [--services 1000] [--namespaces 50]
-        [--proxies 2000] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
+        [--proxies 2000] [--agents N] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
+        [--kube]
     # developing: --services 200 --namespaces 10 --proxies 200 (well under a minute)
 """
 
