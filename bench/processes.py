@@ -33,7 +33,7 @@ PILOT_DEFAULTS = {
     "PILOT_PUSH_THROTTLE": "100",
 }
 _TICK = os.sysconf("SC_CLK_TCK")
-_WARNING = re.compile(r"(WARNING|ERROR|[EW]\d{4} )")
+_WARNING = re.compile(r"(WARNING|ERROR|[EW]\d{4} |\S+\t(warn|error)\t)")  # Python, grpc core, istiod
 
 
 def free_port() -> int:
