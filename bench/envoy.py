@@ -128,7 +128,9 @@ class SimulatedEnvoy:
             while await self._receive(call):
                 responses += 1
             return responses, "OK (the server ended the stream)"
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+        except (grpc.aio.AioRpcError, asyncio.CancelledError, asyncio.InvalidStateError):
+            # InvalidStateError: a write after the server ended the call (istiod refuses a stream
+            # over its request rate limit as soon as it opens); the status says why
             if _being_cancelled():
                 call.cancel()
                 raise

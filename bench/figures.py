@@ -87,3 +87,18 @@ def ratios(measured: Mapping[str, object], floor: Mapping[str, object]) -> dict[
             if isinstance(mine, int | float) and isinstance(base, int | float) and base > 0:
                 out[key] = round(mine / base, 1)
     return out
+
+
+# the figures the Kubernetes mode's side-by-side table divides (bench/kube_load.py ``table``):
+# times, server CPU, bytes, memory
+COMPARED = (
+    "ready_s",
+    "seconds",
+    "p50_s",
+    "p99_s",
+    "max_s",
+    "server_cpu_s",
+    "bytes_total",
+    "cpu_s",
+    "peak_rss_mb",
+)

@@ -20,6 +20,7 @@ serve it by hand:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from collections.abc import Callable
@@ -88,6 +89,7 @@ MAX_CONNECTIONS = 100
 SERVICES = 1000  # mesh-1k
 NAMESPACES = 50
 ISTIO_VERSION = "1.24.0"
+CONTAINER_PORTS = (8080, 5432)  # what the Services' ports target
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,9 @@ class SidecarIdentity:
 
     pod: Pod
     agent: bool = False  # an agent's upstream: DNS capture on, NDS beside the Envoy types
+    # set: the metadata pilot-agent sends (for a control plane that reads the pod from a cluster,
+    # istiod too), with this ISTIO_VERSION; None: the few keys a config-dir server reads
+    pilot_agent: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -146,15 +151,38 @@ class SidecarIdentity:
             "ISTIO_VERSION": ISTIO_VERSION,
             "INSTANCE_IPS": self.pod.ip,
         }
+        if self.pilot_agent is not None:
+            out.update(self._pilot_agent_metadata(self.pilot_agent))
         if self.agent:
             out["DNS_CAPTURE"] = "true"
         return out
 
+    def _pilot_agent_metadata(self, istio_version: str) -> dict[str, object]:
+        """What pkg/bootstrap/config.go GetNodeMetaData adds from the environment istiod's injection
+        template gives istio-proxy (as tests/differential/scene.py ``Workload.node``)."""
+        p = self.pod
+        workload = p.labels["app"]
+        return {
+            "NAME": p.name,
+            "SERVICE_ACCOUNT": "default",
+            "ISTIO_VERSION": istio_version,
+            "CLUSTER_ID": "Kubernetes",
+            "MESH_ID": "cluster.local",
+            "WORKLOAD_NAME": workload,
+            "OWNER": f"kubernetes://apis/apps/v1/namespaces/{p.namespace}/deployments/{workload}",
+            "APP_CONTAINERS": "app",
+            "POD_PORTS": json.dumps([{"containerPort": port, "protocol": "TCP"} for port in CONTAINER_PORTS]),
+            "NODE_NAME": "node-1",
+            "ENVOY_STATUS_PORT": 15021,
+            "ENVOY_PROMETHEUS_PORT": 15090,
+        }
 
-def sidecars(spec: MeshSpec, count: int, agents: int = 0) -> list[SidecarIdentity]:
+
+def sidecars(spec: MeshSpec, count: int, agents: int = 0, pilot_agent: str | None = None) -> list[SidecarIdentity]:
     """``count`` sidecars spread round-robin over the namespaces, each one of its namespace's pods
     (in order; a namespace with more sidecars than pods reuses them); the first ``agents`` of
-    them (so spread over the namespaces too) connect as node agents."""
+    them (so spread over the namespaces too) connect as node agents; ``pilot_agent``: the
+    ISTIO_VERSION of full pilot-agent metadata (``SidecarIdentity.pilot_agent``)."""
     pods_by_ns = [
         [pod(i, k, f"ns-{n}") for i in spec.services_in(n) for k in range(PODS_PER_SERVICE)]
         for n in range(spec.namespaces)
@@ -162,7 +190,7 @@ def sidecars(spec: MeshSpec, count: int, agents: int = 0) -> list[SidecarIdentit
     out = []
     for j in range(count):
         pods = pods_by_ns[j % spec.namespaces]
-        out.append(SidecarIdentity(pods[(j // spec.namespaces) % len(pods)], agent=j < agents))
+        out.append(SidecarIdentity(pods[(j // spec.namespaces) % len(pods)], j < agents, pilot_agent))
     return out
 
 
@@ -195,9 +223,7 @@ class Mesh:
         """Add a ServiceEntry (a new host with an address, visible mesh-wide) to ns-0: a change
         every proxy's clusters, listeners and routes and every agent's name table follow."""
         self.service_entries += 1
-        entries = [
-            _SERVICE_ENTRY.format(k=k, ns="ns-0", a=k >> 8, b=k & 255) for k in range(1, self.service_entries + 1)
-        ]
+        entries = [service_entry(k) for k in range(1, self.service_entries + 1)]
         return self._write_file(0, "service-entries.yaml", "---\n".join(entries))
 
     def _replace(self, service: int, name: str, render: Callable[[int], str]) -> float:
@@ -209,7 +235,7 @@ class Mesh:
         self._write_file(n, "destination-rules.yaml", self._destination_rules(n))
         self._write_file(n, "virtual-services.yaml", self._virtual_services(n))
         if self.spec.sidecars:
-            self._write_file(n, "sidecar.yaml", _SIDECAR.format(ns=f"ns-{n}"))
+            self._write_file(n, "sidecar.yaml", sidecar(f"ns-{n}"))
 
     def _write_file(self, namespace: int, name: str, text: str) -> float:
         directory = self.root / f"ns-{namespace}"
@@ -231,17 +257,33 @@ class Mesh:
 
     def _destination_rules(self, n: int) -> str:
         return "---\n".join(
-            _DESTINATION_RULE.format(i=i, ns=f"ns-{n}", max_connections=self.max_connections.get(i, MAX_CONNECTIONS))
+            destination_rule(i, f"ns-{n}", self.max_connections.get(i, MAX_CONNECTIONS))
             for i in self.spec.services_in(n)
             if self.spec.has_traffic_rules(i)
         )
 
     def _virtual_services(self, n: int) -> str:
         return "---\n".join(
-            _VIRTUAL_SERVICE.format(i=i, ns=f"ns-{n}")
-            for i in self.spec.services_in(n)
-            if self.spec.has_traffic_rules(i)
+            virtual_service(i, f"ns-{n}") for i in self.spec.services_in(n) if self.spec.has_traffic_rules(i)
         )
+
+
+# one object of the mesh as YAML text: the files above and the Kubernetes mode (bench/kube_mesh.py)
+def destination_rule(service: int, namespace: str, max_connections: int = MAX_CONNECTIONS) -> str:
+    return _DESTINATION_RULE.format(i=service, ns=namespace, max_connections=max_connections)
+
+
+def virtual_service(service: int, namespace: str) -> str:
+    return _VIRTUAL_SERVICE.format(i=service, ns=namespace)
+
+
+def service_entry(k: int, namespace: str = "ns-0") -> str:
+    """The k-th ServiceEntry a scenario adds (k from 1)."""
+    return _SERVICE_ENTRY.format(k=k, ns=namespace, a=k >> 8, b=k & 255)
+
+
+def sidecar(namespace: str) -> str:
+    return _SIDECAR.format(ns=namespace)
 
 
 def main() -> None:

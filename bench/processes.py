@@ -33,7 +33,7 @@ PILOT_DEFAULTS = {
     "PILOT_PUSH_THROTTLE": "100",
 }
 _TICK = os.sysconf("SC_CLK_TCK")
-_WARNING = re.compile(r"(WARNING|ERROR|[EW]\d{4} )")
+_WARNING = re.compile(r"(WARNING|ERROR|[EW]\d{4} |\S+\t(warn|error)\t)")  # Python, grpc core, istiod
 
 
 def free_port() -> int:
@@ -46,6 +46,20 @@ def free_port() -> int:
 def pilot_env() -> dict[str, str]:
     """The PILOT_* settings the server gets: istiod's defaults unless the caller's env sets them."""
     return {key: os.environ.get(key, default) for key, default in PILOT_DEFAULTS.items()}
+
+
+# pilotfish admits every new stream at once; istiod admits PILOT_MAX_REQUESTS_PER_SECOND (on 2
+# cores its default is 25/s, features.RequestLimit) and refuses the rest for the client to retry
+# after a backoff, so a connect storm would time its limiter. Lifted unless the caller's env sets
+# it (PILOT_MAX_REQUESTS_PER_SECOND=25 shows istiod as it ships on this machine).
+ISTIOD_REQUEST_LIMIT = "100000"
+
+
+def istiod_env() -> dict[str, str]:
+    """What istiod gets in the side-by-side run: pilotfish's PILOT_* settings (so the same push
+    throttle, where istiod's own default on 2 cores is 25) and its request limit."""
+    limit = os.environ.get("PILOT_MAX_REQUESTS_PER_SECOND", ISTIOD_REQUEST_LIMIT)
+    return {**pilot_env(), "PILOT_MAX_REQUESTS_PER_SECOND": limit}
 
 
 @dataclass
@@ -87,18 +101,27 @@ class ServerProcess:
 
 def start_pilotfish(
     server_root: Path,
-    config_dir: Path,
+    config_dir: Path | None,
     log: Path,
     extra_env: dict[str, str] | None = None,
     module: str = "app.cli",
+    kube: tuple[Path, str] | None = None,
 ) -> ServerProcess:
     """``module``: what runs the server's command line (bench.heap_probe wraps app.cli; the bench's
-    directory is then on the server's path too)."""
+    directory is then on the server's path too). ``kube``: (kubeconfig, root namespace) of a
+    cluster to read, instead of or beside ``config_dir``; with it the CA and its secure port run
+    too, as istiod's do (on a free port), and the webhooks do not (nothing calls them)."""
     xds, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     path = str(server_root) if module == "app.cli" else os.pathsep.join((str(server_root), str(BENCH_ROOT)))
     env = {**os.environ, **pilot_env(), **(extra_env or {}), "PYTHONPATH": path}
-    command = [sys.executable, "-m", module, "serve", "--config-dir", str(config_dir)]
-    command += ["--xds-address", xds, "--http-address", http]
+    env.pop("KUBECONFIG", None)  # only the cluster named here
+    command = [sys.executable, "-m", module, "serve", "--xds-address", xds, "--http-address", http]
+    if config_dir is not None:
+        command += ["--config-dir", str(config_dir)]
+    if kube is not None:
+        kubeconfig, system_namespace = kube
+        command += ["--kubeconfig", str(kubeconfig), "--system-namespace", system_namespace]
+        command += ["--secure-xds-address", f"127.0.0.1:{free_port()}", "--webhook-address", ""]
     with log.open("wb") as out:
         popen = subprocess.Popen(command, cwd=server_root, env=env, stdout=out, stderr=subprocess.STDOUT)
     server = ServerProcess(popen, xds, log)

@@ -28,13 +28,22 @@ sharper figure. While the floor sends faster than the client decodes, arrived re
 the client: at mesh-1k with 2,000 sidecars it peaks at ~11-13 GB RSS (``load_client`` in the
 report). Ratios are left out for a scenario that timed out on either side.
 
+``--kube`` (bench/kube_load.py) puts the mesh in a real API server instead (etcd, kube-apiserver,
+kube-controller-manager from .peers/bin; the endpointslice controller makes the slices) and runs
+pilotfish (``serve --kubeconfig``) and then istiod (``pilot-discovery discovery``) on it, each
+driven by the same sidecars sending pilot-agent's node metadata, then the floor; the changes go
+through the API server (and ``sidecar-dr-change`` is preceded by ``sidecar-add``, the Sidecars
+applied in the same run); the report adds a table of every figure as pilotfish / istiod and
+pilotfish / floor (to bench/results/xds_load-<protocol>-kube.json by default).
+
 Figures (times in seconds from the change, nothing subtracted), server CPU (utime + stime from
 /proc) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
 bench/results/xds_load-<protocol>.json (``--out``) with the machine, the parameters and the
 server's git commit; a summary is printed. On a shared 2-core machine figures vary from run to
 run (the load average at the start is in the report). Usage:
     python -m bench.xds_load [--protocol delta|sotw] [--services 1000] [--namespaces 50]
-        [--proxies 2000] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
+        [--proxies 2000] [--agents N] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
+        [--kube]
     # developing: --services 200 --namespaces 10 --proxies 200 (well under a minute)
 """
 
@@ -60,9 +69,12 @@ import uvloop
 from bench.figures import ratios
 from bench.fleet import Fleet
 from bench.floor_server import CONTROL_METHOD
+from bench.kube_load import control_plane_run, format_table, istiod_server, pilotfish_server, table
+from bench.kube_mesh import KubeMesh
 from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
 from bench.processes import (
     BENCH_ROOT,
+    istiod_env,
     log_warnings,
     otlp_env,
     pilot_env,
@@ -73,6 +85,7 @@ from bench.processes import (
 )
 from bench.recording import Recorder, Recording
 from bench.scenarios import Run, Trigger, churn, connect_storm, push
+from tests.support.cluster import Cluster, running_cluster
 
 SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", "sidecar-dr-change")
 FLOOR_PUSHES = ("dr-change", "endpoint-add")
@@ -177,6 +190,24 @@ def _floor_trigger(control: grpc.aio.Channel, scenario: str) -> Trigger:
     return trigger
 
 
+async def kube_benchmark(args: argparse.Namespace, kube: Cluster, system: str, work: Path) -> Figures:
+    """The Kubernetes mode (bench/kube_load.py): the mesh into ``kube`` (root namespace
+    ``system``), pilotfish then istiod reading it, then the floor; every figure side by side."""
+    spec = MeshSpec(args.services, args.namespaces)
+    mesh = KubeMesh(spec, kube, system)
+    runs: Figures = {"cluster_load_s": await asyncio.to_thread(mesh.load)}
+    recording = Recording(args.protocol)
+    with pilotfish_server(args.server_root, mesh, work / "pilotfish") as server:
+        runs["pilotfish"] = await control_plane_run(args, mesh, server, recording)
+    await asyncio.to_thread(mesh.reset)
+    with istiod_server(mesh, work / "istiod") as server:
+        runs["istiod"] = await control_plane_run(args, mesh, server, None)
+    if recording.initial:
+        runs["floor"] = await floor_run(args, spec, recording, work / "floor")
+    runs["table"] = table(runs)
+    return runs
+
+
 async def benchmark(args: argparse.Namespace, work: Path) -> Figures:
     spec = MeshSpec(args.services, args.namespaces)
     recording = Recording(args.protocol)
@@ -230,9 +261,11 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "proxies": args.proxies,
             "agents": args.agents,
             "tracing": args.tracing,
+            "kube": args.kube,
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
             "server_env": pilot_env(),
+            **({"istiod_env": istiod_env()} if args.kube else {}),
         },
         "runs": runs,
     }
@@ -256,6 +289,23 @@ def summary(result: Figures) -> str:
         if "otlp_received" in run:
             lines.append(f"  {run_name:9} OTLP sink received {run['otlp_received']}")
     return "\n".join(lines)
+
+
+def kube_summary(result: Figures) -> str:
+    params, runs = _mapping(result["parameters"]), _mapping(result["runs"])
+    head = (
+        f"xds_load --kube {params['protocol']}: {params['services']} services, {params['namespaces']} namespaces, "
+        f"{params['proxies']} proxies ({params['agents']} agents); "
+        f"pilotfish {str(_mapping(result['pilotfish'])['commit'])[:10]}"
+    )
+    notes = [
+        f"  {run}: {_mapping(runs[run])['skipped']}"
+        for run in ("pilotfish", "istiod")
+        if "skipped" in _mapping(runs.get(run, {}))
+    ]
+    rows = runs["table"]
+    assert isinstance(rows, list)
+    return "\n".join([head, f"  cluster load (s): {runs['cluster_load_s']}", *notes, format_table(rows)])
 
 
 def _line(figures: Mapping[str, object], floor: Mapping[str, object]) -> str:
@@ -291,7 +341,7 @@ def _scenarios(text: str) -> tuple[str, ...]:
     return names
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--protocol", choices=("delta", "sotw"), default="delta")
     parser.add_argument("--services", type=int, default=SERVICES)
@@ -304,23 +354,41 @@ def main() -> None:
     parser.add_argument(
         "--tracing", action="store_true", help="pilotfish exports push traces over OTLP/gRPC to a local receiver"
     )
+    parser.add_argument(
+        "--kube",
+        action="store_true",
+        help="the mesh in a real API server; pilotfish (serve --kubeconfig) and istiod side by side (bench/kube_load)",
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
     parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")
-    parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>[-kube].json")
+    args = parser.parse_args(argv)
     args.server_root = args.server_root.resolve()
-    out = args.out or BENCH_ROOT / "bench" / "results" / f"xds_load-{args.protocol}.json"
+    if args.kube and args.tracing:
+        parser.error("--tracing is for the config-dir mode")
+    return args
+
+
+async def _kube_main(args: argparse.Namespace, work: Path) -> Figures:
+    with running_cluster(work / "cluster") as kube:
+        return await kube_benchmark(args, kube, "istio-system", work)
+
+
+def main() -> None:
+    args = parse_args()
+    mode = "-kube" if args.kube else ""
+    out = args.out or BENCH_ROOT / "bench" / "results" / f"xds_load-{args.protocol}{mode}.json"
     loadavg = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="xds_load-"))
     try:
-        runs = uvloop.run(benchmark(args, work))
+        runs = uvloop.run(_kube_main(args, work) if args.kube else benchmark(args, work))
     except BaseException:
         print(f"xds_load failed; server logs and config are in {work}", file=sys.stderr)
         raise
     shutil.rmtree(work)
     result = report(args, runs, loadavg)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(summary(result))
+    print(kube_summary(result) if args.kube else summary(result))
     print(f"written to {out}")
 
 

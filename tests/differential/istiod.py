@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +35,11 @@ class Istiod:
 
 
 @contextmanager
-def running_istiod(kube: Cluster, namespace: str, workdir: Path) -> Iterator[Istiod]:
-    """istiod for root namespace ``namespace`` (its mesh ConfigMap must exist), ready; stopped after."""
+def running_istiod(
+    kube: Cluster, namespace: str, workdir: Path, extra_env: Mapping[str, str] | None = None
+) -> Iterator[Istiod]:
+    """istiod for root namespace ``namespace`` (its mesh ConfigMap must exist), ready; stopped
+    after. ``extra_env``: more of istiod's settings (the load benchmark's PILOT_* tuning)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "cacerts").mkdir(exist_ok=True)
     xds, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -64,6 +67,7 @@ def running_istiod(kube: Cluster, namespace: str, workdir: Path) -> Iterator[Ist
         "INJECTION_WEBHOOK_CONFIG_NAME": "",
         "VALIDATION_WEBHOOK_CONFIG_NAME": "",
         "ISTIOD_CUSTOM_HOST": "localhost",
+        **(extra_env or {}),
     }
     log_path = workdir / "istiod.log"
     with log_path.open("wb") as log:
