@@ -59,8 +59,9 @@ from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
-from app.xds.discovery import Discovery, push_request
+from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, MeshStream
+from app.xds.next_push import push_request
 from app.xds.push import Debouncer, run_push_workers
 from app.xds.push_request import PushRequest
 from app.xds.server import XdsServer

@@ -1,6 +1,6 @@
 """The ``pilotfish`` command. Each family of subcommands lives in a module of its own and adds
 its parsers here: the control plane (``serve``), the node agent (``agent``), the offline tools
-that read files (``validate``, ``config-dump``, ``kube-inject``) and the istioctl-like clients of
+that read files (``validate``, ``config-dump``, ``kube-inject``, ``diff``) and the istioctl-like clients of
 a running server (``proxy-status``, ``proxy-config``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from app import __version__, logs
-from app.cli import agent, clients, offline, server
+from app.cli import agent, clients, offline, preview, server
 from app.errors import PilotfishError
 
 
@@ -26,6 +26,7 @@ def parser() -> argparse.ArgumentParser:
     server.add_commands(sub)
     offline.add_commands(sub)
     clients.add_commands(sub)
+    preview.add_commands(sub)
     agent.add_commands(sub)
     sub.add_parser("version", help="print the version").set_defaults(run=_version)
     return out
