@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config.model import ISTIO_KINDS, ConfigEvent, EventType, Kind
+from app.config.model import ISTIO_KINDS, ConfigEvent, ConfigObject, EventType, Kind
 from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug
@@ -170,6 +170,13 @@ class Runtime:
     def streams(self) -> Sequence[MeshStream]:
         return list(self.xds.streams.values())
 
+    def environment(self) -> Environment:
+        return self.env
+
+    def config_objects(self) -> Sequence[ConfigObject]:
+        """The config objects in force, from every source."""
+        return [obj for source in self.sources for obj in source.objects()]
+
     def refused_streams(self) -> Sequence[dict[str, str]]:
         return list(self.xds.refused)
 
@@ -282,7 +289,7 @@ class Runtime:
     def config_status(self) -> list[dict[str, Any]]:
         """``/debug/configz``, as istiod's: the Istio config in force in Kubernetes form, then
         every rejection as an Event (app/debug/configz.py)."""
-        objects = (obj for source in self.sources for obj in source.objects())
+        objects = self.config_objects()
         return self._configz(objects, self.rejections())
 
     def push_status(self) -> dict[str, Any]:

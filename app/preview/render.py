@@ -44,7 +44,7 @@ def rejection_messages(preview: Preview) -> list[str]:
 
 def unified_diffs(preview: Preview) -> str:
     """Every modified resource's unified diff, proxy by proxy."""
-    out = []
+    out: list[str] = []
     for p in preview.proxies:
         for d in p.types.values():
             out.extend(f"# {p.id}\n{text}" for text in d.diffs)
