@@ -19,7 +19,7 @@ from app.errors import PilotfishError, SettingsError
 from app.model.features import Features
 from app.preview.change import parse_delete
 from app.preview.proxies import Watching, envoy_watches, mesh_proxies, select_proxies
-from app.preview.push import preview, served_names
+from app.preview.push import preview
 from app.preview.render import report, summary
 from app.preview.request import DiffRequest, request_body
 from app.sources.files import FileSource, load_config_file
@@ -57,7 +57,7 @@ def offline_report(
     objects = source.objects()
     served = reference_source(env.build_push_context(None))
     chosen = select_proxies(mesh_proxies(objects), proxies)
-    watching = served_names(served, [Watching(p, envoy_watches(p)) for p in chosen])
+    watching = [Watching(p, envoy_watches(p), synced=True) for p in chosen]
     loaded = []
     for path in files:
         result = load_config_file(path, mesh=False, strict=True)

@@ -27,16 +27,19 @@ _INJECT = "sidecar.istio.io/inject"
 @dataclass(frozen=True, slots=True)
 class Watching:
     """A proxy as a push reaches it: what it watches by type and the SidecarScope its last push
-    used (None: the one served now)."""
+    used (None: the one served now). ``synced``: its EDS and RDS watches hold the names of what
+    its CDS and LDS watches are served now (an offline proxy, as Envoy would have subscribed),
+    rather than the names given."""
 
     proxy: Proxy
     watches: Mapping[str, WatchedResource]
     scope: SidecarScope | None = None
+    synced: bool = False
 
 
 def envoy_watches(proxy: Proxy) -> dict[str, WatchedResource]:
-    """What Envoy (through pilot-agent) subscribes to; the EDS and RDS names are filled from
-    what is served (``push.served_names``)."""
+    """What Envoy (through pilot-agent) subscribes to; the EDS and RDS names are those of what
+    is served (``Watching.synced``)."""
     watches = {
         CLUSTER: WatchedResource(CLUSTER, True),
         ENDPOINT: WatchedResource(ENDPOINT, False),

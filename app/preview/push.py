@@ -9,9 +9,10 @@ modified, removed, and the bytes the added and modified resources take on the wi
 follow CDS and LDS as Envoy does: after the change the proxy asks for the endpoints of its new
 EDS clusters and the routes its new listeners name.
 
-Nothing served changes: the new snapshot has a generator and a cache of its own; the served
-generator is only asked for what it serves (its cache may fill, with what serving would put
-there). The Environment given is changed, so it must be the caller's own copy.
+Nothing served changes: the new snapshot is published to a generator of its own, over a copy of
+the served cache that the publish invalidates as the real one would; the served generator is
+only asked for what it serves (its cache may fill, with what serving would put there). The
+Environment given is changed, so it must be the caller's own copy.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from app.preview.change import Proposal
 from app.preview.proxies import Watching
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.listener.for_proxy import route_names
-from app.xds.cache import ResourceCache
 from app.xds.generators.source import XdsGenerator
 from app.xds.needs_push import proxy_needs_push, types_to_push
 from app.xds.next_push import next_push_context, push_request
@@ -90,21 +90,17 @@ class _Names:
         return out
 
 
-def served_names(generator: XdsGenerator, watching: Sequence[Watching]) -> list[Watching]:
-    """``watching`` with the EDS and RDS watches of wildcard CDS and LDS watchers subscribed to
-    what ``generator`` serves them (an offline proxy, as if synced)."""
-    names = _Names(generator)
-    return [Watching(w.proxy, _follow(w, names), w.scope) for w in watching]
-
-
-def _follow(w: Watching, names: _Names) -> dict[str, WatchedResource]:
-    """The watches after the proxy took what its wildcard CDS and LDS watches are served."""
-    out = dict(w.watches)
-    for child, (parent, _) in _NAMES_FROM.items():
-        watch, leader = out.get(child), out.get(parent)
-        if watch is not None and leader is not None and leader.wildcard:
-            out[child] = WatchedResource(child, watch.wildcard, names(child, w.proxy))
-    return out
+def _watch(w: Watching, type_url: str, names: _Names, follow: bool) -> WatchedResource:
+    """The proxy's watch of ``type_url``; with ``follow``, an EDS or RDS watch subscribed to
+    what its wildcard CDS or LDS watch is served (as Envoy subscribes)."""
+    watch = w.watches[type_url]
+    found = _NAMES_FROM.get(type_url)
+    if not follow or found is None:
+        return watch
+    leader = w.watches.get(found[0])
+    if leader is None or not leader.wildcard:
+        return watch
+    return WatchedResource(type_url, watch.wildcard, names(type_url, w.proxy))
 
 
 def _json(resource: Resource) -> list[str]:
@@ -145,19 +141,21 @@ def preview(
     if request is None:
         return Preview(proposal, (), len(watching))
     previous_push = served.push_context()
-    after = XdsGenerator(ResourceCache(), next_push_context(previous_push, env, request)())
-    new_names = _Names(after)
+    # the push as Discovery makes it, published to a generator of its own over a copy of the
+    # served cache: the copy is invalidated as the served one would be, and keeps the rest
+    after = XdsGenerator(served.cache.copy(), previous_push)
+    after.publish(next_push_context(previous_push, env, request)(), request)
+    old_names, new_names = _Names(served), _Names(after)
     reached = []
     for w in watching:
         proxy = w.proxy
         previous = w.scope if w.scope is not None else served.scope(proxy)
         if not proxy_needs_push(proxy, request, previous, after.scope(proxy)):
             continue
-        now = _follow(w, new_names)
         types = {}
         for type_url in types_to_push(proxy, request, w.watches):
-            old = served.generate(type_url, proxy, w.watches[type_url]) or []
-            new = after.generate(type_url, proxy, now[type_url]) or []
+            old = served.generate(type_url, proxy, _watch(w, type_url, old_names, w.synced)) or []
+            new = after.generate(type_url, proxy, _watch(w, type_url, new_names, True)) or []
             found = _compare(type_url, old, new, show_diff)
             if found is not None:
                 types[type_url] = found
