@@ -9,6 +9,10 @@ Environment changes nothing the server holds) and writes the JSON to a pipe; the
 reads the pipe. The child touches nothing but Python objects and leaves with ``os._exit``, so
 the gRPC threads the parent runs are never used in it. One preview runs at a time; one that
 takes longer than ``DIFF_DEADLINE`` is killed. bench/preview_cost.py measures it.
+
+Known defect: now and then (2 runs of 12 of tests/unit/test_preview_push.py, about 1 fork in
+40) the child died of SIGSEGV reading a Sidecar's upb message in ``PushContext.sidecar_for``;
+not reproduced by forking beside a thread churning upb messages. Such a child is run once more.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +35,8 @@ from app.preview.render import report
 from app.preview.request import DiffRequest
 from app.xds.generators.source import XdsGenerator
 from app.xds.mesh_source import MeshStream
+
+logger = logging.getLogger(__name__)
 
 DIFF_DEADLINE = 300.0  # seconds; mesh-1k with 2,000 proxies takes far less (bench/preview_cost.py)
 
@@ -89,30 +96,44 @@ def _read_all(fd: int) -> bytes:
         return f.read()
 
 
+class _ChildKilled(PreviewFailed):
+    """The child died of a signal."""
+
+
 async def in_fork(
     work: Callable[[], dict[str, Any]], running: asyncio.Lock, deadline: float = DIFF_DEADLINE
 ) -> dict[str, Any]:
     """``work()`` run in a forked child, its JSON result read back without blocking the loop;
-    one at a time under ``running``."""
+    one at a time under ``running``. A child that dies of a signal is run once more (the known
+    defect in the module docstring)."""
     async with running:
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            # no collection in the child: it would finalise the parent's garbage, gRPC calls
-            # among it, whose C-core threads did not survive the fork (seen: SIGSEGV)
-            gc.disable()
-            os.close(read_fd)
-            _child(write_fd, work)
-        os.close(write_fd)
         try:
-            data = await asyncio.wait_for(asyncio.to_thread(_read_all, read_fd), deadline)
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-            raise PreviewFailed(f"the preview took longer than {deadline:.0f} s and was stopped") from None
-        finally:
-            _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+            return await _forked(work, deadline)
+        except _ChildKilled as e:
+            logger.warning("POST /debug/diff: %s; computing it once more", e)
+            return await _forked(work, deadline)
+
+
+async def _forked(work: Callable[[], dict[str, Any]], deadline: float) -> dict[str, Any]:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        # no collection in the child: it would finalise the parent's garbage, gRPC calls
+        # among it, whose C-core threads did not survive the fork (seen: SIGSEGV)
+        gc.disable()
+        os.close(read_fd)
+        _child(write_fd, work)
+    os.close(write_fd)
+    try:
+        data = await asyncio.wait_for(asyncio.to_thread(_read_all, read_fd), deadline)
+    except TimeoutError:
+        os.kill(pid, signal.SIGKILL)
+        raise PreviewFailed(f"the preview took longer than {deadline:.0f} s and was stopped") from None
+    finally:
+        _, status = await asyncio.to_thread(os.waitpid, pid, 0)
     if not data:
-        raise PreviewFailed(f"the process computing the preview died ({_ended(status)})")
+        error = _ChildKilled if os.WIFSIGNALED(status) else PreviewFailed
+        raise error(f"the process computing the preview died ({_ended(status)})")
     found: dict[str, Any] = json.loads(data)
     if "error" in found:
         raise PreviewFailed(str(found["error"]))

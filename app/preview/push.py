@@ -146,6 +146,9 @@ def preview(
     after = XdsGenerator(served.cache.copy(), previous_push)
     after.publish(next_push_context(previous_push, env, request)(), request)
     old_names, new_names = _Names(served), _Names(after)
+    # proxies of a class are served the very same Resource objects: one comparison per class
+    # (the lists are kept with it, so the ids in the key stay theirs)
+    compared: dict[tuple[str, tuple[int, ...], tuple[int, ...]], tuple[TypeDiff | None, object]] = {}
     reached = []
     for w in watching:
         proxy = w.proxy
@@ -156,7 +159,11 @@ def preview(
         for type_url in types_to_push(proxy, request, w.watches):
             old = served.generate(type_url, proxy, _watch(w, type_url, old_names, w.synced)) or []
             new = after.generate(type_url, proxy, _watch(w, type_url, new_names, True)) or []
-            found = _compare(type_url, old, new, show_diff)
+            key = (type_url, tuple(map(id, old)), tuple(map(id, new)))
+            hit = compared.get(key)
+            if hit is None:
+                hit = compared[key] = (_compare(type_url, old, new, show_diff), (old, new))
+            found = hit[0]
             if found is not None:
                 types[type_url] = found
         if types:
