@@ -133,4 +133,3 @@ class Discovery(Generic[S]):
             assert observer is not None
             observer.push_queued(trace, len(streams))
         return Pushed(request, push, begun.started, built, len(streams))
-
