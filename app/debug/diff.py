@@ -128,7 +128,7 @@ async def _forked(work: Callable[[], dict[str, Any]], deadline: float) -> dict[s
         data = await asyncio.wait_for(asyncio.to_thread(_read_all, read_fd), deadline)
     except TimeoutError:
         os.kill(pid, signal.SIGKILL)
-        raise PreviewFailed(f"the preview took longer than {deadline:.0f} s and was stopped") from None
+        raise PreviewFailed(f"the preview took longer than {deadline:g} s and was stopped") from None
     finally:
         _, status = await asyncio.to_thread(os.waitpid, pid, 0)
     if not data:
