@@ -10,9 +10,10 @@ reads the pipe. The child touches nothing but Python objects and leaves with ``o
 the gRPC threads the parent runs are never used in it. One preview runs at a time; one that
 takes longer than ``DIFF_DEADLINE`` is killed. bench/preview_cost.py measures it.
 
-Known defect: now and then (2 runs of 12 of tests/unit/test_preview_push.py, about 1 fork in
-40) the child died of SIGSEGV reading a Sidecar's upb message in ``PushContext.sidecar_for``;
-not reproduced by forking beside a thread churning upb messages. Such a child is run once more.
+A child died of SIGSEGV now and then in its first read of a upb message of the snapshot while
+gRPC's C-core fork handlers were on (4 of 950 forks with gRPC clients connected to the same
+process); with them off (app/__init__.py) 0 of 800, but the cause is not proven, so a child
+killed by a signal is run once more.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ async def in_fork(
     work: Callable[[], dict[str, Any]], running: asyncio.Lock, deadline: float = DIFF_DEADLINE
 ) -> dict[str, Any]:
     """``work()`` run in a forked child, its JSON result read back without blocking the loop;
-    one at a time under ``running``. A child that dies of a signal is run once more (the known
-    defect in the module docstring)."""
+    one at a time under ``running``. A child that dies of a signal is run once more (see the
+    module docstring)."""
     async with running:
         try:
             return await _forked(work, deadline)
