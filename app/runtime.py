@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config.model import ISTIO_KINDS, ConfigEvent, EventType, Kind
+from app.config.model import ISTIO_KINDS, ConfigEvent, ConfigObject, EventType, Kind
 from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug
@@ -64,8 +64,9 @@ from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
-from app.xds.discovery import Discovery, push_request
+from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, MeshStream
+from app.xds.next_push import push_request
 from app.xds.push import Debouncer, run_push_workers
 from app.xds.push_request import PushRequest
 from app.xds.server import XdsServer
@@ -184,6 +185,13 @@ class Runtime:
     def streams(self) -> Sequence[MeshStream]:
         return list(self.xds.streams.values())
 
+    def environment(self) -> Environment:
+        return self.env
+
+    def config_objects(self) -> Sequence[ConfigObject]:
+        """The config objects in force, from every source."""
+        return [obj for source in self.sources for obj in source.objects()]
+
     def refused_streams(self) -> Sequence[dict[str, str]]:
         return list(self.xds.refused)
 
@@ -296,7 +304,7 @@ class Runtime:
     def config_status(self) -> list[dict[str, Any]]:
         """``/debug/configz``, as istiod's: the Istio config in force in Kubernetes form, then
         every rejection as an Event (app/debug/configz.py)."""
-        objects = (obj for source in self.sources for obj in source.objects())
+        objects = self.config_objects()
         return self._configz(objects, self.rejections())
 
     def push_status(self) -> dict[str, Any]:

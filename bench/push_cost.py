@@ -43,8 +43,9 @@ from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.discovery import Discovery, push_request
+from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, proxy_from_node
+from app.xds.next_push import push_request
 from app.xds.push_request import PushRequest
 from app.xds.sotw import SotwSession
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE

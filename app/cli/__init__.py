@@ -1,7 +1,8 @@
 """The ``pilotfish`` command. Each family of subcommands lives in a module of its own and adds
 its parsers here: the control plane (``serve``), the node agent (``agent``), the offline tools
 that read files (``validate``, ``config-dump``, ``kube-inject``) and the istioctl-like clients of
-a running server (``proxy-status``, ``proxy-config``); ``explain`` is both."""
+a running server (``proxy-status``, ``proxy-config``, ``compare-istiod``); ``explain`` and ``diff``
+are both."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from app import __version__, logs
-from app.cli import agent, clients, explain, offline, server
+from app.cli import agent, clients, explain, offline, preview, server
 from app.errors import PilotfishError
 
 
@@ -27,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     offline.add_commands(sub)
     clients.add_commands(sub)
     explain.add_commands(sub)
+    preview.add_commands(sub)
     agent.add_commands(sub)
     sub.add_parser("version", help="print the version").set_defaults(run=_version)
     return out

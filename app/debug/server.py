@@ -16,11 +16,14 @@
 ``/debug/push_status``           the latest pushes (at most 100): trigger keys, times, proxies
                                  reached, resources sent by type
 ``/debug/connections``           every stream: proxy, protocol, types watched, pushes, pending push
+``POST /debug/diff``             what a change would push to each connected proxy, nothing applied
+                                 (app/debug/diff.py; ``pilotfish diff --server``)
 aiohttp serves it; the handlers only read the runtime through ``DebugState``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -29,9 +32,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from app.config.model import ConfigObject
+from app.debug.diff import PreviewFailed, compute, connected, in_fork
 from app.debug.dump import dump_served, scope_json
-from app.errors import ConfigError, PilotfishError
+from app.environment import Environment
+from app.errors import ConfigError, PilotfishError, SettingsError
 from app.model.push_context import PushContext
+from app.preview.request import DiffRequest, diff_request
 from app.settings import split_address
 from app.xds.explain import NotServed, type_url_of
 from app.xds.mesh_source import MeshSource, MeshStream
@@ -51,6 +58,10 @@ class DebugState(Protocol):
     def rejections(self) -> Sequence[ConfigError]: ...
 
     def rejected_pushes(self) -> Sequence[str]: ...
+
+    def environment(self) -> Environment: ...
+
+    def config_objects(self) -> Sequence[ConfigObject]: ...
 
     def streams(self) -> Sequence[MeshStream]: ...
 
@@ -112,6 +123,8 @@ class DebugServer:
         app.router.add_get("/debug/push_status", self._push_status)
         app.router.add_get("/debug/connections", self._connections)
         app.router.add_get("/debug/istio-ca-root-cert", self._ca_root)
+        app.router.add_post("/debug/diff", self._diff)
+        self._previewing = asyncio.Lock()
         self.app = app
 
     async def start(self, address: str) -> None:
@@ -203,3 +216,42 @@ class DebugServer:
         except PilotfishError as e:
             raise web.HTTPBadRequest(text=f"{e}\n") from None
         return web.json_response(found.json())
+
+    async def _diff(self, request: web.Request) -> web.Response:
+        """A change preview: a JSON body (app/preview/request.py ``diff_request``), or the YAML
+        of the change with ``?delete=KIND/NS/NAME``, ``?proxy=ID`` and ``?showDiff=true``."""
+        try:
+            if request.content_type == "application/json":
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise SettingsError("the body must be a JSON object")
+                wanted = diff_request(body)
+            else:
+                query = request.query
+                wanted = diff_request(
+                    {
+                        "files": [{"name": "request", "text": await request.text()}],
+                        "delete": query.getall("delete", []),
+                        "proxy": query.getall("proxy", []),
+                        "showDiff": query.get("showDiff", "") in ("1", "true"),
+                    }
+                )
+        except (SettingsError, ValueError) as e:
+            raise web.HTTPBadRequest(text=f"{e}\n") from None
+        return web.json_response(await self._preview(wanted))
+
+    async def _preview(self, wanted: DiffRequest) -> dict[str, Any]:
+        state = self._state
+        work = functools.partial(
+            compute,
+            state.environment(),
+            state.resource_source().generator,
+            connected(state.streams(), wanted.proxies),
+            state.config_objects(),
+            wanted,
+        )
+        try:
+            return await in_fork(work, self._previewing)
+        except PreviewFailed as e:
+            logger.warning("POST /debug/diff: %s", e)
+            raise web.HTTPInternalServerError(text=f"{e}\n") from None

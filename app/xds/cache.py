@@ -103,6 +103,15 @@ class ResourceCache:
         self.evictions += dropped
         return dropped
 
+    def copy(self) -> ResourceCache:
+        """A cache of its own holding the same entries (counters from zero): a push computed and
+        never published (the change preview) invalidates and fills the copy, not the cache
+        served from."""
+        out = ResourceCache(verify=self.verify)
+        out._entries = dict(self._entries)
+        out._by_dep = {dep: set(keys) for dep, keys in self._by_dep.items()}
+        return out
+
     def clear(self) -> None:
         self.evictions += len(self._entries)
         self._entries.clear()

@@ -19,21 +19,19 @@ every kind (every index rebuilt, every proxy considered).
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import Generic, TypeVar
 
-from app.environment import Change, Environment
+from app.environment import Environment
 from app.model.push_context import PushContext
 from app.xds.cache import ResourceCache
 from app.xds.generators.source import XdsGenerator
-from app.xds.needs_push import update_types
+from app.xds.next_push import next_push_context
 from app.xds.observe import PushObserver
 from app.xds.push import PushQueue
-from app.xds.push_request import PushRequest, TriggerReason
+from app.xds.push_request import PushRequest
 
 S = TypeVar("S", bound=Hashable)
 
@@ -116,11 +114,7 @@ class Discovery(Generic[S]):
         rebuilds the slices its keys affect, an endpoint-only one reads the registry's new
         endpoints. The inputs (and the scope memo) are taken now, on the caller's thread; the
         returned build may run on another."""
-        previous = self.push_context()
-        if request.full:
-            keys = None if request.all_kinds else request.configs_updated
-            return functools.partial(PushContext.build, previous, self.env.push_inputs(), keys, previous.scopes())
-        return functools.partial(previous.with_endpoints, self.env.registry.snapshot())
+        return next_push_context(self.push_context(), self.env, request)
 
     def _publish(self, begun: _Begun, push: PushContext) -> Pushed:
         built = time.monotonic()
@@ -140,26 +134,3 @@ class Discovery(Generic[S]):
             assert observer is not None
             observer.push_queued(trace, len(streams))
         return Pushed(request, push, begun.started, built, len(streams))
-
-
-def push_request(change: Change, events: int) -> PushRequest | None:
-    """The request a change makes; the Debouncer stamps its start time."""
-    delta = change.registry
-    if change.configs:
-        narrowed = {key: types for key, (old, new) in change.replaced.items() if (types := update_types(old, new))}
-        return PushRequest(
-            full=True,
-            configs_updated=change.configs,
-            endpoint_services=delta.endpoints_changed,
-            proxy_ips=delta.target_ips,
-            key_types=MappingProxyType(narrowed),
-            reasons={TriggerReason.CONFIG: events},
-        )
-    if delta.endpoints_changed or delta.target_ips:
-        return PushRequest(
-            full=False,
-            endpoint_services=delta.endpoints_changed,
-            proxy_ips=delta.target_ips,
-            reasons={TriggerReason.ENDPOINT: events},
-        )
-    return None

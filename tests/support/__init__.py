@@ -1,0 +1,4 @@
+"""Test support. Importing ``app`` first turns gRPC's fork handlers off before any test imports
+grpc, as in the server (app/__init__.py)."""
+
+import app  # noqa: F401

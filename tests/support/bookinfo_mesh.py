@@ -16,8 +16,9 @@ from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.discovery import Discovery, push_request
+from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource
+from app.xds.next_push import push_request
 from app.xds.push_request import PushRequest
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import counter_nonces

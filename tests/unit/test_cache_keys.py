@@ -33,11 +33,12 @@ from app.model.proxy import Proxy, ProxyType, build_proxy
 from app.model.push_context import PushContext
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import CacheAssertionError, ResourceCache
-from app.xds.discovery import Discovery, push_request
+from app.xds.discovery import Discovery
 from app.xds.generators import state as generator_state
 from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
 from app.xds.mesh_source import MeshSource
 from app.xds.needs_push import proxy_needs_push, types_to_push
+from app.xds.next_push import push_request
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource, encode
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER

@@ -26,7 +26,5 @@ def compare(
     """Each type either side sent, judged against the reviewed list (``proxy``: the workload
     name the list's ``proxy`` globs match)."""
     return [
-        judge(t, plain(istiod, t), plain(pilotfish, t), expected, proxy)
-        for t in types
-        if t in istiod or t in pilotfish
+        judge(t, plain(istiod, t), plain(pilotfish, t), expected, proxy) for t in types if t in istiod or t in pilotfish
     ]
