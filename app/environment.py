@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from app.config.model import ConfigEvent, ConfigKey, ConfigObject, Kind
+from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, Kind
 from app.config.store import ConfigStore
 from app.model.features import Features
 from app.model.push_context import PushContext, PushInputs

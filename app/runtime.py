@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config.model import ISTIO_KINDS, ConfigEvent, ConfigObject, EventType, Kind
+from app.config.objects import ISTIO_KINDS, ConfigEvent, ConfigObject, EventType, Kind
 from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
 from app.debug import xds_debug

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext

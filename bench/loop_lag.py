@@ -37,7 +37,7 @@ import trustme
 import uvloop
 import yaml
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.sources.files import FileSource
 from app.sources.kube.resources import ISTIO_RESOURCES
 from app.sources.kube.source import KubeSource

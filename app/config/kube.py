@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from app.config.model import EMPTY_LABELS, Kind
+from app.config.objects import EMPTY_LABELS, Kind
 from app.config.schema import type_name
 from app.errors import FieldError
 

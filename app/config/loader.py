@@ -24,7 +24,7 @@ import yaml
 from app.config.host import is_ip_address
 from app.config.kube import parse_kube_spec, string_map
 from app.config.mesh import parse_mesh_config
-from app.config.model import ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
+from app.config.objects import ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
 from app.config.schema import printable_path, type_name
 from app.config.validation.fields import quoted
 from app.config.validation.spec import parse_istio_spec

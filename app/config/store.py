@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.config.mesh import MeshConfig, default_mesh_config
-from app.config.model import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
+from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
 
 
 class ConfigStore:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.controllers.api import JSON_PATCH, ApiCallError, call
 from app.controllers.ip_allocate import Address, Allocator, Conflict, Entry, should_allocate, status_patch, to_reassign
 from app.controllers.namespaces import NamespaceFilter

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.controllers.api import ApiCallError, call
 from app.controllers.namespaces import NamespaceFilter
 from app.controllers.queue import WorkQueue

@@ -37,7 +37,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from app.config.model import ISTIO_KINDS, ConfigObject, Kind
+from app.config.objects import ISTIO_KINDS, ConfigObject, Kind
 from app.config.validation.spec import istio_warnings
 from app.errors import ConfigError
 

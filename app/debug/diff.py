@@ -27,7 +27,7 @@ import signal
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from app.config.model import ConfigKey, ConfigObject
+from app.config.objects import ConfigKey, ConfigObject
 from app.environment import Environment
 from app.model.sidecar_scope import SidecarScope
 from app.preview.proxies import Watching

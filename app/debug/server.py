@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.debug.diff import PreviewFailed, compute, connected, in_fork
 from app.debug.dump import dump_served, scope_json
 from app.environment import Environment

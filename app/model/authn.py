@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from app.api import security as sec
 from app.config.labels import selector_matches
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 
 Mode = sec.PeerAuthentication.MutualTLS.Mode
 

@@ -15,7 +15,7 @@ from typing import Self
 
 from app.api import security as sec
 from app.config.labels import selector_matches
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 
 Action = sec.AuthorizationPolicy.Action
 

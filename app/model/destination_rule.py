@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from app.api import networking as net
 from app.config.host import is_wildcard, most_specific_match, resolve_short_name
 from app.config.labels import selector_matches
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 
 PRIVATE = "."
 PUBLIC = "*"

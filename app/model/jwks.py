@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from app.api import security as sec
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 
 ISTIOD, HYBRID, ENVOY = "istiod", "hybrid", "envoy"
 

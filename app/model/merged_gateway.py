@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from app.api import networking as net
 from app.config.labels import selector_matches
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort, parse_protocol
 from app.model.service import Protocol as PortProtocol

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config.model import EMPTY_LABELS
+from app.config.objects import EMPTY_LABELS
 from app.errors import PilotfishError, shown
 
 

@@ -23,7 +23,7 @@ from app.config.host import matches, resolve_short_name
 from app.config.kube import SecretSpec
 from app.config.labels import selector_matches
 from app.config.mesh import MeshConfig
-from app.config.model import ConfigKey, ConfigObject, Kind
+from app.config.objects import ConfigKey, ConfigObject, Kind
 from app.model.authn import PeerAuthentications
 from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.destination_rule import DestinationRuleIndex

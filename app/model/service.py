@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from app.config.model import EMPTY_LABELS
+from app.config.objects import EMPTY_LABELS
 
 
 class Protocol(enum.StrEnum):

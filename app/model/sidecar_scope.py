@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app.api import networking as net
 from app.config.host import matches, subset_of
-from app.config.model import ConfigKey, ConfigObject, Kind
+from app.config.objects import ConfigKey, ConfigObject, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
 from app.model.proxy import Proxy
 from app.model.service import Registry, Resolution, Service

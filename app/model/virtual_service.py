@@ -11,7 +11,7 @@ from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
 from app.api import networking as net
 from app.config.host import is_wildcard, matches, resolve_short_name
-from app.config.model import ConfigKey, ConfigObject
+from app.config.objects import ConfigKey, ConfigObject
 from app.model.delegation import is_root, merge_delegates
 
 MESH_GATEWAY = "mesh"

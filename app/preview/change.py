@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.config.loader import LoadResult
-from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, SettingsError
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from app.config.kube import PodSpec
 from app.config.labels import selector_matches
-from app.config.model import ConfigObject, Kind
+from app.config.objects import ConfigObject, Kind
 from app.errors import SettingsError
 from app.model.proxy import InvalidNodeError, Proxy, ProxyType, build_proxy
 from app.model.sidecar_scope import SidecarScope

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config.loader import LoadResult, load_documents
-from app.config.model import ConfigKey, ConfigObject
+from app.config.objects import ConfigKey, ConfigObject
 from app.errors import SettingsError
 from app.preview.change import Proposal, parse_delete, propose
 

@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec
 from app.config.labels import NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL
-from app.config.model import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
+from app.config.objects import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import (
     Endpoint,
     HealthStatus,

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.config.host import is_ip_address
-from app.config.model import ConfigEvent, ConfigObject, Kind
+from app.config.objects import ConfigEvent, ConfigObject, Kind
 from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController

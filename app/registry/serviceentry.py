@@ -21,7 +21,7 @@ from types import MappingProxyType
 from app.api import networking as net
 from app.config.host import is_ip_address
 from app.config.labels import selector_matches
-from app.config.model import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
+from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
 from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service, ServicePort, parse_protocol
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import (

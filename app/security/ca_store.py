@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.errors import PilotfishError
 from app.security.ca import CertificateAuthority
 from app.security.ca_secret import (

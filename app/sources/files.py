@@ -44,7 +44,7 @@ from watchfiles import awatch
 from watchfiles.main import FileChange
 
 from app.config.loader import LoadResult, Rejection, load_mesh_file, read_documents
-from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType
+from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType
 from app.errors import ConfigError, SettingsError
 from app.workers import WorkerError, WorkerPool
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from watchfiles import awatch
 
-from app.config.model import ConfigEvent, ConfigObject, EventType
+from app.config.objects import ConfigEvent, ConfigObject, EventType
 from app.errors import ConfigError, SettingsError
 from app.sources.files import load_config_file
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from app.config.model import ConfigEvent, ConfigObject
+from app.config.objects import ConfigEvent, ConfigObject
 from app.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from app.api import networking as net
 from app.api.mesh import MeshConfig
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.authn import PeerAuthentications
 from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.features import Features

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.config.loader import TOP_LEVEL_FIELDS, load_object
-from app.config.model import ISTIO_KINDS
+from app.config.objects import ISTIO_KINDS
 from app.config.schema import printable_path, type_name
 from app.config.validation.spec import object_warnings
 

@@ -33,7 +33,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KubeResource
 from app.sources.kube.store import Delta, Raw

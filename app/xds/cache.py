@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import fields, is_dataclass
 from typing import TypeVar
 
-from app.config.model import ConfigKey
+from app.config.objects import ConfigKey
 from app.errors import PilotfishError
 from app.xds.resource import Resource
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.config.model import ConfigKey, ConfigObject, Kind
+from app.config.objects import ConfigKey, ConfigObject, Kind
 from app.errors import PilotfishError
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from app.api import networking as net
-from app.config.model import ConfigKey, ConfigObject, Kind
+from app.config.objects import ConfigKey, ConfigObject, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.translate.route.policy import load_balancer_view

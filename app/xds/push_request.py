@@ -11,7 +11,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 
 _NO_REASONS: Mapping[str, int] = MappingProxyType({})
 _NO_KEY_TYPES: Mapping[ConfigKey, frozenset[str]] = MappingProxyType({})

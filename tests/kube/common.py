@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.config.model import ConfigEvent, ConfigKey, Kind
+from app.config.objects import ConfigEvent, ConfigKey, Kind
 from app.sources.kube.source import KubeSource
 from tests.support.cluster import Cluster
 

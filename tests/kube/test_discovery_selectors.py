@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.sources.kube.client import api_client
 from app.sources.kube.discovery import selects
 from app.sources.kube.source import KubeSource

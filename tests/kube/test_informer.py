@@ -24,7 +24,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import new_client_from_config
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KUBE_RESOURCES, KubeResource
 from app.sources.kube.store import Delta

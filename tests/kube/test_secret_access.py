@@ -19,7 +19,7 @@ import pytest
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.runtime import Runtime
 from app.security.secret_access import SecretAccessReviewer
 from app.settings import Settings

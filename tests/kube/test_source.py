@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.environment import Environment
 from app.sources.kube.client import KubeConfigError, api_client
 from app.sources.kube.source import KubeSource, KubeUnavailable

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.config import new_client_from_config
 
-from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.sources.kube.source import KubeSource
 from tests.support.kube_api import KubeApi
 

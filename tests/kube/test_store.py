@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.sources.kube.store import Store
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from app.config.model import ISTIO_KINDS, ConfigObject, Kind
+from app.config.objects import ISTIO_KINDS, ConfigObject, Kind
 from app.debug.configz import SOURCE_ANNOTATION, is_rejection
 from app.model.proxy import build_proxy
 from app.runtime import Runtime

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.config.yaml_documents import MAX_DOCUMENT_BYTES, MAX_DOCUMENTS
 from app.sources.files import FileSource, load_config_file, load_config_files
 from app.workers import WorkerPool

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config.model import ConfigKey, EventType, Kind
+from app.config.objects import ConfigKey, EventType, Kind
 from app.sources.files import MAX_CONFIG_FILES, FileSource, TooManyFiles, list_config_files
 
 BOUND = 5

@@ -8,7 +8,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
 from app.sources.files import FileSource

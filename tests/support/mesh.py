@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.config.loader import load_documents, load_mesh_file
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy

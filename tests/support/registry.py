@@ -4,7 +4,7 @@ multi-document file (any rejected object fails the test) and applied as one batc
 from __future__ import annotations
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigObject, EventType
+from app.config.objects import ConfigEvent, ConfigObject, EventType
 from app.registry.registry import RegistryDelta, ServiceRegistry
 
 

@@ -27,7 +27,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.environment import Environment
 from app.model.proxy import Proxy, ProxyType, build_proxy
 from app.model.push_context import PushContext

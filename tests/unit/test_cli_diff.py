@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from app.cli import main
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.runtime import Runtime
 from app.settings import Settings
 from bench.mesh import Mesh, MeshSpec

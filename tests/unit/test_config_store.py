@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.config.store import ConfigStore
 
 RULE = """apiVersion: networking.istio.io/v1

@@ -8,7 +8,7 @@ from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.model.proxy import build_proxy
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession

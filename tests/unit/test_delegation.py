@@ -10,7 +10,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from app.api import networking as net
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.model.delegation import merge_http_routes
 from app.xds.generators.reference import generate_routes
 from tests.support.mesh import config_doc, kube_service, push_context, sidecar_proxy

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.config.loader import load_documents
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
 from tests.support.mesh import config_doc
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.cli import main
 from app.config.loader import load_object
-from app.config.model import ConfigEvent, ConfigKey, EventType
+from app.config.objects import ConfigEvent, ConfigKey, EventType
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource

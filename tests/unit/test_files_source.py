@@ -19,7 +19,7 @@ import pytest
 from app.api.mesh import MeshConfig
 from app.api.networking import LoadBalancerSettings
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.errors import SettingsError
 from app.sources.files import FileSet, FileSource, is_config_file, list_config_files
 

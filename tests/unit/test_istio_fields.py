@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from app.config.loader import load_object
-from app.config.model import ISTIO_KINDS, Kind
+from app.config.objects import ISTIO_KINDS, Kind
 from app.config.schema import parse_message
 from app.config.validation.spec import SPEC_MESSAGES
 from app.errors import FieldError

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from app.config.loader import load_documents
-from app.config.model import INTERNAL_KINDS, Kind
+from app.config.objects import INTERNAL_KINDS, Kind
 from app.config.yaml_documents import GoFlowYamlLoader, KubeYamlLoader
 from app.webhook.admission import review
 from tests.support.peers import istio_module_dir

@@ -18,7 +18,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from google.protobuf import any_pb2
 
 from app.config.loader import load_documents
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.features import Features
 from app.model.jwks import ENVOY, HYBRID, ISTIOD, UNFETCHED_JWKS, fetch_mode, uris_to_fetch, with_fetched_keys
 from app.security.jwks import MAX_BYTES, JwksResolver

@@ -20,7 +20,7 @@ from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.config import loader
 from app.config.loader import KubeYamlLoader, LoadResult, load_documents
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.config.schema import build_message, merge_message, parse_message
 from app.config.validation.spec import istio_warnings
 from app.errors import FieldError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.inject.native_sidecars import (
     KubeletVersions,
     NativeSidecarMode,

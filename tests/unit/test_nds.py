@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, ConfigKey, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.environment import Environment
 from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.xds.needs_push import AFFECTS, FOLLOWS, UNAFFECTED_KINDS, types_to_push
 from app.xds.push_request import PushRequest

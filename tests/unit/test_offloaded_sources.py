@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.sources.files import FileSource
 from app.sources.kube.resources import ISTIO_RESOURCES
 from app.sources.kube.source import KubeSource

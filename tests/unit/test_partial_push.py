@@ -9,7 +9,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.model.proxy import Proxy, build_proxy
 from app.xds.connection import Connection
 from app.xds.needs_push import update_types

@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.xds.push import Debouncer, PushQueue, PushQueueClosed, run_push_workers
 from app.xds.push_request import PushRequest, TriggerReason
 

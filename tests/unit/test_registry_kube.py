@@ -7,7 +7,7 @@ from types import MappingProxyType
 import pytest
 
 from app.config.kube import KubeServicePort
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
 from app.registry.kube import kube_port_protocol, pod_locality
 from app.registry.registry import RegistryDelta, ServiceRegistry

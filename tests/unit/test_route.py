@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.config.mesh import default_mesh_config
-from app.config.model import ConfigObject, Kind, ObjectMeta
+from app.config.objects import ConfigObject, Kind, ObjectMeta
 from app.model.service import Protocol, Registry, Resolution, Service, ServicePort
 from app.model.virtual_service import ResolvedVirtualService, resolve_virtual_service
 from app.translate.route.builder import (

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import pytest
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import Proxy
 from app.model.service import Service

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.errors import SettingsError
 from app.telemetry.tracing import PushTracer, tracing_from_env
 from app.xds.cause import Cause

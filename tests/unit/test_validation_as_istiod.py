@@ -26,7 +26,7 @@ import yaml
 
 from app.cli import main
 from app.config.loader import load_documents, load_object
-from app.config.model import ConfigKey, EventType, Kind
+from app.config.objects import ConfigKey, EventType, Kind
 from app.sources.files import FileSource
 from app.webhook.admission import review, review_body
 

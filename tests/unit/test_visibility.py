@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from app.config.loader import load_documents
-from app.config.model import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, EventType
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.model.push_context import PushContext

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 from app.api import networking as net
 from app.api import security as sec
 from app.config.host import is_ip_address, validate_fqdn
-from app.config.model import ConfigObject, Kind
+from app.config.objects import ConfigObject, Kind
 from app.config.schema import parse_message
 from app.config.validation.fields import (
     PROTOCOLS,

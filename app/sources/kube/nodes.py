@@ -12,7 +12,7 @@ import asyncio
 
 from kubernetes_asyncio.client import ApiClient
 
-from app.config.model import EventType
+from app.config.objects import EventType
 from app.inject.native_sidecars import KubeletVersions
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import NODES, KubeResource

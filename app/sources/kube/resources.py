@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.config.loader import MESH_CONFIGMAP_NAME
-from app.config.model import Kind
+from app.config.objects import Kind
 
 ISTIO_NETWORKING = "networking.istio.io"
 # the versions istiod serves its networking kinds in, newest first: an informer lists the newest

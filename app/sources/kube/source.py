@@ -34,7 +34,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from app.config.loader import LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
-from app.config.model import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
+from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
 from app.sources.kube.discovery import selected, selects
 from app.sources.kube.informer import Informer

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.config.model import EventType
+from app.config.objects import EventType
 
 Raw = Mapping[str, Any]
 

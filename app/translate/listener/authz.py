@@ -34,7 +34,7 @@ from envoy.extensions.path.match.uri_template.v3 import uri_template_match_pb2
 from envoy.type.matcher.v3 import metadata_pb2, path_pb2, regex_pb2, string_pb2, value_pb2
 
 from app.api import security as sec
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.authz import WorkloadPolicies
 from app.translate.listener.filters import pack
 from app.translate.listener.jwt import JWT_FILTER, JWT_PAYLOAD

@@ -22,7 +22,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 
 from app.api import networking as net
 from app.config.host import intersection, names_for_namespace
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.merged_gateway import GatewayServer, MergedServers, ServerPort, merge_gateways
 from app.model.service import Protocol, ServicePort, parse_protocol

@@ -28,7 +28,7 @@ from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.api import networking as net
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.model.authn import MtlsMode, PeerAuthentications
 from app.model.authz import NO_POLICIES, WorkloadPolicies
 from app.model.service import Protocol, ServicePort

@@ -23,7 +23,7 @@ from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.api import security as sec
-from app.config.model import ConfigObject
+from app.config.objects import ConfigObject
 from app.translate.listener.filters import pack
 
 JWT_FILTER = "envoy.filters.http.jwt_authn"

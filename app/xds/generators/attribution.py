@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from app.api.networking import DestinationRule
 from app.config.labels import selector_matches
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.model.ident import Ident
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext

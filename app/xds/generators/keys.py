@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from app.config.model import ConfigKey, Kind
+from app.config.objects import ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule
 from app.model.ident import Ident
 from app.model.service import Service

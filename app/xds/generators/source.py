@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from app.config.model import Kind
+from app.config.objects import Kind
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope

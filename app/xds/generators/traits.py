@@ -13,7 +13,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
 from app.config.mesh import MeshConfig
-from app.config.model import EMPTY_LABELS
+from app.config.objects import EMPTY_LABELS
 from app.model.proxy import Proxy
 from app.model.sidecar_scope import SidecarScope
 from app.translate.listener.tracing import TRACING_LABELS
