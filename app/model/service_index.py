@@ -14,8 +14,12 @@ NONE = "~"
 
 
 def _order(svc: Service) -> tuple[str, str, str, str]:
-    # istiod's SortServicesByCreationTime: oldest first, then name, then namespace
-    return (svc.creation_timestamp, svc.name, svc.namespace, svc.hostname)
+    # istiod's SortServicesByCreationTime: oldest first, then Attributes.Name (a Kubernetes
+    # Service's name, a ServiceEntry's host: istiod names a ServiceEntry's services by their
+    # hosts), then namespace; ServiceEntries created in the same second for one host are told
+    # apart by namespace, not by their own names
+    name = svc.name if svc.registry is Registry.KUBERNETES else svc.hostname
+    return (svc.creation_timestamp, name, svc.namespace, svc.hostname)
 
 
 @dataclass(frozen=True, slots=True)

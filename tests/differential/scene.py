@@ -103,6 +103,7 @@ class Scene:
     token: str  # the discoverySelectors' label value
     workloads: dict[str, Workload] = field(default_factory=dict)  # by Deployment name
     namespaces: dict[str, str] = field(default_factory=dict)  # made -> the stable name it stands for
+    exact: set[str] = field(default_factory=set)  # namespaces made by their very name
     _next_ip: int = 10
 
     @classmethod
@@ -126,7 +127,22 @@ class Scene:
         labels = {SELECTOR_LABEL: self.token}
         self.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
         self.kube.track_namespace(name)
+        self.exact.add(name)
         return name
+
+    def run_pod(self, pod: Mapping[str, Any], namespace: str) -> None:
+        """A Pod of a file-source config set: run with the address and readiness its status gives."""
+        status = pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+        ready = ready or not status.get("conditions")
+        name = pod["metadata"]["name"]
+        self.kube.run_pod({"metadata": pod["metadata"], "spec": pod.get("spec") or {}}, status["podIP"],
+                          ready=ready, namespace=namespace)  # fmt: skip
+        spec = pod.get("spec") or {}
+        ports = tuple(p["containerPort"] for c in spec.get("containers") or () for p in c.get("ports") or ())
+        labels = dict(pod["metadata"].get("labels") or {})
+        account = spec.get("serviceAccountName") or "default"
+        self.workloads[name] = Workload(name, namespace, status["podIP"], labels, account, name, ports, ready)
 
     def placeholders(self) -> dict[str, str]:
         """What differs run after run, by its stable stand-in: each namespace's random name by
@@ -202,8 +218,9 @@ def deployments() -> tuple[str, ...]:
     """Every Deployment of the scene's config sets (each one pod, each a proxy to compare)."""
     docs = [*istio_sample(BOOKINFO), *istio_sample(SLEEP), *_data(TRAFFIC_POLICY, ""), *_data(GATEWAY, "bookinfo")]
     docs += _data(FEATURES, "bookinfo")
+    docs += [d for sample in SAMPLES for d in istio_sample(sample)]
     docs += [d for path in testdata_files() for d in yaml.safe_load_all(path.read_text())]
-    return tuple(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment")
+    return (*(d["metadata"]["name"] for d in docs if d and d["kind"] == "Deployment"), *project_pods())
 
 
 def _data(path: Path, bookinfo_namespace: str) -> list[dict[str, Any]]:
@@ -214,7 +231,7 @@ def _data(path: Path, bookinfo_namespace: str) -> list[dict[str, Any]]:
 def bookinfo(scene: Scene) -> str:
     """The bookinfo sample of the pinned istio module, its DestinationRules (every subset) and the
     80/20 reviews VirtualService, in a new namespace; returns it once the slices are there."""
-    namespace = scene.namespace("bookinfo")
+    namespace = scene.namespace("bookinfo-sample")  # examples/bookinfo has the namespace bookinfo
     scene.apply(istio_sample(BOOKINFO), namespace)
     scene.apply(istio_sample("bookinfo/networking/destination-rule-all.yaml"), namespace)
     scene.apply(istio_sample("bookinfo/networking/virtual-service-reviews-80-20.yaml"), namespace)
@@ -257,7 +274,10 @@ def istio_testdata(scene: Scene) -> list[str]:
                 continue
             wanted = named or path.stem
             if wanted not in made:
-                made[wanted] = scene.exact_namespace(wanted) if named else scene.namespace(wanted)
+                if not named:
+                    made[wanted] = scene.namespace(wanted)
+                else:
+                    made[wanted] = wanted if wanted in scene.exact else scene.exact_namespace(wanted)
             try:
                 scene.apply([doc], made[wanted])
             except ApiError as e:  # fields Istio's CRDs no longer declare (websocketUpgrade)
@@ -275,6 +295,96 @@ def features(scene: Scene, bookinfo_namespace: str) -> str:
     WorkloadEntry, on the ``web`` workload; returns its namespace once the slices are there."""
     namespace = scene.namespace("features")
     scene.apply(_data(FEATURES, bookinfo_namespace), namespace)
+    scene.wait_for_endpoints(namespace)
+    return namespace
+
+
+REPO = Path(__file__).resolve().parents[2]
+# the config sets the project's own tests use (examples/bookinfo is also tests/data/golden/bookinfo)
+PROJECT_SETS = (
+    REPO / "examples" / "bookinfo",
+    REPO / "tests" / "data" / "golden" / "dns" / "config",
+    REPO / "tests" / "data" / "golden" / "dr-lookup" / "config",
+    REPO / "tests" / "data" / "golden" / "serviceentries" / "config",
+)
+
+
+def project_pods() -> tuple[str, ...]:
+    """The pods of the project's config sets (each a sidecar to compare)."""
+    return tuple(d["metadata"]["name"] for d in _project_docs(*PROJECT_SETS) if d["kind"] == "Pod")
+
+
+def _project_docs(*paths: Path) -> list[dict[str, Any]]:
+    """The objects of config sets (their ``mesh.yaml``, a MeshConfig, is the scene's own here)."""
+    files = [f for path in paths for f in sorted(path.glob("*.yaml")) if f.name != "mesh.yaml"]
+    return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind")]
+
+
+def project_config_sets(scene: Scene) -> list[str]:
+    """The config sets the project's tests use (file-source YAML: Namespaces, Services, Pods with
+    their status, EndpointSlices, Istio config; not their mesh.yaml), put in the cluster as the
+    file source reads them:
+    every object in the namespace it names (made with that name), each Pod run with the address and
+    readiness its status gives. An EndpointSlice of a Service with a selector is left to the real
+    controller; a Service whose fixed ClusterIP the API server refuses (taken, or a second family
+    this cluster lacks) gets one allocated. Returns what could not be put in, with the reason."""
+    left_out: list[str] = []
+    for path in PROJECT_SETS:
+        docs = _project_docs(path)
+        selected = {(d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs
+                    if d["kind"] == "Service" and (d.get("spec") or {}).get("selector")}  # fmt: skip
+        for doc in docs:
+            meta = doc["metadata"]
+            if doc["kind"] == "Namespace":
+                if meta["name"] not in (*scene.exact, "istio-system"):
+                    scene.exact_namespace(meta["name"])
+                continue
+            namespace = meta.get("namespace") or "default"
+            if namespace == "istio-system":
+                namespace = scene.system  # the root namespace stands for it
+            elif namespace not in scene.exact:
+                scene.exact_namespace(namespace)
+            if doc["kind"] == "EndpointSlice":
+                owner = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+                if (namespace, owner) in selected:
+                    continue
+            where = f"{path.relative_to(REPO)}: {doc['kind']} {namespace}/{meta['name']}"
+            try:
+                if doc["kind"] == "Pod":
+                    scene.run_pod(doc, namespace)
+                elif doc["kind"] == "Service":
+                    _service(scene, doc, namespace, left_out, where)
+                else:
+                    scene.apply([doc], namespace)
+            except ApiError as e:
+                left_out.append(f"{where}: {json.loads(e.body).get('message', e.body)}")
+    for namespace in sorted(scene.exact):
+        scene.wait_for_endpoints(namespace)
+    return left_out
+
+
+def _service(scene: Scene, doc: dict[str, Any], namespace: str, left_out: list[str], where: str) -> None:
+    try:
+        scene.apply([doc], namespace)
+    except ApiError as e:
+        fixed = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy")
+        spec = {k: v for k, v in doc["spec"].items() if k not in fixed}
+        if doc["spec"].get("clusterIP") == "None":
+            spec["clusterIP"] = "None"
+        scene.apply([{**doc, "spec": spec}], namespace)
+        reason = json.loads(e.body).get("message", e.body)
+        left_out.append(f"{where}: its fixed ClusterIP allocated anew ({reason[:160]})")
+
+
+SAMPLES = ("httpbin/httpbin.yaml", "helloworld/helloworld.yaml")
+
+
+def samples(scene: Scene) -> str:
+    """The httpbin and helloworld samples of the pinned istio module in a namespace of their own;
+    returns it once the slices are there."""
+    namespace = scene.namespace("samples")
+    for sample in SAMPLES:
+        scene.apply(istio_sample(sample), namespace)
     scene.wait_for_endpoints(namespace)
     return namespace
 

@@ -35,6 +35,8 @@ from tests.differential.scene import (
     features,
     gateway,
     istio_testdata,
+    project_config_sets,
+    samples,
     scoped,
     traffic_policy,
 )
@@ -89,7 +91,8 @@ def planes(
         scoped(scene, bookinfo_namespace)
         gateway(scene, bookinfo_namespace)
         features(scene, bookinfo_namespace)
-        left_out = istio_testdata(scene)
+        samples(scene)
+        left_out = project_config_sets(scene) + istio_testdata(scene)
         args = ("--system-namespace", scene.system)
         with (
             pytest.MonkeyPatch.context() as env,

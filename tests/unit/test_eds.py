@@ -277,8 +277,9 @@ def test_subset_filters_by_the_rules_labels_and_uses_the_subsets_tls_mode() -> N
 def test_rule_tls_mode_disable_turns_off_the_tls_mode_match() -> None:
     push = push_context(KUBE, dr("trafficPolicy: {tls: {mode: DISABLE}}\nsubsets: [{name: v1, labels: {version: v1}}]"))
     la = one(push, f"outbound|9080||{REVIEWS}")
-    # istiod's mtlsChecker reads a subset's own policy only, and this subset has none
-    assert tls_matched(one(push, f"outbound|9080|v1|{REVIEWS}")) == [True, True, True]
+    # istiod's mtlsChecker (tlsModeForDestinationRule) reads a subset's own policy, and the
+    # rule's when the subset sets none for the port (tests/differential checks it against istiod)
+    assert tls_matched(one(push, f"outbound|9080|v1|{REVIEWS}")) == [False, False, False]
     assert tls_matched(one(push_context(KUBE), f"outbound|9080||{REVIEWS}")) == [True, True, True, False, True]
     assert tls_matched(la) == [False, False, False, False, False]
 

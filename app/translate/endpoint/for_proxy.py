@@ -93,9 +93,12 @@ def build_assignment(
     # istiod getSubSetLabels: a subset the rule does not define selects every endpoint
     subset_labels = subset.labels if subset is not None else {}
     selected = port_subset_endpoints(endpoints, port, subset_labels)
-    # istiod tlsModeForDestinationRule: the rule's mode for the default cluster, the subset's own
-    # mode (not the rule's) for a subset, none for a subset the rule lacks
-    tls_mode = tls_mode_for_port(subset_tp if key.subset else rule_tp, port.port)
+    # istiod tlsModeForDestinationRule: the rule's mode for the default cluster; for a subset its
+    # own mode for the port, else the rule's; none for a subset the rule lacks
+    tls_mode = tls_mode_for_port(rule_tp, port.port)
+    if key.subset:
+        own = tls_mode_for_port(subset_tp, port.port)
+        tls_mode = None if subset is None else (own if own is not None else tls_mode)
     # istiod getSubsetTrafficPolicy: the rule's policy merged with the subset's, for the port
     policy = merge_traffic_policy(rule_tp, subset_tp, port.port)
     usable = filter(_usable_in_eds, selected)
