@@ -35,22 +35,12 @@ from bench.mesh import (
     sidecar,
     virtual_service,
 )
+from tests.differential.scene import MESH
 from tests.support.cluster import Cluster
 
 SELECTOR_LABEL = "pilotfish-bench"
 WRITERS = 6  # concurrent API requests while loading
 SLICES_TIMEOUT = 600.0  # the endpointslice controller writes at its client's QPS (20 by default)
-# what a mesh installed by istiod's chart has (its values' meshConfig), plus the root namespace
-# and the selector that keeps both control planes to the bench's namespaces
-MESH = """\
-defaultConfig:
-  discoveryAddress: istiod.{system}.svc:15012
-rootNamespace: {system}
-trustDomain: cluster.local
-enablePrometheusMerge: true
-discoverySelectors:
-- matchLabels: {{{label}: 'true'}}
-"""
 
 
 @dataclass
@@ -76,7 +66,8 @@ class KubeMesh:
             self.kube.apply(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
             )
-        mesh = MESH.format(system=self.system, label=SELECTOR_LABEL)
+        # the differential test's mesh (istiod's chart values), selecting the bench's namespaces
+        mesh = MESH.format(system=self.system, label=SELECTOR_LABEL, token="true")
         config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": self.system}}
         self.kube.apply({**config_map, "data": {"mesh": mesh}})
         for namespace in self.namespaces:  # run_pod's admission needs the account; made once here
