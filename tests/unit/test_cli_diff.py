@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,10 +16,9 @@ import pytest
 from app.cli import main
 from app.config.objects import Kind
 from app.runtime import Runtime
-from app.settings import Settings
 from bench.mesh import Mesh, MeshSpec
 from tests.support.bookinfo import BOOKINFO
-from tests.support.runtime import running
+from tests.support.runtime import running_bookinfo
 
 RATINGS_DR = """apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -158,10 +156,7 @@ def test_generated_mesh_an_endpoint_change_reaches_one_namespace(
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    config = tmp_path / "config"
-    shutil.copytree(BOOKINFO, config)
-    settings = Settings(config_dir=config, xds_address="127.0.0.1:0", http_address="127.0.0.1:0")
-    async with running(settings) as rt:
+    async with running_bookinfo(tmp_path) as rt:
         yield rt
 
 

@@ -12,7 +12,6 @@ through ``Discovery.push`` with an endpoint-only change next.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -25,11 +24,10 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.model import push_context
 from app.runtime import Runtime
-from app.settings import Settings
 from app.xds.type_urls import CLUSTER
-from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS
+from tests.support.bookinfo import EXTRA_DR, NODE, RATINGS
 from tests.support.bookinfo_mesh import Mesh
-from tests.support.runtime import running
+from tests.support.runtime import running_bookinfo
 
 DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
@@ -59,16 +57,7 @@ endpoints:
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    config = tmp_path / "config"
-    shutil.copytree(BOOKINFO, config)
-    settings = Settings(
-        config_dir=config,
-        xds_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        debounce_after=0.01,
-        file_debounce_ms=10,
-    )
-    async with running(settings) as rt:
+    async with running_bookinfo(tmp_path, debounce_after=0.01, file_debounce_ms=10) as rt:
         yield rt
 
 

@@ -9,7 +9,6 @@ one of them previewed again with an invalid object beside it."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,11 +20,9 @@ import pytest
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.runtime import Runtime
-from app.settings import Settings
 from app.xds.client import DeltaAdsClient, Inspector, node
 from app.xds.type_urls import EXPLICIT_TYPES
-from tests.support.bookinfo import BOOKINFO
-from tests.support.runtime import running
+from tests.support.runtime import running_bookinfo
 
 DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 PODS = {  # pod -> (ip, labels) of the bookinfo sidecars connected
@@ -109,16 +106,7 @@ spec:
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    config = tmp_path / "config"
-    shutil.copytree(BOOKINFO, config)
-    settings = Settings(
-        config_dir=config,
-        xds_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        debounce_after=0.01,
-        file_debounce_ms=10,
-    )
-    async with running(settings) as rt:
+    async with running_bookinfo(tmp_path, debounce_after=0.01, file_debounce_ms=10) as rt:
         yield rt
 
 
