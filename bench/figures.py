@@ -72,14 +72,15 @@ def stream_errors(envoys: Iterable[SimulatedEnvoy], before: Mapping[int, int] | 
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def ratios(measured: Mapping[str, object], floor: Mapping[str, object]) -> dict[str, float]:
-    """measured / floor for every timing figure both have (top level and ``received``); none when
-    either side timed out (its percentiles cover only the sidecars that made it)."""
+def ratios(measured: Mapping[str, object], floor: Mapping[str, object], group: str = "received") -> dict[str, float]:
+    """measured / floor for every timing figure both have (top level and in ``group``: the
+    sidecars the push was for); none when either side timed out (its percentiles cover only the
+    sidecars that made it)."""
     out: dict[str, float] = {}
     if measured.get("timed_out") or floor.get("timed_out"):
         return out
-    for scope in (measured, measured.get("received")):
-        floor_scope = floor if scope is measured else floor.get("received")
+    for scope in (measured, measured.get(group)):
+        floor_scope = floor if scope is measured else floor.get(group)
         if not isinstance(scope, Mapping) or not isinstance(floor_scope, Mapping):
             continue
         for key in TIMINGS:

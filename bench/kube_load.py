@@ -12,10 +12,11 @@ The sidecars send the node metadata pilot-agent sends (ISTIO_VERSION of the pinn
 pod's name, service account, owner, ...), so istiod treats them as real sidecars; the scenarios
 change the cluster through the API server: ``storm``, ``dr-change`` (a DestinationRule's
 maxConnections), ``endpoint-add`` (a new pod made Ready: the endpointslice controller adds it),
-``churn`` (10 % reconnect), ``service-entry-add``, and, when ``sidecar-dr-change`` is asked,
-``sidecar-add`` (one Sidecar per namespace applied: every proxy's scope shrinks) then
-``sidecar-dr-change`` (the DestinationRule change again, now scoped: its namespace's sidecars
-should get it, the other namespaces' nothing).
+``churn`` (10 % reconnect), ``service-entry-add``, and, when a scoped scenario is asked,
+``sidecar-add`` (one Sidecar per namespace applied: every proxy's scope shrinks) then the scoped
+ones: ``sidecar-dr-change`` (the DestinationRule change again) and ``sidecar-endpoint-add`` (one
+more Ready pod of the same service), where its namespace's sidecars should get the change and the
+other namespaces' nothing. The floor replays ``sidecar-add`` and the scoped pushes too.
 
 ``table()`` puts every figure of the three runs side by side, with pilotfish / istiod and
 pilotfish / floor.
@@ -37,7 +38,7 @@ from bench.kube_mesh import KubeMesh
 from bench.mesh import sidecars
 from bench.processes import ServerProcess, istiod_env, log_warnings, start_pilotfish
 from bench.recording import Recorder, Recording
-from bench.scenarios import Run, churn, connect_storm, push
+from bench.scenarios import SCOPED, Run, churn, connect_storm, namespace_groups, push
 from tests.differential.istiod import running_istiod
 from tests.e2e.istio_proxy import istio_version
 
@@ -95,7 +96,8 @@ async def control_plane_run(
             figures["skipped"] = "the connect storm did not complete; later scenarios would measure its backlog"
         else:
             for name, scenario in _scenarios(run, mesh).items():
-                wanted = name in args.scenarios or (name == "sidecar-add" and "sidecar-dr-change" in args.scenarios)
+                scoped = any(n in args.scenarios for n in SCOPED)
+                wanted = name in args.scenarios or (name == "sidecar-add" and scoped)
                 if wanted:
                     figures[name] = await scenario()
     figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
@@ -105,9 +107,7 @@ async def control_plane_run(
 
 def _scenarios(run: Run, mesh: KubeMesh) -> dict[str, Callable[[], Awaitable[Figures]]]:
     envoys = run.fleet.envoys
-    namespace = mesh.spec.namespace_of(CHANGED_SERVICE)
-    mine = [e for e in envoys if e.identity.namespace == namespace]
-    others = [e for e in envoys if e.identity.namespace != namespace]
+    scoped = namespace_groups(envoys, mesh.spec.namespace_of(CHANGED_SERVICE))
     kinds = {"agents": [e for e in envoys if e.identity.agent], "envoys": [e for e in envoys if not e.identity.agent]}
     by_kind = {name: members for name, members in kinds.items() if members}
 
@@ -116,15 +116,15 @@ def _scenarios(run: Run, mesh: KubeMesh) -> dict[str, Callable[[], Awaitable[Fig
         return lambda: asyncio.to_thread(change)
 
     change_rule = api(lambda: mesh.change_destination_rule(CHANGED_SERVICE))
+    add_endpoint = api(lambda: mesh.add_endpoint(CHANGED_SERVICE))
     return {
         "dr-change": lambda: push(run, "dr-change", change_rule, envoys),
-        "endpoint-add": lambda: push(run, "endpoint-add", api(lambda: mesh.add_endpoint(CHANGED_SERVICE)), envoys),
+        "endpoint-add": lambda: push(run, "endpoint-add", add_endpoint, envoys),
         "churn": lambda: churn(run),
         "service-entry-add": lambda: push(run, "service-entry-add", api(mesh.add_service_entry), envoys, by_kind),
         "sidecar-add": lambda: push(run, "sidecar-add", api(mesh.add_sidecars), envoys, by_kind),
-        "sidecar-dr-change": lambda: push(
-            run, "sidecar-dr-change", change_rule, mine, {"namespace": mine, "other_namespaces": others}
-        ),
+        "sidecar-dr-change": lambda: push(run, "sidecar-dr-change", change_rule, scoped["namespace"], scoped),
+        "sidecar-endpoint-add": lambda: push(run, "sidecar-endpoint-add", add_endpoint, scoped["namespace"], scoped),
     }
 
 
@@ -153,6 +153,28 @@ def table(runs: Mapping[str, object]) -> list[dict[str, object]]:
                 row[f"pilotfish/{other}"] = round(float(mine) / float(base), 2) if ok else None  # type: ignore[arg-type]
             rows.append(row)
     return rows
+
+
+# the rows that say how a scenario went: the storm's time to the last sidecar complete, each
+# push's p99 (a scoped push's for its namespace's sidecars; per proxy kind where agents are
+# apart), what a scoped push sent to the other namespaces (nothing, if scoping works), the
+# start and the totals
+HEADLINE = (
+    "seconds",
+    "received.p99_s",
+    "envoys.p99_s",
+    "agents.p99_s",
+    "namespace.p99_s",
+    "other_namespaces.bytes_total",
+    "ready_s",
+    "cpu_s",
+    "peak_rss_mb",
+)
+
+
+def headline(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """``table()``'s rows that the summary shows first."""
+    return [row for row in rows if row["figure"] in HEADLINE]
 
 
 def _figures(figures: Mapping[str, object]) -> list[str]:

@@ -5,8 +5,10 @@ namespace (the first one of the namespace in the fleet), recorded by the load cl
 answered), once its sidecar got them all; ``pushes`` holds, per push scenario, every response
 that namespace's sidecar received in the push's window, in order. The floor server answers every
 sidecar of a namespace with that namespace's bytes (a namespace whose sidecar did not get them
-all, e.g. in a connect storm that timed out, borrows the first recorded namespace's). The file
-is a pickle of plain dicts: written and read by this benchmark only.
+all, e.g. in a connect storm that timed out, borrows the first recorded namespace's). Only Envoy's
+own types are recorded (CDS, EDS, LDS, RDS): the floor's sidecars are Envoy-only, so a recorded
+agent's name tables (NDS) would reach sidecars that never asked for them. The file is a pickle
+of plain dicts: written and read by this benchmark only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from app.xds.client import ENVOY_ORDER
 
 if TYPE_CHECKING:
     from bench.envoy import SimulatedEnvoy
@@ -56,10 +60,12 @@ class Recorder:
 
     def __call__(self, envoy: SimulatedEnvoy, raw: bytes) -> None:
         namespace = envoy.identity.namespace
+        envoy_type = envoy.events[-1].type_url in ENVOY_ORDER
         if namespace not in self.recording.initial:
             first = self._first.setdefault(namespace, {})
-            first.setdefault(envoy.events[-1].type_url, raw)
-            if envoy.complete_at is not None:
+            if envoy_type:
+                first.setdefault(envoy.events[-1].type_url, raw)
+            if envoy.complete_at is not None:  # an agent may complete on its name table
                 self.recording.initial[namespace] = self._first.pop(namespace)
-        if self.window is not None:
+        if self.window is not None and envoy_type:
             self.recording.pushes.setdefault(self.window, {}).setdefault(namespace, []).append(raw)

@@ -9,6 +9,11 @@
 * ``churn``: every 10th sidecar drops its connection and reconnects at once, presenting what it
   holds (Delta ``initial_resource_versions``); what was resent and when each was done.
 
+The ``SCOPED`` pushes run on a mesh with one Sidecar per namespace (egress ``./*``,
+``istio-system/*``) and change only the changed service's namespace: what they report is split
+into ``namespace`` (its sidecars, the expected ones) and ``other_namespaces`` (which should
+receive nothing), by ``namespace_groups``.
+
 Each also reports the server's CPU seconds and the load client's (this process, all threads)
 over the scenario.
 """
@@ -26,6 +31,8 @@ from bench.fleet import Fleet
 from bench.processes import ServerProcess
 from bench.recording import Recorder
 
+# a DestinationRule change and an endpoint added, in the changed service's namespace only
+SCOPED = ("sidecar-dr-change", "sidecar-endpoint-add")
 QUIET = 1.0  # seconds without any response that end a push
 CHURN_EVERY = 10  # every 10th sidecar (10 %) reconnects in the churn scenario
 
@@ -38,6 +45,14 @@ class Run:
     server: ServerProcess
     timeout: float
     recorder: Recorder | None = None
+
+
+def namespace_groups(envoys: Sequence[SimulatedEnvoy], namespace: str) -> dict[str, list[SimulatedEnvoy]]:
+    """A scoped push's groups: the sidecars of ``namespace`` and all the others."""
+    return {
+        "namespace": [e for e in envoys if e.identity.namespace == namespace],
+        "other_namespaces": [e for e in envoys if e.identity.namespace != namespace],
+    }
 
 
 class _Cost:

@@ -13,9 +13,13 @@ Runs, in order:
    (10 % of the sidecars reconnect presenting what they hold). One sidecar per namespace records
    the bytes it received, for the floor.
 2. pilotfish on the same mesh plus one Sidecar per namespace (egress ``./*``, ``istio-system/*``):
-   ``storm`` then ``sidecar-dr-change`` (the DestinationRule change again: its namespace's
-   sidecars should get it, the other namespaces' nothing).
-3. the floor: ``storm``, and ``dr-change`` / ``endpoint-add`` replayed (when they ran in 1).
+   ``storm`` then the scoped changes ``sidecar-dr-change`` (the DestinationRule change again) and
+   ``sidecar-endpoint-add`` (an endpoint added to the same service): its namespace's sidecars
+   should get them, the other namespaces' nothing. Recorded for a floor of its own.
+3. the floor of 1: ``storm``, and ``dr-change`` / ``endpoint-add`` replayed (when they ran in 1);
+   ``ratio_to_floor`` in the report.
+4. the floor of 2 (when it ran): ``storm`` and the scoped changes replayed;
+   ``ratio_to_floor_sidecars`` (a scoped change's ratios are its namespace's sidecars').
 A connect storm that does not complete within ``--timeout`` skips the rest of that server's
 scenarios (they would measure the storm's backlog instead). The storm always runs.
 
@@ -32,15 +36,17 @@ report). Ratios are left out for a scenario that timed out on either side.
 kube-controller-manager from .peers/bin; the endpointslice controller makes the slices) and runs
 pilotfish (``serve --kubeconfig``) and then istiod (``pilot-discovery discovery``) on it, each
 driven by the same sidecars sending pilot-agent's node metadata, then the floor; the changes go
-through the API server (and ``sidecar-dr-change`` is preceded by ``sidecar-add``, the Sidecars
-applied in the same run); the report adds a table of every figure as pilotfish / istiod and
-pilotfish / floor (to bench/results/xds_load-<protocol>-kube.json by default).
+through the API server (and the scoped changes are preceded by ``sidecar-add``, the Sidecars
+applied in the same run; the floor replays all three); the report adds a table of every figure as
+pilotfish / istiod and pilotfish / floor (to bench/results/xds_load-<protocol>-kube.json by
+default), and the summary its headline rows first.
 
 Figures (times in seconds from the change, nothing subtracted), server CPU (utime + stime from
 /proc) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
 bench/results/xds_load-<protocol>.json (``--out``) with the machine, the parameters and the
-server's git commit; a summary is printed. On a shared 2-core machine figures vary from run to
-run (the load average at the start is in the report). Usage:
+server's git commit; a summary is printed, each figure with its floor's and the ratio. On a
+shared 2-core machine figures vary from run to run (the load average at the start is in the
+report). Usage:
     python -m bench.xds_load [--protocol delta|sotw] [--services 1000] [--namespaces 50]
         [--proxies 2000] [--agents N] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
         [--kube]
@@ -60,16 +66,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import uvloop
 
+from bench.envoy import SimulatedEnvoy
 from bench.figures import ratios
 from bench.fleet import Fleet
 from bench.floor_server import CONTROL_METHOD
-from bench.kube_load import control_plane_run, format_table, istiod_server, pilotfish_server, table
+from bench.kube_load import control_plane_run, format_table, headline, istiod_server, pilotfish_server, table
 from bench.kube_mesh import KubeMesh
 from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
 from bench.processes import (
@@ -84,17 +92,19 @@ from bench.processes import (
     stop_otlp_sink,
 )
 from bench.recording import Recorder, Recording
-from bench.scenarios import Run, Trigger, churn, connect_storm, push
+from bench.scenarios import SCOPED, Run, Trigger, churn, connect_storm, namespace_groups, push
 from tests.support.cluster import Cluster, running_cluster
 
-SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", "sidecar-dr-change")
-FLOOR_PUSHES = ("dr-change", "endpoint-add")
+SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", *SCOPED)
+FLOOR_PUSHES = ("dr-change", "endpoint-add")  # what the full mesh's floor replays
+KUBE_FLOOR_PUSHES = (*FLOOR_PUSHES, "sidecar-add", *SCOPED)  # the Sidecars come in the same run there
 CHANGED_SERVICE = 0  # svc-0 (ns-0) has a DestinationRule
 Figures = dict[str, object]
 
 
-async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Recording | None, work: Path) -> Figures:
-    """Start pilotfish on ``spec``'s mesh, connect the fleet, run the scenarios asked for."""
+async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Recording, work: Path) -> Figures:
+    """Start pilotfish on ``spec``'s mesh, connect the fleet, run the scenarios asked for; what one
+    sidecar per namespace received goes into ``recording``, for the floor."""
     mesh = Mesh(spec, work / "config")
     mesh.write()
     log = work / "pilotfish.log"
@@ -103,7 +113,7 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
     server = await asyncio.to_thread(start_pilotfish, args.server_root, mesh.root, log, tracing_env)
     figures: Figures = {}
     try:
-        recorder = Recorder(recording) if recording is not None else None
+        recorder = Recorder(recording)
         identities = sidecars(spec, args.proxies, args.agents)
         async with Fleet(identities, args.protocol, server.xds_address, recorder) as fleet:
             run = Run(fleet, server, args.timeout, recorder)
@@ -125,9 +135,6 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
 
 def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Callable[[], Awaitable[Figures]]]:
     envoys = run.fleet.envoys
-    namespace = spec.namespace_of(CHANGED_SERVICE)
-    mine = [e for e in envoys if e.identity.namespace == namespace]
-    others = [e for e in envoys if e.identity.namespace != namespace]
 
     async def change_rule() -> float:
         return mesh.change_destination_rule(CHANGED_SERVICE)
@@ -143,8 +150,13 @@ def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Call
     by_kind = {name: members for name, members in kinds.items() if members}
 
     if spec.sidecars:
-        groups = {"namespace": mine, "other_namespaces": others}
-        return {"sidecar-dr-change": lambda: push(run, "sidecar-dr-change", change_rule, mine, groups)}
+        scoped = namespace_groups(envoys, spec.namespace_of(CHANGED_SERVICE))
+        return {
+            "sidecar-dr-change": lambda: push(run, "sidecar-dr-change", change_rule, scoped["namespace"], scoped),
+            "sidecar-endpoint-add": lambda: push(
+                run, "sidecar-endpoint-add", add_endpoint, scoped["namespace"], scoped
+            ),
+        }
     return {
         "dr-change": lambda: push(run, "dr-change", change_rule, envoys),
         "endpoint-add": lambda: push(run, "endpoint-add", add_endpoint, envoys),
@@ -153,8 +165,11 @@ def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Call
     }
 
 
-async def floor_run(args: argparse.Namespace, spec: MeshSpec, recording: Recording, work: Path) -> Figures:
-    """The same fleet against the floor server replaying ``recording``."""
+async def floor_run(
+    args: argparse.Namespace, spec: MeshSpec, recording: Recording, work: Path, pushes: Sequence[str]
+) -> Figures:
+    """The same fleet against the floor server replaying ``recording``: the storm, then each of
+    ``pushes`` that was recorded, in that order."""
     work.mkdir(parents=True)
     path = work / "recording.pickle"
     recording.save(path)
@@ -168,15 +183,29 @@ async def floor_run(args: argparse.Namespace, spec: MeshSpec, recording: Recordi
         ):
             run = Run(fleet, server, args.timeout)
             figures["storm"] = await connect_storm(run)
-            for name in FLOOR_PUSHES:
+            for name in pushes:
                 if name in recording.pushes:
                     expected = [e for e in fleet.envoys if recording.push_for(name, e.identity.namespace)]
-                    figures[name] = await push(run, name, _floor_trigger(control, name), expected)
+                    groups = _floor_groups(name, fleet.envoys, spec)
+                    figures[name] = await push(run, name, _floor_trigger(control, name), expected, groups)
         figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
     finally:
         server.stop()
     figures["server_log"] = log_warnings(log)
     return figures
+
+
+def _floor_groups(
+    scenario: str, envoys: Sequence[SimulatedEnvoy], spec: MeshSpec
+) -> dict[str, list[SimulatedEnvoy]] | None:
+    """The groups pilotfish reported ``scenario``'s figures in, so that each has a floor figure:
+    a scoped push's namespace and other namespaces; ``sidecar-add``'s Envoy-only proxies (all the
+    floor's); else every sidecar as "received"."""
+    if scenario in SCOPED:
+        return namespace_groups(envoys, spec.namespace_of(CHANGED_SERVICE))
+    if scenario == "sidecar-add":
+        return {"envoys": list(envoys)}
+    return None
 
 
 def _floor_trigger(control: grpc.aio.Channel, scenario: str) -> Trigger:
@@ -203,27 +232,39 @@ async def kube_benchmark(args: argparse.Namespace, kube: Cluster, system: str, w
     with istiod_server(mesh, work / "istiod") as server:
         runs["istiod"] = await control_plane_run(args, mesh, server, None)
     if recording.initial:
-        runs["floor"] = await floor_run(args, spec, recording, work / "floor")
+        runs["floor"] = await floor_run(args, spec, recording, work / "floor", KUBE_FLOOR_PUSHES)
     runs["table"] = table(runs)
     return runs
 
 
 async def benchmark(args: argparse.Namespace, work: Path) -> Figures:
+    """The config-dir mode: the full mesh (``pilotfish``), the Sidecar-scoped one when a scoped
+    scenario is asked (``pilotfish_sidecars``), then each one's floor (``floor``,
+    ``floor_sidecars``) and the ratios to it (``ratio_to_floor``, ``ratio_to_floor_sidecars``)."""
     spec = MeshSpec(args.services, args.namespaces)
-    recording = Recording(args.protocol)
+    sidecar_spec = replace(spec, sidecars=True)
+    meshes = [("", spec, Recording(args.protocol), FLOOR_PUSHES)]
+    if any(name in args.scenarios for name in SCOPED):
+        meshes.append(("_sidecars", sidecar_spec, Recording(args.protocol), SCOPED))
     runs: Figures = {}
-    runs["pilotfish"] = main_run = await pilotfish_run(args, spec, recording, work / "pilotfish")
-    if "sidecar-dr-change" in args.scenarios:
-        sidecar_spec = MeshSpec(args.services, args.namespaces, sidecars=True)
-        runs["pilotfish_sidecars"] = await pilotfish_run(args, sidecar_spec, None, work / "pilotfish-sidecars")
-    if recording.initial:
-        runs["floor"] = floor = await floor_run(args, spec, recording, work / "floor")
-        runs["ratio_to_floor"] = {
-            name: ratios(_mapping(main_run[name]), _mapping(floor[name]))
-            for name in ("storm", *FLOOR_PUSHES)
-            if name in main_run and name in floor
-        }
+    for suffix, mesh_spec, recording, _ in meshes:
+        runs[f"pilotfish{suffix}"] = await pilotfish_run(args, mesh_spec, recording, work / f"pilotfish{suffix}")
+    for suffix, mesh_spec, recording, pushes in meshes:
+        if recording.initial:
+            floor = await floor_run(args, mesh_spec, recording, work / f"floor{suffix}", pushes)
+            runs[f"floor{suffix}"] = floor
+            runs[f"ratio_to_floor{suffix}"] = floor_ratios(_mapping(runs[f"pilotfish{suffix}"]), floor)
     return runs
+
+
+def floor_ratios(measured: Mapping[str, object], floor: Mapping[str, object]) -> dict[str, dict[str, float]]:
+    """Per scenario both ran, pilotfish / floor of its timings; a scoped push's are its
+    namespace's sidecars' (the other namespaces are expected to receive nothing)."""
+    return {
+        name: ratios(_mapping(measured[name]), _mapping(floor[name]), "namespace" if name in SCOPED else "received")
+        for name in ("storm", *FLOOR_PUSHES, *SCOPED)
+        if name in measured and name in floor
+    }
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -273,17 +314,18 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
 
 def summary(result: Figures) -> str:
     params, runs = _mapping(result["parameters"]), _mapping(result["runs"])
-    pilot = _mapping(runs["pilotfish"])
-    floor = _mapping(runs.get("floor", {}))
     lines = [
         f"xds_load {params['protocol']}: {params['services']} services, {params['namespaces']} namespaces, "
         f"{params['proxies']} proxies; pilotfish {str(_mapping(result['pilotfish'])['commit'])[:10]}",
     ]
-    sidecar_run = _mapping(runs.get("pilotfish_sidecars", {}))
-    for run_name, run, against in (("pilotfish", pilot, floor), ("sidecars", sidecar_run, {})):
+    for suffix, run_name in (("", "pilotfish"), ("_sidecars", "sidecars")):
+        run = _mapping(runs.get(f"pilotfish{suffix}", {}))
+        floor = _mapping(runs.get(f"floor{suffix}", {}))
+        to_floor = _mapping(runs.get(f"ratio_to_floor{suffix}", {}))
         for name, value in run.items():
             if isinstance(value, Mapping) and name not in ("server_total", "server_log", "otlp_received"):
-                lines.append(f"  {run_name:9} {name:17} {_line(value, _mapping(against.get(name, {})))}")
+                text = _line(value) + _floor_note(name, _mapping(floor.get(name, {})), _mapping(to_floor.get(name, {})))
+                lines.append(f"  {run_name:9} {name:20} {text}")
         if "skipped" in run:
             lines.append(f"  {run_name:9} {run['skipped']}")
         if "otlp_received" in run:
@@ -305,10 +347,20 @@ def kube_summary(result: Figures) -> str:
     ]
     rows = runs["table"]
     assert isinstance(rows, list)
-    return "\n".join([head, f"  cluster load (s): {runs['cluster_load_s']}", *notes, format_table(rows)])
+    return "\n".join(
+        [
+            head,
+            f"  cluster load (s): {runs['cluster_load_s']}",
+            *notes,
+            "  headline (a scoped change: its namespace's sidecars, and what the others received)",
+            format_table(headline(rows)),
+            "  every figure",
+            format_table(rows),
+        ]
+    )
 
 
-def _line(figures: Mapping[str, object], floor: Mapping[str, object]) -> str:
+def _line(figures: Mapping[str, object]) -> str:
     got = _mapping(figures.get("received", {}))
     if "completed" in figures:
         done = "timed out" if figures["timed_out"] else f"all in {figures['seconds']} s"
@@ -324,13 +376,24 @@ def _line(figures: Mapping[str, object], floor: Mapping[str, object]) -> str:
             text += f"; agents: {agents['proxies_received']} received, p99 {agents['p99_s']} s,"
             text += f" {agents['bytes_per_proxy_received']} B/proxy ({nds} B NDS in all)"
         if "other_namespaces" in figures:
-            text += f"; other namespaces: {_mapping(figures['other_namespaces'])['bytes_total']} B"
-    text += f"; server CPU {figures['server_cpu_s']} s"
-    if floor:
-        key = "seconds" if "completed" in figures else "max_s"
-        base = floor.get(key) if key == "seconds" else _mapping(floor.get("received", {})).get(key)
-        text += f" [floor {key} {base}]"
-    return text
+            others = _mapping(figures["other_namespaces"])
+            text += f"; other namespaces: {others['proxies_received']}/{others['proxies']} received,"
+            text += f" {others['bytes_total']} B"
+    return text + f"; server CPU {figures['server_cpu_s']} s"
+
+
+def _floor_note(name: str, floor: Mapping[str, object], to_floor: Mapping[str, object]) -> str:
+    """`` | floor <its figure>, <pilotfish / floor>x``: the storm's time to the last sidecar
+    complete, a push's p99 (a scoped push's: its namespace's sidecars)."""
+    if not floor:
+        return ""
+    if "completed" in floor:
+        key, text = "seconds", "timed out" if floor["timed_out"] else f"all in {floor['seconds']} s"
+    else:
+        group = _mapping(floor.get("namespace" if name in SCOPED else "received", {}))
+        key, text = "p99_s", f"p99 {group.get('p99_s')} s"
+    ratio = to_floor.get(key)
+    return f" | floor {text}, " + ("no ratio" if ratio is None else f"{ratio}x")
 
 
 def _scenarios(text: str) -> tuple[str, ...]:
