@@ -197,13 +197,13 @@ def _mapping(value: object) -> Mapping[str, object]:
 
 
 def format_table(rows: list[dict[str, object]]) -> str:
-    header = f"  {'scenario':18} {'figure':34} {'pilotfish':>10} {'istiod':>10} {'floor':>10}"
+    header = f"  {'scenario':20} {'figure':34} {'pilotfish':>10} {'istiod':>10} {'floor':>10}"
     header += f" {'pf/istiod':>9} {'pf/floor':>9}"
     lines = [header]
     for row in rows:
         cells = [_cell(row[run]) for run in RUNS] + [_cell(row["pilotfish/istiod"]), _cell(row["pilotfish/floor"])]
         lines.append(
-            f"  {row['scenario']!s:18} {row['figure']!s:34} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10}"
+            f"  {row['scenario']!s:20} {row['figure']!s:34} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10}"
             f" {cells[3]:>9} {cells[4]:>9}"
         )
     return "\n".join(lines)

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.xds_load import kube_benchmark, parse_args
+from bench.scenarios import SCOPED
+from bench.xds_load import kube_benchmark, kube_summary, parse_args, report
 from tests.support.cluster import Cluster
 
-PUSHES = ("dr-change", "endpoint-add", "service-entry-add", "sidecar-add", "sidecar-dr-change")
+PUSHES = ("dr-change", "endpoint-add", "service-entry-add", "sidecar-add", *SCOPED)
 
 
 async def test_pilotfish_and_istiod_serve_the_same_sidecars_the_same_resources(kube: Cluster, tmp_path: Path) -> None:
@@ -35,7 +36,13 @@ async def test_pilotfish_and_istiod_serve_the_same_sidecars_the_same_resources(k
             assert not push["timed_out"] and push["expected_received"] == push["expected_proxies"] > 0, (name, push)
         assert run["churn"]["received"]["proxies_received"] == 1  # every 10th of 4: the first
         # scoped by the per-namespace Sidecars: the other namespace hears nothing of ns-0's rule
-        assert run["sidecar-dr-change"]["other_namespaces"]["bytes_total"] == 0
+        # or of its new endpoint; ns-0's sidecars get the endpoint as an assignment only
+        for name in SCOPED:
+            assert run[name]["namespace"]["proxies_received"] == 2
+            assert run[name]["other_namespaces"]["proxies_received"] == 0
+            assert run[name]["other_namespaces"]["bytes_total"] == 0
+        sent = run["sidecar-endpoint-add"]["namespace"]["per_type"]
+        assert sent["eds"]["bytes"] > 0 and sent["cds"]["bytes"] == sent["lds"]["bytes"] == 0
         assert run["server_total"]["cpu_s"] > 0 and run["server_total"]["peak_rss_mb"] > 0
     # the cluster was reset between the two: istiod started on what pilotfish started on
     assert istiod["dr-change"]["received"]["proxies_received"] == 4
@@ -45,6 +52,15 @@ async def test_pilotfish_and_istiod_serve_the_same_sidecars_the_same_resources(k
     assert storm["pilotfish/floor"] is not None
     assert rows[("server_total", "peak_rss_mb")]["istiod"] == istiod["server_total"]["peak_rss_mb"]
     assert rows[("start", "ready_s")]["floor"] is None
+    # the floor replays the Sidecars and the scoped changes: each scoped figure has its ratio
+    for name in SCOPED:
+        assert floor[name]["other_namespaces"]["bytes_total"] == 0
+        row = rows[(name, "namespace.p99_s")]
+        assert row["floor"] == floor[name]["namespace"]["p99_s"] and row["pilotfish/floor"] is not None
+        assert row["pilotfish/istiod"] is not None
+    assert rows[("sidecar-add", "envoys.p99_s")]["pilotfish/floor"] is not None
+    headline = kube_summary(report(args, runs, 0.0)).split("every figure")[0]
+    assert "sidecar-endpoint-add" in headline and "other_namespaces.bytes_total" in headline
 
 
 def _resources(storm: Mapping[str, Any]) -> dict[str, int]:
