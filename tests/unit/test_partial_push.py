@@ -264,3 +264,27 @@ def _clusters(conn: DeltaConnection) -> list[cluster_pb2.Cluster]:
     watch = conn.session.watches[CLUSTER]
     found = conn.source.generate(CLUSTER, conn.client, watch) or []
     return [cluster_pb2.Cluster.FromString(r.body.value) for r in found]
+
+
+def test_a_sidecar_narrowing_the_scope_sends_no_assignment_for_the_clusters_it_removed() -> None:
+    # istiod skips EDS on a Sidecar change (skippedEdsConfigs); Envoy drops a removed cluster's
+    # assignment and unsubscribes it: an empty assignment per cluster that left would be waste
+    mesh = Mesh()
+    conn, eds_names = mesh.connect()
+    out = conn.on_push(
+        mesh.apply(
+            """apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: bookinfo}
+spec:
+  egress:
+  - hosts: [./reviews.bookinfo.svc.cluster.local]
+"""
+        )
+    )
+    _, removed = _sent(out, CLUSTER)
+    gone = [n for n in eds_names if n in removed]
+    assert gone and all(REVIEWS_HOST not in n for n in gone)
+    endpoints, unsubscribed = _sent(out, ENDPOINT)
+    assert not set(endpoints) & set(gone)
+    assert unsubscribed == []

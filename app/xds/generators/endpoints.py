@@ -90,7 +90,8 @@ class EndpointGenerator:
         also: Collection[str],
     ) -> Partial | None:
         """The assignments of the watched clusters whose service, DestinationRule or endpoints
-        the request names (an assignment reads nothing else), and of ``also``."""
+        the request names (an assignment reads nothing else), and of ``also``; when the request
+        is not about hosts alone, of every watched cluster the proxy still has."""
         if watch.wildcard:
             return None
         scope = state.proxy_class(proxy).scope
@@ -99,11 +100,15 @@ class EndpointGenerator:
         if key not in memo:
             memo[key] = changed_hosts(request, (scope, previous))
         hosts = memo[key]
-        if hosts is None:
-            return None
-        eds_by_host = self.clusters.class_clusters(state, proxy).eds_by_host
         names = {n for n in also if n in watch.names}
-        names.update(n for h in hosts for n in eds_by_host.get(h, ()) if n in watch.names)
+        if hosts is None:
+            # any assignment may differ: those of the clusters the proxy has now. A watched name
+            # whose cluster left the scope is not answered (istiod skips EDS on a Sidecar
+            # change): its CDS removal makes Envoy drop the assignment and unsubscribe.
+            names.update(n for n in self.clusters.eds_names(state, proxy) if n in watch.names)
+        else:
+            eds_by_host = self.clusters.class_clusters(state, proxy).eds_by_host
+            names.update(n for h in hosts for n in eds_by_host.get(h, ()) if n in watch.names)
         ordered = sorted(names)
         return Partial(self.assignments(state, proxy, ordered), frozenset(ordered))
 
