@@ -104,7 +104,11 @@ class Runtime:
                 )
             )
         self.discovery: Discovery[MeshStream] = Discovery(
-            self.env, ResourceCache(verify=settings.cache_assert), streams=self.streams, observer=self.tracer
+            self.env,
+            ResourceCache(verify=settings.cache_assert),
+            streams=self.streams,
+            unaffected=_unaffected,
+            observer=self.tracer,
         )
         self.generator = self.discovery.generator
         self.queue = self.discovery.queue
@@ -571,3 +575,9 @@ class Runtime:
             if self.queue.idle():
                 collected, seconds = self.heap.sweep()
                 logger.info("heap sweep: %d objects collected in %.3fs", collected, seconds)
+
+
+def _unaffected(stream: MeshStream, request: PushRequest) -> bool:
+    """Whether a push can skip the queue for this stream: it closed, or its connection's
+    filter finds nothing the push changes for its proxy."""
+    return stream.closed or stream.connection.unaffected(request)

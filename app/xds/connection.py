@@ -174,13 +174,24 @@ class Connection(Generic[C, P, Req, Resp]):
         right away. Nothing when the stream does not watch endpoints (yet: its first EDS request
         gets everything it names, delta.NAMES_ONLY_ON_RECONNECT)."""
         watch = self.session.watches.get(type_url)
-        sent = frozenset(r.name for r in leader.resources)
-        if watch is None or not sent:
+        if watch is None or not leader.resources:
             return None
+        sent = frozenset(r.name for r in leader.resources)
         resources = self.source.generate(type_url, self.client, watch)
         if resources is None:
             return None
         return self.session.response(type_url, resources, force_names=sent)
+
+    def unaffected(self, req: P) -> bool:
+        """Whether the source's filter says the push changes nothing for this client (istiod
+        ProxyNeedsPush); if so the push is done here, as ``on_push`` would do it (the note
+        moves on), and nothing needs queueing. For a connection no push waits or runs for."""
+        plan = self.source.push(self.client, self.note, req, self.session.watches.keys())
+        if plan.types is not None:
+            return False
+        self.note = plan.note
+        self.skipped += 1
+        return True
 
     def on_push(self, req: P) -> list[Resp]:
         """The responses a push needs, in the source's order; none when the source's filter

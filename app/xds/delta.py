@@ -30,6 +30,7 @@ crossed a newer response would leave its subscriptions and the server's apart.
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Collection, Sequence
 
@@ -171,20 +172,29 @@ class DeltaSession:
         w = self.watches.get(type_url)
         if w is None:
             return None
-        current = {r.name: r for r in resources if w.wants(r.name)}
-        send = [
-            r for r in current.values() if force or w.client_versions.get(r.name) != r.version or r.name in force_names
-        ]
-        held = w.client_versions if considered is None else (n for n in considered if n in w.client_versions)
+        # per-resource loops kept to comprehensions and C-level calls: a connecting proxy's
+        # whole set is thousands of resources per type (bench/push_cost.py connect figures)
+        if w.wildcard:
+            current = {r.name: r for r in resources}
+        else:
+            names = w.names
+            current = {r.name: r for r in resources if r.name in names}
+        held_versions = w.client_versions
+        if force:
+            send = list(current.values())
+        elif not held_versions and not force_names:
+            send = list(current.values())  # the client holds nothing: all of it
+        else:
+            send = [r for r in current.values() if held_versions.get(r.name) != r.version or r.name in force_names]
+        held = held_versions if considered is None else (n for n in considered if n in held_versions)
         removed = sorted(n for n in held if n not in current)
         first_wildcard = w.wildcard and not w.nonce_sent
         if not send and not removed and not first_wildcard:
             return None
-        send.sort(key=_name)
-        for r in send:
-            w.client_versions[r.name] = r.version
+        send.sort(key=_NAME)
+        held_versions.update({r.name: r.version for r in send})
         for name in removed:
-            del w.client_versions[name]
+            del held_versions[name]
         # what this response carries (the complete set's hash would cost a pass over all of it)
         resp = DeltaResponse(type_url, self._nonces(), set_version(send), send, removed)
         w.nonce_sent = resp.nonce
@@ -200,5 +210,4 @@ def _forget_unwatched(w: WatchedResource) -> None:
             del w.client_versions[name]
 
 
-def _name(r: Resource) -> str:
-    return r.name
+_NAME = operator.attrgetter("name")

@@ -4,9 +4,10 @@
 slices its keys affect, in a worker thread so the loop keeps serving streams; an endpoint-only
 request shares every index and reads the registry's new endpoints, cheap enough for the loop),
 publishes it to the generator together with generation's state for it (one reference, replaced
-whole), drops from the resource cache what the change made stale, and queues every connected
-stream; each stream's Connection skips a push its proxy does not depend on. The order is the
-contract: the cache is invalidated once the new snapshot is served and the streams are queued
+whole), drops from the resource cache what the change made stale, and queues the connected
+streams the push can change something for: a stream no push waits or runs for is asked first,
+and one whose proxy does not depend on the change (istiod ProxyNeedsPush) is done with at once.
+The order is the contract: the cache is invalidated once the new snapshot is served and the streams are queued
 after both, so a push reads the new snapshot through a cache holding nothing the change made
 stale. The runtime, the tests and the benchmarks all push through here.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
@@ -36,6 +37,7 @@ from app.xds.push_request import PushRequest
 S = TypeVar("S", bound=Hashable)
 
 _EVERY_KIND = PushRequest(full=True)  # merged into a request, it names every kind
+_ENQUEUE_BATCH = 500  # streams checked and queued between two turns of the event loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,17 @@ class Pushed:
     started: float
     built: float
     streams: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Served(Generic[S]):
+    """A push whose snapshot is served: its request as queued, the snapshot, when its build
+    ended, and the streams connected then."""
+
+    request: PushRequest
+    push: PushContext
+    built: float
+    streams: tuple[S, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +77,9 @@ class Discovery(Generic[S]):
     """Owns the push: the snapshot served (through its ``generator``), the ``queue`` of streams
     waiting for a push, and the sequence from request to queue. ``streams`` are the connected
     streams, read once the new snapshot is served; none for a Discovery whose connections are
-    pushed by hand (tests, benchmarks). ``observer`` hears of each push (app/xds/observe.py)."""
+    pushed by hand (tests, benchmarks). ``unaffected`` says whether a push changes nothing for
+    an idle stream (and then completes it there), so it is not queued. ``observer`` hears of
+    each push (app/xds/observe.py)."""
 
     def __init__(
         self,
@@ -72,12 +87,14 @@ class Discovery(Generic[S]):
         cache: ResourceCache,
         *,
         streams: Callable[[], Collection[S]] = tuple,
+        unaffected: Callable[[S, PushRequest], bool] | None = None,
         observer: PushObserver[PushRequest] | None = None,
     ) -> None:
         self.env = env
         self.generator = XdsGenerator(cache)
         self.queue: PushQueue[S] = PushQueue()
         self._streams = streams
+        self._unaffected = unaffected
         self._observer = observer
         self._full_next = False  # a push failed before its snapshot was served
 
@@ -92,13 +109,20 @@ class Discovery(Generic[S]):
     def push(self, request: PushRequest) -> Pushed:
         """Push ``request`` with its build on the caller's thread."""
         begun = self._begin(request)
-        return self._publish(begun, begun.build())
+        served = self._publish(begun, begun.build())
+        return self._queued(begun, served, self._enqueue(served.streams, served.request))
 
     async def fire(self, request: PushRequest) -> Pushed:
         """Push ``request`` (the Debouncer's fire); a full build runs in a worker thread."""
         begun = self._begin(request)
         push = await asyncio.to_thread(begun.build) if begun.request.full else begun.build()
-        return self._publish(begun, push)
+        served = self._publish(begun, push)
+        queued = 0
+        for start in range(0, len(served.streams), _ENQUEUE_BATCH):
+            if start:
+                await asyncio.sleep(0)  # thousands of filter checks: the loop serves in between
+            queued += self._enqueue(served.streams[start : start + _ENQUEUE_BATCH], served.request)
+        return self._queued(begun, served, queued)
 
     def _begin(self, request: PushRequest) -> _Begun:
         if self._full_next:
@@ -116,21 +140,34 @@ class Discovery(Generic[S]):
         returned build may run on another."""
         return next_push_context(self.push_context(), self.env, request)
 
-    def _publish(self, begun: _Begun, push: PushContext) -> Pushed:
+    def _publish(self, begun: _Begun, push: PushContext) -> _Served[S]:
         built = time.monotonic()
         request, trace, observer = begun.request, begun.trace, self._observer
         self.generator.publish(push, request)  # served, and the cache invalidated
         self._full_next = False
-        streams = self._streams()
         request = replace(request, pushes=(push.version,))
         if trace is not None:
             assert observer is not None
             if request.full:
                 observer.context_built(trace, begun.started, built)
             request = replace(request, traces=(trace,))
+        return _Served(request, push, built, tuple(self._streams()))
+
+    def _enqueue(self, streams: Sequence[S], request: PushRequest) -> int:
+        """Queue the streams the push may change something for; returns how many. A stream no
+        push waits or runs for is asked first (``unaffected``): a scoped change then queues
+        its few proxies, not every stream (each skipped one costs a filter check, not a
+        pass through the queue, a worker and the stream's task)."""
+        queued = 0
         for stream in streams:
+            if self._unaffected is not None and not self.queue.busy(stream) and self._unaffected(stream, request):
+                continue
             self.queue.enqueue(stream, request)
-        if trace is not None:
-            assert observer is not None
-            observer.push_queued(trace, len(streams))
-        return Pushed(request, push, begun.started, built, len(streams))
+            queued += 1
+        return queued
+
+    def _queued(self, begun: _Begun, served: _Served[S], queued: int) -> Pushed:
+        if begun.trace is not None:
+            assert self._observer is not None
+            self._observer.push_queued(begun.trace, queued)
+        return Pushed(served.request, served.push, begun.started, served.built, queued)

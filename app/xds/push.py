@@ -295,6 +295,10 @@ class PushQueue(Generic[C]):
         """Connections queued for a push (istiod PushQueue.Pending)."""
         return len(self._queue)
 
+    def busy(self, conn: C) -> bool:
+        """A push for ``conn`` waits or is in flight."""
+        return conn in self._pending or conn in self._processing
+
     def queued(self, conn: C) -> bool:
         """A push for ``conn`` waits (queued, or to follow the one in flight)."""
         return conn in self._pending

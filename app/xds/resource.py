@@ -7,6 +7,7 @@ unchanged resource is never resent (nor a NACKed one, until its content changes)
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -56,7 +57,13 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_NAME = operator.attrgetter("name")
+_VERSION = operator.attrgetter("version")
+
+
 def set_version(resources: Iterable[Resource]) -> str:
     """The version of a whole response: a hash over names and resource versions."""
-    text = "\0".join(f"{r.name}\0{r.version}" for r in resources)
+    listed = resources if isinstance(resources, (list, tuple)) else list(resources)
+    # two C-level passes rather than a string per resource: a proxy's whole set is thousands
+    text = "\0".join(map(_NAME, listed)) + "\1" + "\0".join(map(_VERSION, listed))
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()

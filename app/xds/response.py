@@ -8,12 +8,16 @@ builds no message per proxy and copies each resource once, into the buffer gRPC 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.resource import Resource, field_bytes
+
+_ENTRY = operator.attrgetter("entry")
+_SOTW = operator.attrgetter("sotw")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +37,7 @@ class DeltaResponse:
         return b"".join(
             (
                 field_bytes(1, self.system_version_info.encode()),
-                *(r.entry for r in self.resources),
+                *map(_ENTRY, self.resources),
                 field_bytes(4, self.type_url.encode()),
                 field_bytes(5, self.nonce.encode()),
                 *(field_bytes(6, name.encode()) for name in self.removed_resources),
@@ -60,7 +64,7 @@ class SotwResponse:
         return b"".join(
             (
                 field_bytes(1, self.version_info.encode()),
-                *(r.sotw for r in self.resources),
+                *map(_SOTW, self.resources),
                 field_bytes(4, self.type_url.encode()),
                 field_bytes(5, self.nonce.encode()),
                 _control_plane(6, self.control_plane),

@@ -545,7 +545,7 @@ class XdsServer(Generic[C, P]):
             took = time.perf_counter() - began
         if writer.expired:
             raise SendTimeout
-        self._metrics.sent(resp.type_url, took, sum(len(r.body.value) for r in resp.resources))
+        self._metrics.sent(resp.type_url, took, sum(len(r.entry) for r in resp.resources))
         return took
 
     def _debug_answer(self, stream: Stream[C, P], req: Any, caller: Caller | None, peer: str) -> AnyResponse:

@@ -16,7 +16,7 @@ from app.translate.listener.for_proxy import route_names
 from app.xds.cache import ResourceCache
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
-from app.xds.discovery import Discovery
+from app.xds.discovery import Discovery, Pushed
 from app.xds.mesh_source import MeshSource
 from app.xds.next_push import push_request
 from app.xds.push_request import PushRequest
@@ -31,18 +31,28 @@ DeltaConnection = Connection[
 
 
 class Mesh:
-    def __init__(self) -> None:
+    def __init__(self, *, queued: bool = False) -> None:
+        """``queued``: pushes go to the connections made here through the push queue (after
+        the filter's pre-check), not by hand."""
         self.env = Environment()
         self.env.apply(FileSource(BOOKINFO).load())
-        self.discovery: Discovery[DeltaConnection] = Discovery(self.env, ResourceCache(verify=True))
+        self.connections: list[DeltaConnection] = []
+        self.discovery: Discovery[DeltaConnection] = Discovery(
+            self.env,
+            ResourceCache(verify=True),
+            streams=(lambda: self.connections) if queued else tuple,
+            unaffected=lambda conn, request: conn.unaffected(request),
+        )
         self.discovery.start()
         self.source = MeshSource(self.discovery.generator)
+        self.pushed: Pushed | None = None  # what the latest change's push did
 
     def connect(self, node: str = NODE, *, listeners: bool = False) -> tuple[DeltaConnection, list[str]]:
         """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with
         ``listeners`` LDS and RDS for the listeners' routes too), every response ACKed; returns
         it and its EDS names."""
         conn: DeltaConnection = Connection("c", build_proxy(node), DeltaSession(counter_nonces(), None), self.source)
+        self.connections.append(conn)
 
         def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
             out = conn.on_request(req)
@@ -72,4 +82,5 @@ class Mesh:
         events = [ConfigEvent(event, obj) for obj in objects]
         request = push_request(self.env.apply(events), len(events))
         assert request is not None, "the change made no push"
-        return self.discovery.push(request).request
+        self.pushed = self.discovery.push(request)
+        return self.pushed.request

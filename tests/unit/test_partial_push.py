@@ -288,3 +288,28 @@ spec:
     endpoints, unsubscribed = _sent(out, ENDPOINT)
     assert not set(endpoints) & set(gone)
     assert unsubscribed == []
+
+
+def test_a_push_queues_only_the_streams_it_can_change_and_the_others_notes_move_on() -> None:
+    # a proxy of another namespace whose Sidecar sees only its own namespace does not depend on
+    # a bookinfo DestinationRule: the push is done for it at once, nothing queued (istiod's
+    # ProxyNeedsPush, checked before the queue rather than by a worker)
+    mesh = Mesh(queued=True)
+    mesh.apply(
+        """apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: other}
+spec:
+  egress:
+  - hosts: [./*]
+"""
+    )
+    productpage, _ = mesh.connect()
+    other, _ = mesh.connect(NODE.replace("productpage-v1-0.bookinfo", "sleep-0.other"))
+    skipped = other.skipped
+    mesh.apply(_rule(errors=6))
+    assert mesh.pushed is not None and mesh.pushed.streams == 1
+    assert mesh.discovery.queue.queued(productpage) and not mesh.discovery.queue.queued(other)
+    assert other.skipped == skipped + 1
+    assert other.on_push(mesh.pushed.request) == []  # the filter, asked again, agrees
+    assert productpage.on_push(mesh.pushed.request)

@@ -12,6 +12,7 @@ to the class's current set instead of diffing every resource.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -99,8 +100,7 @@ def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
-def _by_name(r: Resource) -> str:
-    return r.name
+_by_name = operator.attrgetter("name")
 
 
 def eds_names(clusters: Iterable[Resource]) -> list[str]:
