@@ -42,6 +42,7 @@ from app.xds.response import DeltaResponse
 from app.xds.type_urls import ENDPOINT, EXPLICIT_TYPES
 from app.xds.watch import (
     WILDCARD,
+    HeldVersions,
     NameSets,
     NonceSource,
     Outcome,
@@ -49,6 +50,7 @@ from app.xds.watch import (
     SubscribedNames,
     WatchedResource,
     is_wildcard_request,
+    own_versions,
 )
 
 # types whose initial_resource_versions are taken as the names the client holds, not the versions:
@@ -144,9 +146,9 @@ class DeltaSession:
                 self.quota.charge(w, max(0, w.cost + name_cost(gained) - name_cost(lost)))
             new = [] if was_wildcard else gained
             for name in unsubscribe:
-                if not w.wants(name):
+                if not w.wants(name) and name in w.client_versions:
                     # the client forgets it: a later subscribe must send it again
-                    w.client_versions.pop(name, None)
+                    del own_versions(w)[name]
         if wildcard_ended:
             _forget_unwatched(w)
         return None if everything else new
@@ -189,14 +191,28 @@ class DeltaSession:
         held = held_versions if considered is None else (n for n in considered if n in held_versions)
         removed = sorted(n for n in held if n not in current)
         first_wildcard = w.wildcard and not w.nonce_sent
+        # the streams of a proxy class are brought to the same sets: they share one mapping of
+        # what they hold (HeldVersions), derived once per response from the one they held, or
+        # found by content for a reconnected stream's first answer (it presented its own)
+        private = not isinstance(held_versions, HeldVersions) and bool(held_versions)
+        share = private and considered is None and not w.nonce_sent
         if not send and not removed and not first_wildcard:
+            if share:  # the reconnected client holds all of it already
+                w.client_versions = self._name_sets.versions(held_versions)
             return None
         send.sort(key=_NAME)
-        held_versions.update({r.name: r.version for r in send})
-        for name in removed:
-            del held_versions[name]
         # what this response carries (the complete set's hash would cost a pass over all of it)
-        resp = DeltaResponse(type_url, self._nonces(), set_version(send), send, removed)
+        version = set_version(send)
+        sent = list(zip(map(_NAME, send), map(_VERSION, send), strict=True))
+        if not private:
+            w.client_versions = self._name_sets.after(held_versions, sent, removed)
+        else:
+            held_versions.update(sent)
+            for name in removed:
+                del held_versions[name]
+            if share:
+                w.client_versions = self._name_sets.versions(held_versions)
+        resp = DeltaResponse(type_url, self._nonces(), version, send, removed)
         w.nonce_sent = resp.nonce
         w.version_sent = resp.system_version_info
         return resp
@@ -207,7 +223,8 @@ def _forget_unwatched(w: WatchedResource) -> None:
     or everything after a wildcard ends); a pass over every name, so only when those change."""
     if w.type_url in EXPLICIT_TYPES and not w.wildcard:
         for name in [n for n in w.client_versions if n not in w.names]:
-            del w.client_versions[name]
+            del own_versions(w)[name]
 
 
 _NAME = operator.attrgetter("name")
+_VERSION = operator.attrgetter("version")

@@ -107,7 +107,7 @@ MAX_QUEUED_REQUESTS = 64
 # at most MAX_LARGE_WRITES are in the transport at once, so a connect storm of thousands holds
 # that many encoded responses in memory, not thousands; pushes of what changed are small
 LARGE_RESPONSE = 100
-MAX_LARGE_WRITES = 64
+MAX_LARGE_WRITES = 32
 
 
 # a status message longer than this is cut: the client must be able to read it

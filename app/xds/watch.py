@@ -8,9 +8,10 @@ stream hold or do is app/xds/limits.py; the resources and their versions app/xds
 from __future__ import annotations
 
 import enum
+import hashlib
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from app.xds.cause import Cause
 from app.xds.type_urls import EXPLICIT_TYPES
 
 WILDCARD = "*"
+_EMPTY: Mapping[str, str] = {}
+_MIN_PRUNED = 8  # a held mapping's successors kept before the dead ones are dropped
 
 NonceSource = Callable[[], str]
 
@@ -47,7 +50,7 @@ class WatchedResource:
     last_error: str = ""  # the latest NACK's message; cleared by the next ACK
     nacked_version: str = ""  # SotW: the version the client rejected (never resent as such)
     # Delta: name -> version the client has (or was sent: a NACKed resource is not resent
-    # until its content changes)
+    # until its content changes); a HeldVersions shared with other streams, or a dict of its own
     client_versions: dict[str, str] = field(default_factory=dict)
     # the resource source's own note for this watch, opaque to the transport, which only keeps
     # it with the watch (app/xds/source.py): the mesh's generator notes there the full set the
@@ -60,6 +63,36 @@ class WatchedResource:
         return self.wildcard or name in self.names
 
 
+class HeldVersions(dict[str, str]):
+    """What Delta clients hold of a type (name -> version), one mapping for every stream that
+    holds exactly this: the streams of a proxy class are brought to the same set, and a private
+    dict each was 130 KB per proxy at mesh-1k (bench/push_cost.py). Never changed in place: a
+    stream changing it alone takes a copy first (``own_versions``); one that a response brings
+    to a new state takes the mapping ``NameSets.after`` makes once per base and response."""
+
+    __slots__ = ("__weakref__", "live", "successors")
+
+    def __init__(self, items: Mapping[str, str] = _EMPTY) -> None:
+        super().__init__(items)
+        # what a response (sent, removed) made of this mapping, while some stream holds it;
+        # ``live`` of them at the last pruning (pruned when twice as many: rehashing is costly)
+        self.successors: dict[Hashable, weakref.ref[HeldVersions]] = {}
+        self.live = 0
+
+
+def own_versions(w: WatchedResource) -> dict[str, str]:
+    """The watch's held versions as a dict of its own, to change in place."""
+    if isinstance(w.client_versions, HeldVersions):
+        w.client_versions = dict(w.client_versions)
+    return w.client_versions
+
+
+def _digest(held: Mapping[str, str]) -> str:
+    names = sorted(held)
+    text = "\0".join(names) + "\1" + "\0".join(map(held.__getitem__, names))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 class NameSets:
     """Subscribed-name sets held once: the streams of a proxy class subscribe to the same
     thousand-odd names, so their watches share one frozenset instead of holding a set each, and
@@ -69,6 +102,38 @@ class NameSets:
 
     def __init__(self) -> None:
         self._sets: dict[int, list[weakref.ref[frozenset[str]]]] = {}
+        self._versions: weakref.WeakValueDictionary[str, HeldVersions] = weakref.WeakValueDictionary()
+        self._nothing = HeldVersions()  # what a new watch holds
+
+    def versions(self, held: Mapping[str, str]) -> HeldVersions:
+        """The shared mapping equal to ``held``."""
+        digest = _digest(held)
+        found = self._versions.get(digest)
+        if found is None or found != held:
+            found = self._versions[digest] = HeldVersions(held)
+        return found
+
+    def after(self, base: Mapping[str, str], sent: Sequence[tuple[str, str]], removed: Sequence[str]) -> HeldVersions:
+        """``base`` (a shared mapping, or nothing held) once a response sent ``sent`` (name,
+        version) and removed ``removed``: made once, for every stream that gets this response."""
+        if not isinstance(base, HeldVersions):
+            assert not base, "a stream's own versions are changed in place"
+            base = self._nothing
+        key = (tuple(sent), tuple(removed))
+        ref = base.successors.get(key)
+        found = ref() if ref is not None else None
+        if found is None:
+            changed = dict(base)
+            changed.update(sent)
+            for name in removed:
+                del changed[name]
+            found = self.versions(changed)  # a reconnected stream holding the same finds it too
+            successors = base.successors
+            if len(successors) >= max(_MIN_PRUNED, 2 * base.live):  # drop those no stream holds
+                base.successors = successors = {k: r for k, r in successors.items() if r() is not None}
+                base.live = len(successors)
+            successors[key] = weakref.ref(found)
+        return found
 
     def __call__(self, names: AbstractSet[str]) -> frozenset[str]:
         key = names if isinstance(names, frozenset) else frozenset(names)

@@ -134,6 +134,30 @@ def test_reconnected_streams_share_the_names_and_versions_they_present() -> None
         assert version_1 is version_2
 
 
+def test_streams_brought_to_the_same_set_share_what_they_hold_until_one_changes_alone() -> None:
+    """A class's streams hold one mapping (130 KB per proxy each at mesh-1k otherwise): after
+    their first answers, after the same push, and a reconnected stream holding all of it too;
+    an unsubscribe gives that stream a copy of its own and leaves the others' as they were."""
+    sets = NameSets()
+    streams = [DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets) for _ in range(2)]
+    for s in streams:
+        s.on_request(req(CLUSTER))
+        s.answer(CLUSTER, clusters("a", "b"))
+    first, second = (s.watches[CLUSTER].client_versions for s in streams)
+    assert first is second and dict(first) == {r.name: r.version for r in clusters("a", "b")}
+    pushed = clusters("a", timeout=5) + clusters("c")
+    for s in streams:
+        s.response(CLUSTER, pushed)
+    first, second = (s.watches[CLUSTER].client_versions for s in streams)
+    assert first is second and dict(first) == {r.name: r.version for r in pushed}
+    back = DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets)
+    back.on_request(req(CLUSTER, initial=dict(first)))
+    assert names(back.response(CLUSTER, pushed)) == []  # holds all of it: nothing to send
+    assert back.watches[CLUSTER].client_versions is first
+    streams[1].on_request(req(CLUSTER, sub=("*",), unsub=("c",)))
+    assert "c" in first and streams[0].watches[CLUSTER].client_versions is first
+
+
 def test_explicit_watch_forgets_initial_versions_of_names_it_does_not_subscribe() -> None:
     s = session()
     s.on_request(req(ENDPOINT, sub=("a",), initial={"a": "v1", "b": "v1"}))
