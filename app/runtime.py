@@ -37,7 +37,6 @@ from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
 from app.inject.native_sidecars import NativeSidecarMode
-from app.inject.source import injection_source
 from app.model.jwks import ENVOY as ENVOY_FETCHES
 from app.model.jwks import HYBRID, uris_to_fetch
 from app.model.proxy import Proxy
@@ -62,7 +61,6 @@ from app.telemetry.pilot import PilotMetrics
 from app.telemetry.tracing import PushTracer, Tracing
 from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
-from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, MeshStream
@@ -74,6 +72,8 @@ from app.xds.type_urls import SHORT_NAMES
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
+
+    from app.webhook.server import WebhookServer
 
 logger = logging.getLogger("pilotfish")
 
@@ -155,6 +155,11 @@ class Runtime:
         # explicit --revision, so a laptop run never re-patches the cluster istiod's caBundles
         files = settings.webhook_cert is not None and settings.webhook_key is not None
         if settings.webhook_address and (files or (ca_on and kube and (settings.in_cluster or settings.revision))):
+            # imported only for the webhooks: the injector and its template engine are 60 ms of
+            # start-up that a control plane without them need not pay
+            from app.inject.source import injection_source
+            from app.webhook.server import WebhookServer
+
             self.webhook = WebhookServer(
                 settings.webhook_cert if files else None,
                 settings.webhook_key if files else None,
@@ -376,7 +381,7 @@ class Runtime:
                     self._authenticator.tokens = tokens
                 self.xds.secret_access = secrets
             self.discovery.start()
-            self.heap.settled()
+            self.heap.started()
             inner = await self.xds.start(self.settings.xds_address, inner=self.secure is not None)
             if self.secure is not None:
                 await self.secure.start(split_address(self.settings.secure_xds_address), ("127.0.0.1", inner))

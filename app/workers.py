@@ -210,6 +210,10 @@ class WorkerPool:
     def _drive(self, slot: int) -> None:
         worker: _Worker | None = None
         try:
+            # the worker starts with its driver (``start``), so the first call finds it ready; one
+            # that fails to start here is started again for that call, which then reports why
+            with contextlib.suppress(WorkerError, OSError):
+                worker = self._spawn(slot)
             while True:
                 call = self._calls.get()
                 if call is None or self._closed:

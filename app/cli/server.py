@@ -1,4 +1,8 @@
-"""``pilotfish serve``: the control plane."""
+"""``pilotfish serve``: the control plane.
+
+The control plane's modules (``app.runtime`` and all it serves with) are imported by ``run``, not
+here: building the parser, ``--help`` and the other commands do not pay for them, and ``serve``
+imports them with the collector paused (``app.heap.pause_collection``)."""
 
 from __future__ import annotations
 
@@ -8,14 +12,14 @@ import os
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvloop
-
+from app import heap
 from app.errors import PilotfishError
-from app.runtime import Runtime
-from app.settings import Settings
-from app.telemetry.tracing import Tracing, tracing_from_env
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+    from app.telemetry.tracing import Tracing
 
 
 def add_commands(sub: Any) -> None:
@@ -53,6 +57,21 @@ def add_commands(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # start-up allocates only what lives as long as the process: no cyclic collection walks it
+    # before the runtime is ready (HeapKeeper.started resumes it)
+    heap.pause_collection()
+    try:
+        return _run(args)
+    finally:
+        heap.resume_collection()  # in-process callers: start-up failed before the runtime resumed it
+
+
+def _run(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from app.settings import Settings
+    from app.telemetry.tracing import tracing_from_env
+
     if args.config_dir is not None and not args.config_dir.is_dir():
         raise PilotfishError(f"--config-dir {args.config_dir}: not a directory")
     kubeconfig, in_cluster = kube_target(args.kubeconfig, args.config_dir, os.environ)
@@ -84,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: Settings, tracing: Tracing | None) -> None:
+    from app.runtime import Runtime
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

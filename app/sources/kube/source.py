@@ -92,7 +92,7 @@ class KubeSource:
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
         self._selected: frozenset[str] | None = None  # namespaces read (discoverySelectors); None: all
-        self._pool = pool
+        self._pool = pool or WorkerPool(1, name="kube-config", preload=("app.config.loader",))
         self._own_pool = pool is None
         self._closed = False
         # raw objects validated ahead of the events being made (id -> the object, its result)
@@ -112,6 +112,7 @@ class KubeSource:
         """Reach the API server, start every informer, and return the ADD events of their first
         lists once all have listed. The Istio kinds' informers start from the CRD informer, for
         the CRDs installed now and, later, for those installed after (istiod's CRD watcher)."""
+        self._pool.start()  # its process imports the loader while the lists are read
         await self._check_reachable()
         self._start_informer(CRDS, "v1")
         await self._synced()
@@ -195,9 +196,8 @@ class KubeSource:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
         self._closed = True
-        if self._own_pool and self._pool is not None:
+        if self._own_pool:
             self._pool.close()
-            self._pool = None
         await self._client.close()
 
     # --- informer deltas -> ConfigEvents -------------------------------------------------
@@ -392,8 +392,6 @@ class KubeSource:
         items = [(resource, obj) for resource, obj in items if id(obj) not in self._loaded]
         if not items or self._closed:
             return
-        if self._pool is None:
-            self._pool = WorkerPool(1, name="kube-config", preload=("app.config.loader",))
         for start in range(0, len(items), _LOAD_BATCH):
             await self._preload_batch(self._pool, items[start : start + _LOAD_BATCH])
 
