@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
     from app.webhook.server import WebhookServer
+    from app.workers import WorkerPool
 
 logger = logging.getLogger("pilotfish")
 
@@ -81,14 +82,19 @@ _MAX_KEYS_SHOWN = 50  # trigger keys a push_status entry lists
 
 
 class Runtime:
-    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
-        """``tracing``: the push tracer and the call that flushes it at exit (``tracing_from_env``)."""
+    def __init__(
+        self, settings: Settings, tracing: Tracing | None = None, *, kube_pool: WorkerPool | None = None
+    ) -> None:
+        """``tracing``: the push tracer and the call that flushes it at exit (``tracing_from_env``);
+        ``kube_pool``: where the Kubernetes source validates objects, when the caller started it
+        (app/sources/kube/pool.py; by default the source starts its own)."""
         self.settings = settings
         self.tracer: PushTracer | None = tracing[0] if tracing is not None else None
         self._stop_tracing: Callable[[], None] | None = tracing[1] if tracing is not None else None
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
+        self._kube_pool = kube_pool
         self._nodes: NodeInformer | None = None  # the kubelets the webhook's native sidecars hang on
         # what pilotfish writes to the API server as the elected leader (app/controllers); the
         # CA's root goes to it at start, a new root through ``root_changed``
@@ -343,6 +349,7 @@ class Runtime:
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
                 wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
+                pool=self._kube_pool,
             )
             self.sources.append(self._kube)
             if self.settings.kube_controllers:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from app import heap
 from app.errors import PilotfishError
+from app.sources.kube.pool import validation_pool
 
 if TYPE_CHECKING:
     from app.settings import Settings
     from app.telemetry.tracing import Tracing
+    from app.workers import WorkerPool
 
 
 def add_commands(sub: Any) -> None:
@@ -57,26 +59,36 @@ def add_commands(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # start-up allocates only what lives as long as the process: no cyclic collection walks it
-    # before the runtime is ready (HeapKeeper.started resumes it)
-    heap.pause_collection()
-    try:
-        return _run(args)
-    finally:
-        heap.resume_collection()  # in-process callers: start-up failed before the runtime resumed it
-
-
-def _run(args: argparse.Namespace) -> int:
-    import uvloop
-
-    from app.settings import Settings
-    from app.telemetry.tracing import tracing_from_env
-
     if args.config_dir is not None and not args.config_dir.is_dir():
         raise PilotfishError(f"--config-dir {args.config_dir}: not a directory")
     kubeconfig, in_cluster = kube_target(args.kubeconfig, args.config_dir, os.environ)
     if args.config_dir is None and kubeconfig is None and not in_cluster:
         raise PilotfishError("serve: give --config-dir, --kubeconfig (or KUBECONFIG), or run in a Kubernetes pod")
+    # the Kubernetes source's validation worker starts before the runtime is imported: its own
+    # start-up runs beside those imports, not after them
+    kube_pool = validation_pool() if kubeconfig is not None or in_cluster else None
+    if kube_pool is not None:
+        kube_pool.start()
+    # start-up allocates only what lives as long as the process: no cyclic collection walks it
+    # before the runtime is ready (HeapKeeper.started resumes it)
+    heap.pause_collection()
+    try:
+        _serve_with(args, kubeconfig, in_cluster, kube_pool)
+    finally:
+        heap.resume_collection()  # in-process callers: start-up failed before the runtime resumed it
+        if kube_pool is not None:
+            kube_pool.close()
+    return 0
+
+
+def _serve_with(
+    args: argparse.Namespace, kubeconfig: Path | None, in_cluster: bool, kube_pool: WorkerPool | None
+) -> None:
+    import uvloop
+
+    from app.settings import Settings
+    from app.telemetry.tracing import tracing_from_env
+
     settings = Settings.from_env(
         args.config_dir,
         os.environ,
@@ -98,18 +110,17 @@ def _run(args: argparse.Namespace) -> int:
     )
     if (settings.webhook_cert is None) != (settings.webhook_key is None):
         raise PilotfishError("serve: --webhook-cert and --webhook-key go together")
-    uvloop.run(_serve(settings, tracing_from_env(os.environ, settings.trace_timeout)))
-    return 0
+    uvloop.run(_serve(settings, tracing_from_env(os.environ, settings.trace_timeout), kube_pool))
 
 
-async def _serve(settings: Settings, tracing: Tracing | None) -> None:
+async def _serve(settings: Settings, tracing: Tracing | None, kube_pool: WorkerPool | None) -> None:
     from app.runtime import Runtime
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await Runtime(settings, tracing).run(stop)
+    await Runtime(settings, tracing, kube_pool=kube_pool).run(stop)
 
 
 def kube_target(flag: Path | None, config_dir: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:

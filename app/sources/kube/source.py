@@ -38,6 +38,7 @@ from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, 
 from app.errors import ConfigError, PilotfishError
 from app.sources.kube.discovery import selected, selects
 from app.sources.kube.informer import Informer
+from app.sources.kube.pool import validation_pool
 from app.sources.kube.resources import (
     CRDS,
     ISTIO_RESOURCES,
@@ -75,7 +76,8 @@ class KubeSource:
         pool: WorkerPool | None = None,
         wait_for_server: bool = False,
     ) -> None:
-        """``pool``: where objects are validated (by default, one worker process of its own);
+        """``pool``: where objects are validated (by default, ``validation_pool()`` of its own; the
+        caller closes one it gives);
         ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
         waited for (in a cluster: a restarting node or control plane), not an error."""
         self._client = client
@@ -92,7 +94,7 @@ class KubeSource:
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
         self._selected: frozenset[str] | None = None  # namespaces read (discoverySelectors); None: all
-        self._pool = pool or WorkerPool(1, name="kube-config", preload=("app.config.loader",))
+        self._pool = pool or validation_pool()
         self._own_pool = pool is None
         self._closed = False
         # raw objects validated ahead of the events being made (id -> the object, its result)
@@ -114,15 +116,16 @@ class KubeSource:
         the CRDs installed now and, later, for those installed after (istiod's CRD watcher)."""
         self._pool.start()  # its process imports the loader while the lists are read
         await self._check_reachable()
+        # the Kubernetes kinds list beside the CRDs, whose list starts the Istio kinds' informers
         self._start_informer(CRDS, "v1")
-        await self._synced()
-        if not any(r in self._running for r in ISTIO_RESOURCES):
-            logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
         for resource in KUBE_RESOURCES:
             self._start_informer(resource, resource.versions[0])
         if self._mesh_from_configmap:
             self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace)
         await self._synced()
+        if not any(r in self._running for r in ISTIO_RESOURCES):
+            logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
+        await self._synced()  # the Istio kinds' first lists too
         if self._mesh_from_configmap:
             await self._preload([(MESH_CONFIGMAP, obj) for obj in self._store_objects(MESH_CONFIGMAP)])
             self._selectors = self._configmap_selectors()
