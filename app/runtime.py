@@ -50,11 +50,9 @@ from app.security.secret_access import SecretAccessReviewer
 from app.security.server import Authenticator, CertificateService, SecurePort
 from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
-from app.sources.files import FileSource
 from app.sources.kube.client import api_client
 from app.sources.kube.nodes import NodeInformer
 from app.sources.kube.source import KubeSource
-from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
@@ -99,9 +97,16 @@ class Runtime:
         # what pilotfish writes to the API server as the elected leader (app/controllers); the
         # CA's root goes to it at start, a new root through ``root_changed``
         self.controllers: Controllers | None = None
+        # the file sources (and the file watcher) are imported only when files are read
+        self._mesh_file: Source | None = None
         if settings.mesh_config_file is not None:
-            self.sources.append(MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms))
+            from app.sources.mesh_file import MeshFileSource
+
+            self._mesh_file = MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms)
+            self.sources.append(self._mesh_file)
         if settings.config_dir is not None:
+            from app.sources.files import FileSource
+
             self.sources.append(
                 FileSource(
                     settings.config_dir,
@@ -504,7 +509,7 @@ class Runtime:
         if self.controllers is not None and any(event.obj.kind is Kind.MESH_CONFIG for event in events):
             self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
-        if self._kube is not None and isinstance(source, MeshFileSource) and events:
+        if self._kube is not None and source is self._mesh_file and events:
             self._kube.use_mesh_config(self.env.store.mesh)
         return change
 
