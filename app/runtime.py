@@ -56,7 +56,6 @@ from app.sources.kube.source import KubeSource
 from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
-from app.telemetry.tracing import PushTracer, Tracing
 from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
 from app.xds.cache import ResourceCache
@@ -71,6 +70,7 @@ from app.xds.type_urls import SHORT_NAMES
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
+    from app.telemetry.tracing import PushTracer, Tracing
     from app.webhook.server import WebhookServer
     from app.workers import WorkerPool
 
