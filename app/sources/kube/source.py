@@ -47,7 +47,7 @@ from app.sources.kube.resources import (
     NAMESPACES,
     KubeResource,
 )
-from app.sources.kube.store import Delta, Raw, object_key
+from app.sources.kube.store import Delta, Raw, object_key, without_managed_fields
 from app.supervise import Backoff
 from app.workers import WorkerError, WorkerPool
 
@@ -145,6 +145,7 @@ class KubeSource:
             namespace=namespace,
             page_size=self._page_size,
             watch_timeout=self._watch_timeout,
+            transform=without_managed_fields,
         )
         informer.store.relist(held)
         task = asyncio.create_task(informer.run(), name=f"informer {resource}")
