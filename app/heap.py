@@ -15,11 +15,12 @@ is that cyclic garbage among frozen objects waits for ``sweep`` (unfreeze, colle
 which the runtime runs periodically when no push is in flight.
 
 Start-up is the extreme case: importing the control plane's modules and ingesting the first
-lists allocate millions of objects, all of which live as long as the process, and the collector
+lists allocate hundreds of thousands of objects that live as long as the process, and the collector
 walked the growing heap again and again on the way (measured on ``serve --kubeconfig`` of a
 200-service mesh: 0.2-0.3 s of the 1.0 s of CPU to ready, much of it inside the JSON decoding of
 the list pages, where the allocations trigger it). ``pause_collection`` stops it before the
-imports; ``HeapKeeper.started`` freezes what start-up built and resumes it once serving.
+imports; ``HeapKeeper.started`` freezes what start-up built and resumes it once serving (``serve``
+resumes it anyway after 10 s: a start-up that long is waiting on the API server, not building).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from app.telemetry.tracing import Tracing
     from app.workers import WorkerPool
 
+MAX_COLLECTION_PAUSE = 10.0  # seconds start-up may run without the cyclic collector (app/heap.py)
+
 
 def add_commands(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve xDS for the mesh config of a directory and/or a Kubernetes cluster")
@@ -117,6 +119,9 @@ async def _serve(settings: Settings, tracing: Tracing | None, kube_pool: WorkerP
     from app.runtime import Runtime
 
     loop = asyncio.get_running_loop()
+    # a start-up still going after this long is waiting (for an API server that does not answer,
+    # for the permission to list), not building the heap: the collector runs while it waits
+    loop.call_later(MAX_COLLECTION_PAUSE, heap.resume_collection)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
