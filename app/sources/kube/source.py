@@ -130,7 +130,12 @@ class KubeSource:
             await self._preload([(MESH_CONFIGMAP, obj) for obj in self._store_objects(MESH_CONFIGMAP)])
             self._selectors = self._configmap_selectors()
         self._selected = self._selection()  # every store has listed: filter the first lists already
-        return await self._drain()
+        first = self._take_pending()
+        # the EndpointSlices after the Pods they name, whichever list came first: the registry then
+        # builds each slice once, against its pods, not again for every pod it names
+        # (registry/kube.py _on_pod), which grows with the square of a Service's pods
+        first.sort(key=lambda batch: bool(batch) and batch[0][0].kind is Kind.ENDPOINT_SLICE)
+        return await self._drain(first)
 
     def _start_informer(
         self, resource: KubeResource, version: str, namespace: str = "", held: Sequence[Raw] = ()
@@ -244,13 +249,7 @@ class KubeSource:
 
     async def _drain(self, batches: list[list[tuple[KubeResource, Delta]]] | None = None) -> list[ConfigEvent]:
         """The events of ``batches`` and of every batch pending now, their objects validated first."""
-        batches = list(batches or ())
-        while not self._pending.empty():
-            batch = self._pending.get_nowait()
-            if batch is None:
-                self._raise_ended()
-                continue
-            batches.append(batch)
+        batches = [*(batches or ()), *self._take_pending()]
         try:
             await self._preload([item for batch in batches for item in self._to_load(batch)])
             events: list[ConfigEvent] = []
@@ -261,6 +260,17 @@ class KubeSource:
             return events
         finally:
             self._loaded.clear()
+
+    def _take_pending(self) -> list[list[tuple[KubeResource, Delta]]]:
+        """Every batch pending now (an informer's task that ended raises, as in ``watch``)."""
+        batches = []
+        while not self._pending.empty():
+            batch = self._pending.get_nowait()
+            if batch is None:
+                self._raise_ended()
+                continue
+            batches.append(batch)
+        return batches
 
     def _to_load(self, batch: list[tuple[KubeResource, Delta]]) -> list[tuple[KubeResource, Raw]]:
         """The objects of ``batch`` its events will load, as far as visible now."""
