@@ -37,7 +37,6 @@ from app.environment import Change, Environment
 from app.errors import ConfigError
 from app.heap import HeapKeeper
 from app.inject.native_sidecars import NativeSidecarMode
-from app.inject.source import injection_source
 from app.model.jwks import ENVOY as ENVOY_FETCHES
 from app.model.jwks import HYBRID, uris_to_fetch
 from app.model.proxy import Proxy
@@ -51,18 +50,14 @@ from app.security.secret_access import SecretAccessReviewer
 from app.security.server import Authenticator, CertificateService, SecurePort
 from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
-from app.sources.files import FileSource
 from app.sources.kube.client import api_client
 from app.sources.kube.nodes import NodeInformer
 from app.sources.kube.source import KubeSource
-from app.sources.mesh_file import MeshFileSource
 from app.sources.source import Source
 from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
-from app.telemetry.tracing import PushTracer, Tracing
 from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
-from app.webhook.server import WebhookServer
 from app.xds.cache import ResourceCache
 from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, MeshStream
@@ -75,27 +70,43 @@ from app.xds.type_urls import SHORT_NAMES
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
+    from app.telemetry.tracing import PushTracer, Tracing
+    from app.webhook.server import WebhookServer
+    from app.workers import WorkerPool
+
 logger = logging.getLogger("pilotfish")
 
 _MAX_KEYS_SHOWN = 50  # trigger keys a push_status entry lists
 
 
 class Runtime:
-    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
-        """``tracing``: the push tracer and the call that flushes it at exit (``tracing_from_env``)."""
+    def __init__(
+        self, settings: Settings, tracing: Tracing | None = None, *, kube_pool: WorkerPool | None = None
+    ) -> None:
+        """``tracing``: the push tracer and the call that flushes it at exit (``tracing_from_env``);
+        ``kube_pool``: where the Kubernetes source validates objects, when the caller started it
+        (app/sources/kube/pool.py; by default the source starts its own)."""
         self.settings = settings
         self.tracer: PushTracer | None = tracing[0] if tracing is not None else None
         self._stop_tracing: Callable[[], None] | None = tracing[1] if tracing is not None else None
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
+        self._kube_pool = kube_pool
         self._nodes: NodeInformer | None = None  # the kubelets the webhook's native sidecars hang on
         # what pilotfish writes to the API server as the elected leader (app/controllers); the
         # CA's root goes to it at start, a new root through ``root_changed``
         self.controllers: Controllers | None = None
+        # the file sources (and the file watcher) are imported only when files are read
+        self._mesh_file: Source | None = None
         if settings.mesh_config_file is not None:
-            self.sources.append(MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms))
+            from app.sources.mesh_file import MeshFileSource
+
+            self._mesh_file = MeshFileSource(settings.mesh_config_file, debounce_ms=settings.file_debounce_ms)
+            self.sources.append(self._mesh_file)
         if settings.config_dir is not None:
+            from app.sources.files import FileSource
+
             self.sources.append(
                 FileSource(
                     settings.config_dir,
@@ -159,6 +170,11 @@ class Runtime:
         # explicit --revision, so a laptop run never re-patches the cluster istiod's caBundles
         files = settings.webhook_cert is not None and settings.webhook_key is not None
         if settings.webhook_address and (files or (ca_on and kube and (settings.in_cluster or settings.revision))):
+            # imported only for the webhooks: the injector and its template engine are 60 ms of
+            # start-up that a control plane without them need not pay
+            from app.inject.source import injection_source
+            from app.webhook.server import WebhookServer
+
             self.webhook = WebhookServer(
                 settings.webhook_cert if files else None,
                 settings.webhook_key if files else None,
@@ -342,6 +358,7 @@ class Runtime:
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
                 wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
+                pool=self._kube_pool,
             )
             self.sources.append(self._kube)
             if self.settings.kube_controllers:
@@ -380,7 +397,7 @@ class Runtime:
                     self._authenticator.tokens = tokens
                 self.xds.secret_access = secrets
             self.discovery.start()
-            self.heap.settled()
+            self.heap.started()
             inner = await self.xds.start(self.settings.xds_address, inner=self.secure is not None)
             if self.secure is not None:
                 await self.secure.start(split_address(self.settings.secure_xds_address), ("127.0.0.1", inner))
@@ -496,7 +513,7 @@ class Runtime:
         if self.controllers is not None and any(event.obj.kind is Kind.MESH_CONFIG for event in events):
             self.controllers.set_selectors(mesh_selectors(self.env.store.mesh))
         # a mesh config from a file scopes what the Kubernetes source reads (discoverySelectors)
-        if self._kube is not None and isinstance(source, MeshFileSource) and events:
+        if self._kube is not None and source is self._mesh_file and events:
             self._kube.use_mesh_config(self.env.store.mesh)
         return change
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READY_TIMEOUT = 300.0
+# how often /ready is asked: start to ready is a figure (bench/kube_load.py), under a second now
+READY_POLL = 0.02
 STOP_TIMEOUT = 15.0
 BENCH_ROOT = Path(__file__).resolve().parents[1]
 # istiod's defaults, which pilotfish also defaults to; set explicitly so the report states them
@@ -137,7 +139,7 @@ def start_pilotfish(
         if time.monotonic() > deadline:
             server.stop()
             raise TimeoutError(f"pilotfish not ready after {READY_TIMEOUT:.0f}s; see {log}")
-        time.sleep(0.1)
+        time.sleep(READY_POLL)
 
 
 def start_floor(recording: Path, log: Path) -> ServerProcess:

@@ -2,7 +2,11 @@
 its parsers here: the control plane (``serve``), the node agent (``agent``), the offline tools
 that read files (``validate``, ``config-dump``, ``kube-inject``) and the istioctl-like clients of
 a running server (``proxy-status``, ``proxy-config``, ``compare-istiod``); ``explain`` and ``diff``
-are both."""
+are both.
+
+A module's parsers are built from light imports only; each command's handler imports the modules
+it runs on when it runs, so the parser, ``--help`` and any one command do not import every other
+command's (all of them took 0.75 s before ``serve`` could start)."""
 
 from __future__ import annotations
 

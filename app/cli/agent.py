@@ -1,5 +1,5 @@
 """``pilotfish agent``: the node agent beside one Envoy (as istio's pilot-agent), and its
-``iptables`` helper."""
+``iptables`` helper. The agent's modules are imported by ``run``, not with the parser."""
 
 from __future__ import annotations
 
@@ -11,16 +11,13 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvloop
-
-from app.agent.bootstrap import agent_config
-from app.agent.dns import parse_resolv_conf
-from app.agent.iptables import dns_capture_rules
-from app.agent.run import Agent, AgentSettings, host_ips
+from app.agent.settings import AgentSettings
 from app.errors import PilotfishError, SettingsError
-from app.settings import parse_seconds, split_address
+
+if TYPE_CHECKING:
+    from app.agent.run import Agent
 
 
 def add_commands(sub: Any) -> None:
@@ -56,6 +53,14 @@ def add_commands(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from app.agent.bootstrap import agent_config
+    from app.agent.dns import parse_resolv_conf
+    from app.agent.iptables import dns_capture_rules
+    from app.agent.run import Agent, host_ips
+    from app.settings import parse_seconds, split_address
+
     if args.agent_command == "iptables":
         resolv = parse_resolv_conf(_read(args.resolv_conf))
         servers = [host for host, _ in resolv.nameservers]

@@ -17,11 +17,8 @@ import yaml
 from app.cli.node_args import add_node_arguments, node_metadata
 from app.debug.proxy_config import SECTIONS, SHORT
 from app.debug.status import status_table
-from app.debug.xds_diff.compare import compare
 from app.debug.xds_diff.diff import TYPES, judged_json, load_expected, report
 from app.errors import PilotfishError
-from app.xds.client import node as client_node
-from app.xds.fetch import Resources, fetch
 
 DEFAULT_SERVER = "http://127.0.0.1:15014"
 
@@ -59,6 +56,10 @@ def proxy_status(args: argparse.Namespace) -> int:
 def _compare_istiod(args: argparse.Namespace) -> int:
     """Both control planes' config for the node, judged against the reviewed list of intended
     differences: 1 when a difference the list does not cover remains (as ``diff`` exits)."""
+    from app.debug.xds_diff.compare import compare
+    from app.xds.client import node as client_node
+    from app.xds.fetch import Resources, fetch
+
     metadata = node_metadata(args)
     node = client_node(args.node_id, metadata)
     agent = args.agent or metadata.get("DNS_CAPTURE") == "true"

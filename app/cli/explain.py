@@ -13,14 +13,7 @@ from typing import Any
 
 from app.cli.clients import fetch_json
 from app.cli.node_args import add_node_arguments, node_metadata
-from app.environment import Environment
 from app.errors import PilotfishError
-from app.model.features import Features
-from app.model.proxy import build_proxy
-from app.sources.files import FileSource
-from app.xds.cache import ResourceCache
-from app.xds.explain import explain_resource, type_url_of
-from app.xds.generators.source import XdsGenerator
 
 
 def add_commands(sub: Any) -> None:
@@ -43,6 +36,14 @@ def explain(args: argparse.Namespace) -> dict[str, Any]:
         query = urllib.parse.urlencode({"proxyID": args.node_id, "type": args.type, "name": args.name})
         found: dict[str, Any] = fetch_json(f"{args.server.rstrip('/')}/debug/explain?{query}")
         return found
+    from app.environment import Environment
+    from app.model.features import Features
+    from app.model.proxy import build_proxy
+    from app.sources.files import FileSource
+    from app.xds.cache import ResourceCache
+    from app.xds.explain import explain_resource, type_url_of
+    from app.xds.generators.source import XdsGenerator
+
     type_url = type_url_of(args.type)
     source = FileSource(args.config_dir)
     env = Environment(features=Features.from_env(os.environ))

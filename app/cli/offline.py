@@ -1,4 +1,5 @@
-"""The offline tools, reading files only: ``validate``, ``config-dump`` and ``kube-inject``."""
+"""The offline tools, reading files only: ``validate``, ``config-dump`` and ``kube-inject``; each
+imports the modules it runs on when it runs."""
 
 from __future__ import annotations
 
@@ -9,34 +10,24 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.node_args import add_node_arguments, node_metadata
-from app.debug.dump import (
-    dump_all,
-    dump_clusters,
-    dump_endpoints,
-    dump_listeners,
-    dump_name_table,
-    dump_routes,
-    dump_scope,
-)
-from app.environment import Environment
 from app.errors import PilotfishError
-from app.inject.command import kube_inject_command
-from app.model.features import Features
-from app.model.proxy import Proxy, build_proxy
-from app.model.push_context import PushContext
-from app.sources.files import MESH_FILE, FileSource, list_config_files, load_config_file
 
-_DUMPS: dict[str, Callable[[Proxy, PushContext], dict[str, Any]]] = {
-    "cds": dump_clusters,
-    "eds": dump_endpoints,
-    "lds": dump_listeners,
-    "rds": dump_routes,
-    "nds": dump_name_table,
-    "all": dump_all,
-    "scope": dump_scope,
+if TYPE_CHECKING:
+    from app.model.proxy import Proxy
+    from app.model.push_context import PushContext
+
+# config-dump --type: the function of app.debug.dump that makes it (imported when the command runs)
+_DUMPS = {
+    "cds": "dump_clusters",
+    "eds": "dump_endpoints",
+    "lds": "dump_listeners",
+    "rds": "dump_routes",
+    "nds": "dump_name_table",
+    "all": "dump_all",
+    "scope": "dump_scope",
 }
 
 
@@ -60,12 +51,21 @@ def add_commands(sub: Any) -> None:
 
 
 def kube_inject(args: argparse.Namespace) -> int:
+    from app.inject.command import kube_inject_command
+
     kube_inject_command(args.filename, args.output, args.valuesFile, args.meshConfigFile,
                         args.injectConfigFile, args.revision, os.environ)  # fmt: skip
     return 0
 
 
 def config_dump(args: argparse.Namespace) -> dict[str, Any]:
+    from app.debug import dump
+    from app.environment import Environment
+    from app.model.features import Features
+    from app.model.proxy import build_proxy
+    from app.sources.files import FileSource
+
+    dumper: Callable[[Proxy, PushContext], dict[str, Any]] = getattr(dump, _DUMPS[args.type])
     source = FileSource(args.config_dir)
     env = Environment(features=Features.from_env(os.environ))
     env.apply(source.load())
@@ -73,7 +73,7 @@ def config_dump(args: argparse.Namespace) -> dict[str, Any]:
         logging.getLogger("pilotfish").warning("%s", error)
     proxy = build_proxy(args.node_id, node_metadata(args))
     push = env.build_push_context(None)
-    return _DUMPS[args.type](proxy, push)
+    return dumper(proxy, push)
 
 
 def _print_config_dump(args: argparse.Namespace) -> int:
@@ -85,6 +85,8 @@ def _print_config_dump(args: argparse.Namespace) -> int:
 def validate(paths: Sequence[Path]) -> int:
     """``pilotfish validate``: every problem of the files (directories: their config files),
     one line each, as the file source would report it; 1 when there is any."""
+    from app.sources.files import MESH_FILE, list_config_files, load_config_file
+
     problems = 0
     for path in paths:
         if not path.exists():

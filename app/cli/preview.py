@@ -14,16 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from app.environment import Environment
 from app.errors import PilotfishError, SettingsError
-from app.model.features import Features
-from app.preview.change import parse_delete
-from app.preview.proxies import Watching, envoy_watches, mesh_proxies, select_proxies
-from app.preview.push import preview
-from app.preview.render import report, summary
-from app.preview.request import DiffRequest, request_body
-from app.sources.files import FileSource, load_config_file
-from app.xds.generators.reference import reference_source
 
 _TIMEOUT = 600.0  # seconds a server may take over a preview (mesh-1k: see bench/preview_cost.py)
 
@@ -47,6 +38,16 @@ def offline_report(
     config_dir: Path, files: list[Path], deletes: list[str], proxies: list[str], show: bool
 ) -> dict[str, Any]:
     """The preview of a change to the mesh ``config_dir`` holds, for its proxies."""
+    from app.environment import Environment
+    from app.model.features import Features
+    from app.preview.change import parse_delete
+    from app.preview.proxies import Watching, envoy_watches, mesh_proxies, select_proxies
+    from app.preview.push import preview
+    from app.preview.render import report
+    from app.preview.request import DiffRequest
+    from app.sources.files import FileSource, load_config_file
+    from app.xds.generators.reference import reference_source
+
     if not config_dir.is_dir():
         raise SettingsError(f"--config-dir {config_dir}: not a directory")
     source = FileSource(config_dir)
@@ -71,6 +72,8 @@ def offline_report(
 
 def server_report(server: str, files: list[Path], deletes: list[str], proxies: list[str], show: bool) -> dict[str, Any]:
     """The preview a running server makes (``POST /debug/diff``)."""
+    from app.preview.request import request_body
+
     texts = []
     for path in files:
         try:
@@ -90,6 +93,8 @@ def server_report(server: str, files: list[Path], deletes: list[str], proxies: l
 
 
 def diff_command(args: argparse.Namespace) -> int:
+    from app.preview.render import summary
+
     if not args.filename and not args.delete:
         raise SettingsError("diff: give the change: -f FILE and/or --delete KIND/NS/NAME")
     if args.config_dir is not None:

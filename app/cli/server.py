@@ -1,4 +1,8 @@
-"""``pilotfish serve``: the control plane."""
+"""``pilotfish serve``: the control plane.
+
+The control plane's modules (``app.runtime`` and all it serves with) are imported by ``run``, not
+here: building the parser, ``--help`` and the other commands do not pay for them, and ``serve``
+imports them with the collector paused (``app.heap.pause_collection``)."""
 
 from __future__ import annotations
 
@@ -8,14 +12,18 @@ import os
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvloop
-
+from app import heap
 from app.errors import PilotfishError
-from app.runtime import Runtime
-from app.settings import Settings
-from app.telemetry.tracing import Tracing, tracing_from_env
+from app.sources.kube.pool import validation_pool
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+    from app.telemetry.tracing import Tracing
+    from app.workers import WorkerPool
+
+MAX_COLLECTION_PAUSE = 10.0  # seconds start-up may run without the cyclic collector (app/heap.py)
 
 
 def add_commands(sub: Any) -> None:
@@ -58,6 +66,31 @@ def run(args: argparse.Namespace) -> int:
     kubeconfig, in_cluster = kube_target(args.kubeconfig, args.config_dir, os.environ)
     if args.config_dir is None and kubeconfig is None and not in_cluster:
         raise PilotfishError("serve: give --config-dir, --kubeconfig (or KUBECONFIG), or run in a Kubernetes pod")
+    # the Kubernetes source's validation worker starts before the runtime is imported: its own
+    # start-up runs beside those imports, not after them
+    kube_pool = validation_pool() if kubeconfig is not None or in_cluster else None
+    if kube_pool is not None:
+        kube_pool.start()
+    # start-up allocates only what lives as long as the process: no cyclic collection walks it
+    # before the runtime is ready (HeapKeeper.started resumes it)
+    heap.pause_collection()
+    try:
+        _serve_with(args, kubeconfig, in_cluster, kube_pool)
+    finally:
+        heap.resume_collection()  # in-process callers: start-up failed before the runtime resumed it
+        if kube_pool is not None:
+            kube_pool.close()
+    return 0
+
+
+def _serve_with(
+    args: argparse.Namespace, kubeconfig: Path | None, in_cluster: bool, kube_pool: WorkerPool | None
+) -> None:
+    import uvloop
+
+    from app.settings import Settings
+    from app.telemetry.tracing import tracing_from_env
+
     settings = Settings.from_env(
         args.config_dir,
         os.environ,
@@ -79,16 +112,20 @@ def run(args: argparse.Namespace) -> int:
     )
     if (settings.webhook_cert is None) != (settings.webhook_key is None):
         raise PilotfishError("serve: --webhook-cert and --webhook-key go together")
-    uvloop.run(_serve(settings, tracing_from_env(os.environ, settings.trace_timeout)))
-    return 0
+    uvloop.run(_serve(settings, tracing_from_env(os.environ, settings.trace_timeout), kube_pool))
 
 
-async def _serve(settings: Settings, tracing: Tracing | None) -> None:
+async def _serve(settings: Settings, tracing: Tracing | None, kube_pool: WorkerPool | None) -> None:
+    from app.runtime import Runtime
+
     loop = asyncio.get_running_loop()
+    # a start-up still going after this long is waiting (for an API server that does not answer,
+    # for the permission to list), not building the heap: the collector runs while it waits
+    loop.call_later(MAX_COLLECTION_PAUSE, heap.resume_collection)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await Runtime(settings, tracing).run(stop)
+    await Runtime(settings, tracing, kube_pool=kube_pool).run(stop)
 
 
 def kube_target(flag: Path | None, config_dir: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:

@@ -28,21 +28,22 @@ import functools
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from app.config.objects import ConfigObject
-from app.debug.diff import PreviewFailed, compute, connected, in_fork
 from app.debug.dump import dump_served, scope_json
 from app.environment import Environment
 from app.errors import ConfigError, PilotfishError, SettingsError
 from app.model.push_context import PushContext
-from app.preview.request import DiffRequest, diff_request
 from app.settings import split_address
 from app.xds.explain import NotServed, type_url_of
 from app.xds.mesh_source import MeshSource, MeshStream
 from app.xds.type_urls import SHORT_NAMES
+
+if TYPE_CHECKING:
+    from app.preview.request import DiffRequest
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +220,10 @@ class DebugServer:
 
     async def _diff(self, request: web.Request) -> web.Response:
         """A change preview: a JSON body (app/preview/request.py ``diff_request``), or the YAML
-        of the change with ``?delete=KIND/NS/NAME``, ``?proxy=ID`` and ``?showDiff=true``."""
+        of the change with ``?delete=KIND/NS/NAME``, ``?proxy=ID`` and ``?showDiff=true``. The
+        preview's modules are imported by the first request, not with the server."""
+        from app.preview.request import diff_request
+
         try:
             if request.content_type == "application/json":
                 body = await request.json()
@@ -241,6 +245,8 @@ class DebugServer:
         return web.json_response(await self._preview(wanted))
 
     async def _preview(self, wanted: DiffRequest) -> dict[str, Any]:
+        from app.debug.diff import PreviewFailed, compute, connected, in_fork
+
         state = self._state
         work = functools.partial(
             compute,

@@ -95,6 +95,9 @@ class KubeCaStore:
         self.secret_name = ""  # the Secret the CA comes from, once loaded
         self.self_signed = False  # a self-signed root (rotated by this side), not a plugged-in CA
         self.ca: CertificateAuthority | None = None
+        # the Secret's data the CA in force was read from (or written as): the watch's first list
+        # hands the same Secret over again, and verifying it again is tens of ms of key loading
+        self._data: Mapping[str, bytes] = {}
         self.created = False  # whether this replica wrote the Secret
 
     # --- load -------------------------------------------------------------------------------
@@ -120,12 +123,13 @@ class KubeCaStore:
         plugged = await self._get(CACERTS)
         generated = plugged is not None and ISTIO_GENERATED in (plugged.get("data") or {})
         if plugged is not None and not (self._use_cacerts and generated):
+            data = secret_data(plugged)
             try:
-                ca = plugged_in(self._display(CACERTS), secret_data(plugged))
+                ca = plugged_in(self._display(CACERTS), data)
             except CaSecretError as e:
                 raise CaStoreError(f"CA: {e}") from None
             if ca is not None:
-                self.secret_name, self.self_signed = CACERTS, False
+                self.secret_name, self.self_signed, self._data = CACERTS, False, data
                 logger.info("CA: using the plugged-in CA of Secret %s", self._display(CACERTS))
                 return ca
         # istiod NewSelfSignedIstioCAOptions: istio-ca-secret first, then (with
@@ -137,9 +141,11 @@ class KubeCaStore:
         if found is None:
             name = CACERTS if self._use_cacerts else ISTIO_CA_SECRET
             fresh = self._new_root()
-            status, answer = await self._request("POST", self._path(), istio_ca_secret(fresh, name, self.namespace))
+            secret = istio_ca_secret(fresh, name, self.namespace)
+            status, answer = await self._request("POST", self._path(), secret)
             if status in (200, 201):
                 self.secret_name, self.self_signed, self.created = name, True, True
+                self._data = secret_data(secret)
                 logger.info("CA: created Secret %s with a new self-signed root", self._display(name))
                 return fresh
             if status != 409:  # 409: another replica made it first; its root is the one
@@ -147,11 +153,12 @@ class KubeCaStore:
             found = await self._get(name)
             if found is None:
                 raise _Retry(f"Secret {self._display(name)} was created and is gone again")
+        data = secret_data(found)
         try:
-            ca = self_signed(self._display(name), secret_data(found))
+            ca = self_signed(self._display(name), data)
         except CaSecretError as e:
             raise CaStoreError(f"CA: {e}") from None
-        self.secret_name, self.self_signed = name, True
+        self.secret_name, self.self_signed, self._data = name, True, data
         logger.info("CA: using the self-signed root of Secret %s", self._display(name))
         return ca
 
@@ -222,6 +229,8 @@ class KubeCaStore:
             logger.warning("CA: Secret %s was deleted; the CA in force stays until a restart", where)
             return
         data = secret_data(delta.obj)
+        if data == self._data:
+            return  # what the CA in force was read from
         try:
             ca = self_signed(where, data) if self.self_signed else plugged_in(where, data)
         except CaSecretError as e:
@@ -237,7 +246,7 @@ class KubeCaStore:
             if refusal is not None:
                 logger.warning("CA: Secret %s changed its root: %s; the CA in force stays", where, refusal)
                 return
-        self.ca = ca
+        self.ca, self._data = ca, data
         logger.info("CA: reloaded from Secret %s", where)
         on_change(ca)
 
@@ -296,7 +305,7 @@ class KubeCaStore:
             self._refused(status, answer, "update")
         logger.info("CA: the self-signed root of Secret %s was about to expire: renewed until %s",
                     where, renewed.signing_cert.not_valid_after_utc)  # fmt: skip
-        self.ca = renewed
+        self.ca, self._data = renewed, secret_data(body)
         on_change(renewed)
 
 

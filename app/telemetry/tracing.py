@@ -37,11 +37,9 @@ import os
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import Link, Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
@@ -51,12 +49,17 @@ from app.xds.push_request import PushRequest
 from app.xds.response import DeltaResponse, SotwResponse
 from app.xds.type_urls import SHORT_NAMES
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
 DEFAULT_TIMEOUT = 30.0  # PILOTFISH_TRACE_TIMEOUT: how long a push may take to converge
 MAX_KEYS = 50  # changed config keys listed on a push span (the count is always there)
 _PROTOCOLS = ("grpc", "http/protobuf")
 
 
 def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
     if name == "console":
         return ConsoleSpanExporter()
     if name != "otlp":
@@ -83,6 +86,11 @@ def tracing_from_env(env: Mapping[str, str] = os.environ, timeout: float = DEFAU
     names = [n for n in names if n != "none"]
     if not names:
         return None
+    # the SDK only for a tracer: without one (the default) serve does not import it
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     processors: list[SpanProcessor] = [BatchSpanProcessor(_exporter(name, env)) for name in names]
     attributes = {}
     if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):

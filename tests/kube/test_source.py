@@ -65,6 +65,9 @@ async def test_start_reads_every_kind_as_the_file_source_would(source: KubeSourc
         mesh.cart_dr,
         ConfigKey(Kind.MESH_CONFIG, "", "mesh"),
     } == keys  # neither the unrelated ConfigMap nor kube-root-ca.crt (the informer selects istio)
+    # the slices after every pod, whichever list came first: the registry builds each slice once
+    kinds = [e.obj.kind for e in events]
+    assert kinds.index(Kind.ENDPOINT_SLICE) > max(i for i, kind in enumerate(kinds) if kind is Kind.POD)
     env = Environment()
     env.apply(events)
     push = env.build_push_context(None)

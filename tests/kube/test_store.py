@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.config.objects import EventType
-from app.sources.kube.store import Store
+from app.sources.kube.store import Store, without_managed_fields
 
 
 def obj(kind: str, status: dict[str, Any], version: str) -> dict[str, Any]:
@@ -34,3 +34,11 @@ def test_serviceentry_allocated_addresses_are_a_change() -> None:
     assert store.apply(EventType.UPDATE, obj("ServiceEntry", allocated, "2")) is not None
     conditions = {**allocated, "conditions": [{"type": "Reconciled", "status": "True"}]}
     assert store.apply(EventType.UPDATE, obj("ServiceEntry", conditions, "3")) is None
+
+
+def test_managed_fields_are_not_kept() -> None:
+    applied = {"kind": "Pod", "metadata": {"name": "a", "managedFields": [{"manager": "kubectl"}]}, "spec": {}}
+    assert without_managed_fields(applied) == {"kind": "Pod", "metadata": {"name": "a"}, "spec": {}}
+    assert "managedFields" in applied["metadata"]  # the object given is left as it is
+    bare = {"kind": "Pod", "metadata": {"name": "a"}}
+    assert without_managed_fields(bare) is bare

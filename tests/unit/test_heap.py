@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.heap import HeapKeeper
+from app.heap import HeapKeeper, pause_collection, resume_collection
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +59,23 @@ def test_a_frozen_cycle_survives_collections_until_a_sweep() -> None:
     collected, _ = keeper.sweep()
     assert ref() is None and collected >= 2
     assert gc.get_freeze_count() > 0  # frozen again after the sweep
+
+
+def test_started_freezes_and_resumes_the_collection_start_up_paused() -> None:
+    keeper = HeapKeeper()
+    pause_collection()
+    try:
+        assert not gc.isenabled()
+        keeper.started()
+        assert gc.isenabled() and gc.get_freeze_count() > 0 and keeper.freezes == 1
+    finally:
+        resume_collection()
+
+
+def test_a_disabled_keeper_still_resumes_collection() -> None:
+    pause_collection()
+    try:
+        HeapKeeper(enabled=False).started()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        resume_collection()

@@ -58,6 +58,36 @@ def test_an_empty_ca_dir_gets_a_self_signed_root_that_later_starts_reuse(tmp_pat
     assert CertificateAuthority.load_or_create(tmp_path / "ca", TD).root_pem == ca.root_pem
 
 
+def test_an_inconsistent_rsa_key_is_refused_as_go_refuses_it(tmp_path: Path) -> None:
+    ca = CertificateAuthority.load_or_create(tmp_path / "ca", TD)
+    cert_pem = (tmp_path / "ca" / "ca-cert.pem").read_text()
+    key = ca.signing_key
+    assert isinstance(key, rsa.RSAPrivateKey)
+    good = key.private_numbers()
+
+    def pem(numbers: rsa.RSAPrivateNumbers) -> str:
+        bad = numbers.private_key(unsafe_skip_rsa_key_validation=True)
+        return bad.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        ).decode()
+
+    assert CertificateAuthority.from_pem(cert_pem, pem(good), "", ca.root_pem).root_pem == ca.root_pem
+    changed = {
+        "invalid CRT coefficient": {"iqmp": good.iqmp + 1},
+        "invalid CRT exponent": {"dmp1": good.dmp1 + 2},
+        "d does not match": {"d": good.d + (good.p - 1) * (good.q - 1) // 2 + 1},
+    }
+    for reason, fields in changed.items():
+        numbers = rsa.RSAPrivateNumbers(**{**_fields(good), **fields})
+        with pytest.raises(ValueError, match=f"ca-key.pem: invalid RSA key: {reason}"):
+            CertificateAuthority.from_pem(cert_pem, pem(numbers), "", ca.root_pem)
+
+
+def _fields(numbers: rsa.RSAPrivateNumbers) -> dict[str, object]:
+    names = ("p", "q", "d", "dmp1", "dmq1", "iqmp", "public_numbers")
+    return {name: getattr(numbers, name) for name in names}
+
+
 def test_a_partial_ca_dir_is_an_error_naming_what_is_missing(tmp_path: Path) -> None:
     CertificateAuthority.load_or_create(tmp_path, TD)
     (tmp_path / "ca-key.pem").unlink()

@@ -1,14 +1,17 @@
 """The worker processes validation runs in, off the event loop (app/workers.py): calls and
 their failures come back as futures, a call past its deadline or a worker that dies costs that
-call only, and what the loader builds crosses the process boundary intact."""
+call only, and what the loader builds crosses the process boundary intact; ``start()`` runs the
+workers before any call."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import pickle
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -81,3 +84,44 @@ def test_load_results_cross_the_process_boundary_intact() -> None:
     assert [(r.key, str(r.error), r.error.field, r.error.reason) for r in copy.rejected] == [
         (r.key, str(r.error), r.error.field, r.error.reason) for r in result.rejected
     ]
+
+
+def _worker_children() -> list[int]:
+    """This process's children running a worker (/proc: every thread's children)."""
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            for pid in f.read().split():
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmd:
+                    if b"from app.workers import main" in cmd.read():
+                        found.append(int(pid))
+    return found
+
+
+def test_start_runs_the_workers_before_the_first_call() -> None:
+    before = set(_worker_children())
+    pool = WorkerPool(1, name="test", preload=("app.config.loader",))
+    try:
+        assert set(_worker_children()) == before  # nothing runs before start()
+        pool.start()
+        deadline = time.monotonic() + 30
+        while not set(_worker_children()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started = set(_worker_children()) - before
+        assert len(started) == 1
+        assert pool.submit(os.getpid).result(30) in started  # the first call is answered by it
+    finally:
+        pool.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Slotted:
+    name: str
+    items: tuple[int, ...] = ()
+    nested: _Slotted | None = None
+
+
+def test_slotted_dataclasses_cross_as_their_fields() -> None:
+    value = _Slotted("a", (1, 2), _Slotted("b"))
+    assert pickle.loads(dumps([value, value])) == [value, value]
+    assert pickle.loads(dumps(_Slotted("c"))).nested is None

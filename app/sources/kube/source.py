@@ -38,6 +38,7 @@ from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, 
 from app.errors import ConfigError, PilotfishError
 from app.sources.kube.discovery import selected, selects
 from app.sources.kube.informer import Informer
+from app.sources.kube.pool import validation_pool
 from app.sources.kube.resources import (
     CRDS,
     ISTIO_RESOURCES,
@@ -46,7 +47,7 @@ from app.sources.kube.resources import (
     NAMESPACES,
     KubeResource,
 )
-from app.sources.kube.store import Delta, Raw, object_key
+from app.sources.kube.store import Delta, Raw, object_key, without_managed_fields
 from app.supervise import Backoff
 from app.workers import WorkerError, WorkerPool
 
@@ -75,7 +76,8 @@ class KubeSource:
         pool: WorkerPool | None = None,
         wait_for_server: bool = False,
     ) -> None:
-        """``pool``: where objects are validated (by default, one worker process of its own);
+        """``pool``: where objects are validated (by default, ``validation_pool()`` of its own; the
+        caller closes one it gives);
         ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
         waited for (in a cluster: a restarting node or control plane), not an error."""
         self._client = client
@@ -92,7 +94,7 @@ class KubeSource:
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
         self._selected: frozenset[str] | None = None  # namespaces read (discoverySelectors); None: all
-        self._pool = pool
+        self._pool = pool or validation_pool()
         self._own_pool = pool is None
         self._closed = False
         # raw objects validated ahead of the events being made (id -> the object, its result)
@@ -112,21 +114,28 @@ class KubeSource:
         """Reach the API server, start every informer, and return the ADD events of their first
         lists once all have listed. The Istio kinds' informers start from the CRD informer, for
         the CRDs installed now and, later, for those installed after (istiod's CRD watcher)."""
+        self._pool.start()  # its process imports the loader while the lists are read
         await self._check_reachable()
+        # the Kubernetes kinds list beside the CRDs, whose list starts the Istio kinds' informers
         self._start_informer(CRDS, "v1")
-        await self._synced()
-        if not any(r in self._running for r in ISTIO_RESOURCES):
-            logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
         for resource in KUBE_RESOURCES:
             self._start_informer(resource, resource.versions[0])
         if self._mesh_from_configmap:
             self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace)
         await self._synced()
+        if not any(r in self._running for r in ISTIO_RESOURCES):
+            logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
+        await self._synced()  # the Istio kinds' first lists too
         if self._mesh_from_configmap:
             await self._preload([(MESH_CONFIGMAP, obj) for obj in self._store_objects(MESH_CONFIGMAP)])
             self._selectors = self._configmap_selectors()
         self._selected = self._selection()  # every store has listed: filter the first lists already
-        return await self._drain()
+        first = self._take_pending()
+        # the EndpointSlices after the Pods they name, whichever list came first: the registry then
+        # builds each slice once, against its pods, not again for every pod it names
+        # (registry/kube.py _on_pod), which grows with the square of a Service's pods
+        first.sort(key=lambda batch: bool(batch) and batch[0][0].kind is Kind.ENDPOINT_SLICE)
+        return await self._drain(first)
 
     def _start_informer(
         self, resource: KubeResource, version: str, namespace: str = "", held: Sequence[Raw] = ()
@@ -141,6 +150,7 @@ class KubeSource:
             namespace=namespace,
             page_size=self._page_size,
             watch_timeout=self._watch_timeout,
+            transform=without_managed_fields,
         )
         informer.store.relist(held)
         task = asyncio.create_task(informer.run(), name=f"informer {resource}")
@@ -195,9 +205,8 @@ class KubeSource:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
         self._closed = True
-        if self._own_pool and self._pool is not None:
+        if self._own_pool:
             self._pool.close()
-            self._pool = None
         await self._client.close()
 
     # --- informer deltas -> ConfigEvents -------------------------------------------------
@@ -240,13 +249,7 @@ class KubeSource:
 
     async def _drain(self, batches: list[list[tuple[KubeResource, Delta]]] | None = None) -> list[ConfigEvent]:
         """The events of ``batches`` and of every batch pending now, their objects validated first."""
-        batches = list(batches or ())
-        while not self._pending.empty():
-            batch = self._pending.get_nowait()
-            if batch is None:
-                self._raise_ended()
-                continue
-            batches.append(batch)
+        batches = [*(batches or ()), *self._take_pending()]
         try:
             await self._preload([item for batch in batches for item in self._to_load(batch)])
             events: list[ConfigEvent] = []
@@ -257,6 +260,17 @@ class KubeSource:
             return events
         finally:
             self._loaded.clear()
+
+    def _take_pending(self) -> list[list[tuple[KubeResource, Delta]]]:
+        """Every batch pending now (an informer's task that ended raises, as in ``watch``)."""
+        batches = []
+        while not self._pending.empty():
+            batch = self._pending.get_nowait()
+            if batch is None:
+                self._raise_ended()
+                continue
+            batches.append(batch)
+        return batches
 
     def _to_load(self, batch: list[tuple[KubeResource, Delta]]) -> list[tuple[KubeResource, Raw]]:
         """The objects of ``batch`` its events will load, as far as visible now."""
@@ -392,8 +406,6 @@ class KubeSource:
         items = [(resource, obj) for resource, obj in items if id(obj) not in self._loaded]
         if not items or self._closed:
             return
-        if self._pool is None:
-            self._pool = WorkerPool(1, name="kube-config", preload=("app.config.loader",))
         for start in range(0, len(items), _LOAD_BATCH):
             await self._preload_batch(self._pool, items[start : start + _LOAD_BATCH])
 
