@@ -193,12 +193,13 @@ class DeltaSession:
         first_wildcard = w.wildcard and not w.nonce_sent
         # the streams of a proxy class are brought to the same sets: they share one mapping of
         # what they hold (HeldVersions), derived once per response from the one they held, or
-        # found by content for a reconnected stream's first answer (it presented its own)
+        # found by content for a reconnected stream's first answer (it presented its own; the
+        # whole set's hash in the generator's order, the same for every stream of the class)
         private = not isinstance(held_versions, HeldVersions) and bool(held_versions)
         share = private and considered is None and not w.nonce_sent
         if not send and not removed and not first_wildcard:
             if share:  # the reconnected client holds all of it already
-                w.client_versions = self._name_sets.versions(held_versions)
+                w.client_versions = self._name_sets.versions(set_version(current.values()), held_versions)
             return None
         send.sort(key=_NAME)
         # what this response carries (the complete set's hash would cost a pass over all of it)
@@ -211,7 +212,7 @@ class DeltaSession:
             for name in removed:
                 del held_versions[name]
             if share:
-                w.client_versions = self._name_sets.versions(held_versions)
+                w.client_versions = self._name_sets.versions(set_version(current.values()), held_versions)
         resp = DeltaResponse(type_url, self._nonces(), version, send, removed)
         w.nonce_sent = resp.nonce
         w.version_sent = resp.system_version_info

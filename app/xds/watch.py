@@ -8,7 +8,6 @@ stream hold or do is app/xds/limits.py; the resources and their versions app/xds
 from __future__ import annotations
 
 import enum
-import hashlib
 import sys
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -87,27 +86,22 @@ def own_versions(w: WatchedResource) -> dict[str, str]:
     return w.client_versions
 
 
-def _digest(held: Mapping[str, str]) -> str:
-    names = sorted(held)
-    text = "\0".join(names) + "\1" + "\0".join(map(held.__getitem__, names))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
 class NameSets:
     """Subscribed-name sets held once: the streams of a proxy class subscribe to the same
     thousand-odd names, so their watches share one frozenset instead of holding a set each, and
     the names of a set new here are interned, so sets that differ a little share their strings.
     A set is found here while some watch holds it (weak references): what the pool keeps is
-    what the live streams' quotas pay for, never a set a closed stream left behind."""
+    what the live streams' quotas pay for, never a set a closed stream left behind. The same for
+    the versions Delta clients hold (``versions``, ``after``: HeldVersions)."""
 
     def __init__(self) -> None:
         self._sets: dict[int, list[weakref.ref[frozenset[str]]]] = {}
         self._versions: weakref.WeakValueDictionary[str, HeldVersions] = weakref.WeakValueDictionary()
         self._nothing = HeldVersions()  # what a new watch holds
 
-    def versions(self, held: Mapping[str, str]) -> HeldVersions:
-        """The shared mapping equal to ``held``."""
-        digest = _digest(held)
+    def versions(self, digest: str, held: Mapping[str, str]) -> HeldVersions:
+        """The shared mapping equal to ``held``, a reconnected stream's whole set once its
+        first answer brought it up to date (``digest``: that set's hash)."""
         found = self._versions.get(digest)
         if found is None or found != held:
             found = self._versions[digest] = HeldVersions(held)
@@ -127,7 +121,7 @@ class NameSets:
             changed.update(sent)
             for name in removed:
                 del changed[name]
-            found = self.versions(changed)  # a reconnected stream holding the same finds it too
+            found = HeldVersions(changed)
             successors = base.successors
             if len(successors) >= max(_MIN_PRUNED, 2 * base.live):  # drop those no stream holds
                 base.successors = successors = {k: r for k, r in successors.items() if r() is not None}

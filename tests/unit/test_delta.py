@@ -136,7 +136,7 @@ def test_reconnected_streams_share_the_names_and_versions_they_present() -> None
 
 def test_streams_brought_to_the_same_set_share_what_they_hold_until_one_changes_alone() -> None:
     """A class's streams hold one mapping (130 KB per proxy each at mesh-1k otherwise): after
-    their first answers, after the same push, and a reconnected stream holding all of it too;
+    their first answers, after the same push, and streams reconnecting with the same set too;
     an unsubscribe gives that stream a copy of its own and leaves the others' as they were."""
     sets = NameSets()
     streams = [DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets) for _ in range(2)]
@@ -150,10 +150,12 @@ def test_streams_brought_to_the_same_set_share_what_they_hold_until_one_changes_
         s.response(CLUSTER, pushed)
     first, second = (s.watches[CLUSTER].client_versions for s in streams)
     assert first is second and dict(first) == {r.name: r.version for r in pushed}
-    back = DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets)
-    back.on_request(req(CLUSTER, initial=dict(first)))
-    assert names(back.response(CLUSTER, pushed)) == []  # holds all of it: nothing to send
-    assert back.watches[CLUSTER].client_versions is first
+    back = [DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets) for _ in range(2)]
+    for s in back:
+        s.on_request(req(CLUSTER, initial=dict(first)))
+        assert names(s.response(CLUSTER, pushed)) == []  # holds all of it: nothing to send
+    one, two = (s.watches[CLUSTER].client_versions for s in back)
+    assert one is two and one == first
     streams[1].on_request(req(CLUSTER, sub=("*",), unsub=("c",)))
     assert "c" in first and streams[0].watches[CLUSTER].client_versions is first
 
