@@ -141,6 +141,7 @@ class KubeSource:
             namespace=namespace,
             page_size=self._page_size,
             watch_timeout=self._watch_timeout,
+            transform=resource.transform,
         )
         informer.store.relist(held)
         task = asyncio.create_task(informer.run(), name=f"informer {resource}")
