@@ -275,6 +275,12 @@ class KubeController:
         """The Kubernetes Service object of that name (its file or resourceVersion)."""
         return self._service_objs.get((namespace, name))
 
+    def pod_locality(self, namespace: str, name: str) -> str:
+        """The locality of the Pod of that name, as its endpoints carry it ("" when it has none
+        or is unknown)."""
+        workload = self._pod_workloads.get((namespace, name))
+        return workload.locality if workload is not None else ""
+
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         obj = self._namespaces.get(namespace)
         return obj.meta.labels if obj is not None else EMPTY_LABELS

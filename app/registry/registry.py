@@ -259,6 +259,16 @@ class ServiceRegistry:
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         return self._kube.namespace_labels(namespace)
 
+    def proxy_locality(self, proxy_id: str, namespace: str) -> str:
+        """The locality of the Pod a proxy runs in ("" when the registry knows none): istiod gives
+        a proxy its pod's (GetProxyWorkloadLabels, getPodLocality), found by its id
+        ``POD.NAMESPACE`` when the namespace is the proxy's (podKeyByProxy), and takes the node's
+        xDS locality only when that is empty (setTopologyLabels)."""
+        name, _, pod_namespace = proxy_id.partition(".")
+        if pod_namespace != namespace:
+            return ""
+        return self._kube.pod_locality(namespace, name)
+
     def snapshot(self) -> RegistrySnapshot:
         """Endpoints and service targets as of now; the same object until something changes."""
         if self._snapshot is None:

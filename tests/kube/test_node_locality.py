@@ -2,7 +2,8 @@
 getPodLocality reads it: ``pilotfish serve --kubeconfig`` (with the chart's RBAC) watches the
 Nodes, a sidecar's Delta ADS stream gets the endpoints of a pod on a Node with topology labels
 in that Node's locality (and those of a pod with an istio-locality label of its own in that
-one), and relabelling the Node pushes the endpoints again in its new locality. The mesh's
+one), the sidecar itself is placed where its pod's Node is (its priorities), and relabelling
+the Node pushes the endpoints again in its new locality. The mesh's
 discoverySelectors keep pilotfish to the test's namespace of the shared cluster; the Node made
 here is deleted after."""
 
@@ -63,11 +64,19 @@ def make_shop(kube: Cluster, node_name: str) -> tuple[str, str]:
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio"}, "data": {"mesh": mesh}},
         namespace=system,
     )
+    # outlier detection turns locality failover on: the client's own locality orders the priorities
+    kube.apply(
+        {"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule", "metadata": {"name": "cart"},
+         "spec": {"host": "cart", "trafficPolicy": {"outlierDetection": {"consecutive5xxErrors": 5}}}},
+        namespace=shop,
+    )  # fmt: skip
     own_label = {"istio-locality": "ap-south1.ap-south1-a"}
-    for name, ip, extra in (("cart-0", NODE_IP, {}), ("cart-1", LABELLED_IP, own_label)):
+    pods = (("cart-0", NODE_IP, {"app": "cart"}), ("cart-1", LABELLED_IP, {"app": "cart", **own_label}),
+            ("client", CLIENT_IP, {"app": "client"}))  # fmt: skip
+    for name, ip, labels in pods:
         pod = {
-            "metadata": {"name": name, "labels": {"app": "cart", **extra}},
-            "spec": {"nodeName": node_name, "containers": [{"name": "cart", "ports": [{"containerPort": 8080}]}]},
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": node_name, "containers": [{"name": "app", "ports": [{"containerPort": 8080}]}]},
         }
         kube.run_pod(pod, ip, namespace=shop)
     wait_for_slice(kube, shop, "cart", {NODE_IP, LABELLED_IP})
@@ -100,6 +109,12 @@ class Sidecar:
                     self.assignments[r.name] = endpoint_pb2.ClusterLoadAssignment.FromString(r.resource.value)
             for request in self.client.on_response(resp)[1]:
                 await self.call.write(request)
+
+    def priorities(self, cluster: str) -> dict[str, int]:
+        cla = self.assignments.get(cluster)
+        if cla is None:
+            return {}
+        return {lb.endpoint.address.socket_address.address: g.priority for g in cla.endpoints for lb in g.lb_endpoints}
 
     def localities(self, cluster: str) -> Localities:
         cla = self.assignments.get(cluster)
@@ -151,6 +166,9 @@ async def test_endpoints_take_their_nodes_locality_and_follow_its_relabelling(
         first = {NODE_IP: ("us-east1", "us-east1-b", "rack-1"), LABELLED_IP: labelled}
         await until(f"{cluster} in the Node's locality: {first}", lambda: client.localities(cluster) == first)
         sent = client.assignments[cluster]
+        # the client's pod is on the same Node, and its xDS node names no locality: as istiod, the
+        # proxy is where its pod's Node is, so the endpoint there comes first (priority 0)
+        assert client.priorities(cluster) == {NODE_IP: 0, LABELLED_IP: 1}
 
         relabel = {"metadata": {"labels": {REGION: "us-west1", ZONE: "us-west1-a", SUBZONE: None}}}
         await asyncio.to_thread(kube.patch, "v1", "Node", "", zoned_node, relabel)

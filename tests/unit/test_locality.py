@@ -4,9 +4,14 @@ topology labels; and a Node whose labels change re-locates the endpoints of its 
 from __future__ import annotations
 
 import pytest
+from envoy.config.core.v3 import base_pb2
 
 from app.registry.locality import locality_label, node_locality
 from app.registry.registry import RegistryDelta, ServiceRegistry
+from app.xds.cache import ResourceCache
+from app.xds.client import node as xds_node
+from app.xds.generators.source import XdsGenerator
+from app.xds.mesh_source import MeshSource
 from tests.support.registry import add, delete, services_and_shards, update
 
 REGION, ZONE = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"
@@ -202,3 +207,32 @@ def test_pods_a_service_entry_selects_take_their_nodes_locality_too() -> None:
     delta = update(reg, node("node-2", f"{REGION}: eu-north1"))
     assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({ENTRY}))
     assert {ep.address: ep.locality for ep in reg.endpoints(*ENTRY)}["10.0.1.2"] == "eu-north1"
+
+
+def test_a_proxy_is_where_its_pod_is_found_by_its_id_as_istiod_finds_it() -> None:
+    reg = mesh()
+    assert reg.proxy_locality("a.shop", "shop") == "us-east1/us-east1-b/rack-1"  # its Node's
+    assert reg.proxy_locality("c.shop", "shop") == "ap-south1/ap-south1-a"  # its label's
+    # podKeyByProxy: the id's namespace must be the proxy's; an unknown pod has none
+    assert reg.proxy_locality("a.shop", "other") == ""
+    assert reg.proxy_locality("nobody.shop", "shop") == ""
+
+
+def test_the_registrys_locality_wins_over_the_xds_nodes_which_stays_where_it_has_none() -> None:
+    """istiod setTopologyLabels: the locality the registry gives the proxy's labels, else the
+    one its xDS node sends."""
+    reg = mesh()
+    source = MeshSource(XdsGenerator(ResourceCache()), None, reg.proxy_locality)
+
+    def located(pod: str, ip: str, sent: str) -> str:
+        ident = xds_node(f"sidecar~{ip}~{pod}.shop~shop.svc.cluster.local", {"NAMESPACE": "shop"})
+        if sent:
+            region, _, zone = sent.partition("/")
+            ident.locality.CopyFrom(base_pb2.Locality(region=region, zone=zone))
+        return source.client(ident).locality
+
+    assert located("a", "10.0.1.1", "") == "us-east1/us-east1-b/rack-1"
+    assert located("a", "10.0.1.1", "eu-north1/eu-north1-a") == "us-east1/us-east1-b/rack-1"
+    assert located("vm-1", "10.9.9.9", "eu-north1/eu-north1-a") == "eu-north1/eu-north1-a"  # no such pod
+    update(reg, node("node-2", f"{REGION}: ''"))  # b's Node has no locality now: the xDS node's counts
+    assert located("b", "10.0.1.2", "eu-north1/eu-north1-a") == "eu-north1/eu-north1-a"
