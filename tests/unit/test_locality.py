@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from envoy.config.core.v3 import base_pb2
 
+from app.config.loader import load_documents
 from app.registry.locality import locality_label, node_locality
 from app.registry.registry import RegistryDelta, ServiceRegistry
 from app.xds.cache import ResourceCache
@@ -236,3 +237,22 @@ def test_the_registrys_locality_wins_over_the_xds_nodes_which_stays_where_it_has
     assert located("vm-1", "10.9.9.9", "eu-north1/eu-north1-a") == "eu-north1/eu-north1-a"  # no such pod
     update(reg, node("node-2", f"{REGION}: ''"))  # b's Node has no locality now: the xDS node's counts
     assert located("b", "10.0.1.2", "eu-north1/eu-north1-a") == "eu-north1/eu-north1-a"
+
+
+def test_a_node_in_a_file_is_cluster_scoped_and_a_bad_one_is_refused_by_name_and_field() -> None:
+    result = load_documents(
+        """apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {topology.kubernetes.io/region: [us-east1]}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, namespace: shop, labels: {topology.kubernetes.io/zone: z1}}
+""",
+        "nodes.yaml",
+    )
+    assert [str(r.error) for r in result.rejected] == [
+        "nodes.yaml#0: Node n1: field metadata.labels.topology.kubernetes.io/region: "
+        "expected a string value, got a list"
+    ]
+    assert [(str(o.key), o.meta.namespace) for o in result.objects] == [("Node n2", "")]
