@@ -76,13 +76,15 @@ def node_topology(obj: Raw) -> Raw:
 # the Nodes: their topology labels for the registry (node_topology); the webhook's own informer
 # keeps their kubelet versions, for ENABLE_NATIVE_SIDECARS=auto (app/sources/kube/nodes.py)
 NODES = KubeResource(Kind.NODE, "", ("v1",), "nodes", namespaced=False, transform=node_topology)
+# Nodes listed before Pods, so the pods of the first lists mostly find their Node's locality
+# there already (a Node that comes after re-locates its pods, rebuilding their slices once)
 KUBE_RESOURCES = (
     NAMESPACES,
+    NODES,
     KubeResource(Kind.SERVICE, "", ("v1",), "services"),
     KubeResource(Kind.POD, "", ("v1",), "pods"),
     KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),
     SECRETS,
-    NODES,
 )
 # the mesh ConfigMap: ``istio`` in the system namespace only
 MESH_CONFIGMAP = KubeResource(
