@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from app.config.loader import MESH_CONFIGMAP_NAME
 from app.config.objects import Kind
 from app.registry.locality import NODE_LOCALITY_LABELS
-
-Raw = Mapping[str, Any]
+from app.sources.kube.store import Raw
 
 ISTIO_NETWORKING = "networking.istio.io"
 # the versions istiod serves its networking kinds in, newest first: an informer lists the newest
