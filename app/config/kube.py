@@ -70,6 +70,11 @@ class NamespaceSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """Nothing of a Node's spec is read: its labels (metadata) give its pods' locality."""
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointSlicePort:
     name: str
     port: int
@@ -112,7 +117,7 @@ class SecretSpec:
     data: Mapping[str, bytes] = field(repr=False)
 
 
-KubeSpec = KubeServiceSpec | PodSpec | NamespaceSpec | EndpointSliceSpec | ConfigMapSpec | SecretSpec
+KubeSpec = KubeServiceSpec | PodSpec | NamespaceSpec | NodeSpec | EndpointSliceSpec | ConfigMapSpec | SecretSpec
 
 
 # --- small typed readers: each names the field path it rejects -------------------------
@@ -380,6 +385,8 @@ def parse_kube_spec(kind: Kind, body: Mapping[str, Any], labels: Mapping[str, st
         return _parse_pod(body)
     if kind is Kind.NAMESPACE:
         return NamespaceSpec()
+    if kind is Kind.NODE:
+        return NodeSpec()
     if kind is Kind.ENDPOINT_SLICE:
         return _parse_endpoint_slice(body, labels)
     if kind is Kind.CONFIG_MAP:

@@ -10,6 +10,14 @@ CLUSTER_LABEL = "topology.istio.io/cluster"
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 SUBZONE_LABEL = "topology.istio.io/subzone"
+# a Node's region and zone before Kubernetes 1.17 (v1.LabelFailureDomainBeta*): istiod still
+# reads them when the GA labels are absent
+BETA_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"
+BETA_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
+# a workload's whole locality in one label (api/label TopologyLocality), and its older name;
+# '.' stands for '/', which a label value cannot hold
+LOCALITY_LABEL = "topology.istio.io/locality"
+LEGACY_LOCALITY_LABEL = "istio-locality"
 
 
 def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:

@@ -48,14 +48,15 @@ _SECURITY_KINDS = frozenset({Kind.PEER_AUTHENTICATION, Kind.AUTHORIZATION_POLICY
 _GROUPS: Mapping[Kind, tuple[str, frozenset[str]]] = {
     **{k: (_NETWORKING, frozenset({"v1", "v1beta1", "v1alpha3"})) for k in ISTIO_KINDS - _SECURITY_KINDS},
     **{k: (_SECURITY, frozenset({"v1", "v1beta1"})) for k in _SECURITY_KINDS},
-    **{k: ("", frozenset({"v1"})) for k in (Kind.SERVICE, Kind.POD, Kind.NAMESPACE, Kind.CONFIG_MAP, Kind.SECRET)},
+    **{k: ("", frozenset({"v1"})) for k in (Kind.SERVICE, Kind.POD, Kind.NAMESPACE, Kind.NODE, Kind.CONFIG_MAP)},
+    Kind.SECRET: ("", frozenset({"v1"})),
     Kind.ENDPOINT_SLICE: ("discovery.k8s.io", frozenset({"v1"})),
 }
 # (API group, kind) -> the Kind pilotfish reads
 _KINDS: Mapping[tuple[str, str], Kind] = {(group, str(kind)): kind for kind, (group, _) in _GROUPS.items()}
 # what istiod's webhook and istioctl validate allow at the top of an Istio object (validFields)
 TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
-_CLUSTER_SCOPED = frozenset({Kind.NAMESPACE})
+_CLUSTER_SCOPED = frozenset({Kind.NAMESPACE, Kind.NODE})
 _END = object()  # no document yet
 MESH_CONFIGMAP_NAME = "istio"
 MESH_CONFIGMAP_KEY = "mesh"

@@ -31,6 +31,7 @@ class Kind(enum.StrEnum):
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
+    NODE = "Node"  # its topology labels: the locality of the pods on it (istiod getPodLocality)
     ENDPOINT_SLICE = "EndpointSlice"
     CONFIG_MAP = "ConfigMap"
     SECRET = "Secret"  # a credentialName's certificates (istiod's credentials controller)

@@ -3,9 +3,11 @@
 It owns the conversion istiod's kube controller does (pilot/pkg/serviceregistry/kube): a
 Service becomes ``name.ns.svc.<domain>`` with ports typed by appProtocol or port name; the
 endpoints of a Service come from its EndpointSlices, decorated with what the Pod named in
-each endpoint's targetRef says (labels, locality, service account, sidecar). Endpoints are
-built per slice and cached, so a Pod or slice change rebuilds only the slices it touches;
-the merged result goes into the EndpointIndex under the source ``Kubernetes``.
+each endpoint's targetRef says (labels, locality, service account, sidecar). A Pod's locality
+is its locality label, else its Node's (app/registry/locality.py), so a Node whose topology
+labels change rebuilds the slices of the pods on it. Endpoints are built per slice and cached,
+so a Pod, Node or slice change rebuilds only the slices it touches; the merged result goes into
+the EndpointIndex under the source ``Kubernetes``.
 
 It also holds the workload helpers the ServiceEntry controller shares (``Workload``: a Pod
 or WorkloadEntry as an endpoint template) and the ``Changes`` both controllers report.
@@ -14,12 +16,12 @@ or WorkloadEntry as an endpoint template) and the ``Changes`` both controllers r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
 
 from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec
-from app.config.labels import NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL
+from app.config.labels import NETWORK_LABEL
 from app.config.objects import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import (
     Endpoint,
@@ -33,16 +35,15 @@ from app.model.service import (
     protocol_from_port_name,
 )
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
+from app.registry.locality import NodeLocalities, ObjectKey, PodsByNode, locality_label
 
 SOURCE_KUBERNETES = "Kubernetes"
 EXPORT_TO_ANNOTATION = "networking.istio.io/exportTo"
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
 TLS_MODE_LABEL = "security.istio.io/tlsMode"
-LOCALITY_LABEL = "istio-locality"
 TLS_ISTIO = "istio"
 TLS_DISABLED = "disabled"
 
-ObjectKey = tuple[str, str]  # (namespace, name)
 EMPTY_PORTS: Mapping[str, int] = MappingProxyType({})
 
 
@@ -102,26 +103,11 @@ def spiffe_identity(trust_domain: str, namespace: str, service_account: str) -> 
     return f"spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}"
 
 
-def locality_from_label(value: str) -> str:
-    """``istio-locality`` uses dots where a locality has slashes (labels cannot hold '/')."""
-    return value.replace(".", "/")
-
-
-def pod_locality(labels: Mapping[str, str], zone: str = "") -> str:
-    """``region/zone/subzone`` from the istio-locality label, topology labels, else a zone.
-
-    Trailing empty parts are dropped, so both label styles give the same text; a zone known
-    only from an EndpointSlice becomes ``/zone`` (no region).
-    """
-    raw = labels.get(LOCALITY_LABEL, "")
-    if raw:
-        return locality_from_label(raw)
-    region = labels.get(REGION_LABEL, "")
-    label_zone = labels.get(ZONE_LABEL, "")
-    subzone = labels.get(SUBZONE_LABEL, "")
-    if region or label_zone or subzone:
-        return f"{region}/{label_zone}/{subzone}".rstrip("/")
-    return f"/{zone}" if zone else ""
+def pod_locality_node(obj: ConfigObject) -> str:
+    """The Node a Pod takes its locality from: its ``spec.nodeName``, unless a locality label
+    gives the Pod one of its own ("" then)."""
+    spec: PodSpec = obj.spec
+    return "" if locality_label(obj.meta.labels) else spec.node_name
 
 
 def pod_tls_mode(obj: ConfigObject) -> str:
@@ -131,7 +117,9 @@ def pod_tls_mode(obj: ConfigObject) -> str:
     return TLS_DISABLED
 
 
-def pod_workload(obj: ConfigObject, trust_domain: str) -> Workload:
+def pod_workload(obj: ConfigObject, trust_domain: str, node_locality: str = "") -> Workload:
+    """A Pod as an endpoint template; ``node_locality``: the locality of the Pod's Node
+    (``pod_locality_node``), which its locality label overrides (istiod getPodLocality)."""
     spec: PodSpec = obj.spec
     labels = obj.meta.labels
     ports = {p.name: p.container_port for p in spec.container_ports if p.name}
@@ -141,7 +129,7 @@ def pod_workload(obj: ConfigObject, trust_domain: str) -> Workload:
         address=spec.pod_ips[0] if spec.pod_ips else "",
         labels=labels,
         ports=MappingProxyType(ports) if ports else EMPTY_PORTS,
-        locality=pod_locality(labels),
+        locality=locality_label(labels) or node_locality,
         network=labels.get(NETWORK_LABEL, ""),
         service_account=spiffe_identity(trust_domain, obj.meta.namespace, spec.service_account)
         if spec.service_account
@@ -257,13 +245,17 @@ class KubeController:
         *,
         domain_suffix: str = "cluster.local",
         trust_domain: str = "cluster.local",
+        nodes: NodeLocalities | None = None,
     ) -> None:
+        """``nodes``: the Nodes' localities, shared with the registry that records them."""
         self._index = index
         self.domain_suffix = domain_suffix
         self.trust_domain = trust_domain
+        self._nodes = nodes if nodes is not None else NodeLocalities()
         self._service_objs: dict[ObjectKey, ConfigObject] = {}
         self._services: dict[ServiceKey, Service] = {}
         self._pod_workloads: dict[ObjectKey, Workload] = {}
+        self._pods_by_node = PodsByNode()
         self._slices: dict[ObjectKey, ConfigObject] = {}
         self._slice_endpoints: dict[ObjectKey, tuple[Endpoint, ...]] = {}
         self._slice_keys: dict[ObjectKey, frozenset[tuple[str, str]]] = {}  # (address, port name)
@@ -282,6 +274,12 @@ class KubeController:
     def service_object(self, namespace: str, name: str) -> ConfigObject | None:
         """The Kubernetes Service object of that name (its file or resourceVersion)."""
         return self._service_objs.get((namespace, name))
+
+    def pod_locality(self, namespace: str, name: str) -> str:
+        """The locality of the Pod of that name, as its endpoints carry it ("" when it has none
+        or is unknown)."""
+        workload = self._pod_workloads.get((namespace, name))
+        return workload.locality if workload is not None else ""
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         obj = self._namespaces.get(namespace)
@@ -358,20 +356,43 @@ class KubeController:
         pkey = (obj.meta.namespace, obj.meta.name)
         previous = self._pod_workloads.get(pkey)
         if deleted:
+            self._pods_by_node.set(pkey, "")
             self._pod_workloads.pop(pkey, None)
             workload = None
         else:
-            workload = self._pod_workloads[pkey] = pod_workload(obj, self.trust_domain)
+            node = pod_locality_node(obj)
+            self._pods_by_node.set(pkey, node)
+            workload = pod_workload(obj, self.trust_domain, self._nodes.locality(node))
+            self._pod_workloads[pkey] = workload
         changes = Changes()
         if workload == previous:
             return changes  # nothing an endpoint carries changed (status noise, resourceVersion)
+        self._rebuild_pods([pkey], changes)
+        return changes
+
+    def relocate(self, node: str) -> Changes:
+        """The pods on ``node`` that read its locality take the one it has now (its labels
+        changed, or it came or went): their slices are rebuilt."""
+        locality = self._nodes.locality(node)
+        moved: list[ObjectKey] = []
+        for pkey in self._pods_by_node.pods(node):
+            workload = self._pod_workloads[pkey]
+            if workload.locality != locality:
+                self._pod_workloads[pkey] = replace(workload, locality=locality)
+                moved.append(pkey)
+        changes = Changes()
+        self._rebuild_pods(moved, changes)
+        return changes
+
+    def _rebuild_pods(self, pods: list[ObjectKey], changes: Changes) -> None:
+        """Rebuild every slice naming one of these pods, and refresh their Services."""
         services: set[ObjectKey] = set()
-        for skey in self._slices_by_pod.get(pkey, ()):
-            self._build_slice(skey)
-            services.add((skey[0], self._slices[skey].spec.service_name))
+        for pkey in pods:
+            for skey in self._slices_by_pod.get(pkey, ()):
+                self._build_slice(skey)
+                services.add((skey[0], self._slices[skey].spec.service_name))
         for okey in sorted(services):
             self._refresh(okey, changes)
-        return changes
 
     # --- slices ----------------------------------------------------------------------------
 
@@ -420,9 +441,9 @@ class KubeController:
                 health = HealthStatus.UNHEALTHY
             pod_name = sep.target_name if sep.target_kind == "Pod" else ""
             pod_ns = sep.target_namespace or ns
-            # the Pod (if known) gives labels, identity and sidecar; the slice gives health
+            # the Pod (if known) gives labels, identity, sidecar and locality (never the slice's
+            # zone: istiod's EndpointBuilder reads none); the slice gives health
             pod = self._pod_workloads.get((pod_ns, pod_name), _NO_POD) if pod_name else _NO_POD
-            locality = pod.locality or (f"/{sep.zone}" if sep.zone else "")  # as pod_locality()
             for address in sep.addresses:
                 for p in ports:
                     out.append(
@@ -431,7 +452,7 @@ class KubeController:
                             port=p.port,
                             service_port_name=p.name,
                             labels=pod.labels,
-                            locality=locality,
+                            locality=pod.locality,
                             health=health,
                             network=pod.network,
                             service_account=pod.service_account,

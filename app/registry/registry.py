@@ -24,10 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.config.host import is_ip_address
-from app.config.objects import ConfigEvent, ConfigObject, Kind
+from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
+from app.registry.locality import NodeLocalities
 from app.registry.serviceentry import ServiceEntryController, WorkloadSelectingService
 
 _KUBE_KINDS = frozenset({Kind.SERVICE, Kind.POD, Kind.ENDPOINT_SLICE, Kind.NAMESPACE})
@@ -100,8 +101,11 @@ class ServiceRegistry:
 
     def __init__(self, *, domain_suffix: str = "cluster.local", trust_domain: str = "cluster.local") -> None:
         self._index = EndpointIndex()
-        self._kube = KubeController(self._index, domain_suffix=domain_suffix, trust_domain=trust_domain)
-        self._entries = ServiceEntryController(self._index, trust_domain=trust_domain)
+        self._nodes = NodeLocalities()
+        self._kube = KubeController(
+            self._index, domain_suffix=domain_suffix, trust_domain=trust_domain, nodes=self._nodes
+        )
+        self._entries = ServiceEntryController(self._index, trust_domain=trust_domain, nodes=self._nodes)
         self._services: dict[ServiceKey, Service] = {}
         self._sorted: tuple[Service, ...] | None = ()
         self._targets_by_key: dict[ServiceKey, _TargetSig] = {}
@@ -113,6 +117,8 @@ class ServiceRegistry:
 
     def apply(self, event: ConfigEvent) -> RegistryDelta:
         kind = event.obj.kind
+        if kind is Kind.NODE:
+            return self._on_node(event)
         if kind not in _KUBE_KINDS and kind not in _ENTRY_KINDS:
             return EMPTY_DELTA
         changes = Changes()
@@ -131,6 +137,17 @@ class ServiceRegistry:
         for event in events:
             delta = delta.merge(self.apply(event))
         return delta
+
+    def _on_node(self, event: ConfigEvent) -> RegistryDelta:
+        """A Node's topology labels are the locality of the pods on it that have no locality
+        label of their own: when they change, those pods' endpoints change (endpoints only)."""
+        name = event.obj.meta.name
+        labels = None if event.type is EventType.DELETE else event.obj.meta.labels
+        if not self._nodes.set(name, labels):
+            return EMPTY_DELTA
+        changes = self._kube.relocate(name)
+        changes.update(self._entries.relocate(name))
+        return self._settle(changes)
 
     def _workload_selecting_service(self, key: ServiceKey) -> WorkloadSelectingService | None:
         """A Kubernetes Service as the WorkloadEntries it selects see it (istiod: EDS services only)."""
@@ -241,6 +258,16 @@ class ServiceRegistry:
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         return self._kube.namespace_labels(namespace)
+
+    def proxy_locality(self, proxy_id: str, namespace: str) -> str:
+        """The locality of the Pod a proxy runs in ("" when the registry knows none): istiod gives
+        a proxy its pod's (GetProxyWorkloadLabels, getPodLocality), found by its id
+        ``POD.NAMESPACE`` when the namespace is the proxy's (podKeyByProxy), and takes the node's
+        xDS locality only when that is empty (setTopologyLabels)."""
+        name, _, pod_namespace = proxy_id.partition(".")
+        if pod_namespace != namespace:
+            return ""
+        return self._kube.pod_locality(namespace, name)
 
     def snapshot(self) -> RegistrySnapshot:
         """Endpoints and service targets as of now; the same object until something changes."""

@@ -15,7 +15,7 @@ endpoints go into the Kubernetes Service's shard under their own source.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from app.api import networking as net
@@ -30,13 +30,13 @@ from app.registry.kube import (
     TLS_ISTIO,
     TLS_MODE_LABEL,
     Changes,
-    ObjectKey,
     Workload,
-    locality_from_label,
     pod_is_terminal,
+    pod_locality_node,
     pod_workload,
     spiffe_identity,
 )
+from app.registry.locality import NodeLocalities, ObjectKey, PodsByNode, locality_label
 
 SOURCE_EXTERNAL = "External"
 SOURCE_K8S_SELECTED = "External/k8s-selected"
@@ -157,7 +157,7 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
         tls_mode = TLS_ISTIO if tls_label == TLS_ISTIO else TLS_DISABLED
     else:  # istiod: a workload with an identity is assumed to run a sidecar
         tls_mode = TLS_ISTIO if we.service_account else TLS_DISABLED
-    locality = we.locality or locality_from_label(labels.get("istio-locality", ""))
+    locality = we.locality or locality_label(labels)  # istiod convertWorkloadEntryToWorkloadInstance
     return Workload(
         name=name,
         namespace=namespace,
@@ -178,9 +178,14 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
 class ServiceEntryController:
     """Istio ServiceEntry / WorkloadEntry objects (and Pods) in; Services and endpoint shards out."""
 
-    def __init__(self, index: EndpointIndex, *, trust_domain: str = "cluster.local") -> None:
+    def __init__(
+        self, index: EndpointIndex, *, trust_domain: str = "cluster.local", nodes: NodeLocalities | None = None
+    ) -> None:
+        """``nodes``: the Nodes' localities (its pods'), shared with the registry that records them."""
         self._index = index
         self.trust_domain = trust_domain
+        self._nodes = nodes if nodes is not None else NodeLocalities()
+        self._pods_by_node = PodsByNode()
         self._entries: dict[ObjectKey, ConfigObject] = {}
         self._entry_services: dict[ObjectKey, tuple[Service, ...]] = {}
         self._entries_by_host: dict[ServiceKey, set[ObjectKey]] = {}
@@ -210,16 +215,33 @@ class ServiceEntryController:
         deleted = event.type is EventType.DELETE
         if obj.kind is Kind.SERVICE_ENTRY:
             return self._on_entry(obj, deleted)
+        ns, name = obj.meta.namespace, obj.meta.name
         if obj.kind is Kind.WORKLOAD_ENTRY:
-            name, ns = workload_entry_name(obj.meta), obj.meta.namespace
-            workload = None if deleted else workload_entry_workload(obj.spec, name, ns, self.trust_domain)
-            return self._on_workload(self._workload_entries, obj, workload, kube_selectable=True)
+            we_name = workload_entry_name(obj.meta)
+            workload = None if deleted else workload_entry_workload(obj.spec, we_name, ns, self.trust_domain)
+            return self._on_workload(self._workload_entries, ns, name, workload, kube_selectable=True)
         if obj.kind is Kind.POD:
-            pod = None if deleted or pod_is_terminal(obj) else pod_workload(obj, self.trust_domain)
-            if pod is not None and not pod.address:
-                pod = None  # not scheduled yet: nothing to route to
-            return self._on_workload(self._pods, obj, pod, kube_selectable=False)
+            pod, node = None, ""
+            if not deleted and not pod_is_terminal(obj):
+                node = pod_locality_node(obj)
+                pod = pod_workload(obj, self.trust_domain, self._nodes.locality(node))
+                if not pod.address:
+                    pod, node = None, ""  # not scheduled yet: nothing to route to
+            self._pods_by_node.set((ns, name), node)
+            return self._on_workload(self._pods, ns, name, pod, kube_selectable=False)
         return Changes()
+
+    def relocate(self, node: str) -> Changes:
+        """The pods on ``node`` that read its locality take the one it has now."""
+        locality = self._nodes.locality(node)
+        changes = Changes()
+        for ns, name in self._pods_by_node.pods(node):
+            pod = self._pods[ns][name]
+            if pod.locality != locality:
+                changes.update(
+                    self._on_workload(self._pods, ns, name, replace(pod, locality=locality), kube_selectable=False)
+                )
+        return changes
 
     def set_kube_service(self, key: ServiceKey, selecting: WorkloadSelectingService | None) -> Changes:
         """Record (or forget) a Kubernetes Service that selects WorkloadEntries."""
@@ -274,12 +296,12 @@ class ServiceEntryController:
     def _on_workload(
         self,
         store: dict[str, dict[str, Workload]],
-        obj: ConfigObject,
+        ns: str,
+        name: str,
         workload: Workload | None,
         *,
         kube_selectable: bool,
     ) -> Changes:
-        ns, name = obj.meta.namespace, obj.meta.name
         by_name = store.get(ns)
         previous = by_name.get(name) if by_name is not None else None
         changes = Changes()

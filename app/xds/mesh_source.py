@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,8 @@ _WORDS = re.compile(r'[\s",;()\[\]{}]+')
 
 # a stream of a mesh proxy, as the runtime and the debug endpoints read it
 MeshStream = Stream[Proxy, PushRequest]
+# (proxy id, namespace) -> the locality the registry knows for the proxy's pod ("": none)
+Locate = Callable[[str, str], str]
 
 # child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
 _LEADER = {child: parent for parent, child in FOLLOWS.items()}
@@ -104,17 +106,22 @@ class MeshPush:
 class MeshSource:
     """The ``ServedSource`` of the mesh's proxies (app/xds/source.py), over ``generator``;
     ``find`` tells where a config object came from (``Environment.config_object``), for the
-    objects a rejection or an explanation names."""
+    objects a rejection or an explanation names; ``locate`` the locality the registry knows for
+    a proxy's pod (``ServiceRegistry.proxy_locality``), which wins over the node's."""
 
-    def __init__(self, generator: XdsGenerator, find: Find | None = None) -> None:
+    def __init__(self, generator: XdsGenerator, find: Find | None = None, locate: Locate | None = None) -> None:
         self.generator = generator
         self.find = find
+        self.locate = locate
 
     def client(self, node: base_pb2.Node) -> Proxy:
         try:
-            return proxy_from_node(node)
+            proxy = proxy_from_node(node)
         except InvalidNodeError as e:
             raise InvalidNode(str(e)) from None
+        # istiod setTopologyLabels: the registry's locality (the pod's node) first, then the node's
+        located = self.locate(proxy.id, proxy.namespace) if self.locate is not None else ""
+        return dataclasses.replace(proxy, locality=located) if located else proxy
 
     def authorize(self, client: Proxy, caller: Caller) -> tuple[Proxy, SpiffeId]:
         # istiod authorize: the identity must be the proxy's namespace (and account)

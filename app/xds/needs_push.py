@@ -46,6 +46,9 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         Kind.WORKLOAD_ENTRY: _ENVOY,
         Kind.POD: _ALL,
         Kind.NAMESPACE: _ALL,
+        # a Node's labels are its pods' locality: the registry reports their endpoints changed,
+        # never the Node as a config key (istiod: no config kind, an EDS update)
+        Kind.NODE: frozenset({ENDPOINT}),
         Kind.ENDPOINT_SLICE: _ALL,
         # skippedEdsConfigs lists Sidecar: it picks clusters, and Envoy asks for their endpoints
         Kind.SIDECAR: frozenset({CLUSTER, LISTENER, ROUTE, NAME_TABLE}),

@@ -104,6 +104,7 @@ class Scene:
     workloads: dict[str, Workload] = field(default_factory=dict)  # by Deployment name
     namespaces: dict[str, str] = field(default_factory=dict)  # made -> the stable name it stands for
     exact: set[str] = field(default_factory=set)  # namespaces made by their very name
+    nodes: list[str] = field(default_factory=list)  # Nodes made (``delete_nodes`` takes them away)
     _next_ip: int = 10
 
     @classmethod
@@ -130,8 +131,19 @@ class Scene:
         self.exact.add(name)
         return name
 
+    def node(self, node: Mapping[str, Any]) -> None:
+        """A Node of a file-source config set (the pods that name it run on it: both control
+        planes read their locality from its labels), cluster-wide until ``delete_nodes``."""
+        self.kube.apply(node)
+        self.nodes.append(node["metadata"]["name"])
+
+    def delete_nodes(self) -> None:
+        while self.nodes:
+            self.kube.delete("v1", "Node", "", self.nodes.pop())
+
     def run_pod(self, pod: Mapping[str, Any], namespace: str) -> None:
-        """A Pod of a file-source config set: run with the address and readiness its status gives."""
+        """A Pod of a file-source config set: run with the address and readiness its status
+        gives, on the Node its spec names (else the cluster's)."""
         status = pod.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
         ready = ready or not status.get("conditions")
@@ -321,20 +333,24 @@ def _project_docs(*paths: Path) -> list[dict[str, Any]]:
 
 
 def project_config_sets(scene: Scene) -> list[str]:
-    """The config sets the project's tests use (file-source YAML: Namespaces, Services, Pods with
-    their status, EndpointSlices, Istio config; not their mesh.yaml), put in the cluster as the
-    file source reads them:
+    """The config sets the project's tests use (file-source YAML: Namespaces, Nodes, Services, Pods
+    with their status, EndpointSlices, Istio config; not their mesh.yaml), put in the cluster as
+    the file source reads them:
     every object in the namespace it names (made with that name), each Pod run with the address and
-    readiness its status gives. An EndpointSlice of a Service with a selector is left to the real
-    controller; a Service whose fixed ClusterIP the API server refuses (taken, or a second family
-    this cluster lacks) gets one allocated. Returns what could not be put in, with the reason."""
+    readiness its status gives, on the Node it names (the set's Nodes are made first, cluster-wide).
+    An EndpointSlice of a Service with a selector is left to the real controller; a Service whose
+    fixed ClusterIP the API server refuses (taken, or a second family this cluster lacks) gets one
+    allocated. Returns what could not be put in, with the reason."""
     left_out: list[str] = []
     for path in PROJECT_SETS:
         docs = _project_docs(path)
         selected = {(d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs
                     if d["kind"] == "Service" and (d.get("spec") or {}).get("selector")}  # fmt: skip
-        for doc in docs:
+        for doc in sorted(docs, key=lambda d: d["kind"] != "Node"):  # a pod's Node before the pod
             meta = doc["metadata"]
+            if doc["kind"] == "Node":
+                scene.node(doc)
+                continue
             if doc["kind"] == "Namespace":
                 if meta["name"] not in (*scene.exact, "istio-system"):
                     scene.exact_namespace(meta["name"])

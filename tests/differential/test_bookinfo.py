@@ -103,6 +103,7 @@ def planes(
                 yield Planes(scene, istiod, pilotfish, scene.placeholders(), left_out)
     finally:
         kube_cluster.delete_namespaces()
+        scene.delete_nodes()
 
 
 @pytest.mark.parametrize(("workload", "type_"), CASES)
@@ -160,3 +161,15 @@ def test_the_istio_corpus_is_in_the_cluster_but_what_it_cannot_hold(planes: Plan
     assert sum(line.endswith(("PeerAuthentication default/default", "DestinationRule default/locality"))
                for line in planes.left_out) == 2  # fmt: skip
     assert len(planes.left_out) < 10
+
+
+def test_the_pods_of_a_node_with_topology_labels_have_its_locality_on_both_sides(planes: Planes) -> None:
+    """examples/bookinfo's pods run on a Node in us-east1/us-east1-b (its nodes.yaml): both
+    control planes give their endpoints that Node's locality (istiod getPodLocality), so the
+    identical EDS above is the Node's locality read alike, not no locality at all."""
+    held = planes.config("productpage-v1")
+    name = "outbound|9080||details.bookinfo.svc.cluster.local"
+    for side in ("istiod", "pilotfish"):
+        groups = plain(held[side], "eds", planes.placeholders)[name]["endpoints"]
+        found = {(g["locality"].get("region"), g["locality"].get("zone")) for g in groups}
+        assert found == {("us-east1", "us-east1-b")}, f"{side}: {groups}"

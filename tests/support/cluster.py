@@ -340,12 +340,13 @@ class Cluster:
                 raise
 
     def run_pod(self, pod: Mapping[str, Any], ip: str, *, ready: bool = True, namespace: str = "") -> dict[str, Any]:
-        """Create a pod as the scheduler would leave it (bound to ``node-1``), then write its
-        status as the kubelet would once its containers run: Running, ``ip``, Ready (or not)."""
+        """Create a pod as the scheduler would leave it (bound to the node its spec names, else
+        ``node-1``), then write its status as the kubelet would once its containers run: Running,
+        ``ip``, Ready (or not)."""
         meta = dict(pod.get("metadata") or {})
         meta["namespace"] = namespace = meta.get("namespace") or namespace or "default"
         spec = dict(pod.get("spec") or {})
-        spec["nodeName"] = NODE
+        spec["nodeName"] = spec.get("nodeName") or NODE
         containers = spec.get("containers") or [{"name": "app"}]
         spec["containers"] = [{"image": "registry.invalid/none", **c} for c in containers]
         # the ServiceAccount admission plugin refuses a pod whose account does not exist (yet)

@@ -40,6 +40,7 @@ CORE: dict[tuple[str, str], tuple[str, tuple[str, ...], bool]] = {
     ("", "namespaces"): ("Namespace", ("v1",), False),
     ("", "services"): ("Service", ("v1",), True),
     ("", "pods"): ("Pod", ("v1",), True),
+    ("", "nodes"): ("Node", ("v1",), False),
     ("", "configmaps"): ("ConfigMap", ("v1",), True),
     ("", "secrets"): ("Secret", ("v1",), True),
     ("discovery.k8s.io", "endpointslices"): ("EndpointSlice", ("v1",), True),

@@ -46,6 +46,7 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     Kind.WORKLOAD_ENTRY: (ENVOY, ENVOY),
     Kind.POD: (ALL, ENVOY),
     Kind.NAMESPACE: (ALL, ENVOY),
+    Kind.NODE: ([ENDPOINT], [ENDPOINT]),
     Kind.ENDPOINT_SLICE: (ALL, ENVOY),
     Kind.SIDECAR: (ALL, []),  # UnAffectedConfigKinds[Router] = {Sidecar}
     Kind.GATEWAY: ([], [LISTENER, ROUTE]),  # UnAffectedConfigKinds[SidecarProxy] = {Gateway}

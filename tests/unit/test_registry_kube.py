@@ -9,7 +9,7 @@ import pytest
 from app.config.kube import KubeServicePort
 from app.config.objects import ConfigObject
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
-from app.registry.kube import kube_port_protocol, pod_locality
+from app.registry.kube import kube_port_protocol
 from app.registry.registry import RegistryDelta, ServiceRegistry
 from tests.support.registry import add, delete, objects, services_and_shards, update
 
@@ -91,8 +91,20 @@ metadata:
     topology.kubernetes.io/region: eu-west
     topology.kubernetes.io/zone: eu-west-1b
   annotations: {sidecar.istio.io/status: '{"containers":["istio-proxy"]}'}
-spec: {}
+spec: {nodeName: node-b}
 status: {podIP: 10.0.0.2}
+"""
+
+# the Node reviews-v2 runs on: its labels, not the Pod's own, are the Pod's locality
+NODE_B = """
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-b
+  labels:
+    topology.kubernetes.io/region: eu-central
+    topology.kubernetes.io/zone: eu-central-1a
+    kubernetes.io/os: linux
 """
 
 
@@ -176,6 +188,7 @@ def test_slice_endpoints_carry_pod_data() -> None:
     reg = ServiceRegistry()
     add(reg, SERVICE)
     add(reg, POD_V1)
+    add(reg, NODE_B)
     add(reg, POD_V2)
     delta = add(reg, SLICE)
     assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
@@ -212,19 +225,18 @@ def test_slice_endpoints_carry_pod_data() -> None:
                     "topology.kubernetes.io/zone": "eu-west-1b",
                 }
             ),
-            locality="eu-west/eu-west-1b",
+            locality="eu-central/eu-central-1a",  # its Node's (istiod getPodLocality)
             health=HealthStatus.DRAINING,
             service_account="spiffe://cluster.local/ns/default/sa/default",
             namespace="default",
             workload_name="reviews-v2",
             tls_mode="istio",
         ),
-        # no Pod: no labels or identity; the slice's zone is the locality
+        # no Pod: no labels, identity or locality (istiod's EndpointBuilder reads no slice zone)
         Endpoint(
             address="10.0.0.3",
             port=9080,
             service_port_name="http-web",
-            locality="/z3",
             health=HealthStatus.UNHEALTHY,
             namespace="default",
         ),
@@ -395,30 +407,6 @@ spec: {host: reviews}
     assert delta.empty
     assert dict(reg.namespace_labels("default")) == {"istio-injection": "enabled"}
     assert dict(reg.namespace_labels("missing")) == {}
-
-
-@pytest.mark.parametrize(
-    ("labels", "zone", "locality"),
-    [
-        ({"istio-locality": "us-east.us-east-1a.rack7"}, "ignored", "us-east/us-east-1a/rack7"),
-        ({"istio-locality": "us-east"}, "", "us-east"),
-        (
-            {
-                "topology.kubernetes.io/region": "r1",
-                "topology.kubernetes.io/zone": "z1",
-                "topology.istio.io/subzone": "s1",
-            },
-            "ignored",
-            "r1/z1/s1",
-        ),
-        ({"topology.kubernetes.io/region": "r1", "topology.istio.io/subzone": "s1"}, "", "r1//s1"),
-        ({"topology.kubernetes.io/region": "r1"}, "", "r1"),
-        ({}, "zone-a", "/zone-a"),
-        ({}, "", ""),
-    ],
-)
-def test_pod_locality(labels: dict[str, str], zone: str, locality: str) -> None:
-    assert pod_locality(labels, zone) == locality
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.config.loader import MESH_CONFIGMAP_NAME
 from app.config.objects import Kind
+from app.registry.locality import NODE_LOCALITY_LABELS
+from app.sources.kube.store import Raw
 
 ISTIO_NETWORKING = "networking.istio.io"
 # the versions istiod serves its networking kinds in, newest first: an informer lists the newest
@@ -24,6 +27,9 @@ class KubeResource:
     namespaced: bool = True
     # what an informer of it lists and watches, when it reads only some (a fieldSelector)
     field_selector: str = ""
+    # what of each object the source's informer keeps (client-go's ObjectTransform), when it
+    # reads little of a large object
+    transform: Callable[[Raw], Raw] | None = None
 
     def group_version(self, version: str) -> str:
         return f"{self.group}/{version}" if self.group else version
@@ -49,8 +55,30 @@ SECRETS = KubeResource(
     "secrets",
     field_selector="type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token",
 )
+
+
+def node_topology(obj: Raw) -> Raw:
+    """What the registry reads of a Node: its name and topology labels (its pods' locality).
+    A Node is large (images, conditions, capacity) and its status changes all day; so kept, a
+    Node changes only when its topology labels do."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    kept = {k: labels[k] for k in NODE_LOCALITY_LABELS if k in labels}
+    return {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": "Node",
+        "metadata": {"name": meta.get("name", ""), "resourceVersion": meta.get("resourceVersion", ""), "labels": kept},
+    }
+
+
+# the Nodes: their topology labels for the registry (node_topology); the webhook's own informer
+# keeps their kubelet versions, for ENABLE_NATIVE_SIDECARS=auto (app/sources/kube/nodes.py)
+NODES = KubeResource(Kind.NODE, "", ("v1",), "nodes", namespaced=False, transform=node_topology)
+# Nodes listed before Pods, so the pods of the first lists mostly find their Node's locality
+# there already (a Node that comes after re-locates its pods, rebuilding their slices once)
 KUBE_RESOURCES = (
     NAMESPACES,
+    NODES,
     KubeResource(Kind.SERVICE, "", ("v1",), "services"),
     KubeResource(Kind.POD, "", ("v1",), "pods"),
     KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),
@@ -60,8 +88,6 @@ KUBE_RESOURCES = (
 MESH_CONFIGMAP = KubeResource(
     Kind.CONFIG_MAP, "", ("v1",), "configmaps", field_selector=f"metadata.name={MESH_CONFIGMAP_NAME}"
 )
-# the nodes' kubelet versions, for ENABLE_NATIVE_SIDECARS=auto (app/sources/kube/nodes.py)
-NODES = KubeResource("Node", "", ("v1",), "nodes", namespaced=False)
 # watched to start an Istio kind's informer once its CRD is installed (istiod's CRD watcher)
 CRDS = KubeResource("CustomResourceDefinition", "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", False)
 ISTIO_RESOURCES = (

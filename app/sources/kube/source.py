@@ -150,7 +150,7 @@ class KubeSource:
             namespace=namespace,
             page_size=self._page_size,
             watch_timeout=self._watch_timeout,
-            transform=without_managed_fields,
+            transform=resource.transform or without_managed_fields,  # a Node's keeps less still
         )
         informer.store.relist(held)
         task = asyncio.create_task(informer.run(), name=f"informer {resource}")
