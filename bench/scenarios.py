@@ -15,7 +15,7 @@ into ``namespace`` (its sidecars, the expected ones) and ``other_namespaces`` (w
 receive nothing), by ``namespace_groups``.
 
 Each also reports the server's CPU seconds and the load client's (this process, all threads)
-over the scenario.
+over the scenario, and the server's peak RSS so far and RSS at the end (where memory peaks).
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ class _Cost:
         return {
             "server_cpu_s": round(self._server.cpu_seconds() - self._server_cpu, 2),
             "client_cpu_s": round(time.process_time() - self._client_cpu, 2),
+            # where the server's memory peaked: its peak so far, and its RSS once this is over
+            "server_peak_rss_mb": round(self._server.peak_rss_mb()),
+            "server_rss_mb": round(self._server.rss_mb()),
         }
 
 
