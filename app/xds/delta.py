@@ -204,9 +204,9 @@ class DeltaSession:
         send.sort(key=_NAME)
         # what this response carries (the complete set's hash would cost a pass over all of it)
         version = set_version(send)
-        sent = list(zip(map(_NAME, send), map(_VERSION, send), strict=True))
+        sent = zip(map(_NAME, send), map(_VERSION, send), strict=True)
         if not private:
-            w.client_versions = self._name_sets.after(held_versions, sent, removed)
+            w.client_versions = self._name_sets.after(held_versions, version, sent, removed)
         else:
             held_versions.update(sent)
             for name in removed:

@@ -107,13 +107,17 @@ class NameSets:
             found = self._versions[digest] = HeldVersions(held)
         return found
 
-    def after(self, base: Mapping[str, str], sent: Sequence[tuple[str, str]], removed: Sequence[str]) -> HeldVersions:
+    def after(
+        self, base: Mapping[str, str], sent_version: str, sent: Iterable[tuple[str, str]], removed: Sequence[str]
+    ) -> HeldVersions:
         """``base`` (a shared mapping, or nothing held) once a response sent ``sent`` (name,
-        version) and removed ``removed``: made once, for every stream that gets this response."""
+        version; ``sent_version`` their hash, the response's version) and removed ``removed``:
+        made once, for every stream that gets this response. Keyed by the hash, not the pairs:
+        a connecting proxy's first answer is thousands of them, and the key is kept."""
         if not isinstance(base, HeldVersions):
             assert not base, "a stream's own versions are changed in place"
             base = self._nothing
-        key = (tuple(sent), tuple(removed))
+        key = (sent_version, tuple(removed))
         ref = base.successors.get(key)
         found = ref() if ref is not None else None
         if found is None:
