@@ -7,9 +7,9 @@ publishes it to the generator together with generation's state for it (one refer
 whole), drops from the resource cache what the change made stale, and queues the connected
 streams the push can change something for: a stream no push waits or runs for is asked first,
 and one whose proxy does not depend on the change (istiod ProxyNeedsPush) is done with at once.
-The order is the contract: the cache is invalidated once the new snapshot is served and the streams are queued
-after both, so a push reads the new snapshot through a cache holding nothing the change made
-stale. The runtime, the tests and the benchmarks all push through here.
+The order is the contract: the cache is invalidated once the new snapshot is served and the
+streams are queued after both, so a push reads the new snapshot through a cache holding nothing
+the change made stale. The runtime, the tests and the benchmarks all push through here.
 
 A build that raises publishes nothing, while the Environment already holds the change. A build
 reuses every index whose kind its request does not name, so that change would stay unapplied
