@@ -52,6 +52,7 @@ class ClassClusters:
     clusters: dict[str, Resource] | None = None  # sorted by name
     names_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)
     eds_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    eds_names: frozenset[str] | None = None  # all of eds_by_host's, once asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,9 +287,15 @@ class ClusterGenerator:
         return self.cache.get(key, build, deps)
 
     def eds_names(self, state: SnapshotState, proxy: Proxy) -> list[str]:
-        """A wildcard EDS watch: the EDS names of every cluster the proxy gets (the class's
-        known per service, the proxy's own decoded here)."""
+        """A wildcard EDS watch: the EDS names of every cluster the proxy gets."""
+        shared, own = self.eds_sets(state, proxy)
+        return sorted(shared.union(own))
+
+    def eds_sets(self, state: SnapshotState, proxy: Proxy) -> tuple[frozenset[str], list[str]]:
+        """The EDS names of the proxy's clusters: its class's (a set made once per class and
+        snapshot) and its own (decoded here: a handful)."""
         _, own, _ = self.parts(state, proxy)
         sets = state.proxy_class(proxy).part(ClassClusters, ClassClusters)
-        names = {n for found in sets.eds_by_host.values() for n in found}
-        return sorted(names.union(eds_names(own)))
+        if sets.eds_names is None:
+            sets.eds_names = frozenset(n for found in sets.eds_by_host.values() for n in found)
+        return sets.eds_names, eds_names(own)
