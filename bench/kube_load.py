@@ -38,7 +38,7 @@ from bench.kube_mesh import KubeMesh
 from bench.mesh import sidecars
 from bench.processes import ServerProcess, istiod_env, log_warnings, start_pilotfish
 from bench.recording import Recorder, Recording
-from bench.scenarios import SCOPED, Run, churn, connect_storm, namespace_groups, push
+from bench.scenarios import SCOPED, Run, churn, namespace_groups, push, storm_then
 from tests.differential.istiod import running_istiod
 from tests.e2e.istio_proxy import istio_version
 
@@ -91,15 +91,12 @@ async def control_plane_run(
     identities = sidecars(mesh.spec, args.proxies, args.agents, istio_version())
     async with Fleet(identities, args.protocol, server.xds_address, recorder) as fleet:
         run = Run(fleet, server, args.timeout, recorder)
-        figures["storm"] = storm = await connect_storm(run)
-        if storm["timed_out"]:
-            figures["skipped"] = "the connect storm did not complete; later scenarios would measure its backlog"
-        else:
-            for name, scenario in _scenarios(run, mesh).items():
-                scoped = any(n in args.scenarios for n in SCOPED)
-                wanted = name in args.scenarios or (name == "sidecar-add" and scoped)
-                if wanted:
-                    figures[name] = await scenario()
+        scoped = any(n in args.scenarios for n in SCOPED)
+        figures.update(
+            await storm_then(
+                run, _scenarios(run, mesh), lambda name: name in args.scenarios or (name == "sidecar-add" and scoped)
+            )
+        )
     figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
     figures["server_log"] = log_warnings(server.log)
     return figures

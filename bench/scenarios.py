@@ -157,3 +157,20 @@ async def churn(run: Run, offset: int = 0, new_connections: bool = True) -> dict
         "others_received": received(others, t0, end)["proxies_received"],
         "stream_errors": stream_errors(fleet.envoys, errors_before),
     }
+
+
+async def storm_then(
+    run: Run, scenarios: Mapping[str, Callable[[], Awaitable[dict[str, object]]]], wanted: Callable[[str], bool]
+) -> dict[str, object]:
+    """The connect storm, then the ``wanted`` scenarios in order; none after a storm that did
+    not complete (they would measure its backlog)."""
+    figures: dict[str, object] = {"storm": await connect_storm(run)}
+    storm = figures["storm"]
+    assert isinstance(storm, Mapping)
+    if storm["timed_out"]:
+        figures["skipped"] = "the connect storm did not complete; later scenarios would measure its backlog"
+        return figures
+    for name, scenario in scenarios.items():
+        if wanted(name):
+            figures[name] = await scenario()
+    return figures

@@ -92,7 +92,7 @@ from bench.processes import (
     stop_otlp_sink,
 )
 from bench.recording import Recorder, Recording
-from bench.scenarios import SCOPED, Run, Trigger, churn, connect_storm, namespace_groups, push
+from bench.scenarios import SCOPED, Run, Trigger, churn, connect_storm, namespace_groups, push, storm_then
 from tests.support.cluster import Cluster, running_cluster
 
 SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", *SCOPED)
@@ -117,13 +117,9 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
         identities = sidecars(spec, args.proxies, args.agents)
         async with Fleet(identities, args.protocol, server.xds_address, recorder) as fleet:
             run = Run(fleet, server, args.timeout, recorder)
-            figures["storm"] = storm = await connect_storm(run)
-            if storm["timed_out"]:
-                figures["skipped"] = "the connect storm did not complete; later scenarios would measure its backlog"
-            else:
-                for name, scenario in _pilotfish_scenarios(run, mesh, spec).items():
-                    if name in args.scenarios:
-                        figures[name] = await scenario()
+            figures.update(
+                await storm_then(run, _pilotfish_scenarios(run, mesh, spec), lambda name: name in args.scenarios)
+            )
         figures["server_total"] = {"cpu_s": round(server.cpu_seconds(), 2), "peak_rss_mb": round(server.peak_rss_mb())}
     finally:
         server.stop()
