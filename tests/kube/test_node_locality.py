@@ -15,7 +15,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -23,13 +22,13 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.settings import Settings
-from app.xds.client import DeltaAdsClient, Inspector, node
+from app.xds.client import node
 from app.xds.type_urls import ENDPOINT
 from tests.kube.common import wait_for_slice
+from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
 
-DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 REGION, ZONE = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"
 SUBZONE = "topology.istio.io/subzone"
 NODE_IP, LABELLED_IP, CLIENT_IP = "10.7.0.1", "10.7.0.2", "10.7.0.9"
@@ -83,32 +82,19 @@ def make_shop(kube: Cluster, node_name: str) -> tuple[str, str]:
     return shop, system
 
 
-class Sidecar:
+class Sidecar(DeltaStream):
     """A Delta ADS stream that subscribes and ACKs as Envoy does, keeping the last
     ClusterLoadAssignment of each cluster it was sent."""
 
     def __init__(self, channel: grpc.aio.Channel, namespace: str) -> None:
         ident = node(f"sidecar~{CLIENT_IP}~client.{namespace}~{namespace}.svc.cluster.local", {"NAMESPACE": namespace})
-        self.client = DeltaAdsClient(ident, Inspector())
+        super().__init__(channel, ident)
         self.assignments: dict[str, endpoint_pb2.ClusterLoadAssignment] = {}
-        self.call = channel.stream_stream(
-            DELTA,
-            request_serializer=discovery_pb2.DeltaDiscoveryRequest.SerializeToString,
-            response_deserializer=discovery_pb2.DeltaDiscoveryResponse.FromString,
-        )()
 
-    async def run(self) -> None:
-        for request in self.client.start():
-            await self.call.write(request)
-        while True:
-            resp: Any = await self.call.read()
-            if resp is grpc.aio.EOF:
-                return
-            if resp.type_url == ENDPOINT:
-                for r in resp.resources:
-                    self.assignments[r.name] = endpoint_pb2.ClusterLoadAssignment.FromString(r.resource.value)
-            for request in self.client.on_response(resp)[1]:
-                await self.call.write(request)
+    def received(self, resp: discovery_pb2.DeltaDiscoveryResponse) -> None:
+        if resp.type_url == ENDPOINT:
+            for r in resp.resources:
+                self.assignments[r.name] = endpoint_pb2.ClusterLoadAssignment.FromString(r.resource.value)
 
     def priorities(self, cluster: str) -> dict[str, int]:
         cla = self.assignments.get(cluster)

@@ -17,14 +17,13 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from envoy.service.discovery.v3 import discovery_pb2
 
 from app.runtime import Runtime
-from app.xds.client import DeltaAdsClient, Inspector, node
+from app.xds.client import node
 from app.xds.type_urls import EXPLICIT_TYPES
+from tests.support.ads import DeltaStream
 from tests.support.runtime import running_bookinfo
 
-DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 PODS = {  # pod -> (ip, labels) of the bookinfo sidecars connected
     "productpage-v1-0": ("10.1.0.10", {"app": "productpage", "version": "v1"}),
     "details-v1-0": ("10.1.0.20", {"app": "details", "version": "v1"}),
@@ -110,32 +109,14 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         yield rt
 
 
-class Sidecar:
+class Sidecar(DeltaStream):
     """A Delta ADS stream that subscribes and ACKs as Envoy does; ``last`` is when it last got
     a response."""
 
     def __init__(self, channel: grpc.aio.Channel, pod: str) -> None:
         ip, labels = PODS[pod]
-        ident = node(f"sidecar~{ip}~{pod}.bookinfo~bookinfo.svc.cluster.local", {"LABELS": labels})
+        super().__init__(channel, node(f"sidecar~{ip}~{pod}.bookinfo~bookinfo.svc.cluster.local", {"LABELS": labels}))
         self.id = f"{pod}.bookinfo"
-        self.client = DeltaAdsClient(ident, Inspector())
-        self.call = channel.stream_stream(
-            DELTA,
-            request_serializer=discovery_pb2.DeltaDiscoveryRequest.SerializeToString,
-            response_deserializer=discovery_pb2.DeltaDiscoveryResponse.FromString,
-        )()
-        self.last = time.monotonic()
-
-    async def run(self) -> None:
-        for request in self.client.start():
-            await self.call.write(request)
-        while True:
-            resp: Any = await self.call.read()
-            if resp is grpc.aio.EOF:
-                return
-            self.last = time.monotonic()
-            for request in self.client.on_response(resp)[1]:
-                await self.call.write(request)
 
     def holds(self) -> dict[str, dict[str, str]]:
         """What the client holds, by type: of EDS and RDS only what it still subscribes to (a
