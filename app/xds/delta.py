@@ -182,10 +182,8 @@ class DeltaSession:
             names = w.names
             current = {r.name: r for r in resources if r.name in names}
         held_versions = w.client_versions
-        if force:
+        if force or not (held_versions or force_names):  # forced, or the client holds nothing
             send = list(current.values())
-        elif not held_versions and not force_names:
-            send = list(current.values())  # the client holds nothing: all of it
         else:
             send = [r for r in current.values() if held_versions.get(r.name) != r.version or r.name in force_names]
         held = held_versions if considered is None else (n for n in considered if n in held_versions)
