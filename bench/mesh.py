@@ -226,6 +226,14 @@ class Mesh:
         entries = [service_entry(k) for k in range(1, self.service_entries + 1)]
         return self._write_file(0, "service-entries.yaml", "---\n".join(entries))
 
+    def add_sidecars(self) -> float:
+        """One Sidecar per namespace (``./*``, ``istio-system/*``): every proxy's scope shrinks to
+        its namespace; returns when the last file was written."""
+        written = 0.0
+        for n in range(self.spec.namespaces):
+            written = self._write_file(n, "sidecar.yaml", sidecar(f"ns-{n}"))
+        return written
+
     def _replace(self, service: int, name: str, render: Callable[[int], str]) -> float:
         namespace = int(self.spec.namespace_of(service).removeprefix("ns-"))
         return self._write_file(namespace, name, render(namespace))

@@ -5,10 +5,12 @@ process and the transport dominate on a 2-core machine; this one isolates the se
 the mesh of bench/mesh.py is loaded through the FileSource into an Environment, N sidecars
 connect as Delta (or SotW) ADS ``Connection``s subscribing as Envoy does (CDS and LDS wildcard,
 EDS for the EDS clusters, RDS for the listeners' route names, every response ACKed), and each
-scenario changes a file, pushes it through the runtime's ``Discovery`` (PushContext rebuilt and
-served, cache invalidated), and hands the push to every connection. Reported per scenario:
-milliseconds of ``on_push`` per proxy and in total, the proxies that were sent something,
-resources and bytes sent; with ``--profile`` the top functions.
+scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, then, without
+``--sidecars``, one Sidecar per namespace added) changes files, pushes the change through the
+runtime's ``Discovery`` (PushContext rebuilt and served, cache invalidated), and hands the push
+to every connection. Reported per scenario: milliseconds of ``on_push`` per proxy and in total,
+the proxies that were sent something, resources and bytes sent; with ``--profile`` the top
+functions.
 Usage:
     python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
                               [--sidecars] [--agents N] [--profile] [--out FILE]
@@ -227,6 +229,8 @@ def main() -> None:
             "endpoint-add": lambda: mesh.add_endpoint(changed),
             "service-entry-add": mesh.add_service_entry,
         }
+        if not args.sidecars:  # last: every proxy's scope shrinks to its namespace
+            scenarios["sidecar-add"] = mesh.add_sidecars
         for name, make_change in scenarios.items():
             make_change()
             request, rebuild_s = world.change()

@@ -10,6 +10,7 @@ import hashlib
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
@@ -46,6 +47,22 @@ def encode(name: str, msg: Message) -> Resource:
 def field_bytes(number: int, value: bytes) -> bytes:
     """A length-delimited protobuf field (strings, bytes, messages): key, length, value."""
     return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def repeated_field(number: int, values: Iterable[bytes]) -> bytes:
+    """A repeated length-delimited field, one element per value. Values under 128 bytes (a
+    resource name, nearly always) take C-level passes only: a push that narrows a scope removes
+    hundreds of names from each of thousands of responses."""
+    listed = values if isinstance(values, list) else list(values)
+    if not listed:
+        return b""
+    key = _varint(number << 3 | 2)
+    if max(map(len, listed)) < 0x80:
+        return b"".join(map(b"".join, zip(repeat(key), map(_ONE_BYTE_LENGTHS.__getitem__, map(len, listed)), listed)))
+    return b"".join(field_bytes(number, value) for value in listed)
+
+
+_ONE_BYTE_LENGTHS = [bytes((n,)) for n in range(0x80)]
 
 
 def _varint(n: int) -> bytes:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.xds.resource import Resource, field_bytes
+from app.xds.resource import Resource, field_bytes, repeated_field
 
 _ENTRY = operator.attrgetter("entry")
 _SOTW = operator.attrgetter("sotw")
@@ -40,7 +40,7 @@ class DeltaResponse:
                 *map(_ENTRY, self.resources),
                 field_bytes(4, self.type_url.encode()),
                 field_bytes(5, self.nonce.encode()),
-                *(field_bytes(6, name.encode()) for name in self.removed_resources),
+                repeated_field(6, list(map(str.encode, self.removed_resources))),
                 _control_plane(7, self.control_plane),
             )
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from envoy.config.route.v3 import route_pb2
 
 from app.xds.resource import Resource
-from app.xds.type_urls import ENDPOINT, LISTENER, ROUTE
+from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from tests.support.bookinfo_mesh import DeltaConnection, Mesh
 
 SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
@@ -116,3 +116,60 @@ def test_routes_follow_a_destination_rules_consistent_hash_and_nothing_else_of_i
     config = route_pb2.RouteConfiguration.FromString(after.body.value)
     [reviews] = [vh for vh in config.virtual_hosts if vh.name.startswith("reviews.")]
     assert all(r.route.hash_policy[0].header.header_name == "x-user" for r in reviews.routes)
+
+
+EGRESS_SIDECAR = """apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: bookinfo}
+spec:
+  egress: [{hosts: ["./productpage.bookinfo.svc.cluster.local"]}]  # its own service stays
+"""
+INGRESS_SIDECAR = """apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: bookinfo}
+spec:
+  ingress: [{port: {number: 9080, protocol: HTTP, name: http}, defaultEndpoint: "127.0.0.1:9080"}]
+  egress: [{hosts: ["./*"]}]
+"""
+NAMESPACE_POLICY = """apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: same-namespace, namespace: bookinfo}
+spec:
+  rules: [{from: [{source: {namespaces: [bookinfo]}}]}]
+"""
+OTHER_NAMESPACE_POLICY = NAMESPACE_POLICY.replace("namespace: bookinfo", "namespace: other")
+
+
+def _own_clusters(conn: DeltaConnection) -> object:
+    return conn.session.watches[CLUSTER].synced.built  # type: ignore[attr-defined]
+
+
+def test_a_sidecar_narrowing_egress_keeps_the_proxys_inbound_listener_and_clusters() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)
+    inbound, own = served(mesh, conn, LISTENER)["virtualInbound"], _own_clusters(conn)
+    out = conn.on_push(mesh.apply(EGRESS_SIDECAR))
+    assert out  # the scope narrowed: clusters and listeners of other namespaces went
+    assert served(mesh, conn, LISTENER)["virtualInbound"] is inbound
+    assert _own_clusters(conn) is own
+
+
+def test_a_sidecars_ingress_entries_rebuild_the_inbound_listener_and_clusters() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)
+    inbound, own = served(mesh, conn, LISTENER)["virtualInbound"], _own_clusters(conn)
+    conn.on_push(mesh.apply(INGRESS_SIDECAR))
+    after = served(mesh, conn, LISTENER)["virtualInbound"]
+    assert after.version != inbound.version
+    assert _own_clusters(conn) is not own
+
+
+def test_a_policy_rebuilds_the_inbound_listener_of_the_workloads_it_selects_only() -> None:
+    mesh = Mesh()
+    conn = connect(mesh)  # productpage, in bookinfo
+    inbound = served(mesh, conn, LISTENER)["virtualInbound"]
+    conn.on_push(mesh.apply(OTHER_NAMESPACE_POLICY))
+    assert served(mesh, conn, LISTENER)["virtualInbound"] is inbound
+    out = conn.on_push(mesh.apply(NAMESPACE_POLICY))
+    assert [r.name for resp in out if resp.type_url == LISTENER for r in resp.resources] == ["virtualInbound"]
+    assert served(mesh, conn, LISTENER)["virtualInbound"].version != inbound.version

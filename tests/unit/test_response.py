@@ -39,6 +39,14 @@ def test_delta_response_bytes_are_the_envoy_message() -> None:
     assert cluster_pb2.Cluster.FromString(parsed.resource.value).alt_stat_name == "x" * 20_000
 
 
+def test_removed_names_of_every_length_are_the_envoy_field() -> None:
+    # under 128 bytes (one length byte, the fast path), at 127/128, over it, and not ASCII
+    names = ["", "a", "b" * 127, "c" * 128, "d" * 300, "outbound|80||ü.ns.svc.cluster.local"]
+    for removed in (names, names[:3], names[3:]):
+        resp = DeltaResponse(CLUSTER, "7", "v1", [], removed)
+        assert list(resp.message().removed_resources) == removed
+
+
 def test_sotw_response_bytes_are_the_envoy_message() -> None:
     found = resources()
     resp = SotwResponse(CLUSTER, "3", "abc", found)

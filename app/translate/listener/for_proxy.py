@@ -22,7 +22,7 @@ from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
 from app.translate.listener.filters import HCM
 from app.translate.listener.gateway import build_gateway_listeners
-from app.translate.listener.inbound import build_inbound_listeners
+from app.translate.listener.inbound import InboundListenerInputs, build_inbound_listeners
 from app.translate.listener.inputs import ListenerContext, ScopeListenerInputs, VirtualOutboundInputs
 from app.translate.listener.plan import plan_outbound_listeners
 from app.translate.listener.tcp import OutboundContext
@@ -53,14 +53,26 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
     """The listeners that follow from the proxy's own workload: a sidecar's inbound listeners
     (its service targets or its Sidecar's ingress entries), a router's gateway listeners (the
     Gateways its labels select)."""
-    ctx = _context(proxy, push, scope)
-    targets = proxy_service_targets(proxy, push)
-    authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
-    jwt = push.request_authentications.for_workload(proxy.namespace, proxy.labels)
     if proxy.type is ProxyType.ROUTER:
+        ctx = _context(proxy, push, scope)
+        targets = proxy_service_targets(proxy, push)
+        authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
+        jwt = push.request_authentications.for_workload(proxy.namespace, proxy.labels)
         return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz, jwt)
-    ingress = sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features)
-    return build_inbound_listeners(ctx, targets, push.peer_authentications, authz, jwt, ingress)
+    return build_inbound_listeners(inbound_listener_inputs(proxy, push, scope))
+
+
+def inbound_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> InboundListenerInputs:
+    """What a sidecar's inbound listeners are built from (``build_inbound_listeners``)."""
+    return InboundListenerInputs(
+        proxy,
+        push.mesh,
+        tuple(proxy_service_targets(proxy, push)),
+        push.peer_authentications,
+        push.authorization_policies.for_workload(proxy.namespace, proxy.labels),
+        push.request_authentications.for_workload(proxy.namespace, proxy.labels),
+        sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features),
+    )
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:

@@ -28,9 +28,11 @@ from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from app.api import networking as net
+from app.api.mesh import MeshConfig
 from app.config.objects import ConfigObject
 from app.model.authn import MtlsMode, PeerAuthentications
-from app.model.authz import NO_POLICIES, WorkloadPolicies
+from app.model.authz import WorkloadPolicies
+from app.model.proxy import Proxy
 from app.model.service import Protocol, ServicePort
 from app.model.sidecar_ingress import SidecarIngress, after_tls_termination, global_unicast_ip
 from app.translate.address import build_address
@@ -236,18 +238,31 @@ def _chain_configs(
     return [by_port[p] for p in sorted(by_port)]
 
 
-def build_inbound_listeners(
-    ctx: OutboundContext,
-    targets: Sequence[ServiceTarget],
-    authn: PeerAuthentications,
-    authz: WorkloadPolicies = NO_POLICIES,
-    jwt: Sequence[ConfigObject] = (),
-    ingress: SidecarIngress | None = None,
-) -> list[listener_pb2.Listener]:
+@dataclass(frozen=True, slots=True)
+class InboundListenerInputs:
+    """What a sidecar's inbound listeners are built from, as a value: the builder reads nothing
+    else, so equal inputs build equal listeners and a stream reuses its proxy's last ones while
+    they hold (a Sidecar that only narrows egress leaves them equal). Compared, never hashed:
+    the snapshot's objects compare by identity first, the Sidecar's entries by value.
+
+    ``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``: the
+    workload's AuthorizationPolicies, as RBAC filters on every chain but the blackhole, after
+    ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains."""
+
+    proxy: Proxy
+    mesh: MeshConfig
+    targets: tuple[ServiceTarget, ...]
+    authn: PeerAuthentications
+    authz: WorkloadPolicies
+    jwt: tuple[ConfigObject, ...]
+    ingress: SidecarIngress | None
+
+
+def build_inbound_listeners(inputs: InboundListenerInputs) -> list[listener_pb2.Listener]:
     """``virtualInbound`` (for a proxy that captures) and the inbound listeners that bind their
-    own port. ``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``:
-    the AuthorizationPolicies of the workload, as RBAC filters on every chain but the blackhole,
-    after ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains."""
+    own port."""
+    ctx = OutboundContext(inputs.proxy, inputs.mesh, {}, {})  # inbound chains read no outbound service
+    targets, authn, authz, jwt, ingress = inputs.targets, inputs.authn, inputs.authz, inputs.jwt, inputs.ingress
     rbac = _Rbac((*jwt_authn_filters(jwt), *rbac_http_filters(authz)), tuple(rbac_network_filters(authz)))
     virtual: list[lc.FilterChain] = []
     bound: list[listener_pb2.Listener] = []

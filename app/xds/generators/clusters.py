@@ -28,7 +28,7 @@ from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.view import proxy_service_targets
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.generators.base import check
-from app.xds.generators.keys import rule_key, service_deps
+from app.xds.generators.keys import rule_key, service_deps, sidecar_inbound
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import Traits, proxy_key
 from app.xds.push_request import PushRequest
@@ -61,7 +61,7 @@ class _OwnClusters:
     proxy, the mesh config, its service targets and the rules applied to them, by identity);
     its stream keeps them and reuses them while the key holds."""
 
-    key: Hashable
+    key: object
     resources: tuple[Resource, ...]
 
 
@@ -81,17 +81,17 @@ class _Differences:
     found: dict[Hashable, tuple[list[Resource], list[str]]] = field(default_factory=dict)
 
 
-def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> Hashable:
-    """What ``proxy_clusters`` reads: the proxy, the mesh config, the feature flags, the
-    proxy's Sidecar (its ingress entries and inbound pools), its service targets and the
-    DestinationRule each target service applies inbound, all by identity."""
+def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> object:
+    """What ``proxy_clusters`` reads: the proxy, the mesh config, the feature flags, its
+    service targets and the DestinationRule each target service applies inbound, by identity;
+    the proxy's Sidecar's ingress entries and inbound pools, by value. Compared, never hashed."""
     targets = proxy_service_targets(proxy, push)
     services = {Ident(service): service for service, _, _ in targets}
     return (
         Ident(proxy),
         Ident(push.mesh),
         Ident(push.features),
-        Ident(scope.sidecar),
+        sidecar_inbound(scope),
         tuple((Ident(service), Ident(port), Ident(endpoint)) for service, port, endpoint in targets),
         tuple(rule_key(scope.inbound_destination_rule(service)) for service in services.values()),
     )
@@ -288,14 +288,19 @@ class ClusterGenerator:
 
     def eds_names(self, state: SnapshotState, proxy: Proxy) -> list[str]:
         """A wildcard EDS watch: the EDS names of every cluster the proxy gets."""
-        shared, own = self.eds_sets(state, proxy)
-        return sorted(shared.union(own))
+        return sorted(self.eds_set(state, proxy))
 
-    def eds_sets(self, state: SnapshotState, proxy: Proxy) -> tuple[frozenset[str], list[str]]:
-        """The EDS names of the proxy's clusters: its class's (a set made once per class and
-        snapshot) and its own (decoded here: a handful)."""
-        _, own, _ = self.parts(state, proxy)
+    def eds_set(self, state: SnapshotState, proxy: Proxy) -> frozenset[str]:
+        """The EDS names of the proxy's clusters: its class's, a set made once per class and
+        snapshot. The proxy's own clusters have none (inbound clusters are STATIC or
+        ORIGINAL_DST, the black hole STATIC, the passthroughs ORIGINAL_DST): the assertion mode
+        checks it, since building them here would cost every push a rebuild per proxy."""
+        self.class_clusters(state, proxy)
         sets = state.proxy_class(proxy).part(ClassClusters, ClassClusters)
         if sets.eds_names is None:
             sets.eds_names = frozenset(n for found in sets.eds_by_host.values() for n in found)
-        return sets.eds_names, eds_names(own)
+        if self.cache.verify:
+            _, own, _ = self.parts(state, proxy)
+            if eds_names(own):
+                raise CacheAssertionError(f"{proxy.id}: own EDS clusters {eds_names(own)}")
+        return sets.eds_names

@@ -13,6 +13,20 @@ from app.translate.cluster.builder import AppliedDestinationRule
 from app.xds.cache import Dep
 
 
+def sidecar_inbound(scope: SidecarScope) -> object:
+    """What a proxy's own inbound clusters read of its Sidecar, as a value (compared, never
+    hashed): the ingress entries with the scope's name and namespace that name them, and the
+    inbound connection pool. A Sidecar without either reads as none, so one that only narrows
+    egress leaves every proxy's own clusters as they were."""
+    sidecar = scope.sidecar
+    if sidecar is None:
+        return None
+    pool = sidecar.inbound_connection_pool if sidecar.HasField("inbound_connection_pool") else None
+    if not sidecar.ingress and pool is None:
+        return None
+    return (scope.name, scope.namespace, tuple(sidecar.ingress), pool)
+
+
 def endpoints_dep(service: Service) -> Dep:
     return ("endpoints", service.hostname, service.namespace)
 

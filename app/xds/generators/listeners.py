@@ -3,17 +3,23 @@ workload listeners (``virtualInbound``, a gateway's listeners), built per proxy.
 
 A scope-wide listener is built from its inputs value alone (``translate.listener.inputs``), so
 the class reuses the listener an earlier snapshot of its lineage built from an equal value: a
-change that adds one service rebuilds one listener, not a thousand.
+change that adds one service rebuilds one listener, not a thousand. A sidecar's inbound
+listeners are likewise built from a value (``InboundListenerInputs``); its stream keeps the last
+ones (``WatchedResource.synced``) and reuses them while the value holds, so a push that does not
+touch the workload (a Sidecar narrowing egress, a ServiceEntry) rebuilds none of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from app.model.proxy import Proxy
+from app.model.proxy import Proxy, ProxyType
+from app.model.push_context import PushContext
+from app.model.sidecar_scope import SidecarScope
 from app.translate.listener.builder import build_scope_listener
-from app.translate.listener.for_proxy import scope_listener_inputs, workload_listeners
+from app.translate.listener.for_proxy import inbound_listener_inputs, scope_listener_inputs, workload_listeners
+from app.translate.listener.inbound import InboundListenerInputs, build_inbound_listeners
 from app.translate.listener.inputs import ScopeListenerInputs
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import WholeTypeOnly, check
@@ -22,6 +28,14 @@ from app.xds.resource import Resource, encode
 from app.xds.watch import WatchedResource
 
 _NONE: Mapping[ScopeListenerInputs, Resource] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnListeners:
+    """A stream's note: the sidecar's inbound listeners, encoded, and what they were built from."""
+
+    inputs: InboundListenerInputs
+    resources: tuple[Resource, ...]
 
 
 @dataclass(slots=True)
@@ -64,8 +78,21 @@ class ListenerGenerator(WholeTypeOnly):
         if self.cache.verify:
             reference = [build_scope_listener(i) for i in scope_listener_inputs(proxy, push, scope)]
             check("scope listeners", sets.listeners, reference)
-        own = [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
+        own = self._own(proxy, push, scope, watch)
         unique: dict[str, Resource] = {}
         for r in (*sets.listeners, *own):
             unique.setdefault(r.name, r)
         return [unique[name] for name in sorted(unique) if watch.wants(name)]
+
+    def _own(self, proxy: Proxy, push: PushContext, scope: SidecarScope, watch: WatchedResource) -> Sequence[Resource]:
+        if proxy.type is ProxyType.ROUTER:  # a gateway's listeners: few proxies, many inputs
+            return [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
+        inputs = inbound_listener_inputs(proxy, push, scope)
+        kept = watch.synced
+        if isinstance(kept, _OwnListeners) and kept.inputs == inputs:
+            if self.cache.verify:
+                check("the proxy's inbound listeners", kept.resources, build_inbound_listeners(inputs))
+            return kept.resources
+        built = tuple(encode(m.name, m) for m in build_inbound_listeners(inputs))
+        watch.synced = _OwnListeners(inputs, built)
+        return built
