@@ -186,8 +186,8 @@ class DeltaSession:
             send = list(current.values())
         else:
             send = [r for r in current.values() if held_versions.get(r.name) != r.version or r.name in force_names]
-        held = held_versions if considered is None else (n for n in considered if n in held_versions)
-        removed = sorted(n for n in held if n not in current)
+        held = held_versions.keys() if considered is None else held_versions.keys() & considered
+        removed = sorted(held - current.keys())
         first_wildcard = w.wildcard and not w.nonce_sent
         # the streams of a proxy class are brought to the same sets: they share one mapping of
         # what they hold (HeldVersions), derived once per response from the one they held, or
