@@ -30,10 +30,13 @@ def _cycle() -> weakref.ref[Node]:
 
 
 def test_settled_moves_the_heap_into_the_permanent_generation() -> None:
+    young = [[] for _ in range(1000)]  # tracked containers the young generation holds
+    before = gc.get_freeze_count()
     keeper = HeapKeeper()
     keeper.settled()
-    assert gc.get_freeze_count() > 0 and keeper.freezes == 1
-    assert gc.get_count()[0] == 0  # nothing young left to walk
+    # they moved to the permanent generation (counted there; other threads' allocations since
+    # may already make the young count non-zero, so it is not what is asserted)
+    assert gc.get_freeze_count() - before >= len(young) and keeper.freezes == 1
 
 
 def test_disabled_keeper_freezes_nothing() -> None:
