@@ -14,8 +14,11 @@ An endpoint change that alters more than endpoints is reported as such, as istio
 EndpointIndex does (endpointshards.go): a shard whose service accounts changed
 (``identities_changed``: clusters carry them as SANs, so CDS must follow) and the workload IPs
 whose own service targets changed (``target_ips``: those proxies' inbound listeners and
-clusters, istiod ``ProxyUpdate``). ``snapshot()`` hands the push pipeline an immutable view of
-every shard and of the service targets, so generators never read live state.
+clusters, istiod ``ProxyUpdate``), and the Pods whose labels changed or that came
+(``relabeled_pods``: the proxies in them take their labels from their Pod,
+``with_workload_labels``, and are recomputed and pushed, istiod ``ProxyUpdate`` again).
+``snapshot()`` hands the push pipeline an immutable view of every shard and of the service
+targets, so generators never read live state.
 """
 
 from __future__ import annotations
