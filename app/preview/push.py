@@ -6,9 +6,9 @@ through the push filter (``proxy_needs_push``, ``types_to_push``) against the Si
 last push used; the proxy of a relabelled pod is recomputed and forced as the server does
 (app/xds/mesh_source.py). For every type the push would send, what the served generator gives
 the proxy now is compared by resource version with what a generator of the new snapshot gives
-it: added, modified, removed, and the bytes the added and modified resources take on the wire. EDS and RDS
-follow CDS and LDS as Envoy does: after the change the proxy asks for the endpoints of its new
-EDS clusters and the routes its new listeners name.
+it: added, modified, removed, and the bytes the added and modified resources take on the wire.
+EDS and RDS follow CDS and LDS as Envoy does: after the change the proxy asks for the endpoints
+of its new EDS clusters and the routes its new listeners name.
 
 Nothing served changes: the new snapshot is published to a generator of its own, over a copy of
 the served cache that the publish invalidates as the real one would; the served generator is
