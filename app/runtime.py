@@ -146,7 +146,7 @@ class Runtime:
         self._root_hooks: list[Callable[[str], None]] = []
         if settings.ca_dir is not None:
             self._serve_ca(CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain()))
-        self.source = MeshSource(self.generator, self.env.config_object, self.env.registry.proxy_locality)
+        self.source = MeshSource(self.generator, self.env.config_object, self.env.registry.with_workload_labels)
         self.xds: XdsServer[Proxy, PushRequest] = XdsServer(
             self.source,
             on_disconnect=self._disconnected,

@@ -57,7 +57,8 @@ def offline_report(
         logging.getLogger("pilotfish").warning("%s", error)
     objects = source.objects()
     served = reference_source(env.build_push_context(None))
-    chosen = select_proxies(mesh_proxies(objects), proxies)
+    # with their pods' labels and locality, as the server gives a connected proxy
+    chosen = [env.registry.with_workload_labels(p) for p in select_proxies(mesh_proxies(objects), proxies)]
     watching = [Watching(p, envoy_watches(p), synced=True) for p in chosen]
     loaded = []
     for path in files:

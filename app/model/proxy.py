@@ -1,8 +1,12 @@
 """A connected (or imagined, for config-dump) Envoy: identity and metadata as Istio sends them.
 
 ``node.id`` is ``TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local``; ``node.metadata`` may carry
-NAMESPACE, LABELS, INSTANCE_IPS, CLUSTER_ID, NETWORK, ISTIO_VERSION, INTERCEPTION_MODE, DNS_CAPTURE,
-DNS_AUTO_ALLOCATE. Missing metadata falls back to what the id says.
+NAMESPACE, LABELS, STATIC_LABELS, INSTANCE_IPS, CLUSTER_ID, NETWORK, NODE_NAME, ISTIO_VERSION,
+INTERCEPTION_MODE, DNS_CAPTURE, DNS_AUTO_ALLOCATE. Missing metadata falls back to what the id says.
+
+``build_proxy`` gives a proxy the labels and locality its node sends; a connected proxy's are
+then its pod's as the registry knows them (app/registry/proxy_labels.py, istiod
+SetWorkloadLabels), so what the node sent is kept to recompute them when the pod is relabelled.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ class Proxy:
     ip_addresses: tuple[str, ...]
     namespace: str  # the proxy's config namespace
     dns_domain: str
-    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)  # the workload's
     cluster_id: str = "Kubernetes"
     mesh_id: str = ""  # MESH_ID: what tracing tags name the mesh
     network: str = ""
@@ -53,6 +57,13 @@ class Proxy:
     # Secrets (istiod Authorize's error, from a SubjectAccessReview the transport asked before
     # generation); "" when it may, or when nobody is asked (no Kubernetes)
     secrets_denied: str = ""
+    # what the node sent, from which ``labels`` and ``locality`` are recomputed (istiod
+    # Metadata.Labels, Metadata.StaticLabels: ISTIO_METAJSON_LABELS, XdsNode.Locality and
+    # Metadata.NodeName: the Kubernetes node); no generator reads them
+    metadata_labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    static_labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    node_locality: str = ""
+    node_name: str = ""
 
     @property
     def is_gateway(self) -> bool:
@@ -92,10 +103,7 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
     ips = tuple(p.strip() for p in raw_ips.split(",") if p.strip()) if isinstance(raw_ips, str) else ()
     if not ips:
         ips = (ip,)
-    labels = md.get("LABELS")
-    clean_labels = (
-        {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else dict(EMPTY_LABELS)
-    )
+    clean_labels = _labels(md.get("LABELS"))
     return Proxy(
         type=proxy_type,
         id=pod_id,
@@ -112,7 +120,15 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
         dns_capture=_bool(md.get("DNS_CAPTURE")),
         dns_auto_allocate=_bool(md.get("DNS_AUTO_ALLOCATE")),
         service_account=_str(md.get("SERVICE_ACCOUNT")),
+        metadata_labels=clean_labels,
+        static_labels=_labels(md.get("STATIC_LABELS")),
+        node_locality=locality,
+        node_name=_str(md.get("NODE_NAME")),
     )
+
+
+def _labels(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def _str(value: Any) -> str:

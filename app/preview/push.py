@@ -3,11 +3,12 @@
 The change is applied to a private Environment, the request it makes and the snapshot after the
 one served are built as ``Discovery`` builds them (app/xds/next_push.py), and each proxy is put
 through the push filter (``proxy_needs_push``, ``types_to_push``) against the SidecarScope its
-last push used. For every type the push would send, what the served generator gives the proxy
-now is compared by resource version with what a generator of the new snapshot gives it: added,
-modified, removed, and the bytes the added and modified resources take on the wire. EDS and RDS
-follow CDS and LDS as Envoy does: after the change the proxy asks for the endpoints of its new
-EDS clusters and the routes its new listeners name.
+last push used; the proxy of a relabelled pod is recomputed and forced as the server does
+(app/xds/mesh_source.py). For every type the push would send, what the served generator gives
+the proxy now is compared by resource version with what a generator of the new snapshot gives
+it: added, modified, removed, and the bytes the added and modified resources take on the wire.
+EDS and RDS follow CDS and LDS as Envoy does: after the change the proxy asks for the endpoints
+of its new EDS clusters and the routes its new listeners name.
 
 Nothing served changes: the new snapshot is published to a generator of its own, over a copy of
 the served cache that the publish invalidates as the real one would; the served generator is
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
@@ -29,6 +30,7 @@ from app.environment import Environment
 from app.model.proxy import Proxy
 from app.preview.change import Proposal
 from app.preview.proxies import Watching
+from app.registry.proxy_labels import pod_key_by_proxy
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.listener.for_proxy import route_names
 from app.xds.generators.source import XdsGenerator
@@ -90,9 +92,9 @@ class _Names:
         return out
 
 
-def _watch(w: Watching, type_url: str, names: _Names, follow: bool) -> WatchedResource:
+def _watch(w: Watching, type_url: str, names: _Names, follow: bool, proxy: Proxy) -> WatchedResource:
     """The proxy's watch of ``type_url``; with ``follow``, an EDS or RDS watch subscribed to
-    what its wildcard CDS or LDS watch is served (as Envoy subscribes)."""
+    what its wildcard CDS or LDS watch is served to ``proxy`` (as Envoy subscribes)."""
     watch = w.watches[type_url]
     found = _NAMES_FROM.get(type_url)
     if not follow or found is None:
@@ -100,7 +102,7 @@ def _watch(w: Watching, type_url: str, names: _Names, follow: bool) -> WatchedRe
     leader = w.watches.get(found[0])
     if leader is None or not leader.wildcard:
         return watch
-    return WatchedResource(type_url, watch.wildcard, names(type_url, w.proxy))
+    return WatchedResource(type_url, watch.wildcard, names(type_url, proxy))
 
 
 def _json(resource: Resource) -> list[str]:
@@ -150,15 +152,21 @@ def preview(
     # (the lists are kept with it, so the ids in the key stay theirs)
     compared: dict[tuple[str, tuple[int, ...], tuple[int, ...]], tuple[TypeDiff | None, object]] = {}
     reached = []
+    relabeled = request.relabeled_pods
     for w in watching:
-        proxy = w.proxy
+        proxy = now = w.proxy
+        asked = request
+        if relabeled and pod_key_by_proxy(proxy) in relabeled:
+            # its pod relabelled: the proxy as the server would recompute it, forced (istiod
+            # ProxyUpdate; MeshSource.push)
+            now, asked = env.registry.with_workload_labels(proxy), replace(request, forced=True)
         previous = w.scope if w.scope is not None else served.scope(proxy)
-        if not proxy_needs_push(proxy, request, previous, after.scope(proxy)):
+        if not proxy_needs_push(now, asked, previous, after.scope(now)):
             continue
         types = {}
-        for type_url in types_to_push(proxy, request, w.watches):
-            old = served.generate(type_url, proxy, _watch(w, type_url, old_names, w.synced)) or []
-            new = after.generate(type_url, proxy, _watch(w, type_url, new_names, True)) or []
+        for type_url in types_to_push(now, asked, w.watches):
+            old = served.generate(type_url, proxy, _watch(w, type_url, old_names, w.synced, proxy)) or []
+            new = after.generate(type_url, now, _watch(w, type_url, new_names, True, now)) or []
             key = (type_url, tuple(map(id, old)), tuple(map(id, new)))
             hit = compared.get(key)
             if hit is None:

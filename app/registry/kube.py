@@ -49,14 +49,17 @@ EMPTY_PORTS: Mapping[str, int] = MappingProxyType({})
 
 @dataclass(slots=True)
 class Changes:
-    """What one event touched: Service keys to re-check, shards whose endpoints changed."""
+    """What one event touched: Service keys to re-check, shards whose endpoints changed, Pods
+    whose labels changed (or that came: the proxies in them take their labels)."""
 
     services: set[ServiceKey] = field(default_factory=set)
     endpoints: set[ServiceKey] = field(default_factory=set)
+    relabeled: set[ObjectKey] = field(default_factory=set)
 
     def update(self, other: Changes) -> None:
         self.services |= other.services
         self.endpoints |= other.endpoints
+        self.relabeled |= other.relabeled
 
 
 # --- workloads: what a Pod or WorkloadEntry contributes to every endpoint it backs ---------
@@ -275,11 +278,9 @@ class KubeController:
         """The Kubernetes Service object of that name (its file or resourceVersion)."""
         return self._service_objs.get((namespace, name))
 
-    def pod_locality(self, namespace: str, name: str) -> str:
-        """The locality of the Pod of that name, as its endpoints carry it ("" when it has none
-        or is unknown)."""
-        workload = self._pod_workloads.get((namespace, name))
-        return workload.locality if workload is not None else ""
+    def pod_workload(self, namespace: str, name: str) -> Workload | None:
+        """The Pod of that name as its endpoints carry it (labels, locality); None if unknown."""
+        return self._pod_workloads.get((namespace, name))
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         obj = self._namespaces.get(namespace)
@@ -367,6 +368,9 @@ class KubeController:
         changes = Changes()
         if workload == previous:
             return changes  # nothing an endpoint carries changed (status noise, resourceVersion)
+        if workload is not None and (previous is None or previous.labels != workload.labels):
+            # istiod PodCache.labelFilter / addPod: the proxy in it is updated (ProxyUpdate)
+            changes.relabeled.add(pkey)
         self._rebuild_pods([pkey], changes)
         return changes
 

@@ -14,8 +14,11 @@ An endpoint change that alters more than endpoints is reported as such, as istio
 EndpointIndex does (endpointshards.go): a shard whose service accounts changed
 (``identities_changed``: clusters carry them as SANs, so CDS must follow) and the workload IPs
 whose own service targets changed (``target_ips``: those proxies' inbound listeners and
-clusters, istiod ``ProxyUpdate``). ``snapshot()`` hands the push pipeline an immutable view of
-every shard and of the service targets, so generators never read live state.
+clusters, istiod ``ProxyUpdate``), and the Pods whose labels changed or that came
+(``relabeled_pods``: the proxies in them take their labels from their Pod,
+``with_workload_labels``, and are recomputed and pushed, istiod ``ProxyUpdate`` again).
+``snapshot()`` hands the push pipeline an immutable view of every shard and of the service
+targets, so generators never read live state.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from dataclasses import dataclass
 
 from app.config.host import is_ip_address
 from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind
+from app.model.proxy import Proxy
 from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
-from app.registry.locality import NodeLocalities
+from app.registry.locality import NodeLocalities, ObjectKey
+from app.registry.proxy_labels import pod_key_by_proxy, with_workload
 from app.registry.serviceentry import ServiceEntryController, WorkloadSelectingService
 
 _KUBE_KINDS = frozenset({Kind.SERVICE, Kind.POD, Kind.ENDPOINT_SLICE, Kind.NAMESPACE})
@@ -37,12 +42,15 @@ _ENTRY_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY, Kind.POD})
 
 @dataclass(frozen=True, slots=True)
 class RegistryDelta:
-    """What one or more events changed, by (hostname, namespace); ``target_ips`` by workload IP."""
+    """What one or more events changed, by (hostname, namespace); ``target_ips`` by workload IP;
+    ``relabeled_pods`` the (namespace, name) of Pods whose labels changed or that came, whose
+    proxies' labels are recomputed (istiod ProxyUpdate)."""
 
     services_changed: frozenset[ServiceKey] = frozenset()
     endpoints_changed: frozenset[ServiceKey] = frozenset()
     identities_changed: frozenset[ServiceKey] = frozenset()  # a subset of endpoints_changed
     target_ips: frozenset[str] = frozenset()
+    relabeled_pods: frozenset[ObjectKey] = frozenset()
 
     def merge(self, other: RegistryDelta) -> RegistryDelta:
         if other.empty:
@@ -54,11 +62,12 @@ class RegistryDelta:
             self.endpoints_changed | other.endpoints_changed,
             self.identities_changed | other.identities_changed,
             self.target_ips | other.target_ips,
+            self.relabeled_pods | other.relabeled_pods,
         )
 
     @property
     def empty(self) -> bool:
-        return not (self.services_changed or self.endpoints_changed or self.target_ips)
+        return not (self.services_changed or self.endpoints_changed or self.target_ips or self.relabeled_pods)
 
 
 EMPTY_DELTA = RegistryDelta()
@@ -181,8 +190,9 @@ class ServiceRegistry:
             services_changed.add(key)
         if services_changed:
             self._sorted = None
+        relabeled = frozenset(changes.relabeled)
         if not services_changed and not changes.endpoints:
-            return EMPTY_DELTA
+            return RegistryDelta(relabeled_pods=relabeled) if relabeled else EMPTY_DELTA
         self._snapshot = None
         identities: set[ServiceKey] = set()
         target_ips: set[str] = set()
@@ -191,7 +201,11 @@ class ServiceRegistry:
                 identities.add(key)
             target_ips |= self._reindex_targets(key)
         return RegistryDelta(
-            frozenset(services_changed), frozenset(changes.endpoints), frozenset(identities), frozenset(target_ips)
+            frozenset(services_changed),
+            frozenset(changes.endpoints),
+            frozenset(identities),
+            frozenset(target_ips),
+            relabeled,
         )
 
     def _reindex_identities(self, key: ServiceKey) -> bool:
@@ -259,15 +273,12 @@ class ServiceRegistry:
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         return self._kube.namespace_labels(namespace)
 
-    def proxy_locality(self, proxy_id: str, namespace: str) -> str:
-        """The locality of the Pod a proxy runs in ("" when the registry knows none): istiod gives
-        a proxy its pod's (GetProxyWorkloadLabels, getPodLocality), found by its id
-        ``POD.NAMESPACE`` when the namespace is the proxy's (podKeyByProxy), and takes the node's
-        xDS locality only when that is empty (setTopologyLabels)."""
-        name, _, pod_namespace = proxy_id.partition(".")
-        if pod_namespace != namespace:
-            return ""
-        return self._kube.pod_locality(namespace, name)
+    def with_workload_labels(self, proxy: Proxy) -> Proxy:
+        """The proxy with the labels and locality istiod gives it from the Pod it runs in, as the
+        registry knows that Pod now (app/registry/proxy_labels.py: SetWorkloadLabels,
+        setTopologyLabels); a proxy whose Pod is unknown keeps what its node sent."""
+        key = pod_key_by_proxy(proxy)
+        return with_workload(proxy, self._kube.pod_workload(*key) if key is not None else None)
 
     def snapshot(self) -> RegistrySnapshot:
         """Endpoints and service targets as of now; the same object until something changes."""

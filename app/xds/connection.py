@@ -189,6 +189,7 @@ class Connection(Generic[C, P, Req, Resp]):
         plan = self.source.push(self.client, self.note, req, self.session.watches.keys())
         if plan.types is not None:
             return False
+        self.client = plan.client
         self.note = plan.note
         self.skipped += 1
         return True
@@ -197,6 +198,7 @@ class Connection(Generic[C, P, Req, Resp]):
         """The responses a push needs, in the source's order; none when the source's filter
         says the change cannot affect this client (istiod ProxyNeedsPush)."""
         plan = self.source.push(self.client, self.note, req, self.session.watches.keys())
+        self.client = plan.client
         self.note = plan.note
         if plan.types is None:
             self.skipped += 1

@@ -1,11 +1,15 @@
 """The mesh's side of the seam (app/xds/source.py): proxies, the push filter, the generator.
 
-``MeshSource`` turns a stream's node into a ``Proxy``, answers the secure port's questions about
-it, and answers requests and pushes from an ``XdsGenerator``. A push is filtered here as istiod's
-ProxyNeedsPush does (app/xds/needs_push.py): against the SidecarScope the proxy's last full push
-used, which is the stream's note (the transport keeps it and knows nothing of it), and the
-scope now. The types a push sends, which of them are forced and which follow a re-sent type
-(endpoints after clusters) are the push filter's tables.
+``MeshSource`` turns a stream's node into a ``Proxy`` (its labels and locality its pod's, as the
+registry knows it, istiod SetWorkloadLabels), answers the secure port's questions about it, and
+answers requests and pushes from an ``XdsGenerator``. A push that names the proxy's pod as
+relabelled recomputes them and is forced for it (istiod ProxyUpdate: computeProxyState, then
+every watched type); the stream keeps the new proxy, which finds its own proxy class.
+
+A push is filtered here as istiod's ProxyNeedsPush does (app/xds/needs_push.py): against the
+SidecarScope the proxy's last full push used, which is the stream's note (the transport keeps it
+and knows nothing of it), and the scope now. The types a push sends, which of them are forced
+and which follow a re-sent type (endpoints after clusters) are the push filter's tables.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from google.protobuf import json_format
 from app.errors import shown
 from app.model.proxy import InvalidNodeError, Proxy, build_proxy
 from app.model.sidecar_scope import SidecarScope
+from app.registry.proxy_labels import pod_key_by_proxy
 from app.security.authn import Caller, SpiffeId, verified_identity
 from app.xds.cause import Cause
 from app.xds.errors import InvalidNode, Unauthorized
@@ -46,8 +51,8 @@ _WORDS = re.compile(r'[\s",;()\[\]{}]+')
 
 # a stream of a mesh proxy, as the runtime and the debug endpoints read it
 MeshStream = Stream[Proxy, PushRequest]
-# (proxy id, namespace) -> the locality the registry knows for the proxy's pod ("": none)
-Locate = Callable[[str, str], str]
+# a proxy with the labels and locality of its pod, as the registry knows it now
+WorkloadLabels = Callable[[Proxy], Proxy]
 
 # child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
 _LEADER = {child: parent for parent, child in FOLLOWS.items()}
@@ -85,7 +90,7 @@ class MeshPush:
     note: SidecarScope
     types: tuple[TypePush, ...] | None
     generator: XdsGenerator
-    proxy: Proxy
+    client: Proxy
     request: PushRequest
     previous: SidecarScope | None
 
@@ -94,10 +99,12 @@ class MeshPush:
     ) -> PushAnswer | None:
         changes = None
         if not step.force:
-            changes = self.generator.changes(step.type_url, self.proxy, watch, self.request, self.previous, force_names)
+            changes = self.generator.changes(
+                step.type_url, self.client, watch, self.request, self.previous, force_names
+            )
         if changes is not None and partial:
             return PushAnswer(changes.resources, changes.considered, changes.resources)
-        whole = self.generator.generate(step.type_url, self.proxy, watch)
+        whole = self.generator.generate(step.type_url, self.client, watch)
         if whole is None:
             return None
         return PushAnswer(whole, None, changes.resources if changes is not None else None)
@@ -106,22 +113,23 @@ class MeshPush:
 class MeshSource:
     """The ``ServedSource`` of the mesh's proxies (app/xds/source.py), over ``generator``;
     ``find`` tells where a config object came from (``Environment.config_object``), for the
-    objects a rejection or an explanation names; ``locate`` the locality the registry knows for
-    a proxy's pod (``ServiceRegistry.proxy_locality``), which wins over the node's."""
+    objects a rejection or an explanation names; ``workload_labels`` gives a proxy the labels and
+    locality of its pod (``ServiceRegistry.with_workload_labels``), which win over the node's."""
 
-    def __init__(self, generator: XdsGenerator, find: Find | None = None, locate: Locate | None = None) -> None:
+    def __init__(
+        self, generator: XdsGenerator, find: Find | None = None, workload_labels: WorkloadLabels | None = None
+    ) -> None:
         self.generator = generator
         self.find = find
-        self.locate = locate
+        self.workload_labels = workload_labels
 
     def client(self, node: base_pb2.Node) -> Proxy:
         try:
             proxy = proxy_from_node(node)
         except InvalidNodeError as e:
             raise InvalidNode(str(e)) from None
-        # istiod setTopologyLabels: the registry's locality (the pod's node) first, then the node's
-        located = self.locate(proxy.id, proxy.namespace) if self.locate is not None else ""
-        return dataclasses.replace(proxy, locality=located) if located else proxy
+        # istiod initializeProxy: the pod's labels and locality (the registry's), else the node's
+        return self.workload_labels(proxy) if self.workload_labels is not None else proxy
 
     def authorize(self, client: Proxy, caller: Caller) -> tuple[Proxy, SpiffeId]:
         # istiod authorize: the identity must be the proxy's namespace (and account)
@@ -159,7 +167,15 @@ class MeshSource:
 
     def push(self, client: Proxy, note: object, request: PushRequest, watched: Collection[str]) -> MeshPush:
         previous = _scope(note)
-        scope = self.generator.scope(client) if request.full or previous is None else previous
+        relabeled = request.relabeled_pods
+        if relabeled and self.workload_labels is not None and pod_key_by_proxy(client) in relabeled:
+            # istiod ProxyUpdate: the proxy's labels recomputed, and a forced push of every type;
+            # the old proxy's class entry goes with it (the new one finds its own)
+            self.generator.forget(client)
+            client = self.workload_labels(client)
+            request = dataclasses.replace(request, forced=True)
+        full = request.full or request.forced
+        scope = self.generator.scope(client) if full or previous is None else previous
         if not proxy_needs_push(client, request, previous, scope):
             return MeshPush(scope, None, self.generator, client, request, previous)
         # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the

@@ -24,6 +24,7 @@ def push_request(change: Change, events: int) -> PushRequest | None:
             configs_updated=change.configs,
             endpoint_services=delta.endpoints_changed,
             proxy_ips=delta.target_ips,
+            relabeled_pods=delta.relabeled_pods,
             key_types=MappingProxyType(narrowed),
             reasons={TriggerReason.CONFIG: events},
         )
@@ -32,7 +33,13 @@ def push_request(change: Change, events: int) -> PushRequest | None:
             full=False,
             endpoint_services=delta.endpoints_changed,
             proxy_ips=delta.target_ips,
+            relabeled_pods=delta.relabeled_pods,
             reasons={TriggerReason.ENDPOINT: events},
+        )
+    if delta.relabeled_pods:
+        # the proxies of relabelled pods alone: no snapshot change, a forced push to each
+        return PushRequest(
+            full=False, relabeled_pods=delta.relabeled_pods, reasons={TriggerReason.PROXY: len(delta.relabeled_pods)}
         )
     return None
 

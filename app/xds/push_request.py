@@ -22,6 +22,7 @@ class TriggerReason(enum.StrEnum):
 
     ENDPOINT = "endpoint"
     CONFIG = "config"
+    PROXY = "proxy"  # istiod ProxyUpdate: a proxy's pod was relabelled
     UNKNOWN = "unknown"  # the Debouncer's label for a request that named none
 
 
@@ -37,7 +38,10 @@ class PushRequest:
     ``(Service, namespace, hostname)``. A full request that names no keys means everything may
     have changed (a full rebuild). ``endpoint_services`` are the services whose endpoints
     changed (EDS); ``proxy_ips`` the workload IPs whose own service targets changed, whose
-    proxies need their inbound config (istiod ``ProxyUpdate``). ``key_types`` narrows, for some
+    proxies need their inbound config (istiod ``ProxyUpdate``); ``relabeled_pods`` the
+    (namespace, name) of Pods whose labels changed (or that came): the proxies in them have
+    their labels recomputed and everything they watch pushed (istiod ``ProxyUpdate``, a forced
+    push to that proxy alone), whatever else the request says. ``key_types`` narrows, for some
     changed keys, the xDS types the change can affect below what their kind can (an update that
     left the parts other types read unchanged); a key it does not name affects what its kind
     does. ``start`` 0.0 means unknown, and merging keeps the oldest known start."""
@@ -46,6 +50,7 @@ class PushRequest:
     configs_updated: frozenset[ConfigKey] = frozenset()
     endpoint_services: frozenset[tuple[str, str]] = frozenset()  # (hostname, namespace)
     proxy_ips: frozenset[str] = frozenset()
+    relabeled_pods: frozenset[tuple[str, str]] = frozenset()
     key_types: Mapping[ConfigKey, frozenset[str]] = field(default_factory=lambda: _NO_KEY_TYPES, hash=False)
     reasons: Mapping[str, int] = field(default_factory=lambda: _NO_REASONS, hash=False)
     start: float = 0.0
@@ -80,6 +85,7 @@ class PushRequest:
             configs_updated=keys,
             endpoint_services=self.endpoint_services | other.endpoint_services,
             proxy_ips=self.proxy_ips | other.proxy_ips,
+            relabeled_pods=self.relabeled_pods | other.relabeled_pods,
             key_types=_merge_key_types(self, other, keys),
             reasons=MappingProxyType(reasons),
             start=_oldest(self.start, other.start),

@@ -11,7 +11,8 @@ per watch ``WatchedResource.synced``, which the transport only keeps.
 A push is one call, ``push``: the source filters it (nothing for this client, or the types to
 push in ADS order, each forced or not and following a leader type or not), and the transport then
 asks the returned plan for each type's answer, telling it which names it re-sent of the leader
-type (a re-sent cluster's endpoints must be sent again for Envoy to warm it). The answer is the
+type (a re-sent cluster's endpoints must be sent again for Envoy to warm it). The plan also
+holds the client as the push found it, which the stream keeps from then on. The answer is the
 type's whole set, or a ``Partial``: what the push changed, when the source can tell it apart.
 """
 
@@ -52,7 +53,7 @@ class Push(Protocol):
 
 C = TypeVar("C", bound=Client)
 P = TypeVar("P", bound=Push)
-C_contra = TypeVar("C_contra", bound=Client, contravariant=True)
+C_co = TypeVar("C_co", bound=Client, covariant=True)
 P_contra = TypeVar("P_contra", bound=Push, contravariant=True)
 
 
@@ -88,8 +89,14 @@ class TypePush:
     leader: str | None
 
 
-class PushPlan(Protocol):
+class PushPlan(Protocol[C_co]):
     """What a push does to one stream, from the source."""
+
+    @property
+    def client(self) -> C_co:
+        """The stream's client from now on: the source may find it changed (a proxy whose pod
+        was relabelled has new labels, istiod computeProxyState), and the stream keeps it."""
+        ...
 
     @property
     def note(self) -> object:
@@ -111,23 +118,23 @@ class PushPlan(Protocol):
         ...
 
 
-class ResourceSource(Protocol[C_contra, P_contra]):
+class ResourceSource(Protocol[C, P_contra]):
     """What a ``Connection`` asks for."""
 
-    def note(self, client: C_contra) -> object:
+    def note(self, client: C) -> object:
         """The note of a stream answered the first time (before any push)."""
         ...
 
-    def generate(self, type_url: str, client: C_contra, watch: WatchedResource) -> list[Resource] | None:
+    def generate(self, type_url: str, client: C, watch: WatchedResource) -> list[Resource] | None:
         """The type's current resources the client may watch (None: a type not served)."""
         ...
 
-    def push(self, client: C_contra, note: object, request: P_contra, watched: Collection[str]) -> PushPlan:
+    def push(self, client: C, note: object, request: P_contra, watched: Collection[str]) -> PushPlan[C]:
         """What ``request`` does to a stream of ``client`` watching the types ``watched``;
         ``note`` is the stream's (None before any answer)."""
         ...
 
-    def rejected(self, client: C_contra, type_url: str, error: str, watch: WatchedResource) -> Sequence[Cause]:
+    def rejected(self, client: C, type_url: str, error: str, watch: WatchedResource) -> Sequence[Cause]:
         """The config objects the resources the client just rejected (``error``: its message)
         were made from, for the NACK's log line, metric and trace (none: not known)."""
         ...

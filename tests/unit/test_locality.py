@@ -7,6 +7,7 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 
 from app.config.loader import load_documents
+from app.model.proxy import build_proxy
 from app.registry.locality import locality_label, node_locality
 from app.registry.registry import RegistryDelta, ServiceRegistry
 from app.xds.cache import ResourceCache
@@ -212,18 +213,23 @@ def test_pods_a_service_entry_selects_take_their_nodes_locality_too() -> None:
 
 def test_a_proxy_is_where_its_pod_is_found_by_its_id_as_istiod_finds_it() -> None:
     reg = mesh()
-    assert reg.proxy_locality("a.shop", "shop") == "us-east1/us-east1-b/rack-1"  # its Node's
-    assert reg.proxy_locality("c.shop", "shop") == "ap-south1/ap-south1-a"  # its label's
+
+    def located(proxy_id: str, namespace: str) -> str:
+        node_id = f"sidecar~10.9.9.9~{proxy_id}~{namespace}.svc.cluster.local"
+        return reg.with_workload_labels(build_proxy(node_id, {"NAMESPACE": namespace})).locality
+
+    assert located("a.shop", "shop") == "us-east1/us-east1-b/rack-1"  # its Node's
+    assert located("c.shop", "shop") == "ap-south1/ap-south1-a"  # its label's
     # podKeyByProxy: the id's namespace must be the proxy's; an unknown pod has none
-    assert reg.proxy_locality("a.shop", "other") == ""
-    assert reg.proxy_locality("nobody.shop", "shop") == ""
+    assert located("a.shop", "other") == ""
+    assert located("nobody.shop", "shop") == ""
 
 
 def test_the_registrys_locality_wins_over_the_xds_nodes_which_stays_where_it_has_none() -> None:
     """istiod setTopologyLabels: the locality the registry gives the proxy's labels, else the
     one its xDS node sends."""
     reg = mesh()
-    source = MeshSource(XdsGenerator(ResourceCache()), None, reg.proxy_locality)
+    source = MeshSource(XdsGenerator(ResourceCache()), None, reg.with_workload_labels)
 
     def located(pod: str, ip: str, sent: str) -> str:
         ident = xds_node(f"sidecar~{ip}~{pod}.shop~shop.svc.cluster.local", {"NAMESPACE": "shop"})

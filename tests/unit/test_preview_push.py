@@ -3,8 +3,9 @@ push workers, gRPC server) with Delta ADS clients that subscribe as Envoy does
 (app/xds/client.py); each change is previewed through ``POST /debug/diff``, then applied by
 writing its file, and what every client then holds is compared, type by type, with the preview:
 the names added, the names whose version changed, the names gone. For a DestinationRule, a
-VirtualService, a ServiceEntry, a Sidecar and an endpoint change (a new ready pod of ratings);
-one of them previewed again with an invalid object beside it."""
+VirtualService, a ServiceEntry, a Sidecar, an endpoint change (a new ready pod of ratings) and a
+pod relabelled so that the Sidecar selects it (its proxy pushed its new labels' config, the
+pod's endpoints their new labels); one of them previewed again with an invalid object beside it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from app.runtime import Runtime
 from app.xds.client import node
 from app.xds.type_urls import EXPLICIT_TYPES
 from tests.support.ads import DeltaStream
+from tests.support.bookinfo import BOOKINFO
 from tests.support.runtime import running_bookinfo
 
 PODS = {  # pod -> (ip, labels) of the bookinfo sidecars connected
@@ -94,6 +96,14 @@ endpoints:
 - {addresses: [10.1.0.41], conditions: {ready: true}, targetRef: {kind: Pod, name: ratings-v1-1, namespace: bookinfo}}
 """,
 }
+# reviews-v2-0 relabelled app: ratings, which the "sidecar" change's Sidecar selects
+WORKLOADS = (BOOKINFO / "workloads.yaml").read_text()
+RELABELLED = "labels: {app: ratings, version: v2, security.istio.io/tlsMode: istio}"
+CHANGES["relabel"] = WORKLOADS.replace(
+    "labels: {app: reviews, version: v2, security.istio.io/tlsMode: istio}", RELABELLED
+)
+assert CHANGES["relabel"] != WORKLOADS
+FILES = {"relabel": "workloads.yaml"}  # a change's file, when it replaces one of bookinfo's
 INVALID = """apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: broken, namespace: bookinfo}
@@ -183,7 +193,8 @@ async def test_each_previewed_change_is_what_the_clients_then_receive(runtime: R
             await settled(sidecars)
             reached_any = set()
             for what, text in CHANGES.items():
-                found = await post_diff(runtime, {f"{what}.yaml": text})
+                name = FILES.get(what, f"{what}.yaml")
+                found = await post_diff(runtime, {name: text})
                 doc = found["preview"]
                 assert doc["change"] and doc["rejected"] == []
                 assert len(doc["proxies"]) + doc["unaffected"] == len(sidecars)
@@ -192,7 +203,7 @@ async def test_each_previewed_change_is_what_the_clients_then_receive(runtime: R
                 await asyncio.sleep(0.3)  # nothing was applied: nothing arrives
                 assert {s.id: s.holds() for s in sidecars} == before, what
                 served = runtime.push_context()
-                (config / f"{what}.yaml").write_text(text)
+                (config / name).write_text(text)
                 await pushed(runtime, served)
                 await settled(sidecars)
                 for s in sidecars:
@@ -203,6 +214,7 @@ async def test_each_previewed_change_is_what_the_clients_then_receive(runtime: R
                     assert got == want, f"{what}: {s.id}: got {got} want {want}"
                 reached_any.update((what, p) for p in preview)
             assert {what for what, _ in reached_any} == set(CHANGES)  # every change reached someone
+            assert ("relabel", "reviews-v2-0.bookinfo") in reached_any  # the relabelled pod's own proxy
         finally:
             for task in tasks:
                 task.cancel()

@@ -281,10 +281,13 @@ def test_pod_locality_change_changes_endpoints_only() -> None:
     assert update(reg, same.replace("name: reviews-v1\n", "name: reviews-v1\n  resourceVersion: '9'\n")).empty
 
 
-def test_pod_not_referenced_by_a_slice_changes_nothing() -> None:
+def test_pod_not_referenced_by_a_slice_changes_no_endpoint_only_its_proxys_labels() -> None:
     reg = ServiceRegistry()
     add(reg, SERVICE + "---" + SLICE)
-    assert add(reg, POD_V1.replace("name: reviews-v1", "name: unrelated")).empty
+    # a Pod that comes is a proxy update (istiod PodCache.addPod), its endpoints none
+    unrelated = POD_V1.replace("name: reviews-v1", "name: unrelated")
+    assert add(reg, unrelated) == RegistryDelta(relabeled_pods=frozenset({("default", "unrelated")}))
+    assert update(reg, unrelated.replace("podIP: 10.0.0.1", "podIP: 10.0.0.9")).empty  # same labels
 
 
 def test_slice_edit_changes_endpoints_only() -> None:
