@@ -55,11 +55,16 @@ class ProxyDestinationRules(Mapping[str, net.DestinationRule]):
         self._scope = scope
 
     def __getitem__(self, hostname: str) -> net.DestinationRule:
+        found = self.get(hostname)
+        if found is None:
+            raise KeyError(hostname)
+        return found
+
+    def get(self, hostname: str, default: net.DestinationRule | None = None) -> net.DestinationRule | None:  # type: ignore[override]
+        # without a KeyError raised and caught per host: listener plans ask for every service
         svc = self._scope.services_by_host.get(hostname)
         applied = None if svc is None else self._scope.destination_rule(self._proxy, svc)
-        if applied is None:
-            raise KeyError(hostname)
-        return applied.rule
+        return default if applied is None else applied.rule
 
     def __iter__(self) -> Iterator[str]:
         by_host = self._scope.services_by_host

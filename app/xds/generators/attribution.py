@@ -127,7 +127,7 @@ def _listener_deps(state: SnapshotState, proxy: Proxy, name: str) -> frozenset[D
     cls = state.proxy_class(proxy)
     push, scope = state.push, cls.scope
     served = cls.parts.get(ClassListeners)
-    built = served.by_inputs if isinstance(served, ClassListeners) and served.listeners is not None else {}
+    built = served.by_inputs if isinstance(served, ClassListeners) and served.by_name is not None else {}
     for inputs in built or scope_listener_inputs(cls.traits.scope_proxy, push, scope):
         found = built.get(inputs) if built else None
         if (found.name if found is not None else build_scope_listener(inputs).name) == name:

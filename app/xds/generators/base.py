@@ -3,11 +3,13 @@ mode's comparison of a shared build with one made for the very proxy served."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from google.protobuf.message import Message
 
+from app.model.ident import Ident
 from app.model.proxy import Proxy
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError
@@ -63,6 +65,31 @@ def check(what: str, built: Sequence[Resource], reference: Sequence[Message]) ->
     fresh = [encode(_name(m), m) for m in reference]
     if [(r.name, r.body.value) for r in built] != [(r.name, r.body.value) for r in fresh]:
         raise CacheAssertionError(f"{what}: the shared set differs from this proxy's own")
+
+
+@dataclass(slots=True)
+class _Differences:
+    """Per snapshot: the difference between two class sets, computed once for every proxy."""
+
+    found: dict[Hashable, tuple[list[Resource], list[str]]] = field(default_factory=dict)
+
+
+def class_difference(
+    state: SnapshotState, old: Mapping[str, Resource], new: Mapping[str, Resource]
+) -> tuple[list[Resource], list[str]]:
+    """(resources of ``new`` that ``old`` lacks or has in another version, names only ``old``
+    has): what a class's streams, brought to ``old``, lack of ``new``; computed once per pair of
+    sets and shared by every proxy of the class."""
+    if old is new:
+        return [], []
+    key = (Ident(old), Ident(new))
+    differences = state.part(_Differences, _Differences).found
+    found = differences.get(key)
+    if found is None:
+        changed = [r for name, r in new.items() if (was := old.get(name)) is None or was.version != r.version]
+        removed = [name for name in old if name not in new]
+        found = differences[key] = (changed, removed)
+    return found
 
 
 def shared_named(

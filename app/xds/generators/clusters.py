@@ -13,7 +13,7 @@ to the class's current set instead of diffing every resource.
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -27,7 +27,7 @@ from app.translate.cluster.for_proxy import proxy_clusters, service_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.view import proxy_service_targets
 from app.xds.cache import CacheAssertionError, ResourceCache
-from app.xds.generators.base import check
+from app.xds.generators.base import check, class_difference
 from app.xds.generators.keys import rule_key, service_deps, sidecar_inbound
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import Traits, proxy_key
@@ -72,13 +72,6 @@ class _Synced:
     shared: Mapping[str, Resource]
     own: frozenset[str]  # the names of the own clusters sent (those the shared set lacks)
     built: _OwnClusters
-
-
-@dataclass(slots=True)
-class _Differences:
-    """Per snapshot: the difference between two class sets, computed once for every proxy."""
-
-    found: dict[Hashable, tuple[list[Resource], list[str]]] = field(default_factory=dict)
 
 
 def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> object:
@@ -141,7 +134,7 @@ class ClusterGenerator:
         if not isinstance(synced, _Synced) or not watch.wildcard:
             return None
         shared, own, built = self.parts(state, proxy, synced.built)
-        changed, removed = self._difference(state, synced.shared, shared)
+        changed, removed = class_difference(state, synced.shared, shared)
         own_names = frozenset(r.name for r in own)
         watch.synced = _Synced(shared, own_names, built)
         considered = frozenset((*(r.name for r in changed), *removed, *own_names, *synced.own))
@@ -251,22 +244,6 @@ class ClusterGenerator:
             sets.eds_by_host.pop(host, None)
         changed = [svc for h in hosts if (svc := new.services_by_host.get(h)) is not None]
         self._fill(sets, cls, push, changed, outbound)
-
-    def _difference(
-        self, state: SnapshotState, old: Mapping[str, Resource], new: Mapping[str, Resource]
-    ) -> tuple[list[Resource], list[str]]:
-        """(resources of ``new`` that ``old`` lacks or has in another version, names only ``old``
-        has), computed once per pair of sets and shared by every proxy of the class."""
-        if old is new:
-            return [], []
-        key = (Ident(old), Ident(new))
-        differences = state.part(_Differences, _Differences).found
-        found = differences.get(key)
-        if found is None:
-            changed = [r for name, r in new.items() if (was := old.get(name)) is None or was.version != r.version]
-            removed = [name for name in old if name not in new]
-            found = differences[key] = (changed, removed)
-        return found
 
     def _service_clusters(
         self, traits: Traits, push: PushContext, scope: SidecarScope, service: Service

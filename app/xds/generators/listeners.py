@@ -6,25 +6,29 @@ the class reuses the listener an earlier snapshot of its lineage built from an e
 change that adds one service rebuilds one listener, not a thousand. A sidecar's inbound
 listeners are likewise built from a value (``InboundListenerInputs``); its stream keeps the last
 ones (``WatchedResource.synced``) and reuses them while the value holds, so a push that does not
-touch the workload (a Sidecar narrowing egress, a ServiceEntry) rebuilds none of them.
+touch the workload (a Sidecar narrowing egress, a ServiceEntry) rebuilds none of them. The note
+also holds the class set the client was last brought to: a push answers a sidecar with the
+difference to the class's current set, computed once per class (as CDS does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.model.proxy import Proxy, ProxyType
-from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.translate.listener.builder import build_scope_listener
 from app.translate.listener.for_proxy import inbound_listener_inputs, scope_listener_inputs, workload_listeners
 from app.translate.listener.inbound import InboundListenerInputs, build_inbound_listeners
 from app.translate.listener.inputs import ScopeListenerInputs
 from app.xds.cache import ResourceCache
-from app.xds.generators.base import WholeTypeOnly, check
+from app.xds.generators.base import check, class_difference
 from app.xds.generators.state import ProxyClass, SnapshotState
+from app.xds.push_request import PushRequest
 from app.xds.resource import Resource, encode
+from app.xds.source import Partial
 from app.xds.watch import WatchedResource
 
 _NONE: Mapping[ScopeListenerInputs, Resource] = {}
@@ -32,18 +36,28 @@ _NONE: Mapping[ScopeListenerInputs, Resource] = {}
 
 @dataclass(frozen=True, slots=True)
 class _OwnListeners:
-    """A stream's note: the sidecar's inbound listeners, encoded, and what they were built from."""
+    """A sidecar's inbound listeners, encoded, and what they were built from."""
 
     inputs: InboundListenerInputs
     resources: tuple[Resource, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Synced:
+    """A stream's note: the class listeners (by name) and the sidecar's own inbound listeners
+    the client was last brought to (own: None for a router, whose listeners are rebuilt)."""
+
+    shared: Mapping[str, Resource]
+    own: _OwnListeners | None
+
+
 @dataclass(slots=True)
 class ClassListeners:
-    """A class's scope-wide listeners in one snapshot, and the same by what each is built from."""
+    """A class's scope-wide listeners in one snapshot, by name (sorted; a name built twice keeps
+    the first), and the same by what each is built from."""
 
     earlier: Mapping[ScopeListenerInputs, Resource]  # its lineage's in an earlier snapshot
-    listeners: list[Resource] | None = None
+    by_name: dict[str, Resource] | None = None
     by_inputs: dict[ScopeListenerInputs, Resource] = field(default_factory=dict)
 
     def reusable(self) -> Mapping[ScopeListenerInputs, Resource]:
@@ -56,43 +70,79 @@ def _class_listeners(cls: ProxyClass) -> ClassListeners:
     return ClassListeners(earlier)
 
 
-class ListenerGenerator(WholeTypeOnly):
+_by_name = operator.attrgetter("name")
+
+
+class ListenerGenerator:
     def __init__(self, cache: ResourceCache) -> None:
         self.cache = cache
 
     def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        shared = self._shared(state, proxy)
+        own, note = self._own(state, proxy, watch.synced)
+        watch.synced = _Synced(shared, note)
+        extra = [r for r in own if r.name not in shared]  # a name built twice keeps the class's
+        # two sorted runs: the sort merges them in linear time
+        merged = sorted((*shared.values(), *extra), key=_by_name) if extra else list(shared.values())
+        return merged if watch.wildcard else [r for r in merged if watch.wants(r.name)]
+
+    def changes(
+        self,
+        state: SnapshotState,
+        proxy: Proxy,
+        watch: WatchedResource,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial | None:
+        """The class listeners' difference to what the client was last brought to (one diff per
+        class), and the sidecar's own listeners in full (a handful)."""
+        synced = watch.synced
+        if not isinstance(synced, _Synced) or not watch.wildcard:
+            return None
+        shared = self._shared(state, proxy)
+        own, note = self._own(state, proxy, synced)
+        watch.synced = _Synced(shared, note)
+        changed, removed = class_difference(state, synced.shared, shared)
+        extra = [r for r in own if r.name not in shared]
+        was_own = () if synced.own is None else (r.name for r in synced.own.resources)
+        considered = frozenset((*(r.name for r in changed), *removed, *(r.name for r in extra), *was_own))
+        return Partial([*changed, *extra], considered)
+
+    def _shared(self, state: SnapshotState, proxy: Proxy) -> Mapping[str, Resource]:
         push = state.push
         cls = state.proxy_class(proxy)
-        scope = cls.scope
         sets = cls.part(ClassListeners, lambda: _class_listeners(cls))
-        if sets.listeners is None:
-            built = []
-            for inputs in scope_listener_inputs(cls.traits.scope_proxy, push, scope):
+        if sets.by_name is None:
+            built: dict[str, Resource] = {}
+            for inputs in scope_listener_inputs(cls.traits.scope_proxy, push, cls.scope):
                 found = sets.earlier.get(inputs)
                 if found is None:
                     listener = build_scope_listener(inputs)
                     found = encode(listener.name, listener)
                 sets.by_inputs[inputs] = found
-                built.append(found)
-            sets.listeners = built
+                built.setdefault(found.name, found)
+            sets.by_name = {name: built[name] for name in sorted(built)}
         if self.cache.verify:
-            reference = [build_scope_listener(i) for i in scope_listener_inputs(proxy, push, scope)]
-            check("scope listeners", sets.listeners, reference)
-        own = self._own(proxy, push, scope, watch)
-        unique: dict[str, Resource] = {}
-        for r in (*sets.listeners, *own):
-            unique.setdefault(r.name, r)
-        return [unique[name] for name in sorted(unique) if watch.wants(name)]
+            reference = [build_scope_listener(i) for i in scope_listener_inputs(proxy, push, cls.scope)]
+            unique = {m.name: m for m in reversed(reference)}  # the first of a name, as above
+            check("scope listeners", list(sets.by_name.values()), [unique[n] for n in sorted(unique)])
+        return sets.by_name
 
-    def _own(self, proxy: Proxy, push: PushContext, scope: SidecarScope, watch: WatchedResource) -> Sequence[Resource]:
+    def _own(
+        self, state: SnapshotState, proxy: Proxy, synced: object
+    ) -> tuple[Sequence[Resource], _OwnListeners | None]:
+        """The proxy's own listeners and the note to keep of them: a sidecar's inbound ones are
+        reused from the stream's note while what they are built from holds."""
+        push = state.push
+        scope = state.proxy_class(proxy).scope
         if proxy.type is ProxyType.ROUTER:  # a gateway's listeners: few proxies, many inputs
-            return [encode(m.name, m) for m in workload_listeners(proxy, push, scope)]
+            return [encode(m.name, m) for m in workload_listeners(proxy, push, scope)], None
         inputs = inbound_listener_inputs(proxy, push, scope)
-        kept = watch.synced
-        if isinstance(kept, _OwnListeners) and kept.inputs == inputs:
+        kept = synced.own if isinstance(synced, _Synced) else None
+        if kept is not None and kept.inputs == inputs:
             if self.cache.verify:
                 check("the proxy's inbound listeners", kept.resources, build_inbound_listeners(inputs))
-            return kept.resources
-        built = tuple(encode(m.name, m) for m in build_inbound_listeners(inputs))
-        watch.synced = _OwnListeners(inputs, built)
-        return built
+            return kept.resources, kept
+        built = _OwnListeners(inputs, tuple(encode(m.name, m) for m in build_inbound_listeners(inputs)))
+        return built.resources, built
