@@ -145,6 +145,12 @@ def test_dr_update_narrowing() -> None:
     assert types(base, idle) == {CLUSTER, ENDPOINT, LISTENER}
     assert types(base, base.replace("host: reviews", "host: ratings")) is None
     assert types(base, base.replace("2026-01-02", "2026-01-03")) is None  # merge order may change
+    # from the API server, every update has a new resourceVersion and a spec change a new
+    # generation: bookkeeping that must not widen the push to every type
+    versioned = base.replace("creationTimestamp:", "resourceVersion: '41', generation: 3, creationTimestamp:")
+    updated = _rule(errors=6).replace("creationTimestamp:", "resourceVersion: '52', generation: 4, creationTimestamp:")
+    assert types(versioned, updated) == {CLUSTER, ENDPOINT}
+    assert types(versioned, updated.replace("name: reviews,", "name: reviews, labels: {a: b},")) is None
 
 
 def test_narrowed_keys_merge_only_when_every_request_narrowed_them() -> None:
