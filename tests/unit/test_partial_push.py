@@ -5,6 +5,7 @@ updates narrow the xDS types they affect; class sets patched across snapshots eq
 
 from __future__ import annotations
 
+import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
@@ -319,3 +320,25 @@ spec:
     assert other.skipped == skipped + 1
     assert other.on_push(mesh.pushed.request) == []  # the filter, asked again, agrees
     assert productpage.on_push(mesh.pushed.request)
+
+
+def test_a_proxys_traits_are_made_once_across_the_snapshots_that_push_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a proxy's class is keyed by (its traits) is made of the proxy alone: a push to every
+    proxy finds it again instead of remaking it for each proxy on each snapshot."""
+    import app.xds.generators.state as state
+
+    made: list[str] = []
+    make = state.traits
+
+    def counting(proxy: Proxy, read_labels: bool, own_ip_read: bool = False) -> object:
+        made.append(proxy.id)
+        return make(proxy, read_labels, own_ip_read)
+
+    monkeypatch.setattr(state, "traits", counting)
+    mesh = Mesh()
+    conn, _ = mesh.connect()
+    assert made == [conn.client.id]
+    for errors in (6, 7):
+        assert conn.on_push(mesh.apply(_rule(errors=errors)))
+    assert conn.on_push(mesh.apply(REVIEWS_SLICE))
+    assert made == [conn.client.id]
