@@ -203,6 +203,13 @@ def convert_service(obj: ConfigObject, domain_suffix: str) -> Service:
 _NO_POD = Workload("", "", "", EMPTY_LABELS, EMPTY_PORTS)
 
 
+def _slice_view(pod: Workload | None) -> tuple[object, ...] | None:
+    """What ``KubeController._build_slice`` takes from a Pod for the endpoints that name it."""
+    if pod is None:
+        return None
+    return (pod.labels, pod.locality, pod.network, pod.service_account, pod.tls_mode, pod.hostname, pod.subdomain)
+
+
 def _merge_slices(
     parts: list[tuple[Endpoint, ...]], keys: list[frozenset[tuple[str, str]]]
 ) -> tuple[Endpoint, ...]:
@@ -366,11 +373,13 @@ class KubeController:
             workload = pod_workload(obj, self.trust_domain, self._nodes.locality(node))
             self._pod_workloads[pkey] = workload
         changes = Changes()
-        if workload == previous:
-            return changes  # nothing an endpoint carries changed (status noise, resourceVersion)
         if workload is not None and (previous is None or previous.labels != workload.labels):
             # istiod PodCache.labelFilter / addPod: the proxy in it is updated (ProxyUpdate)
             changes.relabeled.add(pkey)
+        if _slice_view(workload) == _slice_view(previous):
+            # nothing its slices' endpoints take from it changed (its readiness, IP or ports are the
+            # slices' own: a pod's every readiness flip would rebuild and merge all of them)
+            return changes
         self._rebuild_pods([pkey], changes)
         return changes
 

@@ -14,10 +14,11 @@ a ServiceEntry key), which no generator skips; endpoint-only changes travel in
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from app.api import networking as net
-from app.config.objects import ConfigKey, ConfigObject, Kind
+from app.config.objects import ConfigKey, ConfigObject, Kind, ObjectMeta
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.translate.route.policy import load_balancer_view
@@ -149,8 +150,13 @@ def update_types(old: ConfigObject, new: ConfigObject) -> frozenset[str] | None:
     metadata applies where it did, so it changes clusters and endpoints; listeners only when
     what TCP proxies read of it changed (tcp idle timeout, max connection duration, source-IP
     hashing), routes only when its consistent-hash settings changed. Mirrors the reads in
-    app/translate/listener/tcp.py ``tcp_settings`` and app/translate/route/policy.py."""
-    if old.kind is not Kind.DESTINATION_RULE or new.kind is not Kind.DESTINATION_RULE or old.meta != new.meta:
+    app/translate/listener/tcp.py ``tcp_settings`` and app/translate/route/policy.py. The API
+    server gives every update a new resourceVersion and every spec change a new generation, which
+    no generator reads: they are no change of metadata (else no update from Kubernetes would
+    ever be narrowed)."""
+    if old.kind is not Kind.DESTINATION_RULE or new.kind is not Kind.DESTINATION_RULE:
+        return None
+    if _without_versions(old.meta) != _without_versions(new.meta):
         return None
     a: net.DestinationRule = old.spec
     b: net.DestinationRule = new.spec
@@ -162,6 +168,10 @@ def update_types(old: ConfigObject, new: ConfigObject) -> frozenset[str] | None:
     elif _tcp_timeouts(a) != _tcp_timeouts(b):
         types.add(LISTENER)
     return frozenset(types)
+
+
+def _without_versions(meta: ObjectMeta) -> ObjectMeta:
+    return replace(meta, resource_version="", generation=0)
 
 
 def _tcp_timeouts(rule: net.DestinationRule) -> tuple[bytes, bytes]:

@@ -66,10 +66,13 @@ class Run:
         self.informer = informer
         self.requests = requests
         self.deltas: list[tuple[EventType, str]] = []
+        # each delta's size against its object's JSON size (the source validates by it)
+        self.sizes: list[tuple[int, int]] = []
         self.kind = "Service" if informer.resource is SERVICES else "Event"
 
     def record(self, _: KubeResource, deltas: list[Delta]) -> None:
         self.deltas.extend((d.change, d.obj["metadata"]["name"]) for d in deltas)
+        self.sizes.extend((d.size, len(json.dumps(d.obj, separators=(",", ":")))) for d in deltas)
 
     def store_versions(self) -> dict[str, str]:
         return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in self.informer.store.objects()}
@@ -173,6 +176,9 @@ async def test_watched_changes_arrive_in_order_and_status_or_managed_fields_writ
     kube.delete("v1", "Service", ns, "s3")
     await run.converged()  # the store holds the status and managedFields writes too
     assert run.deltas[7:] == [(EventType.UPDATE, "s1"), (EventType.ADD, "new"), (EventType.DELETE, "s3")]
+    # a listed object's size is unknown; a watched one's is its event's, more than its own JSON
+    assert all(size == 0 for size, _ in run.sizes[:7])
+    assert all(size > own for size, own in run.sizes[7:])
 
 
 async def test_bookmarks_move_the_watch_version_of_a_quiet_watch(start: Start, kube: Cluster) -> None:

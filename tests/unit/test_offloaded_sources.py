@@ -171,3 +171,57 @@ async def test_a_file_whose_worker_fails_keeps_its_last_good_objects(tmp_path: P
         assert hosts() == {"a": ["new-a.example.com"], "p": ["h0.example.com"]}  # p: its last good version
         [error] = source.rejections()
         assert str(error).startswith(str(tmp_path / "poison.yaml")) and "could not be read" in str(error)
+
+
+DR_RESOURCE = next(r for r in ISTIO_RESOURCES if str(r.kind) == "DestinationRule")
+
+
+def dr(name: str) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "shop", "resourceVersion": "1"}
+    spec = {"host": "reviews", "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": 5}}}}
+    return {"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule", "metadata": meta, "spec": spec}
+
+
+def recording_pool() -> tuple[Any, list[str]]:
+    """A real worker pool that records the names of the objects each call validates."""
+    from app.workers import WorkerPool
+
+    names: list[str] = []
+
+    class Recording(WorkerPool):
+        def submit(self, fn: Callable[..., Any], *args: Any, deadline: float | None = None) -> Future[Any]:
+            names.extend(doc["metadata"]["name"] for doc, _ in args[0])
+            return super().submit(fn, *args, deadline=deadline)
+
+    return Recording(1, name="recording"), names
+
+
+async def test_small_watched_objects_of_linear_kinds_are_validated_here_the_rest_in_the_worker() -> None:
+    """The round trip to the worker costs more than validating a small DestinationRule: up to
+    8 KiB of watch events per batch are validated on the loop, never a VirtualService (its RE2
+    compiles are not bounded by its size) nor an object of unknown size (a list's)."""
+    pool, sent = recording_pool()
+    source = KubeSource(_NoClient(), pool=pool)  # type: ignore[arg-type]  # never started
+    try:
+        source._on_deltas(
+            DR_RESOURCE,
+            [
+                Delta(EventType.ADD, dr("watched"), 600),
+                Delta(EventType.ADD, dr("listed")),  # size unknown
+                Delta(EventType.ADD, dr("large"), 9000),
+                Delta(EventType.ADD, dr("fits"), 7000),
+                Delta(EventType.ADD, dr("over-budget"), 1000),  # 600 + 7000 + 1000 > 8192
+            ],
+        )
+        source._on_deltas(VS_RESOURCE, [Delta(EventType.ADD, vs("routes"), 600)])
+        watch = source.watch()
+        try:
+            events = await asyncio.wait_for(anext(watch), 30)
+        finally:
+            await watch.aclose()
+        names = ["watched", "listed", "large", "fits", "over-budget", "routes"]
+        assert [e.obj.meta.name for e in events] == names  # all validated, in order
+        assert sent == ["listed", "large", "over-budget", "routes"]
+    finally:
+        await source.close()
+        pool.close()

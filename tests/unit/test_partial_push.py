@@ -5,6 +5,7 @@ updates narrow the xDS types they affect; class sets patched across snapshots eq
 
 from __future__ import annotations
 
+import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
@@ -145,6 +146,12 @@ def test_dr_update_narrowing() -> None:
     assert types(base, idle) == {CLUSTER, ENDPOINT, LISTENER}
     assert types(base, base.replace("host: reviews", "host: ratings")) is None
     assert types(base, base.replace("2026-01-02", "2026-01-03")) is None  # merge order may change
+    # from the API server, every update has a new resourceVersion and a spec change a new
+    # generation: bookkeeping that must not widen the push to every type
+    versioned = base.replace("creationTimestamp:", "resourceVersion: '41', generation: 3, creationTimestamp:")
+    updated = _rule(errors=6).replace("creationTimestamp:", "resourceVersion: '52', generation: 4, creationTimestamp:")
+    assert types(versioned, updated) == {CLUSTER, ENDPOINT}
+    assert types(versioned, updated.replace("name: reviews,", "name: reviews, labels: {a: b},")) is None
 
 
 def test_narrowed_keys_merge_only_when_every_request_narrowed_them() -> None:
@@ -313,3 +320,25 @@ spec:
     assert other.skipped == skipped + 1
     assert other.on_push(mesh.pushed.request) == []  # the filter, asked again, agrees
     assert productpage.on_push(mesh.pushed.request)
+
+
+def test_a_proxys_traits_are_made_once_across_the_snapshots_that_push_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a proxy's class is keyed by (its traits) is made of the proxy alone: a push to every
+    proxy finds it again instead of remaking it for each proxy on each snapshot."""
+    import app.xds.generators.state as state
+
+    made: list[str] = []
+    make = state.traits
+
+    def counting(proxy: Proxy, read_labels: bool, own_ip_read: bool = False) -> object:
+        made.append(proxy.id)
+        return make(proxy, read_labels, own_ip_read)
+
+    monkeypatch.setattr(state, "traits", counting)
+    mesh = Mesh()
+    conn, _ = mesh.connect()
+    assert made == [conn.client.id]
+    for errors in (6, 7):
+        assert conn.on_push(mesh.apply(_rule(errors=errors)))
+    assert conn.on_push(mesh.apply(REVIEWS_SLICE))
+    assert made == [conn.client.id]

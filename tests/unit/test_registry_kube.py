@@ -9,7 +9,7 @@ import pytest
 from app.config.kube import KubeServicePort
 from app.config.objects import ConfigObject
 from app.model.service import Endpoint, HealthStatus, Protocol, Registry, Resolution, ServicePort
-from app.registry.kube import kube_port_protocol
+from app.registry.kube import KubeController, kube_port_protocol
 from app.registry.registry import RegistryDelta, ServiceRegistry
 from tests.support.registry import add, delete, objects, services_and_shards, update
 
@@ -279,6 +279,33 @@ def test_pod_locality_change_changes_endpoints_only() -> None:
     # a Pod update that changes nothing the endpoints carry produces no delta
     same = POD_V1.replace("istio-locality: us-east.us-east-1a.rack7", "istio-locality: ap-south")
     assert update(reg, same.replace("name: reviews-v1\n", "name: reviews-v1\n  resourceVersion: '9'\n")).empty
+
+
+def test_a_pod_update_rebuilds_its_slices_only_when_what_they_take_from_it_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slice's endpoints take labels, locality, identity and sidecar from their Pod, never its
+    readiness, IP or ports (the slice's own): a readiness flip or a new port rebuilds nothing."""
+    reg = ServiceRegistry()
+    add(reg, SERVICE + "---" + POD_V1 + "---" + SLICE)
+    built: list[tuple[str, str]] = []
+    build = KubeController._build_slice
+
+    def counting(self: KubeController, skey: tuple[str, str]) -> None:
+        built.append(skey)
+        build(self, skey)
+
+    monkeypatch.setattr(KubeController, "_build_slice", counting)
+    ready = 'conditions: [{type: Ready, status: "True"}]'
+    unready = POD_V1.replace(ready, ready.replace("True", "False"))
+    assert update(reg, unready).empty
+    ported = unready.replace("spec: {serviceAccountName: bookinfo-reviews}", """spec:
+  serviceAccountName: bookinfo-reviews
+  containers: [{name: app, ports: [{name: http, containerPort: 9080}]}]""")
+    assert update(reg, ported).empty
+    assert built == []
+    assert update(reg, ported.replace("version: v1", "version: v2")).endpoints_changed == {KEY}
+    assert built == [("default", "reviews-abc")]
 
 
 def test_pod_not_referenced_by_a_slice_changes_no_endpoint_only_its_proxys_labels() -> None:

@@ -165,9 +165,9 @@ class Informer:
             self._backoff.reset()
             async for line in response.content:
                 if line.strip():
-                    self._version = self._handle(orjson.loads(line), self._version)
+                    self._version = self._handle(orjson.loads(line), self._version, len(line))
 
-    def _handle(self, event: Mapping[str, Any], version: str) -> str:
+    def _handle(self, event: Mapping[str, Any], version: str, size: int = 0) -> str:
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
@@ -181,7 +181,7 @@ class Informer:
         change = _EVENT_CHANGES.get(str(kind))
         if change is None:
             raise ValueError(f"unknown watch event type {kind!r}")
-        delta = self.store.apply(change, self._typed(obj))
+        delta = self.store.apply(change, self._typed(obj), size)
         if delta is not None:
             self._on_deltas(self.resource, [delta])
         return seen

@@ -30,10 +30,12 @@ _BOOKKEEPING_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-config
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """One change of one object: the object now (for DELETE, the last version known)."""
+    """One change of one object: the object now (for DELETE, the last version known), and the
+    bytes of the watch event that brought it (0: from a list), a bound on the object's own."""
 
     change: EventType
     obj: Raw
+    size: int = 0
 
 
 def object_key(obj: Raw) -> str:
@@ -123,19 +125,19 @@ class Store:
         self._objects = fresh
         return out
 
-    def apply(self, change: EventType, obj: Raw) -> Delta | None:
-        """A watch event; None when it changes nothing generators read (or deletes what is not
-        there)."""
+    def apply(self, change: EventType, obj: Raw, size: int = 0) -> Delta | None:
+        """A watch event (of ``size`` bytes); None when it changes nothing generators read (or
+        deletes what is not there)."""
         key = object_key(obj)
         old = self._objects.get(key)
         if change is EventType.DELETE:
             if old is None:
                 return None
             del self._objects[key]
-            return Delta(EventType.DELETE, obj)
+            return Delta(EventType.DELETE, obj, size)
         self._objects[key] = obj
         if old is None:
-            return Delta(EventType.ADD, obj)
+            return Delta(EventType.ADD, obj, size)
         if meaning(old) == meaning(obj):
             return None
-        return Delta(EventType.UPDATE, obj)
+        return Delta(EventType.UPDATE, obj, size)

@@ -57,6 +57,7 @@ class XdsGenerator:
         state = SnapshotState(push)
         if previous is not None:
             state.reusable = previous.next_reusable()
+            state.earlier_traits = previous.traits
         self._current = state
         if request is None:
             return

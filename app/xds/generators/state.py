@@ -26,6 +26,8 @@ from app.xds.generators.traits import Traits, labels_read, lineage, traits
 from app.xds.push_request import PushRequest
 
 P = TypeVar("P")
+# what a proxy's traits are made of: the proxy, whether its labels and its own IP are read
+_TraitsMemo = tuple[Ident[Proxy], bool, bool]
 
 
 def _part(parts: dict[type, object], kind: type[P], make: Callable[[], P]) -> P:
@@ -86,6 +88,12 @@ class SnapshotState:
     proxy_classes: dict[Ident[Proxy], ProxyClass] = field(default_factory=dict)
     per_endpoint: dict[tuple[Ident[SidecarScope], str], frozenset[str]] = field(default_factory=dict)
     parts: dict[type, object] = field(default_factory=dict)
+    # a proxy's traits and their key by what they are made of (the proxy, whether its labels and
+    # its own IP are read), which no snapshot changes: the ones this snapshot asked for, and the
+    # ones the snapshot before it did (taken over when asked again, so a proxy gone or replaced
+    # drops out after two snapshots); a push to every proxy would otherwise remake all of them
+    traits: dict[_TraitsMemo, tuple[Traits, tuple[Hashable, Hashable]]] = field(default_factory=dict)
+    earlier_traits: Mapping[_TraitsMemo, tuple[Traits, tuple[Hashable, Hashable]]] = field(default_factory=dict)
 
     def part(self, kind: type[P], make: Callable[[], P]) -> P:
         """A generator's per-snapshot memo of this type, made on first ask."""
@@ -107,6 +115,14 @@ class SnapshotState:
     def forget(self, proxy: Proxy) -> None:
         self.proxy_classes.pop(Ident(proxy), None)
 
+    def _traits(self, memo: _TraitsMemo) -> tuple[Traits, tuple[Hashable, Hashable]]:
+        found = self.traits.get(memo) or self.earlier_traits.get(memo)
+        if found is None:
+            made = traits(memo[0].obj, memo[1], memo[2])
+            found = (made, made.key())
+        self.traits[memo] = found
+        return found
+
     def _find_class(self, proxy: Proxy) -> ProxyClass:
         push = self.push
         scope = push.sidecar_scope(proxy)
@@ -118,8 +134,8 @@ class SnapshotState:
                 scope.egress_listeners, proxy.interception_mode, lambda s: endpoints(s.hostname, s.namespace)
             )
         own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
-        found_traits = traits(proxy, labels_read(scope, push.mesh), own_ip_read)
-        key = (Ident(scope), *found_traits.key())
+        found_traits, traits_key = self._traits((Ident(proxy), labels_read(scope, push.mesh), own_ip_read))
+        key = (Ident(scope), *traits_key)
         found = self.classes.get(key)
         if found is None:
             line = lineage(scope, found_traits)
