@@ -48,6 +48,24 @@ class Mesh:
         }
 
 
+def cart_namespaces(kube: Cluster) -> tuple[str, str]:
+    """Namespace ``shop-*`` with Service cart (port 80 to 8080, pods ``app: cart``); the mesh
+    ConfigMap, selecting that namespace only, in ``system-*``. Returns (shop, system)."""
+    shop = kube.namespace("shop")
+    system = kube.namespace("system")
+    kube.apply(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "cart"},
+         "spec": {"selector": {"app": "cart"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
+        namespace=shop,
+    )  # fmt: skip
+    mesh = f"discoverySelectors: [{{matchLabels: {{kubernetes.io/metadata.name: {shop}}}}}]\n"
+    kube.apply(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio"}, "data": {"mesh": mesh}},
+        namespace=system,
+    )
+    return shop, system
+
+
 MESH_CONFIG = "defaultConfig: {discoveryAddress: istiod.istio-system.svc:15012}\nconnectTimeout: 3s\n"
 
 

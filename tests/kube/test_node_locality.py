@@ -24,7 +24,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from app.settings import Settings
 from app.xds.client import node
 from app.xds.type_urls import ENDPOINT
-from tests.kube.common import wait_for_slice
+from tests.kube.common import cart_namespaces, wait_for_slice
 from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
@@ -51,18 +51,7 @@ def make_shop(kube: Cluster, node_name: str) -> tuple[str, str]:
     """Namespace ``shop-*`` with Service cart and two running pods on ``node_name`` (one with a
     locality label of its own), the slice the controller makes; the mesh ConfigMap, selecting
     that namespace only, in ``system-*``. Returns (shop, system)."""
-    shop = kube.namespace("shop")
-    system = kube.namespace("system")
-    kube.apply(
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "cart"},
-         "spec": {"selector": {"app": "cart"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
-        namespace=shop,
-    )  # fmt: skip
-    mesh = f"discoverySelectors: [{{matchLabels: {{kubernetes.io/metadata.name: {shop}}}}}]\n"
-    kube.apply(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio"}, "data": {"mesh": mesh}},
-        namespace=system,
-    )
+    shop, system = cart_namespaces(kube)
     # outlier detection turns locality failover on: the client's own locality orders the priorities
     kube.apply(
         {"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule", "metadata": {"name": "cart"},

@@ -22,7 +22,7 @@ from app.runtime import Runtime
 from app.settings import Settings
 from app.xds.client import node
 from app.xds.type_urls import CLUSTER
-from tests.kube.common import wait_for_slice
+from tests.kube.common import cart_namespaces, wait_for_slice
 from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
@@ -35,18 +35,7 @@ def make_shop(kube: Cluster, client_labels: Mapping[str, str]) -> tuple[str, str
     """Namespace ``shop-*`` with Service cart (pod cart-0), the pod ``client`` with
     ``client_labels`` and the canary Sidecar; the mesh ConfigMap, selecting that namespace only,
     in ``system-*``. Returns (shop, system)."""
-    shop = kube.namespace("shop")
-    system = kube.namespace("system")
-    kube.apply(
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "cart"},
-         "spec": {"selector": {"app": "cart"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
-        namespace=shop,
-    )  # fmt: skip
-    mesh = f"discoverySelectors: [{{matchLabels: {{kubernetes.io/metadata.name: {shop}}}}}]\n"
-    kube.apply(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio"}, "data": {"mesh": mesh}},
-        namespace=system,
-    )
+    shop, system = cart_namespaces(kube)
     kube.apply(
         {"apiVersion": "networking.istio.io/v1", "kind": "Sidecar", "metadata": {"name": "canary"},
          "spec": {"workloadSelector": {"labels": CANARY}, "egress": [{"hosts": ["./nothing.example.com"]}]}},

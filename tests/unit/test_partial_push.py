@@ -17,7 +17,7 @@ from app.xds.needs_push import update_types
 from app.xds.push_request import PushRequest
 from app.xds.sotw import SotwSession
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
-from app.xds.watch import counter_nonces
+from app.xds.watch import SubscribedNames, counter_nonces
 from tests.support.bookinfo import NODE
 from tests.support.bookinfo_mesh import DeltaConnection, Mesh
 from tests.support.mesh import mesh_config_map
@@ -273,11 +273,16 @@ def _clusters(conn: DeltaConnection) -> list[cluster_pb2.Cluster]:
     return [cluster_pb2.Cluster.FromString(r.body.value) for r in found]
 
 
-def test_a_sidecar_narrowing_the_scope_sends_no_assignment_for_the_clusters_it_removed() -> None:
+@pytest.mark.parametrize("resubscribed", [False, True])
+def test_a_sidecar_narrowing_the_scope_sends_no_assignment_for_the_clusters_it_removed(resubscribed: bool) -> None:
     # istiod skips EDS on a Sidecar change (skippedEdsConfigs); Envoy drops a removed cluster's
     # assignment and unsubscribes it: an empty assignment per cluster that left would be waste
     mesh = Mesh()
     conn, eds_names = mesh.connect()
+    if resubscribed:  # a subscription changed since the first (as for a cluster added later)
+        conn.on_request(Req(type_url=ENDPOINT, resource_names_unsubscribe=[eds_names[0]]))
+        conn.on_request(Req(type_url=ENDPOINT, resource_names_subscribe=[eds_names[0]]))
+        assert isinstance(conn.session.watches[ENDPOINT].names, SubscribedNames)
     out = conn.on_push(
         mesh.apply(
             """apiVersion: networking.istio.io/v1

@@ -105,7 +105,7 @@ class EndpointGenerator:
             # any assignment may differ: those of the clusters the proxy has now. A watched name
             # whose cluster left the scope is not answered (istiod skips EDS on a Sidecar
             # change): its CDS removal makes Envoy drop the assignment and unsubscribe.
-            names.update(watch.names & self.clusters.eds_set(state, proxy))
+            names.update(self.clusters.eds_set(state, proxy).intersection(watch.names))
         else:
             eds_by_host = self.clusters.class_clusters(state, proxy).eds_by_host
             names.update(n for h in hosts for n in eds_by_host.get(h, ()) if n in watch.names)
