@@ -113,7 +113,13 @@ class SnapshotState:
         return found
 
     def forget(self, proxy: Proxy) -> None:
-        self.proxy_classes.pop(Ident(proxy), None)
+        """A proxy's stream ended: what this snapshot keeps of it goes (its traits too: a
+        snapshot that no push replaces would otherwise keep every proxy that ever connected;
+        the earlier snapshot's go with it at the next publish)."""
+        key = Ident(proxy)
+        self.proxy_classes.pop(key, None)
+        for labels_read_, own_ip_read in ((False, False), (False, True), (True, False), (True, True)):
+            self.traits.pop((key, labels_read_, own_ip_read), None)
 
     def _traits(self, memo: _TraitsMemo) -> tuple[Traits, tuple[Hashable, Hashable]]:
         found = self.traits.get(memo) or self.earlier_traits.get(memo)
