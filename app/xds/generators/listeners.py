@@ -73,6 +73,16 @@ def _class_listeners(cls: ProxyClass) -> ClassListeners:
 _by_name = operator.attrgetter("name")
 
 
+def _beside(shared: Mapping[str, Resource], own: Sequence[Resource]) -> list[Resource]:
+    """The proxy's own listeners served beside the class's, sorted: a name built twice keeps
+    the class's, else the first."""
+    unique: dict[str, Resource] = {}
+    for r in own:
+        if r.name not in shared:
+            unique.setdefault(r.name, r)
+    return sorted(unique.values(), key=_by_name)
+
+
 class ListenerGenerator:
     def __init__(self, cache: ResourceCache) -> None:
         self.cache = cache
@@ -81,7 +91,7 @@ class ListenerGenerator:
         shared = self._shared(state, proxy)
         own, note = self._own(state, proxy, watch.synced)
         watch.synced = _Synced(shared, note)
-        extra = [r for r in own if r.name not in shared]  # a name built twice keeps the class's
+        extra = _beside(shared, own)
         # two sorted runs: the sort merges them in linear time
         merged = sorted((*shared.values(), *extra), key=_by_name) if extra else list(shared.values())
         return merged if watch.wildcard else [r for r in merged if watch.wants(r.name)]
@@ -104,7 +114,7 @@ class ListenerGenerator:
         own, note = self._own(state, proxy, synced)
         watch.synced = _Synced(shared, note)
         changed, removed = class_difference(state, synced.shared, shared)
-        extra = [r for r in own if r.name not in shared]
+        extra = _beside(shared, own)
         was_own = () if synced.own is None else (r.name for r in synced.own.resources)
         considered = frozenset((*(r.name for r in changed), *removed, *(r.name for r in extra), *was_own))
         return Partial([*changed, *extra], considered)
