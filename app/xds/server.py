@@ -383,6 +383,12 @@ class XdsServer(Generic[C, P]):
             error = group.exceptions[0]
             assert isinstance(error, StreamError)
             await self._ended(context, writer, stream, error)
+        except* Exception as group:
+            # a defect in answering this stream (the source raised): it alone ends, as istiod
+            # closes a connection whose push failed; the client reconnects and is answered anew
+            name = stream.connection.id if stream is not None else "(new)"
+            logger.error("xDS stream %s ended: internal error", name, exc_info=group.exceptions[0])
+            await _end(writer, grpc.StatusCode.INTERNAL, "internal error")
         finally:
             if stream is not None:
                 self._disconnect(stream)

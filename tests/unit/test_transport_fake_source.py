@@ -48,6 +48,7 @@ class Push:
     forced: bool = False
     skip: bool = False
     traces: tuple[Hashable, ...] = ()
+    fail: bool = False  # the source raises on it (a defect in answering)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ class FakeSource:
 
     def push(self, client: Client, note: object, request: Push, watched: Collection[str]) -> Plan:
         self.notes_in.append(note)
+        if request.fail:
+            raise RuntimeError(f"no plan for {client.id}")
         count = note.count if isinstance(note, Note) else 0
         types = None
         if not request.skip:
@@ -381,6 +384,32 @@ async def test_the_grpc_server_serves_a_fake_sources_clients(served: Served) -> 
     assert served.observer.answers[-1] == (FRUIT, "green apples", apple)
     assert served.metrics.nacks == [(FRUIT, "stand-7", 3, apple)] and served.metrics.sent_types == [FRUIT, FRUIT]
     assert served.metrics.clients == {"1.99": 0}
+
+
+async def test_a_push_the_source_fails_ends_that_stream_alone_with_internal(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = []
+    for stand in ("stand-1", "stand-2"):
+        call = open_stream(served.channel)
+        first = sotw(FRUIT)
+        first.node.id = stand
+        await call.write(first)
+        resp = await asyncio.wait_for(call.read(), 10)
+        await call.write(sotw(FRUIT, nonce=resp.nonce, version=resp.version_info))
+        calls.append(call)
+    await asyncio.sleep(0.1)  # both ACKs handled
+    failing, healthy = (next(s for s in served.server.streams.values() if s.connection.client.id == stand)
+                        for stand in ("stand-1", "stand-2"))  # fmt: skip
+    await asyncio.wait_for(failing.push(Push(types=(FRUIT,), fail=True)), 10)  # released, not stuck
+    assert await asyncio.wait_for(calls[0].code(), 10) == grpc.StatusCode.INTERNAL
+    assert await calls[0].details() == "internal error"  # nothing of the server's internals
+    assert any("stand-1" in r.getMessage() and r.exc_info for r in caplog.records if r.levelname == "ERROR")
+    served.source.put(FRUIT, ("apple", "green"))
+    assert [r.type_url for r in await asyncio.wait_for(healthy.push(Push(types=(FRUIT,))), 10)] == [FRUIT]
+    assert len((await asyncio.wait_for(calls[1].read(), 10)).resources) == 2
+    assert [s.connection.client.id for s in served.server.streams.values()] == ["stand-2"]
+    calls[1].cancel()
 
 
 async def test_a_node_the_source_cannot_read_ends_its_stream_with_invalid_argument(served: Served) -> None:
