@@ -6,12 +6,19 @@ system ones, come and go around it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
 
 from app.config.objects import ConfigEvent, ConfigKey, Kind
+from app.settings import Settings
 from app.sources.kube.source import KubeSource
+from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 
 CART_IP = "10.1.1.1"
@@ -46,6 +53,44 @@ class Mesh:
             "metadata": {"name": "istio", "namespace": self.system},
             "data": {"mesh": mesh},
         }
+
+
+S = TypeVar("S", bound=DeltaStream)
+
+
+def serving(kubeconfig: Path, system: str) -> Settings:
+    """pilotfish on the cluster (root namespace ``system``), plaintext xDS on a port of its own,
+    no leader writes, a 10 ms debounce."""
+    return Settings(
+        config_dir=None,
+        kubeconfig=kubeconfig,
+        system_namespace=system,
+        xds_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        kube_controllers=False,
+        debounce_after=0.01,
+    )
+
+
+@contextlib.asynccontextmanager
+async def streaming(port: int, make: Callable[[grpc.aio.Channel], S]) -> AsyncIterator[tuple[S, asyncio.Task[None]]]:
+    """A Delta stream (``make`` on a channel to ``port``) running while the block runs."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stream = make(channel)
+        task = asyncio.create_task(stream.run())
+        try:
+            yield stream, task
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await task
+
+
+async def until(what: str, check: Callable[[], bool], within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"not within {within:.0f}s: {what}"
+        await asyncio.sleep(0.05)
 
 
 def cart_namespaces(kube: Cluster) -> tuple[str, str]:

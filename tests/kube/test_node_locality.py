@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -21,10 +20,9 @@ import pytest
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
-from app.settings import Settings
 from app.xds.client import node
 from app.xds.type_urls import ENDPOINT
-from tests.kube.common import cart_namespaces, wait_for_slice
+from tests.kube.common import cart_namespaces, serving, streaming, until, wait_for_slice
 from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
@@ -104,22 +102,8 @@ class Sidecar(DeltaStream):
 
 @contextlib.asynccontextmanager
 async def sidecar(port: int, namespace: str) -> AsyncIterator[Sidecar]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        client = Sidecar(channel, namespace)
-        task = asyncio.create_task(client.run())
-        try:
-            yield client
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await task
-
-
-async def until(what: str, check: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within:.0f}s: {what}"
-        await asyncio.sleep(0.05)
+    async with streaming(port, lambda channel: Sidecar(channel, namespace)) as (client, _):
+        yield client
 
 
 async def test_endpoints_take_their_nodes_locality_and_follow_its_relabelling(
@@ -127,15 +111,7 @@ async def test_endpoints_take_their_nodes_locality_and_follow_its_relabelling(
 ) -> None:
     shop, system = await asyncio.to_thread(make_shop, kube, zoned_node)
     cluster = f"outbound|80||cart.{shop}.svc.cluster.local"
-    settings = Settings(
-        config_dir=None,
-        kubeconfig=pilotfish_kubeconfig,
-        system_namespace=system,
-        xds_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        kube_controllers=False,
-        debounce_after=0.01,
-    )
+    settings = serving(pilotfish_kubeconfig, system)
     labelled = ("ap-south1", "ap-south1-a", "")  # its istio-locality label, not its Node
     async with running(settings) as runtime, sidecar(runtime.xds.port, shop) as client:
         first = {NODE_IP: ("us-east1", "us-east1-b", "rack-1"), LABELLED_IP: labelled}

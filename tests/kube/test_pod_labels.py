@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-
-import grpc
 
 from app.model.proxy import build_proxy
 from app.runtime import Runtime
-from app.settings import Settings
 from app.xds.client import node
 from app.xds.type_urls import CLUSTER
-from tests.kube.common import cart_namespaces, wait_for_slice
+from tests.kube.common import cart_namespaces, serving, streaming, until, wait_for_slice
 from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
@@ -52,45 +48,17 @@ def node_id(namespace: str) -> str:
     return f"sidecar~{CLIENT_IP}~client.{namespace}~{namespace}.svc.cluster.local"
 
 
-@contextlib.asynccontextmanager
-async def sidecar(
+def sidecar(
     port: int, namespace: str, labels: Mapping[str, str]
-) -> AsyncIterator[tuple[DeltaStream, asyncio.Task[None]]]:
+) -> contextlib.AbstractAsyncContextManager[tuple[DeltaStream, asyncio.Task[None]]]:
     """The client pod's sidecar on one Delta stream, its node metadata claiming ``labels``."""
     ident = node(node_id(namespace), {"NAMESPACE": namespace, "LABELS": dict(labels)})
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stream = DeltaStream(channel, ident)
-        task = asyncio.create_task(stream.run())
-        try:
-            yield stream, task
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await task
+    return streaming(port, lambda channel: DeltaStream(channel, ident))
 
 
 def clusters(stream: DeltaStream) -> set[str]:
     held = stream.client.held.get(CLUSTER)
     return set(held.versions) if held is not None else set()
-
-
-async def until(what: str, check: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within:.0f}s: {what}"
-        await asyncio.sleep(0.05)
-
-
-def serve(kubeconfig: Path, system: str) -> Settings:
-    return Settings(
-        config_dir=None,
-        kubeconfig=kubeconfig,
-        system_namespace=system,
-        xds_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        kube_controllers=False,
-        debounce_after=0.01,
-    )
 
 
 async def test_a_pod_relabelled_after_its_sidecar_connected_pushes_it_the_config_of_its_new_labels(
@@ -99,7 +67,7 @@ async def test_a_pod_relabelled_after_its_sidecar_connected_pushes_it_the_config
     shop, system = await asyncio.to_thread(make_shop, kube, {"app": "client"})
     cart = f"outbound|80||cart.{shop}.svc.cluster.local"
     async with (
-        running(serve(pilotfish_kubeconfig, system)) as runtime,
+        running(serving(pilotfish_kubeconfig, system)) as runtime,
         sidecar(runtime.xds.port, shop, {"app": "client"}) as (stream, task),
     ):
         await until(f"{cart} sent (no Sidecar selects the client yet)", lambda: cart in clusters(stream))
@@ -122,7 +90,7 @@ async def test_the_pods_labels_win_over_the_stale_labels_of_the_node_metadata(
 ) -> None:
     shop, system = await asyncio.to_thread(make_shop, kube, {"app": "client", **CANARY})
     cart = f"outbound|80||cart.{shop}.svc.cluster.local"
-    async with running(serve(pilotfish_kubeconfig, system)) as runtime:
+    async with running(serving(pilotfish_kubeconfig, system)) as runtime:
         # the metadata says no canary (a sidecar started before the pod was labelled): the pod's
         # canary label selects the Sidecar, so the cart cluster is never sent
         async with sidecar(runtime.xds.port, shop, {"app": "client"}) as (stream, _):
