@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
@@ -30,11 +30,10 @@ from app.environment import Environment
 from app.model.proxy import Proxy
 from app.preview.change import Proposal
 from app.preview.proxies import Watching
-from app.registry.proxy_labels import pod_key_by_proxy
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.listener.for_proxy import route_names
 from app.xds.generators.source import XdsGenerator
-from app.xds.needs_push import proxy_needs_push, types_to_push
+from app.xds.needs_push import proxy_needs_push, proxy_update, types_to_push
 from app.xds.next_push import next_push_context, push_request
 from app.xds.resource import Resource, set_version
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
@@ -152,14 +151,10 @@ def preview(
     # (the lists are kept with it, so the ids in the key stay theirs)
     compared: dict[tuple[str, tuple[int, ...], tuple[int, ...]], tuple[TypeDiff | None, object]] = {}
     reached = []
-    relabeled = request.relabeled_pods
     for w in watching:
-        proxy = now = w.proxy
-        asked = request
-        if relabeled and pod_key_by_proxy(proxy) in relabeled:
-            # its pod relabelled: the proxy as the server would recompute it, forced (istiod
-            # ProxyUpdate; MeshSource.push)
-            now, asked = env.registry.with_workload_labels(proxy), replace(request, forced=True)
+        proxy = w.proxy
+        # a relabelled pod's proxy recomputed and forced, as the server does (MeshSource.push)
+        now, asked = proxy_update(proxy, request, env.registry.with_workload_labels) or (proxy, request)
         previous = w.scope if w.scope is not None else served.scope(proxy)
         if not proxy_needs_push(now, asked, previous, after.scope(now)):
             continue

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +27,12 @@ from google.protobuf import json_format
 from app.errors import shown
 from app.model.proxy import InvalidNodeError, Proxy, build_proxy
 from app.model.sidecar_scope import SidecarScope
-from app.registry.proxy_labels import pod_key_by_proxy
 from app.security.authn import Caller, SpiffeId, verified_identity
 from app.xds.cause import Cause
 from app.xds.errors import InvalidNode, Unauthorized
 from app.xds.explain import Explanation, Find, contributors, explain_resource
 from app.xds.generators.source import XdsGenerator
-from app.xds.needs_push import FOLLOWS, proxy_needs_push, types_to_push
+from app.xds.needs_push import FOLLOWS, WorkloadLabels, proxy_needs_push, proxy_update, types_to_push
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource
 from app.xds.server import Stream
@@ -51,8 +50,6 @@ _WORDS = re.compile(r'[\s",;()\[\]{}]+')
 
 # a stream of a mesh proxy, as the runtime and the debug endpoints read it
 MeshStream = Stream[Proxy, PushRequest]
-# a proxy with the labels and locality of its pod, as the registry knows it now
-WorkloadLabels = Callable[[Proxy], Proxy]
 
 # child type -> the type whose push makes it follow (needs_push.FOLLOWS read backwards)
 _LEADER = {child: parent for parent, child in FOLLOWS.items()}
@@ -167,13 +164,11 @@ class MeshSource:
 
     def push(self, client: Proxy, note: object, request: PushRequest, watched: Collection[str]) -> MeshPush:
         previous = _scope(note)
-        relabeled = request.relabeled_pods
-        if relabeled and self.workload_labels is not None and pod_key_by_proxy(client) in relabeled:
-            # istiod ProxyUpdate: the proxy's labels recomputed, and a forced push of every type;
-            # the old proxy's class entry goes with it (the new one finds its own)
-            self.generator.forget(client)
-            client = self.workload_labels(client)
-            request = dataclasses.replace(request, forced=True)
+        if self.workload_labels is not None:
+            updated = proxy_update(client, request, self.workload_labels)
+            if updated is not None:
+                self.generator.forget(client)  # the new proxy finds its own class
+                client, request = updated
         full = request.full or request.forced
         scope = self.generator.scope(client) if full or previous is None else previous
         if not proxy_needs_push(client, request, previous, scope):

@@ -13,7 +13,7 @@ a ServiceEntry key), which no generator skips; endpoint-only changes travel in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -21,6 +21,7 @@ from app.api import networking as net
 from app.config.objects import ConfigKey, ConfigObject, Kind, ObjectMeta
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
+from app.registry.proxy_labels import pod_key_by_proxy
 from app.translate.route.policy import load_balancer_view
 from app.xds.push_request import PushRequest
 from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, ENVOY_TYPES, LISTENER, NAME_TABLE, ROUTE, SECRET
@@ -180,3 +181,18 @@ def _tcp_timeouts(rule: net.DestinationRule) -> tuple[bytes, bytes]:
         tcp.idle_timeout.SerializeToString() if tcp.HasField("idle_timeout") else b"-",
         tcp.max_connection_duration.SerializeToString() if tcp.HasField("max_connection_duration") else b"-",
     )
+
+
+# a proxy with the labels and locality of its pod, as the registry knows it now
+WorkloadLabels = Callable[[Proxy], Proxy]
+
+
+def proxy_update(
+    client: Proxy, request: PushRequest, workload_labels: WorkloadLabels
+) -> tuple[Proxy, PushRequest] | None:
+    """istiod ProxyUpdate: when ``request`` names the proxy's pod as relabelled, the proxy with
+    its labels recomputed and the request forced for it (every watched type); else None."""
+    relabeled = request.relabeled_pods
+    if not relabeled or pod_key_by_proxy(client) not in relabeled:
+        return None
+    return workload_labels(client), replace(request, forced=True)
