@@ -424,6 +424,9 @@ class KubeSource:
         ahead = self._loaded.get(id(obj))
         if ahead is not None and ahead[0] is obj:
             return ahead[1]
+        return self._validate(resource, obj)
+
+    def _validate(self, resource: KubeResource, obj: Raw) -> LoadResult:
         return load_object(obj, f"kube:{resource}", system_namespace=self._system_namespace)
 
     async def _preload(self, items: Sequence[tuple[KubeResource, Raw, int]]) -> None:
@@ -434,7 +437,7 @@ class KubeSource:
             return
         here = _inline(pending)
         for resource, obj, _ in here:
-            self._loaded[id(obj)] = (obj, load_object(obj, f"kube:{resource}", system_namespace=self._system_namespace))
+            self._loaded[id(obj)] = (obj, self._validate(resource, obj))
         rest = [(resource, obj) for resource, obj, _ in pending if id(obj) not in self._loaded]
         for start in range(0, len(rest), _LOAD_BATCH):
             await self._preload_batch(self._pool, rest[start : start + _LOAD_BATCH])
