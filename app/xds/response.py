@@ -30,17 +30,20 @@ class DeltaResponse:
     resources: Sequence[Resource]
     removed_resources: Sequence[str] = ()
     control_plane: str = ""  # ControlPlane.identifier, set on debug answers only
+    # removed_resources already encoded (``removed_field``), when many responses carry them
+    encoded_removed: bytes | None = None
 
     def payload(self) -> bytes:
         # fields: system_version_info 1, resources 2, type_url 4, nonce 5, removed_resources 6,
         # control_plane 7
+        removed = self.encoded_removed
         return b"".join(
             (
                 field_bytes(1, self.system_version_info.encode()),
                 *map(_ENTRY, self.resources),
                 field_bytes(4, self.type_url.encode()),
                 field_bytes(5, self.nonce.encode()),
-                repeated_field(6, list(map(str.encode, self.removed_resources))),
+                removed_field(self.removed_resources) if removed is None else removed,
                 _control_plane(7, self.control_plane),
             )
         )
@@ -73,6 +76,11 @@ class SotwResponse:
 
     def message(self) -> discovery_pb2.DiscoveryResponse:
         return discovery_pb2.DiscoveryResponse.FromString(self.payload())
+
+
+def removed_field(names: Sequence[str]) -> bytes:
+    """A DeltaDiscoveryResponse's removed_resources (field 6) on the wire."""
+    return repeated_field(6, list(map(str.encode, names)))
 
 
 def _control_plane(number: int, identifier: str) -> bytes:

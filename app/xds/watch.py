@@ -69,7 +69,7 @@ class HeldVersions(dict[str, str]):
     stream changing it alone takes a copy first (``own_versions``); one that a response brings
     to a new state takes the mapping ``NameSets.after`` makes once per base and response."""
 
-    __slots__ = ("__weakref__", "live", "successors")
+    __slots__ = ("__weakref__", "answered", "answers", "live", "successors")
 
     def __init__(self, items: Mapping[str, str] = _EMPTY) -> None:
         super().__init__(items)
@@ -77,6 +77,10 @@ class HeldVersions(dict[str, str]):
         # ``live`` of them at the last pruning (pruned when twice as many: rehashing is costly)
         self.successors: dict[Hashable, weakref.ref[HeldVersions]] = {}
         self.live = 0
+        # the Delta responses worked out against this mapping, for the next stream of the class
+        # given the same resources (app/xds/delta.py); ``answered`` of them at the last pruning
+        self.answers: dict[Hashable, object] = {}
+        self.answered = 0
 
 
 def own_versions(w: WatchedResource) -> dict[str, str]:
@@ -106,6 +110,13 @@ class NameSets:
         if found is None or found != held:
             found = self._versions[digest] = HeldVersions(held)
         return found
+
+    def shared(self, held: Mapping[str, str]) -> HeldVersions | None:
+        """``held`` as a shared mapping (nothing held: the empty one every new watch starts
+        from); None for a stream's own dict."""
+        if isinstance(held, HeldVersions):
+            return held
+        return None if held else self._nothing
 
     def after(
         self, base: Mapping[str, str], sent_version: str, sent: Iterable[tuple[str, str]], removed: Sequence[str]

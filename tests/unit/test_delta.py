@@ -8,7 +8,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.delta import DeltaSession
 from app.xds.errors import ProtocolError
-from app.xds.resource import encode
+from app.xds.resource import Resource, encode
 from app.xds.response import DeltaResponse
 from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
 from app.xds.watch import NameSets, RequestKind, counter_nonces
@@ -158,6 +158,66 @@ def test_streams_brought_to_the_same_set_share_what_they_hold_until_one_changes_
     assert one is two and one == first
     streams[1].on_request(req(CLUSTER, sub=("*",), unsub=("c",)))
     assert "c" in first and streams[0].watches[CLUSTER].client_versions is first
+
+
+def _class_streams(sets: NameSets, count: int, held: list[Resource]) -> list[DeltaSession]:
+    """``count`` wildcard CDS streams brought to ``held``, sharing what they hold."""
+    streams = [DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets) for _ in range(count)]
+    for s in streams:
+        s.on_request(req(CLUSTER))
+        s.answer(CLUSTER, held)
+    return streams
+
+
+def test_streams_holding_one_mapping_take_the_response_the_first_worked_out() -> None:
+    """A Sidecar narrowing every proxy's scope removes the same hundreds of names from each
+    stream of a class: the removed names are found, sorted and encoded once, and each stream's
+    response differs from the others' by its nonce alone."""
+    sets = NameSets()
+    streams = _class_streams(sets, 3, clusters(*"abcde"))
+    pushed = clusters("a", timeout=5) + clusters("b")
+    considered = frozenset("abcde")
+    responses = [s.response(CLUSTER, pushed, considered=considered) for s in streams]
+    first = responses[0]
+    assert first is not None and names(first) == ["a"] and list(first.removed_resources) == ["c", "d", "e"]
+    for resp in responses[1:]:
+        assert resp is not None and resp.nonce == first.nonce  # each stream counts its own nonces
+        assert resp.resources is first.resources and resp.encoded_removed is first.encoded_removed
+        assert resp.payload() == first.payload()
+    assert first.message().removed_resources == ["c", "d", "e"]
+    assert len({id(s.watches[CLUSTER].client_versions) for s in streams}) == 1
+
+
+def test_a_stream_given_other_resources_or_names_to_consider_gets_its_own_response() -> None:
+    sets = NameSets()
+    a, b, c = _class_streams(sets, 3, clusters(*"abc"))
+    assert names(a.response(CLUSTER, clusters("a", timeout=5), considered=frozenset("ab"))) == ["a"]
+    b_resp = b.response(CLUSTER, clusters("a", timeout=5), considered=frozenset("abc"))  # c considered: gone
+    assert b_resp is not None and names(b_resp) == ["a"] and list(b_resp.removed_resources) == ["b", "c"]
+    c_resp = c.response(CLUSTER, clusters("a", timeout=6), considered=frozenset("ab"))
+    assert c_resp is not None and [r.version for r in c_resp.resources] == [clusters("a", timeout=6)[0].version]
+    assert {k: dict(s.watches[CLUSTER].client_versions) for k, s in zip("abc", (a, b, c), strict=True)} == {
+        "a": {r.name: r.version for r in clusters("a", timeout=5) + clusters("c")},
+        "b": {r.name: r.version for r in clusters("a", timeout=5)},
+        "c": {r.name: r.version for r in clusters("a", timeout=6) + clusters("c")},
+    }
+
+
+def test_a_response_is_worked_out_again_once_no_stream_holds_what_it_led_to() -> None:
+    """What a class's first response led to is kept while a stream holds it: a stream that
+    connects after the others moved on gets a response of its own, and the answers a mapping
+    keeps stay bounded by the streams that can still take them."""
+    sets = NameSets()
+    for round_ in range(40):  # each round's stream ends before the next connects
+        held = clusters("a", "b", timeout=round_ % 4)  # the same resources every fourth round
+        [s] = _class_streams(sets, 1, held)
+        assert dict(s.watches[CLUSTER].client_versions) == {r.name: r.version for r in held}
+        resp = s.response(CLUSTER, clusters("a", timeout=round_ % 4), considered=frozenset("ab"))
+        assert resp is not None and list(resp.removed_resources) == ["b"]
+        assert dict(s.watches[CLUSTER].client_versions) == {"a": held[0].version}
+        del s, resp
+    nothing = sets.shared({})
+    assert nothing is not None and len(nothing.answers) <= 16
 
 
 def test_explicit_watch_forgets_initial_versions_of_names_it_does_not_subscribe() -> None:
