@@ -77,8 +77,9 @@ class HeldVersions(dict[str, str]):
         # ``live`` of them at the last pruning (pruned when twice as many: rehashing is costly)
         self.successors: dict[Hashable, weakref.ref[HeldVersions]] = {}
         self.live = 0
-        # the Delta responses worked out against this mapping, for the next stream of the class
-        # given the same resources (app/xds/delta.py); ``answered`` of them at the last pruning
+        # the Delta push responses worked out against this mapping, for the next stream of the
+        # class given the same resources (app/xds/delta.py); they go with the mapping once every
+        # stream has moved on from it; ``answered`` of them at the last pruning
         self.answers: dict[Hashable, object] = {}
         self.answered = 0
 
