@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2
@@ -175,9 +177,11 @@ def test_streams_holding_one_mapping_take_the_response_the_first_worked_out() ->
     response differs from the others' by its nonce alone."""
     sets = NameSets()
     streams = _class_streams(sets, 3, clusters(*"abcde"))
+    held_before = weakref.ref(streams[0].watches[CLUSTER].client_versions)
     pushed = clusters("a", timeout=5) + clusters("b")
     considered = frozenset("abcde")
     responses = [s.response(CLUSTER, pushed, considered=considered) for s in streams]
+    assert held_before() is None  # every stream moved on: the mapping went, and the answer with it
     first = responses[0]
     assert first is not None and names(first) == ["a"] and list(first.removed_resources) == ["c", "d", "e"]
     for resp in responses[1:]:
