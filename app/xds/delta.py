@@ -7,7 +7,9 @@ ACK / NACK by ``response_nonce`` + ``error_detail`` — and says whether to answ
 whose version differs are sent, names the client has that no longer exist go in
 ``removed_resources``, and a subscribed name that does not exist is simply not sent until
 it appears (xDS protocol doc, "Incremental xDS"). What was sent counts as what the client
-has, so a NACKed resource is not resent until its content changes.
+has, so a NACKed resource is not resent until its content changes. The streams of a proxy class
+share one mapping of what they hold (``HeldVersions``) and take the push response the first of
+them worked out against it.
 
 Initial versions (a reconnect, after a restart of either side): versions are content hashes,
 so for clusters, listeners and routes the client's are diffed against and only what differs is
@@ -177,8 +179,6 @@ class DeltaSession:
         w = self.watches.get(type_url)
         if w is None:
             return None
-        # per-resource loops kept to comprehensions and C-level calls: a connecting proxy's
-        # whole set is thousands of resources per type (bench/push_cost.py connect figures)
         held_versions = w.client_versions
         base = self._name_sets.shared(held_versions)  # None: the stream's own dict
         # the streams of a class hold one mapping and are given the same resources: the first
@@ -189,6 +189,8 @@ class DeltaSession:
         if isinstance(known, _Answer) and (successor := known.successor()) is not None:
             w.client_versions = successor
             return self._reply(w, type_url, known.version, known.send, known.removed, known.encoded_removed)
+        # per-resource loops kept to comprehensions and C-level calls: a connecting proxy's
+        # whole set is thousands of resources per type (bench/push_cost.py connect figures)
         if w.wildcard:
             current = {r.name: r for r in resources}
         else:
