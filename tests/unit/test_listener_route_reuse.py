@@ -7,6 +7,7 @@ with a fresh build for the very proxy, so a reuse that misses an input fails her
 
 from __future__ import annotations
 
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_pb2
 
 from app.xds.resource import Resource
@@ -173,3 +174,47 @@ def test_a_policy_rebuilds_the_inbound_listener_of_the_workloads_it_selects_only
     out = conn.on_push(mesh.apply(NAMESPACE_POLICY))
     assert [r.name for resp in out if resp.type_url == LISTENER for r in resp.resources] == ["virtualInbound"]
     assert served(mesh, conn, LISTENER)["virtualInbound"].version != inbound.version
+
+
+STAND_IN = """apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: bookinfo}
+spec:
+  ingress: [{port: {number: 7070, protocol: TCP, name: tcp-admin}, defaultEndpoint: "127.0.0.1:7070"}]
+  egress: [{hosts: ["./*"]}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: stand-in, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  hosts: [default.bookinfo]
+  ports: [{number: 7070, name: tcp-admin, protocol: TCP}]
+  resolution: DNS
+"""
+STAND_IN_DR = """apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: stand-in, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}}
+spec:
+  host: default.bookinfo
+  trafficPolicy: {{connectionPool: {{tcp: {{maxConnections: {connections}}}}}}}
+"""
+
+
+def test_a_rule_on_the_sidecars_stand_in_service_rebuilds_the_ingress_entrys_cluster() -> None:
+    """An ingress entry on a port no service targets gets a cluster on behalf of a stand-in named
+    after the Sidecar (istiod buildInboundClustersFromSidecar, host SIDECAR.NAMESPACE), which
+    takes the rule a host of that name has in the scope (istiod SidecarScope.DestinationRule,
+    inbound): a change to that rule reaches the proxy's own cluster."""
+
+    def max_connections(conn: DeltaConnection) -> int:
+        cluster = cluster_pb2.Cluster.FromString(served(mesh, conn, CLUSTER)["inbound|7070||"].body.value)
+        return cluster.circuit_breakers.thresholds[0].max_connections.value
+
+    mesh = Mesh()
+    mesh.apply(STAND_IN)
+    mesh.apply(STAND_IN_DR.format(connections=5))
+    conn = connect(mesh)
+    assert max_connections(conn) == 5
+    out = conn.on_push(mesh.apply(STAND_IN_DR.format(connections=7)))
+    assert "inbound|7070||" in [r.name for resp in out if resp.type_url == CLUSTER for r in resp.resources]
+    assert max_connections(conn) == 7

@@ -115,6 +115,20 @@ def _service_inbound_clusters(
     return out
 
 
+def ingress_stand_in(ingress: SidecarIngress) -> Service:
+    """The service an ingress entry's cluster is built on behalf of when no service targets its
+    port (istiod buildInboundClustersFromSidecar: host SIDECAR.NAMESPACE); its rule is the one
+    a host of that name has in the scope."""
+    return Service(
+        hostname=f"{ingress.name}.{ingress.namespace}",
+        namespace=ingress.namespace,
+        ports=(),
+        registry=Registry.KUBERNETES,
+        name=ingress.name,
+        mesh_external=True,
+    )
+
+
 def _ingress_inbound_clusters(
     proxy: Proxy,
     push: PushContextView,
@@ -132,14 +146,7 @@ def _ingress_inbound_clusters(
         if resolved is None:
             continue
         address, endpoint_port = resolved
-        service = next((s for s, _, ep in targets if ep.port == port.port), None) or Service(
-            hostname=f"{ingress.name}.{ingress.namespace}",
-            namespace=ingress.namespace,
-            ports=(),
-            registry=Registry.KUBERNETES,
-            name=ingress.name,
-            mesh_external=True,
-        )
+        service = next((s for s, _, ep in targets if ep.port == port.port), None) or ingress_stand_in(ingress)
         target = (service, port, Endpoint(address, endpoint_port, port.name))
         rule = scope.inbound_destination_rule(service)
         pool = inbound_connection_pool(scope.sidecar, port.port)

@@ -22,8 +22,9 @@ from app.model.ident import Ident
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.service import Service
+from app.model.sidecar_ingress import sidecar_ingress
 from app.model.sidecar_scope import SidecarScope
-from app.translate.cluster.for_proxy import proxy_clusters, service_clusters
+from app.translate.cluster.for_proxy import ingress_stand_in, proxy_clusters, service_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.view import proxy_service_targets
 from app.xds.cache import CacheAssertionError, ResourceCache
@@ -77,16 +78,21 @@ class _Synced:
 def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> object:
     """What ``proxy_clusters`` reads: the proxy, the mesh config, the feature flags, its
     service targets and the DestinationRule each target service applies inbound, by identity;
-    the proxy's Sidecar's ingress entries and inbound pools, by value. Compared, never hashed."""
+    the proxy's Sidecar's ingress entries and inbound pools, by value, and the rule of their
+    stand-in service. Compared, never hashed."""
     targets = proxy_service_targets(proxy, push)
     services = {Ident(service): service for service, _, _ in targets}
+    rules = [scope.inbound_destination_rule(service) for service in services.values()]
+    ingress = sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features)
+    if ingress is not None:
+        rules.append(scope.inbound_destination_rule(ingress_stand_in(ingress)))
     return (
         Ident(proxy),
         Ident(push.mesh),
         Ident(push.features),
         sidecar_inbound(scope),
         tuple((Ident(service), Ident(port), Ident(endpoint)) for service, port, endpoint in targets),
-        tuple(rule_key(scope.inbound_destination_rule(service)) for service in services.values()),
+        tuple(map(rule_key, rules)),
     )
 
 
