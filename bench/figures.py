@@ -4,6 +4,7 @@ and ratios to the transport floor. Pure functions over ``Event`` lists; times in
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from app.xds.client import ENVOY_ORDER, SHORT
@@ -103,3 +104,18 @@ COMPARED = (
     "cpu_s",
     "peak_rss_mb",
 )
+
+
+def median_figures(runs: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """Repeated runs' figures as one: each number the median of that number in every run that
+    has it, each nested mapping merged the same way, anything else the first run's."""
+    merged: dict[str, object] = {}
+    for key, first in runs[0].items():
+        values = [run[key] for run in runs if key in run]
+        if isinstance(first, Mapping):
+            merged[key] = median_figures([v for v in values if isinstance(v, Mapping)])
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            merged[key] = statistics.median(values)  # type: ignore[type-var]
+        else:
+            merged[key] = first
+    return merged

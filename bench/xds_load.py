@@ -39,7 +39,9 @@ driven by the same sidecars sending pilot-agent's node metadata, then the floor;
 through the API server (and the scoped changes are preceded by ``sidecar-add``, the Sidecars
 applied in the same run; the floor replays all three); the report adds a table of every figure as
 pilotfish / istiod and pilotfish / floor (to bench/results/xds_load-<protocol>-kube.json by
-default), and the summary its headline rows first.
+default), and the summary its headline rows first. ``--repeat N`` runs pilotfish and istiod N
+times each, alternated on the same cluster, and reports every figure as its median (each run's
+in ``runs.repeats``): one run's figures vary by up to ±20 % on this machine.
 
 Figures (times in seconds from the change, nothing subtracted), server CPU (utime + stime from
 /proc) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
@@ -49,7 +51,7 @@ shared 2-core machine figures vary from run to run (the load average at the star
 report). Usage:
     python -m bench.xds_load [--protocol delta|sotw] [--services 1000] [--namespaces 50]
         [--proxies 2000] [--agents N] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
-        [--kube]
+        [--kube [--repeat N]]
     # developing: --services 200 --namespaces 10 --proxies 200 (well under a minute)
 """
 
@@ -74,7 +76,7 @@ import grpc
 import uvloop
 
 from bench.envoy import SimulatedEnvoy
-from bench.figures import ratios
+from bench.figures import median_figures, ratios
 from bench.fleet import Fleet
 from bench.floor_server import CONTROL_METHOD
 from bench.kube_load import control_plane_run, format_table, headline, istiod_server, pilotfish_server, table
@@ -222,11 +224,20 @@ async def kube_benchmark(args: argparse.Namespace, kube: Cluster, system: str, w
     mesh = KubeMesh(spec, kube, system)
     runs: Figures = {"cluster_load_s": await asyncio.to_thread(mesh.load)}
     recording = Recording(args.protocol)
-    with pilotfish_server(args.server_root, mesh, work / "pilotfish") as server:
-        runs["pilotfish"] = await control_plane_run(args, mesh, server, recording)
-    await asyncio.to_thread(mesh.reset)
-    with istiod_server(mesh, work / "istiod") as server:
-        runs["istiod"] = await control_plane_run(args, mesh, server, None)
+    repeats: list[dict[str, Figures]] = []
+    for n in range(args.repeat):  # alternated, so a slow spell of the machine falls on both
+        repeat: dict[str, Figures] = {}
+        with pilotfish_server(args.server_root, mesh, work / f"pilotfish{n}") as server:
+            repeat["pilotfish"] = await control_plane_run(args, mesh, server, recording if n == 0 else None)
+        await asyncio.to_thread(mesh.reset)
+        with istiod_server(mesh, work / f"istiod{n}") as server:
+            repeat["istiod"] = await control_plane_run(args, mesh, server, None)
+        await asyncio.to_thread(mesh.reset)
+        repeats.append(repeat)
+    for name in ("pilotfish", "istiod"):
+        runs[name] = median_figures([repeat[name] for repeat in repeats]) if args.repeat > 1 else repeats[0][name]
+    if args.repeat > 1:
+        runs["repeats"] = repeats
     if recording.initial:
         runs["floor"] = await floor_run(args, spec, recording, work / "floor", KUBE_FLOOR_PUSHES)
     runs["table"] = table(runs)
@@ -301,6 +312,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "kube": args.kube,
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
+            "repeat": args.repeat,
             "server_env": pilot_env(),
             **({"istiod_env": istiod_env()} if args.kube else {}),
         },
@@ -418,6 +430,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the mesh in a real API server; pilotfish (serve --kubeconfig) and istiod side by side (bench/kube_load)",
     )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="--kube: run pilotfish and istiod N times, alternated; medians reported"
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
     parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")
     parser.add_argument("--out", type=Path, help="default bench/results/xds_load-<protocol>[-kube].json")
@@ -425,6 +440,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.server_root = args.server_root.resolve()
     if args.kube and args.tracing:
         parser.error("--tracing is for the config-dir mode")
+    if args.repeat < 1 or (args.repeat > 1 and not args.kube):
+        parser.error("--repeat is a positive count, for --kube")
     return args
 
 
