@@ -260,14 +260,14 @@ class _Answer:
 def _answer_key(
     w: WatchedResource, resources: Sequence[Resource], considered: Collection[str] | None
 ) -> Hashable | None:
-    """What a push's response to a stream holding a shared mapping is made of besides that
-    mapping; resources by name and content hash. None for a whole set (a first answer: its
+    """What a push's response to a wildcard stream holding a shared mapping is made of besides
+    that mapping; resources by name and content hash. None for a whole set (a first answer: its
     resources and what it sends would be held for as long as a stream holds what it led to, and
-    pin superseded resources after a change) and for subscriptions the stream changed alone."""
-    names = None if w.wildcard else w.names
-    if isinstance(names, SubscribedNames) or not isinstance(considered, frozenset):
+    pin superseded resources after a change) and for a watch by name (its answers are a few
+    resources, and the key would hold the subscription set past the watches that hold it)."""
+    if not w.wildcard or not isinstance(considered, frozenset):
         return None
-    return (w.type_url, names, considered, tuple(map(_NAME, resources)), tuple(map(_VERSION, resources)))
+    return (w.type_url, considered, tuple(map(_NAME, resources)), tuple(map(_VERSION, resources)))
 
 
 def _remember(base: HeldVersions, key: Hashable, answer: _Answer) -> None:
