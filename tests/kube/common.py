@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,13 +83,6 @@ async def streaming(port: int, make: Callable[[grpc.aio.Channel], S]) -> AsyncIt
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                 await task
-
-
-async def until(what: str, check: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within:.0f}s: {what}"
-        await asyncio.sleep(0.05)
 
 
 def cart_namespaces(kube: Cluster) -> tuple[str, str]:

@@ -22,10 +22,11 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from app.xds.client import node
 from app.xds.type_urls import ENDPOINT
-from tests.kube.common import cart_namespaces, serving, streaming, until, wait_for_slice
+from tests.kube.common import cart_namespaces, serving, streaming, wait_for_slice
 from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
+from tests.support.waiting import until
 
 REGION, ZONE = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"
 SUBZONE = "topology.istio.io/subzone"

@@ -18,10 +18,11 @@ from app.model.proxy import build_proxy
 from app.runtime import Runtime
 from app.xds.client import node
 from app.xds.type_urls import CLUSTER
-from tests.kube.common import cart_namespaces, serving, streaming, until, wait_for_slice
+from tests.kube.common import cart_namespaces, serving, streaming, wait_for_slice
 from tests.support.ads import DeltaStream
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
+from tests.support.waiting import until
 
 CART_IP, CLIENT_IP = "10.8.0.1", "10.8.0.9"
 CANARY = {"canary": "yes"}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from app.xds.watch import WatchedResource
 from tests.robustness.corpus import CASES, GOOD, KINDS, NS, Case, good_text, write_text
 from tests.robustness.serving import get_json, ready, serving
+from tests.support import waiting
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -147,10 +147,7 @@ def of_file(lines: list[str], file: Path) -> list[str]:
 
 
 async def until(what: str, done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not done():
-        assert time.monotonic() < deadline, f"not within {WAIT}s: {what}"
-        await asyncio.sleep(0.01)
+    await waiting.until(what, done, within=WAIT, every=0.01)
 
 
 async def settled(rt: Runtime) -> None:

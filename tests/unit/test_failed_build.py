@@ -12,8 +12,7 @@ through ``Discovery.push`` with an endpoint-only change next.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from app.xds.type_urls import CLUSTER
 from tests.support.bookinfo import EXTRA_DR, NODE, RATINGS
 from tests.support.bookinfo_mesh import Mesh
 from tests.support.runtime import running_bookinfo
+from tests.support.waiting import until
 
 DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
@@ -110,13 +110,6 @@ def fail_once(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return raised
 
 
-async def until(what: str, done: Callable[[], bool], within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not done():
-        assert time.monotonic() < deadline, f"not within {within}s: {what}"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_change_whose_build_raised_is_in_force_after_the_next_unrelated_push(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,7 +121,7 @@ async def test_a_change_whose_build_raised_is_in_force_after_the_next_unrelated_
         config = runtime.settings.config_dir
         assert config is not None
         (config / "extra-dr.yaml").write_text(EXTRA_DR)  # ratings: maxConnections 7
-        await until("the DestinationRule's push failed", lambda: runtime.debouncer.failures == 1)
+        await until("the DestinationRule's push failed", lambda: runtime.debouncer.failures == 1, within=20.0)
         assert raised == [True]
 
         (config / "api-ext.yaml").write_text(SERVICE_ENTRY)  # unrelated: another kind, another host
