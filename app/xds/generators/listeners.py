@@ -88,10 +88,7 @@ class ListenerGenerator:
         self.cache = cache
 
     def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
-        shared = self._shared(state, proxy)
-        own, note = self._own(state, proxy, watch.synced)
-        watch.synced = _Synced(shared, note)
-        extra = _beside(shared, own)
+        shared, extra = self._bring(state, proxy, watch)
         # two sorted runs: the sort merges them in linear time
         merged = sorted((*shared.values(), *extra), key=_by_name) if extra else list(shared.values())
         return merged if watch.wildcard else [r for r in merged if watch.wants(r.name)]
@@ -110,14 +107,21 @@ class ListenerGenerator:
         synced = watch.synced
         if not isinstance(synced, _Synced) or not watch.wildcard:
             return None
-        shared = self._shared(state, proxy)
-        own, note = self._own(state, proxy, synced)
-        watch.synced = _Synced(shared, note)
+        shared, extra = self._bring(state, proxy, watch)
         changed, removed = class_difference(state, synced.shared, shared)
-        extra = _beside(shared, own)
         was_own = () if synced.own is None else (r.name for r in synced.own.resources)
         considered = frozenset((*(r.name for r in changed), *removed, *(r.name for r in extra), *was_own))
         return Partial([*changed, *extra], considered)
+
+    def _bring(
+        self, state: SnapshotState, proxy: Proxy, watch: WatchedResource
+    ) -> tuple[Mapping[str, Resource], Sequence[Resource]]:
+        """The class listeners and the proxy's own beside them, noted on the watch as what the
+        client is brought to."""
+        shared = self._shared(state, proxy)
+        own, note = self._own(state, proxy, watch.synced)
+        watch.synced = _Synced(shared, note)
+        return shared, _beside(shared, own)
 
     def _shared(self, state: SnapshotState, proxy: Proxy) -> Mapping[str, Resource]:
         push = state.push
