@@ -50,7 +50,7 @@ from app.security.secret_access import SecretAccessReviewer
 from app.security.server import Authenticator, CertificateService, SecurePort
 from app.security.token_review import TokenReviewer
 from app.settings import Settings, split_address
-from app.sources.kube.client import api_client
+from app.sources.kube.client import KubeClient, api_client
 from app.sources.kube.nodes import NodeInformer
 from app.sources.kube.source import KubeSource
 from app.sources.source import Source
@@ -68,8 +68,6 @@ from app.xds.server import XdsServer
 from app.xds.type_urls import SHORT_NAMES
 
 if TYPE_CHECKING:
-    from kubernetes_asyncio.client import ApiClient
-
     from app.telemetry.tracing import PushTracer, Tracing
     from app.webhook.server import WebhookServer
     from app.workers import WorkerPool
@@ -351,7 +349,7 @@ class Runtime:
         # account may read Secrets by SubjectAccessReviews, as istiod asks in a cluster
         reviewers: tuple[TokenReviewer, SecretAccessReviewer] | None = None
         if self.settings.kubeconfig is not None or self.settings.in_cluster:
-            client = await api_client(self.settings.kubeconfig)
+            client = api_client(self.settings.kubeconfig)
             reviewers = (TokenReviewer(client), SecretAccessReviewer(client))
             self._kube = KubeSource(
                 client,
@@ -477,7 +475,7 @@ class Runtime:
         for hook in list(self._root_hooks):
             self._call_root_hook(hook, pem)
 
-    def _controllers(self, client: ApiClient) -> Controllers:
+    def _controllers(self, client: KubeClient) -> Controllers:
         settings = self.settings
         return Controllers(
             client,

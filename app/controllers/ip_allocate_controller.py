@@ -15,13 +15,11 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from kubernetes_asyncio.client import ApiClient
-
 from app.config.objects import Kind
-from app.controllers.api import JSON_PATCH, ApiCallError, call
 from app.controllers.ip_allocate import Address, Allocator, Conflict, Entry, should_allocate, status_patch, to_reassign
 from app.controllers.namespaces import NamespaceFilter
 from app.controllers.queue import WorkQueue
+from app.sources.kube.client import JSON_PATCH, ApiCallError, KubeClient
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import ISTIO_RESOURCES, KubeResource
 from app.sources.kube.store import Delta
@@ -35,7 +33,7 @@ _VERSION = "v1"
 class IPAllocateController:
     def __init__(
         self,
-        client: ApiClient,
+        client: KubeClient,
         namespaces: NamespaceFilter,
         *,
         ipv4_prefix: str,
@@ -135,7 +133,7 @@ class IPAllocateController:
     async def _write(self, entry: Entry, addresses: list[dict[str, str]], allocated: tuple[Address, ...]) -> None:
         path = f"{SERVICE_ENTRIES.path(_VERSION, entry.namespace)}/{entry.name}/status"
         try:
-            await call(self._client, "PATCH", path, status_patch(entry, addresses), content_type=JSON_PATCH)
+            await self._client.call("PATCH", path, status_patch(entry, addresses), content_type=JSON_PATCH)
         except ApiCallError as e:
             self._allocator.free(allocated, entry.owner)
             if e.status == 404:

@@ -34,9 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient
-
-from app.controllers.api import ApiCallError, call
+from app.sources.kube.client import ApiCallError, KubeClient
 from app.supervise import supervise
 
 logger = logging.getLogger("pilotfish.leader")
@@ -100,7 +98,7 @@ def micro_time(now: datetime.datetime) -> str:
 class LeaderElection:
     def __init__(
         self,
-        client: ApiClient,
+        client: KubeClient,
         namespace: str,
         name: str,
         identity: str,
@@ -196,12 +194,12 @@ class LeaderElection:
         now = micro_time(datetime.datetime.now(datetime.UTC))
         record = LeaseRecord(self.identity, int(self.lease_duration), now, now, 0, self._key)
         try:
-            lease = await call(self._client, "GET", f"{self._path}/{self.name}")
+            lease = await self._client.call("GET", f"{self._path}/{self.name}")
         except ApiCallError as e:
             if e.status != 404:
                 return self._failed("read", e)
             try:
-                await call(self._client, "POST", self._path, record.written_into({"metadata": {"name": self.name}}))
+                await self._client.call("POST", self._path, record.written_into({"metadata": {"name": self.name}}))
             except ApiCallError as e2:
                 return self._failed("create", e2)
             self._observe(record)
@@ -216,7 +214,7 @@ class LeaderElection:
         else:
             record = LeaseRecord(self.identity, record.duration, now, now, seen.transitions + 1, self._key)
         try:
-            await call(self._client, "PUT", f"{self._path}/{self.name}", record.written_into(lease))
+            await self._client.call("PUT", f"{self._path}/{self.name}", record.written_into(lease))
         except ApiCallError as e:
             return self._failed("update", e)
         self._observe(record)
@@ -227,11 +225,11 @@ class LeaderElection:
         now = micro_time(datetime.datetime.now(datetime.UTC))
         try:
             async with asyncio.timeout(self.renew_deadline):
-                lease = await call(self._client, "GET", f"{self._path}/{self.name}")
+                lease = await self._client.call("GET", f"{self._path}/{self.name}")
                 if LeaseRecord.of(lease).holder != self.identity:
                     return
                 record = LeaseRecord("", 1, now, now, self._observed.transitions, "")
-                await call(self._client, "PUT", f"{self._path}/{self.name}", record.written_into(lease))
+                await self._client.call("PUT", f"{self._path}/{self.name}", record.written_into(lease))
         except (ApiCallError, TimeoutError) as e:
             logger.error("failed to release lease %s: %s", self, e)
             return

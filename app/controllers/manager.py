@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
-from kubernetes_asyncio.client import ApiClient
 
 from app.config.mesh import MeshConfig
 from app.controllers.ip_allocate_controller import IPAllocateController
 from app.controllers.leader import IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER, LeaderElection
 from app.controllers.namespace_controller import NamespaceController
 from app.controllers.namespaces import NamespaceFilter
+from app.sources.kube.client import KubeClient
 from app.supervise import supervise
 
 logger = logging.getLogger("pilotfish.controllers")
@@ -33,7 +33,7 @@ def mesh_selectors(mesh: MeshConfig) -> list[Mapping[str, Any]]:
 class Controllers:
     def __init__(
         self,
-        client: ApiClient,
+        client: KubeClient,
         *,
         system_namespace: str,
         identity: str,

@@ -23,12 +23,10 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from kubernetes_asyncio.client import ApiClient
-
 from app.config.objects import Kind
-from app.controllers.api import ApiCallError, call
 from app.controllers.namespaces import NamespaceFilter
 from app.controllers.queue import WorkQueue
+from app.sources.kube.client import ApiCallError, KubeClient
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KubeResource
 from app.sources.kube.store import Delta
@@ -44,7 +42,7 @@ CONFIGMAPS = KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps")
 
 
 class NamespaceController:
-    def __init__(self, client: ApiClient, namespaces: NamespaceFilter, root: str | None = None) -> None:
+    def __init__(self, client: KubeClient, namespaces: NamespaceFilter, root: str | None = None) -> None:
         self._client = client
         self._namespaces = namespaces
         self._root = root
@@ -110,7 +108,7 @@ class NamespaceController:
                 "data": {CA_ROOT_KEY: root},
             }
             try:
-                await call(self._client, "POST", path, body)
+                await self._client.call("POST", path, body)
             except ApiCallError as e:
                 if e.status in (404, 409) or "NamespaceTerminating" in e.causes:
                     return  # the namespace is going, or the informer is about to show the ConfigMap
@@ -127,6 +125,6 @@ class NamespaceController:
             return
         data[CA_ROOT_KEY] = root
         # replaced as read: its resourceVersion makes a concurrent change a 409, retried
-        await call(self._client, "PUT", f"{path}/{CA_ROOT_CONFIGMAP}", {**current, "data": data})
+        await self._client.call("PUT", f"{path}/{CA_ROOT_CONFIGMAP}", {**current, "data": data})
         self.writes += 1
         logger.info("updated ConfigMap %s/%s", namespace, CA_ROOT_CONFIGMAP)

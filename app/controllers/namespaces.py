@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from kubernetes_asyncio.client import ApiClient
-
+from app.sources.kube.client import KubeClient
 from app.sources.kube.discovery import Selector, selects
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import NAMESPACES, KubeResource
@@ -19,7 +18,7 @@ Subscriber = Callable[[Iterable[str]], None]
 
 
 class NamespaceFilter:
-    def __init__(self, client: ApiClient, selectors: Sequence[Selector] = ()) -> None:
+    def __init__(self, client: KubeClient, selectors: Sequence[Selector] = ()) -> None:
         self._informer = Informer(client, NAMESPACES, "v1", self._on_deltas)
         self._selectors = list(selectors)
         self._subscribers: list[Subscriber] = []

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from app.controllers.api import ApiCallError
+from app.sources.kube.client import ApiCallError
 from app.supervise import Backoff
 
 logger = logging.getLogger("pilotfish.controllers")

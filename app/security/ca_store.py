@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
 
 from app.config.objects import EventType
 from app.errors import PilotfishError
@@ -50,6 +49,7 @@ from app.security.ca_secret import (
     secret_data,
     self_signed,
 )
+from app.sources.kube.client import KubeClient
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import SECRETS
 from app.sources.kube.store import Delta
@@ -73,7 +73,7 @@ class _Retry(Exception):
 class KubeCaStore:
     def __init__(
         self,
-        client: ApiClient,
+        client: KubeClient,
         namespace: str,
         new_root: Callable[[], CertificateAuthority],
         *,
@@ -180,19 +180,11 @@ class KubeCaStore:
 
     async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         try:
-            response: aiohttp.ClientResponse = await self._client.call_api(
-                path,
-                method,
-                body=body,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=30),
-            )
+            response = await self._client.request(method, path, body=body, timeout=30)
+            async with response:
+                text = await response.text()
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise _Retry(f"cannot reach the API server: {e}") from None
-        async with response:
-            text = await response.text()
         try:
             return response.status, json.loads(text)
         except ValueError:

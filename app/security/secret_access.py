@@ -16,14 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from kubernetes_asyncio.client import (
-    ApiClient,
-    AuthorizationV1Api,
-    V1ResourceAttributes,
-    V1SubjectAccessReview,
-    V1SubjectAccessReviewSpec,
-)
-from kubernetes_asyncio.client.exceptions import ApiException
+from app.sources.kube.client import KubeClient
 
 logger = logging.getLogger("pilotfish.security")
 
@@ -32,8 +25,8 @@ REFUSED_TTL = 60.0  # istiod cacheTTL
 
 
 class SecretAccessReviewer:
-    def __init__(self, client: ApiClient, clock: Callable[[], float] = time.monotonic) -> None:
-        self._api = AuthorizationV1Api(client)
+    def __init__(self, client: KubeClient, clock: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
         self._clock = clock
         self._cache: dict[str, tuple[float, str | None]] = {}  # user -> (expires, refusal or None)
         self._inflight: dict[str, asyncio.Future[str | None]] = {}
@@ -70,14 +63,15 @@ class SecretAccessReviewer:
 
     async def _review(self, user: str, namespace: str, service_account: str) -> str | None:
         self.reviews += 1
-        attributes = V1ResourceAttributes(namespace=namespace, verb="list", resource="secrets")
-        body = V1SubjectAccessReview(spec=V1SubjectAccessReviewSpec(resource_attributes=attributes, user=user))
-        try:
-            answer = await self._api.create_subject_access_review(body)
-        except ApiException as e:
-            raise RuntimeError(f"SubjectAccessReview: HTTP {e.status}: {e.reason}") from None
-        status = answer.status
-        if status is not None and status.allowed:
+        attributes = {"namespace": namespace, "verb": "list", "resource": "secrets"}
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": attributes},
+        }
+        answer = await self._client.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+        status = answer.get("status") or {}
+        if status.get("allowed"):
             return None
-        reason = (status.reason if status is not None else "") or ""
+        reason = str(status.get("reason") or "")
         return f"{service_account}/{namespace} is not authorized to read secrets: {reason}"

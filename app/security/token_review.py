@@ -14,8 +14,8 @@ import hashlib
 import logging
 
 from aiocache import SimpleMemoryCache
-from kubernetes_asyncio.client import ApiClient, AuthenticationV1Api, V1TokenReview, V1TokenReviewSpec
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from app.sources.kube.client import KubeClient
 
 logger = logging.getLogger("pilotfish.security")
 
@@ -34,8 +34,8 @@ def service_account(username: str) -> tuple[str, str] | None:
 
 
 class TokenReviewer:
-    def __init__(self, client: ApiClient, audiences: tuple[str, ...] = (AUDIENCE,)) -> None:
-        self._api = AuthenticationV1Api(client)
+    def __init__(self, client: KubeClient, audiences: tuple[str, ...] = (AUDIENCE,)) -> None:
+        self._client = client
         self._audiences = audiences
         self._cache = SimpleMemoryCache()
         self._inflight: dict[str, asyncio.Future[tuple[str, str] | None]] = {}  # by token hash
@@ -66,14 +66,17 @@ class TokenReviewer:
 
     async def _review(self, token: str) -> tuple[str, str] | None:
         self.reviews += 1
-        body = V1TokenReview(spec=V1TokenReviewSpec(token=token, audiences=list(self._audiences)))
-        try:
-            review = await self._api.create_token_review(body)
-        except ApiException as e:
-            raise RuntimeError(f"{e.status} {e.reason}") from None
-        status = review.status
-        if status is None or not status.authenticated or status.user is None:
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": list(self._audiences)},
+        }
+        review = await self._client.call("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
+        status = review.get("status") or {}
+        user = status.get("user") or {}
+        if not status.get("authenticated") or not user:
             return None
-        if status.audiences and not set(status.audiences) & set(self._audiences):
+        audiences = status.get("audiences")
+        if audiences and not set(audiences) & set(self._audiences):
             return None
-        return service_account(status.user.username or "")
+        return service_account(str(user.get("username") or ""))

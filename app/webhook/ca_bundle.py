@@ -29,17 +29,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from app.config.objects import EventType
+from app.sources.kube.client import ApiCallError, KubeClient
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KubeResource
 from app.sources.kube.store import Delta, Raw
 from app.supervise import Backoff
 
 logger = logging.getLogger(__name__)
+
+_TIMEOUT = 30.0  # seconds a write may take
 
 ADMISSION = "admissionregistration.k8s.io"
 MUTATING = KubeResource(
@@ -128,7 +127,7 @@ class CaBundlePatcher:
 
     def __init__(
         self,
-        client: ApiClient,
+        client: KubeClient,
         revision: str,
         ca_bundle: Callable[[], str],
         *,
@@ -201,14 +200,11 @@ class CaBundlePatcher:
             return not switch or self._fail_closed
         body: Mapping[str, Any] = {**config, "webhooks": webhooks}  # with its resourceVersion: no lost update
         try:
-            await self._request("PUT", f"{resource.path('v1')}/{name}", body)
-        except ApiException as e:
+            await self._client.call("PUT", f"{resource.path('v1')}/{name}", body, timeout=_TIMEOUT)
+        except ApiCallError as e:
             if e.status == 404:
                 return True
             # 409: another writer was first; the watch brings its version and this is tried again
-            logger.warning("%s %s: patching the caBundle failed: HTTP %s %s", resource.kind, name, e.status, e.reason)
-            return False
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
             logger.warning("%s %s: patching the caBundle failed: %s", resource.kind, name, e)
             return False
         self.patches += 1
@@ -216,30 +212,16 @@ class CaBundlePatcher:
         logger.info("%s %s: caBundle patched with the CA root%s", resource.kind, name, closed)
         return not switch or self._fail_closed
 
-    async def _request(self, method: str, path: str, body: Mapping[str, Any], **query: str) -> None:
-        await self._client.call_api(
-            path,
-            method,
-            body=body,
-            query_params=list(query.items()),
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _request_timeout=30,
-        )
-
     async def _dry_run_refused(self) -> bool:
         """istiod's readiness check before failing closed: the invalid Gateway, created as a
         dry run, must be refused by a webhook."""
         gateway = invalid_gateway(self._namespace, self._revision)
         status, message = 200, ""
         try:
-            await self._request(
-                "POST", f"/apis/networking.istio.io/v1/namespaces/{self._namespace}/gateways", gateway, dryRun="All"
-            )
-        except ApiException as e:
-            status, message = int(e.status or 0), str(e.body or e.reason or "")
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            status, message = 0, str(e)
+            path = f"/apis/networking.istio.io/v1/namespaces/{self._namespace}/gateways"
+            await self._client.call("POST", path, gateway, query={"dryRun": "All"}, timeout=_TIMEOUT)
+        except ApiCallError as e:
+            status, message = e.status, e.message
         ready, reason = dry_run_verdict(status, message)
         if not ready:
             logger.info("validation: not ready to fail closed: %s", reason)

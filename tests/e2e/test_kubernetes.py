@@ -1,5 +1,5 @@
 """``pilotfish serve --kubeconfig`` on a real cluster (tests/support/cluster.py): the mesh lives in
-a real kube-apiserver, read by the real kubernetes-asyncio client with the ServiceAccount token
+a real kube-apiserver, read by pilotfish's client with the ServiceAccount token
 and RBAC charts/pilotfish gives pilotfish; the app's pods are "run" (bound to a node, status
 written as a kubelet would) and the real endpointslice controller makes their EndpointSlices; a
 real Envoy carries traffic with the config pilotfish derives from it; a VirtualService changed

@@ -76,7 +76,7 @@ async def test_istiod_signs_with_the_root_pilotfish_wrote(
 ) -> None:
     system = kube.namespace("system")
     grant_istiod_ca_rules(kube, system)
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     try:
         store = KubeCaStore(client, system, lambda: CertificateAuthority.self_signed(TD))
         ca = await store.load()
@@ -96,7 +96,7 @@ async def test_pilotfish_signs_with_the_root_istiod_wrote(
     with istiod(kube, system, tmp_path / "istiod") as log:
         how, root = root_istiod_used(log)
     assert how == "self-generated"
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     try:
         store = KubeCaStore(client, system, lambda: CertificateAuthority.self_signed(TD))
         ca = await store.load()

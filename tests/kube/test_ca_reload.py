@@ -135,7 +135,7 @@ async def test_a_root_replaced_outright_is_refused_and_the_ca_stays(
 async def test_an_istio_ca_secret_another_replica_rotated_is_reloaded(
     kube: Cluster, system: str, pilotfish_kubeconfig: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     store = KubeCaStore(client, system, lambda: CertificateAuthority.self_signed(TD))
     changes: list[CertificateAuthority] = []
     try:
@@ -166,7 +166,7 @@ async def test_without_multi_root_a_new_root_bundle_is_refused(
 ) -> None:
     root_a, root_b = new_root("root A"), new_root("root B")
     kube.create(cacerts("istiod", intermediate(root_a, "A1"), [root_a[0]]), system)
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     store = KubeCaStore(client, system, lambda: pytest.fail("plugged in: no self-signed root"))
     changes: list[CertificateAuthority] = []
     try:
@@ -203,7 +203,7 @@ async def test_a_root_near_its_end_is_renewed_from_its_key_once_for_all_replicas
     kube.create(istio_ca_secret(old, "istio-ca-secret", system), system)
     spiffe = f"spiffe://{TD}/ns/a/sa/b"
     leaf = old.sign_csr(build_csr(ec.generate_private_key(ec.SECP256R1()), spiffe), [spiffe])[0]
-    clients = [await api_client(pilotfish_kubeconfig) for _ in range(2)]
+    clients = [api_client(pilotfish_kubeconfig) for _ in range(2)]
     changes: list[CertificateAuthority] = []
     tasks: list[asyncio.Task[None]] = []
     try:

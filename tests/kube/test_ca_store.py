@@ -44,7 +44,7 @@ def system(kube: Cluster) -> str:
 @pytest.fixture
 async def stores(pilotfish_kubeconfig: Path, system: str) -> AsyncIterator[list[KubeCaStore]]:
     """Four replicas' CA stores, each with a client of its own."""
-    clients = [await api_client(pilotfish_kubeconfig) for _ in range(4)]
+    clients = [api_client(pilotfish_kubeconfig) for _ in range(4)]
     try:
         yield [KubeCaStore(c, system, lambda: CertificateAuthority.self_signed(TD)) for c in clients]
     finally:
@@ -113,7 +113,7 @@ async def test_a_replica_whose_create_loses_reads_the_winners_root(
         kube.create(istio_ca_secret(winner, "istio-ca-secret", system), system)
         return CertificateAuthority.self_signed(TD)
 
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     try:
         store = KubeCaStore(client, system, made_while_we_generated)
         ca = await store.load()
@@ -169,7 +169,7 @@ async def test_with_use_cacerts_the_self_signed_root_is_kept_in_an_istio_generat
     """USE_CACERTS_FOR_SELF_SIGNED_CA, as istiod: the new root goes to ``cacerts`` marked
     ``istio-generated``; a replica with the flag reads it as its self-signed root (rotated by
     it), one without takes the complete bundle as a plugged-in CA, as istiod does."""
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     try:
         first = KubeCaStore(client, system, lambda: CertificateAuthority.self_signed(TD), use_cacerts=True)
         ca = await first.load()
@@ -192,7 +192,7 @@ async def test_a_replica_not_yet_allowed_to_write_the_ca_secret_waits_for_its_ro
     istiod's NewSelfSignedIstioCAOptions retries every failure, a 403 included, within its 20
     minutes; the load waits for the Role rather than ending serve."""
     namespace = kube.namespace("latecomer")
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     store = KubeCaStore(client, namespace, lambda: CertificateAuthority.self_signed(TD), backoff=Backoff(0.2, 1.0))
     try:
         loading = asyncio.ensure_future(store.load())

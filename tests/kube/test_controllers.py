@@ -32,7 +32,7 @@ LEASE = 2.0
 async def controllers(
     kube: Cluster, system: str, team: str, identity: str, *, root: str | None = ROOT_1, ip: bool = True
 ) -> AsyncIterator[Controllers]:
-    client = await api_client(kube.admin_kubeconfig)
+    client = api_client(kube.admin_kubeconfig)
     made = Controllers(
         client,
         system_namespace=system,

@@ -99,7 +99,7 @@ def spaces(kube: Cluster) -> Namespaces:
 
 @pytest.fixture
 async def source(spaces: Namespaces, pilotfish_kubeconfig: Path) -> AsyncIterator[KubeSource]:
-    source = KubeSource(await api_client(pilotfish_kubeconfig), system_namespace=spaces.system)
+    source = KubeSource(api_client(pilotfish_kubeconfig), system_namespace=spaces.system)
     yield source
     await source.close()
 
@@ -157,7 +157,7 @@ async def test_a_mesh_config_given_from_a_file_scopes_instead_of_the_configmap(
     mesh_file.write_text(f"discoverySelectors:\n- matchLabels: {{kubernetes.io/metadata.name: {spaces.other}}}\n")
     files = MeshFileSource(mesh_file)
     [mesh_event] = await files.start()
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     source = KubeSource(client, mesh_from_configmap=False, system_namespace=spaces.system)
     try:
         source.use_mesh_config(mesh_event.obj.spec)

@@ -1,5 +1,5 @@
 """The informer contract (client-go's reflector) against a real kube-apiserver and etcd, with the
-real kubernetes-asyncio client: paginated lists, a watch from the list's version, status and
+pilotfish's client (app/sources/kube/client.py): paginated lists, a watch from the list's version, status and
 managedFields-only writes that are no change, bookmarks, a watch the server ends, and a real
 ``410 Gone`` after an etcd compaction (for the watch and for a list's continue token) relisted
 with exactly the gap's changes; after each, the informer's store equals the server's state.
@@ -21,10 +21,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.config import new_client_from_config
 
 from app.config.objects import EventType
+from app.sources.kube.client import KubeClient, api_client
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KUBE_RESOURCES, KubeResource
 from app.sources.kube.store import Delta
@@ -103,8 +102,8 @@ Start = Callable[..., Awaitable[Run]]
 
 
 @pytest.fixture
-async def client(kube: Cluster) -> AsyncIterator[ApiClient]:
-    client = await new_client_from_config(str(kube.admin_kubeconfig))
+async def client(kube: Cluster) -> AsyncIterator[KubeClient]:
+    client = api_client(kube.admin_kubeconfig)
     try:
         yield client
     finally:
@@ -112,7 +111,7 @@ async def client(kube: Cluster) -> AsyncIterator[ApiClient]:
 
 
 @pytest.fixture
-async def start(kube: Cluster, client: ApiClient) -> AsyncIterator[Start]:
+async def start(kube: Cluster, client: KubeClient) -> AsyncIterator[Start]:
     """Starts an informer on a resource in a new namespace holding ``objects(namespace)``."""
     tasks: list[asyncio.Task[None]] = []
     requests = Requests(client)
@@ -217,7 +216,7 @@ async def test_410_after_a_compaction_relists_and_hands_over_exactly_the_gaps_ch
     )
 
 
-async def test_an_expired_continue_token_restarts_the_list(kube: Cluster, client: ApiClient) -> None:
+async def test_an_expired_continue_token_restarts_the_list(kube: Cluster, client: KubeClient) -> None:
     namespace = kube.namespace("informer")
     kube.apply(*(event(f"e{i}", namespace) for i in range(7)))
     got: list[Delta] = []

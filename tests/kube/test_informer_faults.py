@@ -1,5 +1,5 @@
 """The informer under faults a real API server cannot be made to produce on cue, against the
-emulator (tests/support/kube_api.py) with the real kubernetes-asyncio client over HTTPS:
+emulator (tests/support/kube_api.py) with pilotfish's client over HTTPS:
 connections cut mid-watch (the re-watch goes on from the last version seen, nothing lost, no
 relist) and a run of error statuses (backoff, then the same state). The rest of the informer's
 contract is tested against the real kube-apiserver (test_informer.py)."""
@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.config import new_client_from_config
 
 from app.config.objects import EventType
+from app.sources.kube.client import api_client
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import KUBE_RESOURCES, KubeResource
 from app.sources.kube.store import Delta
@@ -85,7 +84,7 @@ def api() -> KubeApi:
 @pytest.fixture
 async def run(tmp_path: Path, api: KubeApi) -> AsyncIterator[Run]:
     async with api.serve(tmp_path) as kubeconfig:
-        client: ApiClient = await new_client_from_config(str(kubeconfig))
+        client = api_client(kubeconfig)
         holder: list[Run] = []
         informer = Informer(
             client,

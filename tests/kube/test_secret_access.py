@@ -75,7 +75,7 @@ async def test_the_secrets_informer_holds_no_helm_release_or_service_account_tok
              "metadata": {"name": "app-token", "annotations": account}}  # fmt: skip
     for doc in (tls_secret("tls"), opaque, helm, token):
         kube.create(doc, ns)
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     requests = Requests(client)
     source = KubeSource(client, system_namespace=kube.namespace("system"))
     try:
@@ -93,7 +93,7 @@ async def test_a_review_per_account_and_namespace_cached_as_istiods(
 ) -> None:
     grant_istiod_ca_rules(kube, kube.namespace("system"))
     ns = gateway_ns
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     now = [0.0]
     reviewer = SecretAccessReviewer(client, clock=lambda: now[0])
     try:

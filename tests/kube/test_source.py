@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio.client import ApiClient
 
 from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.environment import Environment
-from app.sources.kube.client import KubeConfigError, api_client
+from app.sources.kube.client import KubeClient, api_client
+from app.sources.kube.kubeconfig import KubeConfigError
 from app.sources.kube.source import KubeSource, KubeUnavailable
 from tests.kube.common import Mesh, make_mesh, next_events, ours, started
 from tests.support.cluster import ApiError, Cluster, Requests, istio_crd
@@ -33,18 +33,18 @@ def mesh(kube: Cluster) -> Mesh:
 
 
 @pytest.fixture
-async def client(pilotfish_kubeconfig: Path) -> ApiClient:
-    return await api_client(pilotfish_kubeconfig)
+async def client(pilotfish_kubeconfig: Path) -> KubeClient:
+    return api_client(pilotfish_kubeconfig)
 
 
 @pytest.fixture
-def requests(client: ApiClient) -> Requests:
+def requests(client: KubeClient) -> Requests:
     """What the source asks the API server."""
     return Requests(client)
 
 
 @pytest.fixture
-async def source(mesh: Mesh, client: ApiClient) -> AsyncIterator[KubeSource]:
+async def source(mesh: Mesh, client: KubeClient) -> AsyncIterator[KubeSource]:
     source = KubeSource(client, system_namespace=mesh.system, page_size=2)
     yield source
     await source.close()  # closes the client too
@@ -238,7 +238,7 @@ async def test_a_crd_that_stops_serving_the_version_read_moves_the_informer_with
 
 async def test_a_refused_token_is_one_clear_error(tmp_path: Path, kube: Cluster) -> None:
     wrong = kube.token_kubeconfig("not-a-token", tmp_path / "wrong")
-    source = KubeSource(await api_client(wrong))
+    source = KubeSource(api_client(wrong))
     try:
         with pytest.raises(KubeUnavailable, match=re.escape("refused pilotfish (HTTP 401)")):
             await source.start()
@@ -253,7 +253,7 @@ async def test_an_account_without_rights_waits_for_them_and_a_start_given_up_lea
     # with the API server's reason; a caller that stops waiting for start() leaves no task behind
     ns = kube.namespace("norights")
     kube.service_account(ns, "nobody")
-    source = KubeSource(await api_client(kube.token_kubeconfig(kube.token(ns, "nobody"), tmp_path / "nobody")))
+    source = KubeSource(api_client(kube.token_kubeconfig(kube.token(ns, "nobody"), tmp_path / "nobody")))
     try:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(source.start(), 1.5)
@@ -276,8 +276,8 @@ async def test_an_unreachable_server_and_a_missing_kubeconfig_are_clear_errors(t
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }))  # fmt: skip
     with pytest.raises(KubeConfigError, match="no such file"):
-        await api_client(tmp_path / "missing")
-    source = KubeSource(await api_client(config))
+        api_client(tmp_path / "missing")
+    source = KubeSource(api_client(config))
     try:
         with pytest.raises(KubeUnavailable, match=re.escape("cannot reach the API server at https://127.0.0.1:1")):
             await source.start()
@@ -313,7 +313,7 @@ async def test_in_a_cluster_an_api_server_not_up_yet_is_waited_for(
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
-    source = KubeSource(await api_client(later), wait_for_server=True)
+    source = KubeSource(api_client(later), wait_for_server=True)
     server: asyncio.Server | None = None
     try:
         starting = asyncio.ensure_future(source.start())

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.config import new_client_from_config
 
 from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
+from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
 from tests.support.kube_api import KubeApi
 
@@ -79,7 +79,7 @@ def api() -> KubeApi:
 @pytest.fixture
 async def source(tmp_path: Path, api: KubeApi) -> AsyncIterator[KubeSource]:
     async with api.serve(tmp_path) as kubeconfig:
-        source = KubeSource(await new_client_from_config(str(kubeconfig)), page_size=2)
+        source = KubeSource(api_client(kubeconfig), page_size=2)
         yield source
         await source.close()
 

@@ -1,5 +1,5 @@
 """Service-account tokens checked with a TokenReview by the real kube-apiserver, through the real
-kubernetes-asyncio client with the credentials charts/pilotfish gives pilotfish (istiod's
+pilotfish's client with the credentials charts/pilotfish gives pilotfish (istiod's
 KubeJWTAuthenticator): a TokenRequest token for the ``istio-ca`` audience is its service
 account; a forged token and one for another audience are refused; a storm of one token costs
 one review; a pilotfish reading the cluster issues certificates for such tokens. Error statuses
@@ -35,7 +35,7 @@ async def test_a_reviewed_token_is_its_service_account_and_a_storm_is_one_review
     ns = kube.namespace("web")
     kube.service_account(ns, "web")
     token = kube.token(ns, "web", audiences=["istio-ca"])
-    client = await api_client(pilotfish_kubeconfig)
+    client = api_client(pilotfish_kubeconfig)
     requests = Requests(client)
     try:
         reviewer = TokenReviewer(client)

@@ -1,5 +1,5 @@
 """TokenReview under faults a real API server cannot be made to produce on cue, against the
-emulator (tests/support/kube_api.py) with the real kubernetes-asyncio client: an error status
+emulator (tests/support/kube_api.py) with pilotfish's client: an error status
 refuses without caching the refusal, and a slow review that one caller gives up on still
 answers the others. The rest runs against the real kube-apiserver (test_token_review.py)."""
 
@@ -16,7 +16,7 @@ from tests.support.kube_api import KubeApi
 async def test_an_unreachable_api_server_refuses_without_caching(tmp_path: Path) -> None:
     api = KubeApi(service_account_tokens={"jwt-of-web": "system:serviceaccount:shop:web"})
     async with api.serve(tmp_path) as kubeconfig:
-        client = await api_client(kubeconfig)
+        client = api_client(kubeconfig)
         try:
             reviewer = TokenReviewer(client)
             api.fail(1, 503)
@@ -29,7 +29,7 @@ async def test_an_unreachable_api_server_refuses_without_caching(tmp_path: Path)
 async def test_a_caller_that_gives_up_does_not_cancel_the_review_others_wait_for(tmp_path: Path) -> None:
     api = KubeApi(service_account_tokens={"jwt-of-web": "system:serviceaccount:shop:web"}, delay=0.3)
     async with api.serve(tmp_path) as kubeconfig:
-        client = await api_client(kubeconfig)
+        client = api_client(kubeconfig)
         try:
             reviewer = TokenReviewer(client)
             impatient = asyncio.create_task(reviewer.authenticate("jwt-of-web"))

@@ -662,7 +662,7 @@ def _documents(docs: Iterable[Mapping[str, Any] | str]) -> list[Mapping[str, Any
 
 
 class Requests:
-    """Records every request an ``ApiClient`` makes (path and query) and can hold the next watch
+    """Records every request a ``KubeClient`` makes (path and query) and can hold the next watch
     back until released: a watch that lapses for a while, as after a network partition, while
     the test changes the cluster."""
 
@@ -671,17 +671,17 @@ class Requests:
         self.established: list[tuple[str, dict[str, str]]] = []  # watches the server answered
         self._hold: asyncio.Event | None = None
         self.held = asyncio.Event()  # a watch is waiting to be released
-        self._real = client.call_api
-        client.call_api = self._call_api
+        self._real = client.request
+        client.request = self._request
 
-    async def _call_api(self, path: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        query = dict(kwargs.get("query_params") or ())
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        query = dict(kwargs.get("query") or {})
         self.seen.append((path, query))
         if self._hold is not None and query.get("watch") == "true":
             gate, self._hold = self._hold, None
             self.held.set()
             await gate.wait()
-        response = await self._real(path, method, *args, **kwargs)
+        response = await self._real(method, path, **kwargs)
         if query.get("watch") == "true":
             self.established.append((path, query))
         return response

@@ -3,7 +3,7 @@ watch connections cut mid-stream (``drop_watches``), the next n requests answeri
 status (``fail``), a slow server (``delay``). Everything else runs against the real
 kube-apiserver (tests/support/cluster.py); this serves only what those fault tests use.
 
-Over real HTTPS (a trustme CA) with a bearer token, so the real kubernetes-asyncio client talks
+Over real HTTPS (a trustme CA) with a bearer token, so pilotfish's own client talks
 to it. What it keeps as the API server does:
 
 * one resourceVersion counter for every write; objects carry the version of their last write;

@@ -37,7 +37,7 @@ HEAVY = (
     "app.preview.push",
     "app.xds.server",
     "app.xds.fetch",
-    "kubernetes_asyncio",
+    "aiohttp",
     "grpc",
     "uvloop",
 )

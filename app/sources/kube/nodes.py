@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
-from kubernetes_asyncio.client import ApiClient
-
 from app.config.objects import EventType
 from app.inject.native_sidecars import KubeletVersions
+from app.sources.kube.client import KubeClient
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import NODES, KubeResource
 from app.sources.kube.store import Delta, Raw
@@ -33,7 +32,7 @@ def node_kubelet(obj: Raw) -> Raw:
 
 
 class NodeInformer:
-    def __init__(self, client: ApiClient, *, page_size: int = PAGE_SIZE) -> None:
+    def __init__(self, client: KubeClient, *, page_size: int = PAGE_SIZE) -> None:
         self.kubelets = KubeletVersions()
         self._informer = Informer(client, NODES, "v1", self._on_deltas, page_size=page_size, transform=node_kubelet)
 

@@ -37,12 +37,12 @@ from typing import Any
 
 import aiohttp
 from google.protobuf import json_format
-from kubernetes_asyncio.client import ApiClient
 
 from app.config.loader import LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
 from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
+from app.sources.kube.client import KubeClient
 from app.sources.kube.discovery import selected, selects
 from app.sources.kube.informer import Informer
 from app.sources.kube.pool import validation_pool
@@ -92,7 +92,7 @@ class KubeUnavailable(PilotfishError):
 class KubeSource:
     def __init__(
         self,
-        client: ApiClient,
+        client: KubeClient,
         *,
         system_namespace: str = "istio-system",
         mesh_from_configmap: bool = True,
@@ -127,7 +127,7 @@ class KubeSource:
 
     @property
     def server(self) -> str:
-        return str(self._client.configuration.host)
+        return self._client.server
 
     def objects(self) -> list[ConfigObject]:
         return list(self._current.values())
@@ -462,14 +462,7 @@ class KubeSource:
 
     async def _get(self, path: str) -> tuple[int, Any]:
         try:
-            response: aiohttp.ClientResponse = await self._client.call_api(
-                path,
-                "GET",
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=15),
-            )
+            response = await self._client.request("GET", path, timeout=15)
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise KubeUnavailable(f"kubernetes: cannot reach the API server at {self.server}: {e}") from e
         async with response:
