@@ -65,8 +65,8 @@ class TokenFile:
 
     path: Path
     clock: Callable[[], float] = time.monotonic
-    _token: str = ""
-    _read_at: float | None = None
+    _token: str = field(default="", init=False, repr=False, compare=False)
+    _read_at: float | None = field(default=None, init=False, repr=False, compare=False)
 
     async def authorization(self) -> str | None:
         now = self.clock()
@@ -98,9 +98,9 @@ class ExecPlugin:
     api_version: str = EXEC_API_VERSIONS[0]
     install_hint: str = ""
     cluster: Mapping[str, Any] | None = None  # spec.cluster, when provideClusterInfo
-    _token: str = ""
-    _expires: float | None = None  # epoch seconds
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _token: str = field(default="", init=False, repr=False, compare=False)
+    _expires: float | None = field(default=None, init=False, repr=False, compare=False)  # epoch seconds
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False, compare=False)
 
     async def authorization(self) -> str | None:
         async with self._lock:  # concurrent requests wait for one run of the plugin
