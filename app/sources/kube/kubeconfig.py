@@ -5,9 +5,9 @@ A kubeconfig's current context names a cluster (``server``, ``certificate-author
 ``insecure-skip-tls-verify``, ``tls-server-name``, ``proxy-url``) and a user (``token``,
 ``tokenFile``, ``client-certificate[-data]`` / ``client-key[-data]``, ``exec``); relative paths are
 relative to the kubeconfig's directory. A user with an ``auth-provider`` or a username and
-password is refused by name: client-go dropped the gcp and azure providers, and API servers
-stopped taking basic authentication in 1.19; an exec plugin (kubelogin, gke-gcloud-auth-plugin)
-is what replaces them.
+password is refused by name: client-go deprecated auth providers (it dropped gcp and azure in
+1.26; oidc needs the issuer's refresh flow), and API servers stopped taking basic authentication
+in 1.19; an exec plugin (kubelogin, gke-gcloud-auth-plugin) is what replaces them.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _access(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path, whe
     if not server.startswith(("https://", "http://")):
         raise KubeConfigError(f"{where}: cluster.server {server!r} is not an http(s) URL")
     for refused, why in (
-        ("auth-provider", "auth providers are gone from client-go; use an exec plugin"),
+        ("auth-provider", "client-go deprecated auth providers (gcp and azure gone since 1.26); use an exec plugin"),
         ("username", "API servers no longer take basic authentication (since 1.19)"),
     ):
         if user.get(refused):
