@@ -3,8 +3,9 @@ credentials of a kubeconfig or of the in-cluster service account (app/sources/ku
 
 Every call pilotfish makes (informers' lists and watches, the controllers' writes, TokenReviews)
 is a path and a JSON body, so it needs no generated models. kubernetes-asyncio, used before,
-imports its 800-odd generated API and model modules with its client package: 0.3 s of start-up
-and 40 MB of memory (``python -X importtime``) for classes pilotfish never built.
+imports its 800-odd generated API and model modules with its client package: 0.2 s of start-up
+and 38 MB of memory (``import app.runtime`` 0.52 → 0.32 s, 109 → 71 MB) for classes pilotfish
+never built.
 """
 
 from __future__ import annotations
