@@ -5,6 +5,7 @@ service account, and ``tls-server-name``. Parsing mistakes are tests/unit/test_k
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
@@ -159,3 +160,36 @@ async def test_tls_server_name_is_the_name_checked_against_the_server_s_certific
     wrong = _kubeconfig(tmp_path / "wrong", _cluster(kube, **{"tls-server-name": "elsewhere.example"}), admin)
     with pytest.raises(ApiCallError, match=r"elsewhere\.example"):
         await _whoami(api_client(wrong))
+
+
+async def test_proxy_url_tunnels_to_the_server(tmp_path: Path, kube: Cluster) -> None:
+    """An HTTP CONNECT proxy (a real tunnel, bytes relayed both ways) named by ``proxy-url``."""
+    asked: list[str] = []
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def tunnel(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        head = (await client_reader.readuntil(b"\r\n\r\n")).decode()
+        method, target, _ = head.split("\r\n", 1)[0].split(" ")
+        asked.append(f"{method} {target}")
+        host, port = target.rsplit(":", 1)
+        server_reader, server_writer = await asyncio.open_connection(host, int(port))
+        client_writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await client_writer.drain()
+        await asyncio.gather(relay(client_reader, server_writer), relay(server_reader, client_writer))
+
+    proxy = await asyncio.start_server(tunnel, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    admin = yaml.safe_load(kube.admin_kubeconfig.read_text())["users"][0]["user"]
+    config = _kubeconfig(tmp_path / "config", _cluster(kube, **{"proxy-url": f"http://127.0.0.1:{port}"}), admin)
+    try:
+        assert await _whoami(api_client(config)) == "admin"
+    finally:
+        proxy.close()
+    assert asked == [f"CONNECT {kube.server.removeprefix('https://')}"]
