@@ -193,3 +193,33 @@ async def test_proxy_url_tunnels_to_the_server(tmp_path: Path, kube: Cluster) ->
     finally:
         proxy.close()
     assert asked == [f"CONNECT {kube.server.removeprefix('https://')}"]
+
+
+async def test_an_exec_plugin_s_client_certificate_is_presented_and_rotated(tmp_path: Path, kube: Cluster) -> None:
+    """A plugin answering with a client certificate (as Teleport's ``tsh`` does): presented on
+    the connection; once it expires, the plugin's next one is, on new connections."""
+    identities = {}
+    manager = kube.ca_file.parent / "controller-manager.kubeconfig"
+    for name, config in (("admin", kube.admin_kubeconfig), ("system:kube-controller-manager", manager)):
+        written = yaml.safe_load(config.read_text())["users"][0]["user"]
+        identities[name] = (written["client-certificate"], written["client-key"])
+    current = tmp_path / "current"
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        "import json, sys, pathlib\n"
+        f"cert, key = pathlib.Path({str(current)!r}).read_text().split()\n"
+        "status = {'clientCertificateData': open(cert).read(), 'clientKeyData': open(key).read(),\n"
+        "          'expirationTimestamp': '2001-01-01T00:00:00Z'}\n"  # expired at once: asked again each time
+        "sys.stdout.write(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1',\n"
+        "                             'kind': 'ExecCredential', 'status': status}))\n"
+    )
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable, "args": [str(script)]}}
+    client = api_client(_kubeconfig(tmp_path / "config", _cluster(kube), user))
+    try:
+        for name, (cert, key) in [*identities.items(), *identities.items()]:
+            current.write_text(f"{cert} {key}")
+            body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+            review = await client.call("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body)
+            assert review["status"]["userInfo"]["username"] == name
+    finally:
+        await client.close()

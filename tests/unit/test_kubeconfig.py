@@ -199,7 +199,9 @@ async def test_an_exec_plugin_runs_once_for_concurrent_requests_with_its_env(tmp
         ("import sys; sys.stderr.write('login first'); sys.exit(3)", "exited 3: login first"),
         ("print('token: x')", "its output is not an ExecCredential"),
         (f"print({_credential({'token': 't'}, 'client.authentication.k8s.io/v1beta1')!r})", "answered apiVersion"),
-        (f"print({_credential({'clientCertificateData': 'PEM'})!r})", "gave a client certificate"),
+        (f"print({_credential({'clientCertificateData': 'PEM'})!r})", "clientCertificateData and clientKeyData go"),
+        (f"print({_credential({'clientCertificateData': 'A', 'clientKeyData': 'B'})!r})", "clientKeyData: "),
+        (f"print({_credential({})!r})", "has no token and no client certificate"),
         (f"print({_credential({'token': 't', 'expirationTimestamp': 'soon'})!r})", "'soon' is not RFC 3339"),
     ],
 )  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from app.errors import PilotfishError
+from app.sources.kube.credentials import ClientCertificate, CredentialsError, load_client_certificate
 from app.sources.kube.kubeconfig import ClusterAccess, from_kubeconfig, in_cluster
 
 JSON = "application/json"
@@ -43,6 +44,7 @@ class KubeClient:
     def __init__(self, access: ClusterAccess) -> None:
         self._access = access
         self._session: aiohttp.ClientSession | None = None
+        self._certificate: ClientCertificate | None = None  # an exec plugin's, in the TLS context
 
     @property
     def server(self) -> str:
@@ -61,15 +63,18 @@ class KubeClient:
         """The server's response, its body not read yet (``async with`` it); whatever its status.
         A failed connection, a timeout or no credential to send raise aiohttp.ClientError,
         TimeoutError or OSError."""
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=POOL, ssl=self._access.ssl)
-            # trust_env: HTTPS_PROXY / NO_PROXY honoured, as client-go's ProxyFromEnvironment
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
         credentials = self._access.credentials
         headers = {"Accept": JSON}
         authorization = await credentials.authorization()
         if authorization is not None:
             headers["Authorization"] = authorization
+        certificate = credentials.certificate()
+        if certificate is not self._certificate:
+            await self._present(certificate)
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=POOL, ssl=self._access.ssl)
+            # trust_env: HTTPS_PROXY / NO_PROXY honoured, as client-go's ProxyFromEnvironment
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -122,6 +127,20 @@ class KubeClient:
         causes = [str(c.get("reason", "")) for c in found or () if isinstance(c, Mapping)]
         message = str(answer.get("message") or text).strip()[:300]
         raise ApiCallError(what, response.status, str(answer.get("reason") or ""), message, causes)
+
+    async def _present(self, certificate: ClientCertificate | None) -> None:
+        """An exec plugin's new client certificate: on the TLS context, and every connection
+        closed (watches too; their informers watch again) so the next handshakes present it, as
+        client-go closes its connections when the certificate rotates."""
+        self._certificate = certificate
+        if certificate is not None:
+            try:
+                load_client_certificate(self._access.ssl, certificate)
+            except (ValueError, OSError) as e:  # ssl.SSLError is an OSError
+                raise CredentialsError(f"the exec plugin's client certificate: {e}") from None
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def close(self) -> None:
         if self._session is not None:

@@ -1,8 +1,10 @@
 """What pilotfish shows the API server as its identity on each request: a fixed bearer token, a
-token file read again as it rotates, or a token an exec plugin prints — the three a kubeconfig or
-a pod's service account give, each refreshed as client-go refreshes it.
+token file read again as it rotates, or what an exec plugin prints (a token, a client
+certificate, or both) — what a kubeconfig or a pod's service account give, each refreshed as
+client-go refreshes it.
 
-A client certificate is not here: it is part of the TLS connection (app/sources/kube/kubeconfig.py).
+A kubeconfig's own client certificate is part of the TLS context (app/sources/kube/kubeconfig.py);
+an exec plugin's goes there when the client next connects (app/sources/kube/client.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,37 +33,52 @@ class CredentialsError(aiohttp.ClientError):
     so that every caller takes it as it takes a failed connection: logged and tried again."""
 
 
+@dataclass(frozen=True, eq=False)  # identity: a new one means new TLS connections
+class ClientCertificate:
+    cert: bytes  # PEM
+    key: bytes
+
+
 class Credentials(Protocol):
     async def authorization(self) -> str | None:
-        """The ``Authorization`` header's value, or None to send none."""
+        """The ``Authorization`` header's value, or None to send none; the credential is
+        refreshed here when it needs to be."""
+
+    def certificate(self) -> ClientCertificate | None:
+        """The client certificate of the credential ``authorization`` settled on, if it has one."""
 
     def refused(self) -> None:
         """The API server answered 401: what was sent is not to be sent again."""
 
 
-class NoToken:
-    """A client certificate alone (or an anonymous request)."""
+class _Bearer:
+    """Credentials that bring no client certificate of their own (a kubeconfig's is in the TLS
+    context from the start)."""
 
-    async def authorization(self) -> str | None:
+    def certificate(self) -> ClientCertificate | None:
         return None
 
     def refused(self) -> None:
         pass
 
 
+class NoToken(_Bearer):
+    """A kubeconfig's client certificate alone (or an anonymous request)."""
+
+    async def authorization(self) -> str | None:
+        return None
+
+
 @dataclass(frozen=True)
-class StaticToken:
+class StaticToken(_Bearer):
     token: str
 
     async def authorization(self) -> str | None:
         return f"Bearer {self.token}"
 
-    def refused(self) -> None:
-        pass
-
 
 @dataclass
-class TokenFile:
+class TokenFile(_Bearer):
     """A token file that rotates under pilotfish (a projected service-account token, renewed by
     the kubelet at 80 % of its lifetime): read again once a minute, and at once after a 401."""
 
@@ -89,8 +108,8 @@ class TokenFile:
 @dataclass
 class ExecPlugin:
     """A kubeconfig ``exec`` plugin (client.authentication.k8s.io): the program is run, without
-    blocking the loop, for an ExecCredential; its token is kept until its
-    ``expirationTimestamp`` (for good when it has none) or a 401."""
+    blocking the loop, for an ExecCredential; its token and client certificate are kept until
+    its ``expirationTimestamp`` (for good when it has none) or a 401."""
 
     command: str
     args: Sequence[str] = ()
@@ -98,20 +117,23 @@ class ExecPlugin:
     api_version: str = EXEC_API_VERSIONS[0]
     install_hint: str = ""
     cluster: Mapping[str, Any] | None = None  # spec.cluster, when provideClusterInfo
-    _token: str = field(default="", init=False, repr=False, compare=False)
-    _expires: float | None = field(default=None, init=False, repr=False, compare=False)  # epoch seconds
+    _credential: ExecCredential | None = field(default=None, init=False, repr=False, compare=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False, compare=False)
 
     async def authorization(self) -> str | None:
         async with self._lock:  # concurrent requests wait for one run of the plugin
-            if not self._token or (self._expires is not None and time.time() >= self._expires):
-                self._token, self._expires = await self._run()
-        return f"Bearer {self._token}"
+            found = self._credential
+            if found is None or (found.expires is not None and time.time() >= found.expires):
+                found = self._credential = await self._run()
+        return f"Bearer {found.token}" if found.token else None
+
+    def certificate(self) -> ClientCertificate | None:
+        return self._credential.certificate if self._credential is not None else None
 
     def refused(self) -> None:
-        self._token = ""
+        self._credential = None
 
-    async def _run(self) -> tuple[str, float | None]:
+    async def _run(self) -> ExecCredential:
         spec: dict[str, Any] = {"interactive": False}
         if self.cluster is not None:
             spec["cluster"] = dict(self.cluster)
@@ -142,8 +164,16 @@ class ExecPlugin:
         return exec_credential(what, out, self.api_version)
 
 
-def exec_credential(what: str, output: bytes, api_version: str) -> tuple[str, float | None]:
-    """(token, expiry in epoch seconds or None) from an exec plugin's ExecCredential."""
+@dataclass(frozen=True)
+class ExecCredential:
+    token: str  # "" for a client certificate alone
+    certificate: ClientCertificate | None
+    expires: float | None  # epoch seconds
+
+
+def exec_credential(what: str, output: bytes, api_version: str) -> ExecCredential:
+    """What an exec plugin's ExecCredential gives (client-go: a token, a client certificate and
+    key, or both)."""
     try:
         credential = json.loads(output)
     except ValueError as e:
@@ -156,15 +186,36 @@ def exec_credential(what: str, output: bytes, api_version: str) -> tuple[str, fl
     status = credential.get("status")
     if not isinstance(status, dict):
         raise CredentialsError(f"{what}: the ExecCredential has no status")
-    token = status.get("token")
-    if not isinstance(token, str) or not token:
-        if status.get("clientCertificateData"):
-            raise CredentialsError(f"{what}: gave a client certificate; pilotfish takes a token from exec plugins")
-        raise CredentialsError(f"{what}: the ExecCredential's status has no token")
+    token = status.get("token") or ""
+    cert, key = status.get("clientCertificateData"), status.get("clientKeyData")
+    if bool(cert) != bool(key):
+        raise CredentialsError(f"{what}: clientCertificateData and clientKeyData go together")
+    if not isinstance(token, str) or not (token or cert):
+        raise CredentialsError(f"{what}: the ExecCredential's status has no token and no client certificate")
+    certificate = None
+    if cert and key:
+        certificate = ClientCertificate(str(cert).encode(), str(key).encode())
+        try:
+            load_client_certificate(ssl.create_default_context(), certificate)
+        except (ssl.SSLError, ValueError) as e:
+            raise CredentialsError(f"{what}: clientCertificateData / clientKeyData: {e}") from None
     expiry = status.get("expirationTimestamp")
-    if not expiry:
-        return token, None
-    try:
-        return token, datetime.fromisoformat(str(expiry).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise CredentialsError(f"{what}: expirationTimestamp {expiry!r} is not RFC 3339") from None
+    expires = None
+    if expiry:
+        try:
+            expires = datetime.fromisoformat(str(expiry).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise CredentialsError(f"{what}: expirationTimestamp {expiry!r} is not RFC 3339") from None
+    return ExecCredential(token, certificate, expires)
+
+
+def load_client_certificate(context: ssl.SSLContext, certificate: ClientCertificate) -> None:
+    """Present ``certificate`` on the context's next handshakes (ssl.SSLError, ValueError if the
+    two do not make a pair). ssl loads a chain from files only: both go through a private
+    temporary directory, gone at once."""
+    with tempfile.TemporaryDirectory(prefix="pilotfish-kube-") as tmp:
+        cert_file, key_file = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+        cert_file.write_bytes(certificate.cert)
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(certificate.key)
+        context.load_cert_chain(cert_file, key_file)

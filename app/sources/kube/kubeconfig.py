@@ -16,7 +16,6 @@ import base64
 import binascii
 import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,16 @@ from typing import Any
 import yaml
 
 from app.errors import PilotfishError
-from app.sources.kube.credentials import EXEC_API_VERSIONS, Credentials, ExecPlugin, NoToken, StaticToken, TokenFile
+from app.sources.kube.credentials import (
+    EXEC_API_VERSIONS,
+    ClientCertificate,
+    Credentials,
+    ExecPlugin,
+    NoToken,
+    StaticToken,
+    TokenFile,
+    load_client_certificate,
+)
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -111,7 +119,10 @@ def _access(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path, whe
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     if cert is not None and key is not None:
-        _load_chain(context, cert, key, where)
+        try:
+            load_client_certificate(context, ClientCertificate(cert, key))
+        except (ssl.SSLError, ValueError) as e:
+            raise KubeConfigError(f"{where}: user.client-certificate / user.client-key: {e}") from None
     server_name = cluster.get("tls-server-name")
     proxy = cluster.get("proxy-url")
     return ClusterAccess(
@@ -206,15 +217,3 @@ def _ssl_context(where: str, *, cafile: str | None = None, cadata: str | None = 
     except (ssl.SSLError, ValueError, OSError) as e:
         raise KubeConfigError(f"{where}: {e}") from None
 
-
-def _load_chain(context: ssl.SSLContext, cert: bytes, key: bytes, where: str) -> None:
-    # ssl loads a chain from files only: both go through a private temporary directory, gone at once
-    with tempfile.TemporaryDirectory(prefix="pilotfish-kube-") as tmp:
-        cert_file, key_file = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
-        cert_file.write_bytes(cert)
-        key_file.touch(mode=0o600)
-        key_file.write_bytes(key)
-        try:
-            context.load_cert_chain(cert_file, key_file)
-        except (ssl.SSLError, ValueError) as e:
-            raise KubeConfigError(f"{where}: user.client-certificate / user.client-key: {e}") from None
