@@ -52,7 +52,8 @@ def test_cluster_fields_are_carried(tmp_path: Path) -> None:
         "kubernetes.default.svc",
         "http://proxy.example:3128",
     )
-    assert access.ssl.verify_mode.name == "CERT_NONE" and not access.ssl.check_hostname
+    context = access.trust.context()
+    assert context.verify_mode.name == "CERT_NONE" and not context.check_hostname
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from app.errors import PilotfishError
-from app.sources.kube.credentials import ClientCertificate, CredentialsError, load_client_certificate
+from app.sources.kube.credentials import ClientCertificate
 from app.sources.kube.kubeconfig import ClusterAccess, from_kubeconfig, in_cluster
 
 JSON = "application/json"
@@ -72,7 +72,7 @@ class KubeClient:
         if certificate is not self._certificate:
             await self._present(certificate)
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=POOL, ssl=self._access.ssl)
+            connector = aiohttp.TCPConnector(limit=POOL, ssl=self._access.trust.context(self._certificate))
             # trust_env: HTTPS_PROXY / NO_PROXY honoured, as client-go's ProxyFromEnvironment
             self._session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
         data = None
@@ -129,15 +129,10 @@ class KubeClient:
         raise ApiCallError(what, response.status, str(answer.get("reason") or ""), message, causes)
 
     async def _present(self, certificate: ClientCertificate | None) -> None:
-        """An exec plugin's new client certificate: on the TLS context, and every connection
-        closed (watches too; their informers watch again) so the next handshakes present it, as
-        client-go closes its connections when the certificate rotates."""
+        """An exec plugin's new client certificate (or none now): every connection closed
+        (watches too; their informers watch again) so that the next ones, in a new TLS context,
+        present it, as client-go closes its connections when the certificate rotates."""
         self._certificate = certificate
-        if certificate is not None:
-            try:
-                load_client_certificate(self._access.ssl, certificate)
-            except (ValueError, OSError) as e:  # ssl.SSLError is an OSError
-                raise CredentialsError(f"the exec plugin's client certificate: {e}") from None
         session, self._session = self._session, None
         if session is not None:
             await session.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import os
 import ssl
 from collections.abc import Mapping
@@ -43,9 +44,30 @@ class KubeConfigError(PilotfishError):
 
 
 @dataclass(frozen=True)
+class Trust:
+    """What a TLS context to the API server is made of."""
+
+    ca: bytes | None = None  # PEM; None: the system's roots, as client-go without a CA
+    verify: bool = True  # False: insecure-skip-tls-verify
+    certificate: ClientCertificate | None = None  # the kubeconfig's own
+
+    def context(self, certificate: ClientCertificate | None = None) -> ssl.SSLContext:
+        """A new context presenting ``certificate`` (an exec plugin's), else the kubeconfig's;
+        ssl.SSLError or ValueError when the material is not usable."""
+        context = ssl.create_default_context(cadata=self.ca.decode() if self.ca is not None else None)
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        chosen = certificate or self.certificate
+        if chosen is not None:
+            load_client_certificate(context, chosen)
+        return context
+
+
+@dataclass(frozen=True)
 class ClusterAccess:
     server: str  # https://HOST:PORT, no trailing slash
-    ssl: ssl.SSLContext
+    trust: Trust
     credentials: Credentials
     tls_server_name: str | None = None
     proxy: str | None = None
@@ -62,8 +84,9 @@ def in_cluster(environ: Mapping[str, str] = os.environ, account: Path = SERVICE_
         if not path.is_file():
             raise KubeConfigError(f"the in-cluster service account: {path}: no such file")
     host = f"[{host}]" if ":" in host else host
-    context = _ssl_context(f"the in-cluster service account: {ca}", cafile=str(ca))
-    return ClusterAccess(f"https://{host}:{port}", context, TokenFile(token))
+    trust = Trust(ca.read_bytes())
+    _check(trust, f"the in-cluster service account: {ca}")
+    return ClusterAccess(f"https://{host}:{port}", trust, TokenFile(token))
 
 
 def from_kubeconfig(path: Path) -> ClusterAccess:
@@ -114,20 +137,16 @@ def _access(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path, whe
     key = _material(user, "user.client-key", base, where)
     if (cert is None) != (key is None):
         raise KubeConfigError(f"{where}: user.client-certificate and user.client-key go together")
-    context = _ssl_context(f"{where}: cluster.certificate-authority", cadata=ca.decode() if ca is not None else None)
-    if cluster.get("insecure-skip-tls-verify"):
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
+    trust = Trust(ca, not cluster.get("insecure-skip-tls-verify"))
+    _check(trust, f"{where}: cluster.certificate-authority")
     if cert is not None and key is not None:
-        try:
-            load_client_certificate(context, ClientCertificate(cert, key))
-        except (ssl.SSLError, ValueError) as e:
-            raise KubeConfigError(f"{where}: user.client-certificate / user.client-key: {e}") from None
+        trust = dataclasses.replace(trust, certificate=ClientCertificate(cert, key))
+        _check(trust, f"{where}: user.client-certificate / user.client-key")
     server_name = cluster.get("tls-server-name")
     proxy = cluster.get("proxy-url")
     return ClusterAccess(
         server,
-        context,
+        trust,
         _credentials(user, cluster, server, ca, base, where),
         tls_server_name=str(server_name) if server_name else None,
         proxy=str(proxy) if proxy else None,
@@ -209,11 +228,9 @@ def _resolve(file: str, base: Path) -> Path:
     return path if path.is_absolute() else base / path
 
 
-def _ssl_context(where: str, *, cafile: str | None = None, cadata: str | None = None) -> ssl.SSLContext:
+def _check(trust: Trust, where: str) -> None:
     try:
-        if cafile is None and cadata is None:
-            return ssl.create_default_context()  # the system's roots, as client-go without a CA
-        return ssl.create_default_context(cafile=cafile, cadata=cadata)
-    except (ssl.SSLError, ValueError, OSError) as e:
+        trust.context()
+    except (ssl.SSLError, ValueError) as e:
         raise KubeConfigError(f"{where}: {e}") from None
 
