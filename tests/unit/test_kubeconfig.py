@@ -15,8 +15,9 @@ import pytest
 import trustme
 import yaml
 
+from app.sources.kube.client import KubeClient
 from app.sources.kube.credentials import CredentialsError, ExecPlugin, NoToken, StaticToken, TokenFile
-from app.sources.kube.kubeconfig import KubeConfigError, from_kubeconfig, in_cluster
+from app.sources.kube.kubeconfig import ClusterAccess, KubeConfigError, Trust, from_kubeconfig, in_cluster
 
 
 def _write(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None) -> Path:
@@ -201,7 +202,6 @@ async def test_an_exec_plugin_runs_once_for_concurrent_requests_with_its_env(tmp
         ("print('token: x')", "its output is not an ExecCredential"),
         (f"print({_credential({'token': 't'}, 'client.authentication.k8s.io/v1beta1')!r})", "answered apiVersion"),
         (f"print({_credential({'clientCertificateData': 'PEM'})!r})", "clientCertificateData and clientKeyData go"),
-        (f"print({_credential({'clientCertificateData': 'A', 'clientKeyData': 'B'})!r})", "clientKeyData: "),
         (f"print({_credential({})!r})", "has no token and no client certificate"),
         (f"print({_credential({'token': 't', 'expirationTimestamp': 'soon'})!r})", "'soon' is not RFC 3339"),
     ],
@@ -215,3 +215,11 @@ async def test_an_exec_plugin_that_cannot_run_gives_its_install_hint() -> None:
     plugin = ExecPlugin("/nowhere/kubelogin", install_hint="brew install kubelogin")
     with pytest.raises(CredentialsError, match=r"cannot run it: .*\(brew install kubelogin\)"):
         await plugin.authorization()
+
+
+async def test_an_exec_plugin_s_pair_that_does_not_load_is_named_before_any_connection(tmp_path: Path) -> None:
+    plugin = _script(tmp_path, f"print({_credential({'clientCertificateData': 'A', 'clientKeyData': 'B'})!r})")
+    client = KubeClient(ClusterAccess("https://127.0.0.1:1", Trust(), plugin))
+    with pytest.raises(CredentialsError, match=f"exec plugin {sys.executable}: the client certificate and key do not"):
+        await client.request("GET", "/api")
+    await client.close()

@@ -11,6 +11,7 @@ never built.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from app.errors import PilotfishError
-from app.sources.kube.credentials import ClientCertificate
+from app.sources.kube.credentials import ClientCertificate, CredentialsError
 from app.sources.kube.kubeconfig import ClusterAccess, from_kubeconfig, in_cluster
 
 JSON = "application/json"
@@ -69,12 +70,9 @@ class KubeClient:
         if authorization is not None:
             headers["Authorization"] = authorization
         certificate = credentials.certificate()
-        if certificate is not self._certificate:
-            await self._present(certificate)
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=POOL, ssl=self._access.trust.context(self._certificate))
-            # trust_env: HTTPS_PROXY / NO_PROXY honoured, as client-go's ProxyFromEnvironment
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
+        if self._session is None or certificate is not self._certificate:
+            await self._connect(certificate)
+        assert self._session is not None
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -128,14 +126,22 @@ class KubeClient:
         message = str(answer.get("message") or text).strip()[:300]
         raise ApiCallError(what, response.status, str(answer.get("reason") or ""), message, causes)
 
-    async def _present(self, certificate: ClientCertificate | None) -> None:
-        """An exec plugin's new client certificate (or none now): every connection closed
-        (watches too; their informers watch again) so that the next ones, in a new TLS context,
-        present it, as client-go closes its connections when the certificate rotates."""
-        self._certificate = certificate
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+    async def _connect(self, certificate: ClientCertificate | None) -> None:
+        """A session whose connections present ``certificate`` (an exec plugin's), else the
+        kubeconfig's. A new certificate closes every connection of the last session (watches
+        too; their informers watch again), as client-go closes its connections when the
+        certificate rotates."""
+        try:
+            context = self._access.trust.context(certificate)
+        except (ssl.SSLError, ValueError) as e:  # only an exec plugin's pair can fail here
+            where = certificate.source if certificate is not None else self._access.server
+            raise CredentialsError(f"{where}: the client certificate and key do not load: {e}") from None
+        connector = aiohttp.TCPConnector(limit=POOL, ssl=context)
+        # trust_env: HTTPS_PROXY / NO_PROXY honoured, as client-go's ProxyFromEnvironment
+        session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
+        last, self._session, self._certificate = self._session, session, certificate
+        if last is not None:
+            await last.close()
 
     async def close(self) -> None:
         if self._session is not None:

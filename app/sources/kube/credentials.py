@@ -37,6 +37,7 @@ class CredentialsError(aiohttp.ClientError):
 class ClientCertificate:
     cert: bytes  # PEM
     key: bytes
+    source: str  # what gave it, for errors: "exec plugin tsh"
 
 
 class Credentials(Protocol):
@@ -51,7 +52,7 @@ class Credentials(Protocol):
         """The API server answered 401: what was sent is not to be sent again."""
 
 
-class _Bearer:
+class _NoCertificate:
     """Credentials that bring no client certificate of their own (a kubeconfig's is in the TLS
     context from the start)."""
 
@@ -62,7 +63,7 @@ class _Bearer:
         pass
 
 
-class NoToken(_Bearer):
+class NoToken(_NoCertificate):
     """A kubeconfig's client certificate alone (or an anonymous request)."""
 
     async def authorization(self) -> str | None:
@@ -70,7 +71,7 @@ class NoToken(_Bearer):
 
 
 @dataclass(frozen=True)
-class StaticToken(_Bearer):
+class StaticToken(_NoCertificate):
     token: str
 
     async def authorization(self) -> str | None:
@@ -78,7 +79,7 @@ class StaticToken(_Bearer):
 
 
 @dataclass
-class TokenFile(_Bearer):
+class TokenFile(_NoCertificate):
     """A token file that rotates under pilotfish (a projected service-account token, renewed by
     the kubelet at 80 % of its lifetime): read again once a minute, and at once after a 401."""
 
@@ -192,13 +193,8 @@ def exec_credential(what: str, output: bytes, api_version: str) -> ExecCredentia
         raise CredentialsError(f"{what}: clientCertificateData and clientKeyData go together")
     if not isinstance(token, str) or not (token or cert):
         raise CredentialsError(f"{what}: the ExecCredential's status has no token and no client certificate")
-    certificate = None
-    if cert and key:
-        certificate = ClientCertificate(str(cert).encode(), str(key).encode())
-        try:
-            load_client_certificate(ssl.create_default_context(), certificate)
-        except (ssl.SSLError, ValueError) as e:
-            raise CredentialsError(f"{what}: clientCertificateData / clientKeyData: {e}") from None
+    # whether the pair loads is found where the connection's TLS context is made (client.py)
+    certificate = ClientCertificate(str(cert).encode(), str(key).encode(), what) if cert and key else None
     expiry = status.get("expirationTimestamp")
     expires = None
     if expiry:

@@ -140,8 +140,9 @@ def _access(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path, whe
     trust = Trust(ca, not cluster.get("insecure-skip-tls-verify"))
     _check(trust, f"{where}: cluster.certificate-authority")
     if cert is not None and key is not None:
-        trust = dataclasses.replace(trust, certificate=ClientCertificate(cert, key))
-        _check(trust, f"{where}: user.client-certificate / user.client-key")
+        own = ClientCertificate(cert, key, f"{where}: user.client-certificate / user.client-key")
+        trust = dataclasses.replace(trust, certificate=own)
+        _check(trust, own.source)
     server_name = cluster.get("tls-server-name")
     proxy = cluster.get("proxy-url")
     return ClusterAccess(
