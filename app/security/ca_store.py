@@ -26,14 +26,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
-import json
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-
-import aiohttp
 
 from app.config.objects import EventType
 from app.errors import PilotfishError
@@ -49,7 +46,7 @@ from app.security.ca_secret import (
     secret_data,
     self_signed,
 )
-from app.sources.kube.client import KubeClient
+from app.sources.kube.client import ApiCallError, KubeClient
 from app.sources.kube.informer import Informer
 from app.sources.kube.resources import SECRETS
 from app.sources.kube.store import Delta
@@ -166,29 +163,25 @@ class KubeCaStore:
         status, answer = await self._request("GET", f"{self._path()}/{name}")
         if status == 404:
             return None
-        if status != 200 or not isinstance(answer, Mapping):
+        if status != 200 or not answer:
             self._refused(status, answer, "read")
-        found: Mapping[str, Any] = answer
-        return found
+        return answer
 
-    def _refused(self, status: int, answer: Any, verb: str) -> None:
-        message = answer.get("message", "") if isinstance(answer, Mapping) else str(answer)
+    def _refused(self, status: int, answer: Mapping[str, Any], verb: str) -> None:
+        message = answer.get("message", "")
         what = f"cannot {verb} Secrets in {self.namespace}: HTTP {status}: {message!s:.300}"
         if status in _RETRIED_STATUS:
             raise _Retry(what)
         raise CaStoreError(f"kubernetes: CA: {what}")
 
-    async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Mapping[str, Any]]:
+        """(status, the object answered, or the Status's message); an unreachable server is _Retry."""
         try:
-            response = await self._client.request(method, path, body=body, timeout=30)
-            async with response:
-                text = await response.text()
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise _Retry(f"cannot reach the API server: {e}") from None
-        try:
-            return response.status, json.loads(text)
-        except ValueError:
-            return response.status, text
+            return 200, await self._client.call(method, path, body, timeout=30)
+        except ApiCallError as e:
+            if not e.status:
+                raise _Retry(f"cannot reach the API server: {e.message}") from None
+            return e.status, {"message": e.message}
 
     def _path(self) -> str:
         return SECRETS.path("v1", self.namespace)
