@@ -35,14 +35,13 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 from google.protobuf import json_format
 
 from app.config.loader import LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
 from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
-from app.sources.kube.client import KubeClient
+from app.sources.kube.client import ApiCallError, KubeClient
 from app.sources.kube.discovery import selected, selects
 from app.sources.kube.informer import Informer
 from app.sources.kube.pool import validation_pool
@@ -460,38 +459,28 @@ class KubeSource:
 
     # --- reachability -------------------------------------------------------------------
 
-    async def _get(self, path: str) -> tuple[int, Any]:
-        try:
-            response = await self._client.request("GET", path, timeout=15)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise KubeUnavailable(f"kubernetes: cannot reach the API server at {self.server}: {e}") from e
-        async with response:
-            body: Any = await response.json(content_type=None) if response.status == 200 else await response.text()
-            return response.status, body
-
     async def _check_reachable(self) -> None:
         backoff = Backoff()
         while True:
             try:
-                status, body = await self._get("/api")
-            except KubeUnavailable as e:
-                if not self._wait_for_server:
-                    raise
-                reason = str(e)
-            else:
-                if status == 200:
-                    return
-                if status in (401, 403):
+                await self._client.call("GET", "/api", timeout=15)
+                return
+            except ApiCallError as e:
+                if e.status in (401, 403):
                     raise KubeUnavailable(
-                        f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {status})"
-                    )
-                reason = f"kubernetes: the API server at {self.server} answered HTTP {status}: {body!s:.200}"
-                if not self._wait_for_server or status < 500:
-                    raise KubeUnavailable(reason)
+                        f"kubernetes: the API server at {self.server} refused pilotfish (HTTP {e.status})"
+                    ) from None
+                if not e.status:
+                    reason = f"kubernetes: cannot reach the API server at {self.server}: {e.message}"
+                    again = self._wait_for_server
+                else:
+                    reason = f"kubernetes: the API server at {self.server} answered HTTP {e.status}: {e.message:.200}"
+                    again = self._wait_for_server and e.status >= 500
+                if not again:
+                    raise KubeUnavailable(reason) from None
             delay = backoff.delay()
             logger.warning("%s; trying again in %.1fs", reason, delay)
             await asyncio.sleep(delay)
-
 
 def _meta(obj: Raw) -> Mapping[str, Any]:
     meta = obj.get("metadata")
