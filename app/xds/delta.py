@@ -63,6 +63,7 @@ NAMES_ONLY_ON_RECONNECT = frozenset({ENDPOINT})
 # what the client is taken to hold of those: a content hash is never empty, so it differs from any
 UNKNOWN_VERSION = ""
 _MIN_ANSWERS = 8  # a held mapping's answers kept before those no stream can take are dropped
+_NOTHING_SENT = set_version(())
 
 
 class DeltaSession:
@@ -150,13 +151,26 @@ class DeltaSession:
             if gained or lost:
                 self.quota.charge(w, max(0, w.cost + name_cost(gained) - name_cost(lost)))
             new = [] if was_wildcard else gained
-            for name in unsubscribe:
-                if not w.wants(name) and name in w.client_versions:
-                    # the client forgets it: a later subscribe must send it again
-                    del own_versions(w)[name]
+            # the client forgets these (an unsubscribed name is wanted still only by a
+            # wildcard): a later subscribe must send them again
+            forgotten = () if w.wildcard else unsubscribe.intersection(w.client_versions)
+            if forgotten:
+                self._forget(w, frozenset(forgotten))
         if wildcard_ended:
             _forget_unwatched(w)
         return None if everything else new
+
+    def _forget(self, w: WatchedResource, names: frozenset[str]) -> None:
+        """Drop ``names`` from what the client holds. The streams of a class unsubscribe the same
+        names after the same push (Envoy drops a removed cluster's EDS name): they go on sharing
+        one mapping, the shared one's successor without those names (made once, as a response's),
+        rather than each taking a private copy it then keeps for the rest of the stream."""
+        held = w.client_versions
+        if isinstance(held, HeldVersions):
+            w.client_versions = self._name_sets.after(held, _NOTHING_SENT, (), names)
+        else:
+            for name in names:
+                del held[name]
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> DeltaResponse | None:
         """The response to a request that asked for one: what the client lacks."""
@@ -201,7 +215,7 @@ class DeltaSession:
         else:
             send = [r for r in current.values() if held_versions.get(r.name) != r.version or r.name in force_names]
         held = held_versions.keys() if considered is None else held_versions.keys() & considered
-        removed = sorted(held - current.keys())
+        removed = tuple(sorted(held - current.keys()))
         first_wildcard = w.wildcard and not w.nonce_sent
         # the streams of a proxy class are brought to the same sets: they share one mapping of
         # what they hold (HeldVersions), derived once per response from the one they held, or
@@ -219,7 +233,7 @@ class DeltaSession:
         if base is not None:
             w.client_versions = successor = self._name_sets.after(base, version, sent, removed)
             if key is not None and (send or removed):  # an empty answer is a first wildcard's only
-                answer = _Answer(tuple(send), tuple(removed), version, removed_field(removed), weakref.ref(successor))
+                answer = _Answer(tuple(send), removed, version, removed_field(removed), weakref.ref(successor))
                 _remember(base, key, answer)
                 return self._reply(w, type_url, version, answer.send, answer.removed, answer.encoded_removed)
         else:

@@ -139,7 +139,7 @@ def test_reconnected_streams_share_the_names_and_versions_they_present() -> None
 def test_streams_brought_to_the_same_set_share_what_they_hold_until_one_changes_alone() -> None:
     """A class's streams hold one mapping (130 KB per proxy each at mesh-1k otherwise): after
     their first answers, after the same push, and streams reconnecting with the same set too;
-    an unsubscribe gives that stream a copy of its own and leaves the others' as they were."""
+    a wildcard stream unsubscribing a name leaves what it holds as it was."""
     sets = NameSets()
     streams = [DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets) for _ in range(2)]
     for s in streams:
@@ -160,6 +160,28 @@ def test_streams_brought_to_the_same_set_share_what_they_hold_until_one_changes_
     assert one is two and one == first
     streams[1].on_request(req(CLUSTER, sub=("*",), unsub=("c",)))
     assert "c" in first and streams[0].watches[CLUSTER].client_versions is first
+
+
+def test_streams_of_a_class_forgetting_the_same_names_go_on_sharing_one_mapping() -> None:
+    """Envoy drops a removed cluster's EDS name; every stream of the class does so after the same
+    push, each naming them in its own order: they move to one shared mapping without them (not a
+    private copy each for the rest of the stream), and the mapping they left is unchanged."""
+    sets = NameSets()
+    streams = [DeltaSession(counter_nonces("d"), frozenset(ADS_ORDER), sets) for _ in range(3)]
+    for s in streams:
+        s.on_request(req(ENDPOINT, sub=("a", "b", "c")))
+        s.answer(ENDPOINT, cla("a", "b", "c"))
+    before = streams[0].watches[ENDPOINT].client_versions
+    assert all(s.watches[ENDPOINT].client_versions is before for s in streams)
+    streams[0].on_request(req(ENDPOINT, nonce="d1", unsub=("c", "b")))
+    streams[1].on_request(req(ENDPOINT, nonce="d1", unsub=("b", "c")))
+    after = streams[0].watches[ENDPOINT].client_versions
+    assert after is streams[1].watches[ENDPOINT].client_versions and after is not before
+    assert after.keys() == {"a"} and before.keys() == {"a", "b", "c"}
+    assert streams[2].watches[ENDPOINT].client_versions is before
+    # forgotten means sent again on a later subscribe
+    streams[0].on_request(req(ENDPOINT, sub=("b",)))
+    assert names(streams[0].answer(ENDPOINT, cla("a", "b", "c"))) == ["b"]
 
 
 def _class_streams(sets: NameSets, count: int, held: list[Resource]) -> list[DeltaSession]:
