@@ -12,8 +12,9 @@ The sidecars send the node metadata pilot-agent sends (ISTIO_VERSION of the pinn
 pod's name, service account, owner, ...), so istiod treats them as real sidecars; the scenarios
 change the cluster through the API server: ``storm``, ``dr-change`` (a DestinationRule's
 maxConnections), ``endpoint-add`` (a new pod made Ready: the endpointslice controller adds it),
-``churn`` (10 % reconnect), ``service-entry-add``, and, when a scoped scenario is asked,
-``sidecar-add`` (one Sidecar per namespace applied: every proxy's scope shrinks) then the scoped
+``churn`` (10 % reconnect), ``service-entry-add``, ``service-delete`` (a Service deleted), and,
+when a scoped scenario is asked, ``sidecar-add`` (one Sidecar per namespace applied: every proxy's
+scope shrinks) then the scoped
 ones: ``sidecar-dr-change`` (the DestinationRule change again) and ``sidecar-endpoint-add`` (one
 more Ready pod of the same service), where its namespace's sidecars should get the change and the
 other namespaces' nothing. The floor replays ``sidecar-add`` and the scoped pushes too.
@@ -35,14 +36,13 @@ from pathlib import Path
 from bench.figures import COMPARED
 from bench.fleet import Fleet
 from bench.kube_mesh import KubeMesh
-from bench.mesh import sidecars
+from bench.mesh import CHANGED_SERVICE, DELETED_SERVICE, sidecars
 from bench.processes import ServerProcess, istiod_env, log_warnings, start_pilotfish
 from bench.recording import Recorder, Recording
 from bench.scenarios import SCOPED, Run, churn, namespace_groups, push, storm_then
 from tests.differential.istiod import running_istiod
 from tests.e2e.istio_proxy import istio_version
 
-CHANGED_SERVICE = 0  # svc-0 (ns-0) has a DestinationRule
 Figures = dict[str, object]
 
 
@@ -114,11 +114,13 @@ def _scenarios(run: Run, mesh: KubeMesh) -> dict[str, Callable[[], Awaitable[Fig
 
     change_rule = api(lambda: mesh.change_destination_rule(CHANGED_SERVICE))
     add_endpoint = api(lambda: mesh.add_endpoint(CHANGED_SERVICE))
+    delete_service = api(lambda: mesh.delete_service(DELETED_SERVICE))
     return {
         "dr-change": lambda: push(run, "dr-change", change_rule, envoys),
         "endpoint-add": lambda: push(run, "endpoint-add", add_endpoint, envoys),
         "churn": lambda: churn(run),
         "service-entry-add": lambda: push(run, "service-entry-add", api(mesh.add_service_entry), envoys, by_kind),
+        "service-delete": lambda: push(run, "service-delete", delete_service, envoys),
         "sidecar-add": lambda: push(run, "sidecar-add", api(mesh.add_sidecars), envoys, by_kind),
         "sidecar-dr-change": lambda: push(run, "sidecar-dr-change", change_rule, scoped["namespace"], scoped),
         "sidecar-endpoint-add": lambda: push(run, "sidecar-endpoint-add", add_endpoint, scoped["namespace"], scoped),

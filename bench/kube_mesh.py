@@ -52,6 +52,7 @@ class KubeMesh:
     extra_pods: dict[int, int] = field(default_factory=dict)  # service -> pods added
     service_entries: int = 0  # ServiceEntries added to ns-0
     sidecars: bool = False  # the per-namespace Sidecars applied
+    deleted: set[int] = field(default_factory=set)  # services removed
 
     @property
     def namespaces(self) -> list[str]:
@@ -137,6 +138,15 @@ class KubeMesh:
         self.kube.apply(service_entry(self.service_entries))
         return t0
 
+    def delete_service(self, service: int) -> float:
+        """Delete svc-<service> (one without traffic rules; its pods stay, the garbage collector
+        takes its EndpointSlices)."""
+        assert not self.spec.has_traffic_rules(service), f"svc-{service} has rules that would name it"
+        self.deleted.add(service)
+        t0 = time.monotonic()
+        self.kube.delete("v1", "Service", self.spec.namespace_of(service), f"svc-{service}")
+        return t0
+
     def add_sidecars(self) -> float:
         """One Sidecar per namespace (egress ``./*`` and ``istio-system/*``): every proxy's scope
         shrinks to its namespace."""
@@ -161,7 +171,15 @@ class KubeMesh:
             for namespace in self.namespaces:
                 self.kube.delete("networking.istio.io/v1", "Sidecar", namespace, "default")
             self.sidecars = False
+        for service in self.deleted:  # back once the old one's slices are collected
+            self.kube.wait_for(f"svc-{service}'s EndpointSlices collected", self._slices_gone(service))
+            self.kube.apply(_service(service, self.spec.namespace_of(service)))
+        self.deleted.clear()
         self.wait_for_slices()
+
+    def _slices_gone(self, service: int) -> Callable[[], bool]:
+        namespace, selector = self.spec.namespace_of(service), f"kubernetes.io/service-name=svc-{service}"
+        return lambda: not self.kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, labelSelector=selector)
 
     def _apply_rule(self, service: int) -> None:
         value = self.max_connections.get(service, MAX_CONNECTIONS)

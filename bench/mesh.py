@@ -85,6 +85,8 @@ spec:
 """
 PODS_PER_SERVICE = 3
 TRAFFIC_RULE_EVERY = 10  # every 10th service has a DestinationRule and a VirtualService
+CHANGED_SERVICE = 0  # what the scenarios change: svc-0 (ns-0) has a DestinationRule
+DELETED_SERVICE = 1  # what ``service-delete`` removes: svc-1 has none
 MAX_CONNECTIONS = 100
 SERVICES = 1000  # mesh-1k
 NAMESPACES = 50
@@ -203,6 +205,7 @@ class Mesh:
     max_connections: dict[int, int] = field(default_factory=dict)  # service -> its DR's value
     extra_pods: dict[int, int] = field(default_factory=dict)  # service -> pods added
     service_entries: int = 0  # ServiceEntries added to ns-0
+    deleted: set[int] = field(default_factory=set)  # services removed
 
     def write(self) -> None:
         for n in range(self.spec.namespaces):
@@ -225,6 +228,13 @@ class Mesh:
         self.service_entries += 1
         entries = [service_entry(k) for k in range(1, self.service_entries + 1)]
         return self._write_file(0, "service-entries.yaml", "---\n".join(entries))
+
+    def delete_service(self, service: int) -> float:
+        """Remove svc-<service> and its pods (one without traffic rules): every proxy drops its
+        clusters, listener and route, and Envoy its endpoint names; returns when written."""
+        assert not self.spec.has_traffic_rules(service), f"svc-{service} has rules that would name it"
+        self.deleted.add(service)
+        return self._replace(service, "services.yaml", self._services)
 
     def add_sidecars(self) -> float:
         """One Sidecar per namespace (``./*``, ``istio-system/*``): every proxy's scope shrinks to
@@ -257,6 +267,8 @@ class Mesh:
         ns = f"ns-{n}"
         docs = []
         for i in self.spec.services_in(n):
+            if i in self.deleted:
+                continue
             pods = [pod(i, k, ns) for k in range(PODS_PER_SERVICE + self.extra_pods.get(i, 0))]
             endpoints = "".join(_ENDPOINT.format(ip=p.ip, pod=p.name) for p in pods)
             docs.append(_SERVICE.format(i=i, ns=ns, a=i >> 8, b=i & 255, endpoints=endpoints))

@@ -10,7 +10,9 @@ that sends the bytes pilotfish sent, pre-serialized, so every pilotfish figure i
 Runs, in order:
 1. pilotfish on the mesh: ``storm`` (connect storm), then ``dr-change`` (one DestinationRule's
    maxConnections), ``endpoint-add`` (a Pod and its endpoint added to one service), ``churn``
-   (10 % of the sidecars reconnect presenting what they hold). One sidecar per namespace records
+   (10 % of the sidecars reconnect presenting what they hold), ``service-entry-add``,
+   ``service-delete`` (a Service and its pods removed: every proxy drops its clusters, listener
+   and route, and Envoy its endpoint names). One sidecar per namespace records
    the bytes it received, for the floor.
 2. pilotfish on the same mesh plus one Sidecar per namespace (egress ``./*``, ``istio-system/*``):
    ``storm`` then the scoped changes ``sidecar-dr-change`` (the DestinationRule change again) and
@@ -81,7 +83,7 @@ from bench.fleet import Fleet
 from bench.floor_server import CONTROL_METHOD
 from bench.kube_load import control_plane_run, format_table, headline, istiod_server, pilotfish_server, table
 from bench.kube_mesh import KubeMesh
-from bench.mesh import NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
+from bench.mesh import CHANGED_SERVICE, DELETED_SERVICE, NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
 from bench.processes import (
     BENCH_ROOT,
     istiod_env,
@@ -97,10 +99,9 @@ from bench.recording import Recorder, Recording
 from bench.scenarios import SCOPED, Run, Trigger, churn, connect_storm, namespace_groups, push, storm_then
 from tests.support.cluster import Cluster, running_cluster
 
-SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", *SCOPED)
+SCENARIOS = ("storm", "dr-change", "endpoint-add", "churn", "service-entry-add", "service-delete", *SCOPED)
 FLOOR_PUSHES = ("dr-change", "endpoint-add")  # what the full mesh's floor replays
 KUBE_FLOOR_PUSHES = (*FLOOR_PUSHES, "sidecar-add", *SCOPED)  # the Sidecars come in the same run there
-CHANGED_SERVICE = 0  # svc-0 (ns-0) has a DestinationRule
 Figures = dict[str, object]
 
 
@@ -143,6 +144,9 @@ def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Call
     async def add_service_entry() -> float:
         return mesh.add_service_entry()
 
+    async def delete_service() -> float:
+        return mesh.delete_service(DELETED_SERVICE)
+
     # agents (NDS beside the Envoy types) and Envoy-only proxies, reported apart
     kinds = {"agents": [e for e in envoys if e.identity.agent], "envoys": [e for e in envoys if not e.identity.agent]}
     by_kind = {name: members for name, members in kinds.items() if members}
@@ -160,6 +164,7 @@ def _pilotfish_scenarios(run: Run, mesh: Mesh, spec: MeshSpec) -> dict[str, Call
         "endpoint-add": lambda: push(run, "endpoint-add", add_endpoint, envoys),
         "churn": lambda: churn(run),
         "service-entry-add": lambda: push(run, "service-entry-add", add_service_entry, envoys, by_kind),
+        "service-delete": lambda: push(run, "service-delete", delete_service, envoys),
     }
 
 

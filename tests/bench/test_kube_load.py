@@ -12,7 +12,7 @@ from bench.scenarios import SCOPED
 from bench.xds_load import kube_benchmark, kube_summary, parse_args, report
 from tests.support.cluster import Cluster
 
-PUSHES = ("dr-change", "endpoint-add", "service-entry-add", "sidecar-add", *SCOPED)
+PUSHES = ("dr-change", "endpoint-add", "service-entry-add", "service-delete", "sidecar-add", *SCOPED)
 
 
 async def test_pilotfish_and_istiod_serve_the_same_sidecars_the_same_resources(kube: Cluster, tmp_path: Path) -> None:
@@ -44,6 +44,9 @@ async def test_pilotfish_and_istiod_serve_the_same_sidecars_the_same_resources(k
         sent = run["sidecar-endpoint-add"]["namespace"]["per_type"]
         assert sent["eds"]["bytes"] > 0 and sent["cds"]["bytes"] == sent["lds"]["bytes"] == 0
         assert run["server_total"]["cpu_s"] > 0 and run["server_total"]["peak_rss_mb"] > 0
+    # a Service deleted: every sidecar drops the same clusters from either
+    dropped = [run["service-delete"]["received"]["per_type"]["cds"]["removed"] for run in (pilotfish, istiod)]
+    assert dropped[0] == dropped[1] >= 4 * 2, dropped  # its two ports' clusters, at least
     # the cluster was reset between the two: istiod started on what pilotfish started on
     assert istiod["dr-change"]["received"]["proxies_received"] == 4
     rows = {(r["scenario"], r["figure"]): r for r in runs["table"]}
