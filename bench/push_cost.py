@@ -8,9 +8,9 @@ EDS for the EDS clusters, RDS for the listeners' route names, every response ACK
 scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, then, without
 ``--sidecars``, one Sidecar per namespace added) changes files, pushes the change through the
 runtime's ``Discovery`` (PushContext rebuilt and served, cache invalidated), and hands the push
-to every connection. Reported per scenario: milliseconds of ``on_push`` per proxy and in total,
-the proxies that were sent something, resources and bytes sent; with ``--profile`` the top
-functions.
+to every connection, filtered first as the server does (``unaffected``). Reported per scenario:
+milliseconds of the filter and ``on_push`` per proxy and in total, the proxies that were sent
+something, resources and bytes sent; with ``--profile`` the top functions.
 Usage:
     python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
                               [--sidecars] [--agents N] [--profile] [--out FILE]
@@ -153,7 +153,8 @@ def run_push(conns: list[AnyConnection], request: PushRequest, profile: cProfile
         profile.enable()
     start = time.perf_counter()
     for conn in conns:
-        out = conn.on_push(request)
+        # as the server: the push filter first, before the push is queued (istiod ProxyNeedsPush)
+        out = [] if conn.unaffected(request) else conn.on_push(request)
         if out:
             reached += 1
         for resp in out:

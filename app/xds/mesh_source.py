@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,14 @@ from app.xds.cause import Cause
 from app.xds.errors import InvalidNode, Unauthorized
 from app.xds.explain import Explanation, Find, contributors, explain_resource
 from app.xds.generators.source import XdsGenerator
-from app.xds.needs_push import FOLLOWS, WorkloadLabels, proxy_needs_push, proxy_update, types_to_push
+from app.xds.needs_push import (
+    FOLLOWS,
+    WorkloadLabels,
+    own_targets_changed,
+    proxy_needs_push,
+    proxy_update,
+    types_to_push,
+)
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource
 from app.xds.server import Stream
@@ -119,6 +126,11 @@ class MeshSource:
         self.generator = generator
         self.find = find
         self.workload_labels = workload_labels
+        # the last request's push plans by proxy class (``_types``)
+        self._plans: tuple[PushRequest | None, dict[Hashable, tuple[object, object, tuple[TypePush, ...] | None]]] = (
+            None,
+            {},
+        )
 
     def client(self, node: base_pb2.Node) -> Proxy:
         try:
@@ -164,20 +176,53 @@ class MeshSource:
 
     def push(self, client: Proxy, note: object, request: PushRequest, watched: Collection[str]) -> MeshPush:
         previous = _scope(note)
-        if self.workload_labels is not None:
-            updated = proxy_update(client, request, self.workload_labels)
-            if updated is not None:
-                self.generator.forget(client)  # the new proxy finds its own class
-                client, request = updated
-        full = request.full or request.forced
-        scope = self.generator.scope(client) if full or previous is None else previous
-        if not proxy_needs_push(client, request, previous, scope):
-            return MeshPush(scope, None, self.generator, client, request, previous)
-        # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
-        # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
-        affected = types_to_push(client, request, {*watched, *ADS_ORDER})
-        elsewhere = set(affected).difference(watched)
-        types = tuple(
-            TypePush(t, request.forced or _LEADER.get(t) in elsewhere, _LEADER.get(t)) for t in affected if t in watched
-        )
+        updated = proxy_update(client, request, self.workload_labels) if self.workload_labels is not None else None
+        if updated is not None:
+            self.generator.forget(client)  # the new proxy finds its own class
+            client, request = updated  # a request of its own: forced, nothing to share
+            scope = self.generator.scope(client)
+            types = _plan_types(client, request, previous, scope, watched)
+        else:
+            full = request.full or request.forced
+            scope = self.generator.scope(client) if full or previous is None else previous
+            types = self._types(client, request, previous, scope, watched)
         return MeshPush(scope, types, self.generator, client, request, previous)
+
+    def _types(
+        self,
+        client: Proxy,
+        request: PushRequest,
+        previous: SidecarScope | None,
+        scope: SidecarScope,
+        watched: Collection[str],
+    ) -> tuple[TypePush, ...] | None:
+        """What the push sends this proxy: None when the filter finds nothing it changes. The
+        same for every proxy of a class (its scopes, its type, whether its own addresses' targets
+        changed, the types it watches), so worked out once per request and class: the filter runs
+        for each stream before its push is queued and again when it is written, 2 x 400 streams
+        for an endpoint added. The memo holds the scopes it is keyed by (by identity) and goes
+        with the next request."""
+        memo_request, memo = self._plans
+        if memo_request is not request:
+            memo = {}
+            self._plans = (request, memo)
+        own = own_targets_changed(client, request)
+        key = (id(scope), id(previous), client.type, own, tuple(watched))
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = (scope, previous, _plan_types(client, request, previous, scope, watched))
+        return found[2]
+
+
+def _plan_types(
+    client: Proxy, request: PushRequest, previous: SidecarScope | None, scope: SidecarScope, watched: Collection[str]
+) -> tuple[TypePush, ...] | None:
+    if not proxy_needs_push(client, request, previous, scope):
+        return None
+    # what an ADS stream would push: a per-type EDS (RDS) stream cannot see whether the
+    # client's CDS (LDS) stream re-sent clusters, so it resends whenever that could be so
+    affected = types_to_push(client, request, {*watched, *ADS_ORDER})
+    elsewhere = set(affected).difference(watched)
+    return tuple(
+        TypePush(t, request.forced or _LEADER.get(t) in elsewhere, _LEADER.get(t)) for t in affected if t in watched
+    )

@@ -111,7 +111,7 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
                 types |= req.key_types.get(key, AFFECTS[key.kind])
     if not req.full or req.endpoint_services:
         types.add(ENDPOINT)
-    if _own_targets_changed(proxy, req):
+    if own_targets_changed(proxy, req):
         types |= {CLUSTER, LISTENER}  # its inbound clusters and virtualInbound chains
     for parent, child in FOLLOWS.items():
         if parent in types:
@@ -119,7 +119,8 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
     return [t for t in ADS_ORDER if t in types and t in watching]
 
 
-def _own_targets_changed(proxy: Proxy, req: PushRequest) -> bool:
+def own_targets_changed(proxy: Proxy, req: PushRequest) -> bool:
+    """Whether the request changed the service targets of the proxy's own addresses."""
     return any(ip in req.proxy_ips for ip in proxy.ip_addresses)
 
 
@@ -130,7 +131,7 @@ def proxy_needs_push(proxy: Proxy, req: PushRequest, previous: SidecarScope | No
     change that takes something away shows only in the previous scope). A gateway, as istiod
     master's proxyDependentOnConfig (pilot/pkg/xds/proxy_dependencies.go) has it, depends on
     every change except Sidecars and the services (and so endpoints) it cannot see."""
-    if req.forced or req.all_kinds or _own_targets_changed(proxy, req):
+    if req.forced or req.all_kinds or own_targets_changed(proxy, req):
         return True
 
     def depends(key: ConfigKey) -> bool:

@@ -10,7 +10,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from app.config.loader import load_documents
-from app.config.objects import ConfigEvent, EventType
+from app.config.objects import ConfigEvent, ConfigKey, EventType, Kind
 from app.environment import Environment
 from app.model.proxy import Proxy, build_proxy
 from app.registry.kube import Workload
@@ -234,3 +234,31 @@ def test_an_xds_node_of_a_known_pod_gets_the_pods_labels_on_connect() -> None:
     assert client.labels["app"] == "productpage"
     assert client.labels["version"] == "v1"
     assert client.locality == "us-east1/us-east1-b"  # its pod's Node's, not the node's "eu"
+
+
+def test_the_push_filter_runs_once_per_request_and_proxy_class() -> None:
+    """The streams of a class are filtered alike (twice each: before the push is queued and when
+    it is written), so the plan is worked out once per request and class; a proxy whose own
+    addresses' targets changed is planned apart, and the next request afresh."""
+    mesh = Mesh()
+    ratings = [
+        mesh.connect(f"sidecar~10.1.7.{i}~ratings-{i}.bookinfo~bookinfo.svc.cluster.local", {"app": "ratings"})
+        for i in (1, 2, 3)
+    ]
+    assert ratings[0].note is ratings[1].note is ratings[2].note  # one class, one scope
+
+    def plan(conn: DeltaConnection, req: PushRequest) -> Any:
+        return mesh.source.push(conn.client, conn.note, req, conn.session.watches.keys()).types
+
+    reviews = ConfigKey(Kind.SERVICE, "bookinfo", "reviews.bookinfo.svc.cluster.local")
+    changed = PushRequest(full=True, configs_updated=frozenset({reviews}))
+    first, second = plan(ratings[0], changed), plan(ratings[1], changed)
+    assert first is second and {step.type_url for step in first} == {CLUSTER, LISTENER}
+    again = PushRequest(full=True, configs_updated=frozenset({reviews}))
+    assert plan(ratings[0], again) == first and plan(ratings[0], again) is not first
+
+    endpoints = PushRequest(
+        full=False, endpoint_services=frozenset({(reviews.name, "bookinfo")}), proxy_ips=frozenset({"10.1.7.3"})
+    )
+    assert plan(ratings[0], endpoints) == plan(ratings[1], endpoints) == ()  # they watch no endpoints
+    assert {step.type_url for step in plan(ratings[2], endpoints)} == {CLUSTER, LISTENER}  # its inbound config
