@@ -10,6 +10,7 @@ from __future__ import annotations
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_pb2
 
+from app.xds.generators.listeners import ClassListeners
 from app.xds.resource import Resource
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from tests.support.bookinfo_mesh import DeltaConnection, Mesh
@@ -79,6 +80,25 @@ def test_a_service_entry_on_a_new_port_rebuilds_only_its_own_listener_and_no_rou
     kept = [n for n in listeners if n != "virtualOutbound" and not n.startswith("virtualInbound")]
     assert kept and all(after_listeners[n] is listeners[n] for n in kept)
     assert routes and all(after_routes[n] is routes[n] for n in routes)
+
+
+def test_a_class_holds_one_inputs_value_per_listener_across_snapshots() -> None:
+    """The listeners a change leaves alone are keyed by the inputs value the first snapshot
+    built them from, not an equal copy per snapshot, and the earlier snapshot's mapping goes
+    once the class has built its own: a mesh that changes keeps one generation of inputs."""
+    mesh = Mesh()
+    conn = connect(mesh)
+    served(mesh, conn, LISTENER)
+    first = mesh.discovery.generator._state().proxy_class(conn.client).parts[ClassListeners]
+    assert isinstance(first, ClassListeners)
+    conn.on_push(mesh.apply(SERVICE_ENTRY))
+    now = mesh.discovery.generator._state().proxy_class(conn.client).parts[ClassListeners]
+    assert isinstance(now, ClassListeners) and now is not first and not now.earlier
+    before = {built[1].name: inputs for inputs, built in first.by_inputs.items()}
+    after = {built[1].name: built[0] for built in now.by_inputs.values()}
+    kept = [name for name in before if name in after and name != "240.0.0.9_7777"]
+    assert kept and all(after[name] is before[name] for name in kept)
+    assert "240.0.0.9_7777" in after and "240.0.0.9_7777" not in before
 
 
 def test_reuse_reaches_across_a_push_that_built_no_listeners() -> None:

@@ -130,7 +130,7 @@ def _listener_deps(state: SnapshotState, proxy: Proxy, name: str) -> frozenset[D
     built = served.by_inputs if isinstance(served, ClassListeners) and served.by_name is not None else {}
     for inputs in built or scope_listener_inputs(cls.traits.scope_proxy, push, scope):
         found = built.get(inputs) if built else None
-        if (found.name if found is not None else build_scope_listener(inputs).name) == name:
+        if (found[1].name if found is not None else build_scope_listener(inputs).name) == name:
             return _scope_listener_deps(inputs, scope)
     # virtualInbound (and a Sidecar's ingress listeners): the workload's own
     deps = set(_own_deps(proxy, push, scope, None))
