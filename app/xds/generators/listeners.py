@@ -141,7 +141,7 @@ class ListenerGenerator:
                 built.setdefault(found[1].name, found[1])
             sets.by_name = {name: built[name] for name in sorted(built)}
             # what is not reused now never will be: the mapping would hold a third generation
-            # of inputs (a 1,000-service mesh's 50 classes: 50,000 values, ~40 MB) for nothing
+            # of inputs (a 1,000-service mesh's 50 classes: 50,000 values, ~50 MB) for nothing
             sets.earlier = _NONE
         if self.cache.verify:
             reference = [build_scope_listener(i) for i in scope_listener_inputs(proxy, push, cls.scope)]
