@@ -152,8 +152,10 @@ class DeltaSession:
                 self.quota.charge(w, max(0, w.cost + name_cost(gained) - name_cost(lost)))
             new = [] if was_wildcard else gained
             # the client forgets these (an unsubscribed name is wanted still only by a
-            # wildcard): a later subscribe must send them again
-            forgotten = () if w.wildcard else unsubscribe.intersection(w.client_versions)
+            # wildcard): a later subscribe must send them again. A pass over what the request
+            # names, never over all the stream holds (set.intersection would walk the mapping)
+            held = w.client_versions
+            forgotten = () if w.wildcard else [name for name in unsubscribe if name in held]
             if forgotten:
                 self._forget(w, frozenset(forgotten))
         if wildcard_ended:
