@@ -151,28 +151,37 @@ class DeltaSession:
             if gained or lost:
                 self.quota.charge(w, max(0, w.cost + name_cost(gained) - name_cost(lost)))
             new = [] if was_wildcard else gained
-            # the client forgets these (an unsubscribed name is wanted still only by a
-            # wildcard): a later subscribe must send them again. A pass over what the request
-            # names, never over all the stream holds (set.intersection would walk the mapping)
-            held = w.client_versions
-            forgotten = () if w.wildcard else [name for name in unsubscribe if name in held]
-            if forgotten:
-                self._forget(w, frozenset(forgotten))
+            if not w.wildcard:  # an unsubscribed name is wanted still only by a wildcard
+                self._forget(w, unsubscribe)
         if wildcard_ended:
             _forget_unwatched(w)
         return None if everything else new
 
-    def _forget(self, w: WatchedResource, names: frozenset[str]) -> None:
-        """Drop ``names`` from what the client holds. The streams of a class unsubscribe the same
-        names after the same push (Envoy drops a removed cluster's EDS name): they go on sharing
-        one mapping, the shared one's successor without those names (made once, as a response's),
-        rather than each taking a private copy it then keeps for the rest of the stream."""
+    def _forget(self, w: WatchedResource, unsubscribed: set[str]) -> None:
+        """Drop the unsubscribed names from what the client holds: a later subscribe must send
+        them again (a pass over what the request names, never over all the stream holds). The
+        streams of a class unsubscribe the same names after the same push (Envoy drops a removed
+        cluster's EDS name): they go on sharing one mapping, the shared one's successor without
+        those names (made once, as a response's), rather than each taking a private copy it then
+        keeps for the rest of the stream. A stream that holds its mapping alone changes a copy
+        of its own in place from then on: a successor per change would copy all it holds for
+        every one-name change it makes."""
         held = w.client_versions
+        names = frozenset(filter(held.__contains__, unsubscribed))
+        if not names:
+            return
         if isinstance(held, HeldVersions):
-            w.client_versions = self._name_sets.after(held, _NOTHING_SENT, (), names)
-        else:
-            for name in names:
-                del held[name]
+            found = self._name_sets.successor(held, _NOTHING_SENT, names)
+            # held by another watch too: the references are the watches' ``client_versions``,
+            # ``held`` here and getrefcount's argument (CPython counts them exactly)
+            if found is None and sys.getrefcount(held) > 3:
+                found = self._name_sets.after(held, _NOTHING_SENT, (), names)
+            if found is not None:
+                w.client_versions = found
+                return
+        versions = own_versions(w)
+        for name in names:
+            del versions[name]
 
     def answer(self, type_url: str, resources: Sequence[Resource]) -> DeltaResponse | None:
         """The response to a request that asked for one: what the client lacks."""

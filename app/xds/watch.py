@@ -135,8 +135,7 @@ class NameSets:
             assert not base, "a stream's own versions are changed in place"
             base = self._nothing
         key = (sent_version, removed)
-        ref = base.successors.get(key)
-        found = ref() if ref is not None else None
+        found = self.successor(base, sent_version, removed)
         if found is None:
             changed = dict(base)
             changed.update(sent)
@@ -149,6 +148,14 @@ class NameSets:
                 base.live = len(successors)
             successors[key] = weakref.ref(found)
         return found
+
+    @staticmethod
+    def successor(
+        base: HeldVersions, sent_version: str, removed: tuple[str, ...] | frozenset[str]
+    ) -> HeldVersions | None:
+        """What ``after`` made of ``base`` for this change, while some stream holds it."""
+        ref = base.successors.get((sent_version, removed))
+        return ref() if ref is not None else None
 
     def __call__(self, names: AbstractSet[str]) -> frozenset[str]:
         key = names if isinstance(names, frozenset) else frozenset(names)

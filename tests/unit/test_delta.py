@@ -13,7 +13,7 @@ from app.xds.errors import ProtocolError
 from app.xds.resource import Resource, encode
 from app.xds.response import DeltaResponse
 from app.xds.type_urls import ADS_ORDER, CLUSTER, ENDPOINT, ROUTE
-from app.xds.watch import NameSets, RequestKind, counter_nonces
+from app.xds.watch import HeldVersions, NameSets, RequestKind, counter_nonces
 from tests.support.xds import cla, clusters
 
 
@@ -182,6 +182,14 @@ def test_streams_of_a_class_forgetting_the_same_names_go_on_sharing_one_mapping(
     # forgotten means sent again on a later subscribe
     streams[0].on_request(req(ENDPOINT, sub=("b",)))
     assert names(streams[0].answer(ENDPOINT, cla("a", "b", "c"))) == ["b"]
+    # the one stream holding a mapping changes a copy of its own, in place from then on (a
+    # shared successor per change would copy all it holds for every one-name change)
+    del before  # a reference the test holds counts as a holder
+    streams[2].on_request(req(ENDPOINT, nonce="d1", unsub=("c",)))
+    alone = streams[2].watches[ENDPOINT].client_versions
+    assert not isinstance(alone, HeldVersions) and alone.keys() == {"a", "b"}
+    streams[2].on_request(req(ENDPOINT, unsub=("b",)))
+    assert streams[2].watches[ENDPOINT].client_versions is alone and alone.keys() == {"a"}
 
 
 def _class_streams(sets: NameSets, count: int, held: list[Resource]) -> list[DeltaSession]:
