@@ -106,9 +106,8 @@ class DeltaSession:
                 w.client_versions.update({sys.intern(n): sys.intern(v) for n, v in initial.items()})
             if WILDCARD in unsubscribe:
                 w.wildcard = False
-            for name in unsubscribe:
-                if not w.wants(name):
-                    w.client_versions.pop(name, None)
+            if not w.wildcard:
+                self._forget(w, unsubscribe)
             _forget_unwatched(w)
             return Outcome(RequestKind.INITIAL, type_url, True)
         changing = bool(subscribe or unsubscribe)
