@@ -33,8 +33,8 @@ from app.xds.watch import WatchedResource
 
 # a scope-wide listener and what it was built from: the inputs value a snapshot first built it
 # from, kept as the key while later snapshots find an equal one (one value, not one per snapshot)
-Built = tuple[ScopeListenerInputs, Resource]
-_NONE: Mapping[ScopeListenerInputs, Built] = {}
+_Built = tuple[ScopeListenerInputs, Resource]
+_NONE: Mapping[ScopeListenerInputs, _Built] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +59,11 @@ class ClassListeners:
     """A class's scope-wide listeners in one snapshot, by name (sorted; a name built twice keeps
     the first), and the same by what each is built from."""
 
-    earlier: Mapping[ScopeListenerInputs, Built]  # its lineage's in an earlier snapshot, until built
+    earlier: Mapping[ScopeListenerInputs, _Built]  # its lineage's in an earlier snapshot, until built
     by_name: dict[str, Resource] | None = None
-    by_inputs: dict[ScopeListenerInputs, Built] = field(default_factory=dict)
+    by_inputs: dict[ScopeListenerInputs, _Built] = field(default_factory=dict)
 
-    def reusable(self) -> Mapping[ScopeListenerInputs, Built]:
+    def reusable(self) -> Mapping[ScopeListenerInputs, _Built]:
         return self.by_inputs or self.earlier
 
 
