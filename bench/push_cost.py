@@ -5,12 +5,13 @@ process and the transport dominate on a 2-core machine; this one isolates the se
 the mesh of bench/mesh.py is loaded through the FileSource into an Environment, N sidecars
 connect as Delta (or SotW) ADS ``Connection``s subscribing as Envoy does (CDS and LDS wildcard,
 EDS for the EDS clusters, RDS for the listeners' route names, every response ACKed), and each
-scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, then, without
-``--sidecars``, one Sidecar per namespace added) changes files, pushes the change through the
-runtime's ``Discovery`` (PushContext rebuilt and served, cache invalidated), and hands the push
-to every connection, filtered first as the server does (``unaffected``). Reported per scenario:
-milliseconds of the filter and ``on_push`` per proxy and in total, the proxies that were sent
-something, resources and bytes sent; with ``--profile`` the top functions.
+scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, a Service deleted,
+then, without ``--sidecars``, one Sidecar per namespace added) changes files, pushes the change
+through the runtime's ``Discovery`` (PushContext rebuilt and served, cache invalidated), and hands
+the push to every connection, filtered first as the server does (``unaffected``). Reported per
+scenario: milliseconds of the filter and ``on_push`` per proxy and in total, the proxies that were
+sent something, resources and bytes sent, the encoded resources still alive after it (``held``);
+with ``--profile`` the top functions.
 Usage:
     python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
                               [--sidecars] [--agents N] [--profile] [--out FILE]
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import platform
@@ -49,10 +51,11 @@ from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, proxy_from_node
 from app.xds.next_push import push_request
 from app.xds.push_request import PushRequest
+from app.xds.resource import Resource
 from app.xds.sotw import SotwSession
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import NameSets, counter_nonces
-from bench.mesh import Mesh, MeshSpec, SidecarIdentity, sidecars
+from bench.mesh import DELETED_SERVICE, Mesh, MeshSpec, SidecarIdentity, sidecars
 
 AnyConnection = Connection[Any, Any, Any, Any]
 
@@ -147,6 +150,17 @@ def _sent(resp: Any) -> tuple[int, int]:
     return len(resp.resources), len(resp.payload())
 
 
+def held() -> dict[str, float]:
+    """The encoded resources alive after a push (what generation keeps of this snapshot and of
+    earlier ones; nothing else holds them in-process): how many, and their Delta bytes. Frozen
+    objects are not listed, so the heap is unfrozen (and collected) to count, then frozen again."""
+    gc.unfreeze()
+    gc.collect()
+    found = [o for o in gc.get_objects() if type(o) is Resource]
+    gc.freeze()
+    return {"held_resources": len(found), "held_mb": round(sum(len(r.entry) for r in found) / 2**20, 1)}
+
+
 def run_push(conns: list[AnyConnection], request: PushRequest, profile: cProfile.Profile | None) -> dict[str, Any]:
     reached = resources = size = 0
     if profile is not None:
@@ -229,6 +243,7 @@ def main() -> None:
             "dr-change": lambda: mesh.change_destination_rule(changed),
             "endpoint-add": lambda: mesh.add_endpoint(changed),
             "service-entry-add": mesh.add_service_entry,
+            "service-delete": lambda: mesh.delete_service(DELETED_SERVICE),
         }
         if not args.sidecars:  # last: every proxy's scope shrinks to its namespace
             scenarios["sidecar-add"] = mesh.add_sidecars
@@ -239,6 +254,7 @@ def main() -> None:
             profile = cProfile.Profile() if args.profile else None
             figures = run_push(conns, request, profile)
             figures["rebuild_ms"] = round(rebuild_s * 1000, 1)
+            figures.update(held())
             report[name] = figures
             if profile is not None:
                 text = io.StringIO()

@@ -7,6 +7,9 @@ with a fresh build for the very proxy, so a reuse that misses an input fails her
 
 from __future__ import annotations
 
+import gc
+import types
+
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.route.v3 import route_pb2
 
@@ -45,6 +48,14 @@ spec:
   - {{name: v1, labels: {{version: v1}}}}
   - {{name: v2, labels: {{version: v2}}}}
   - {{name: v3, labels: {{version: v3}}}}
+"""
+EXTERNAL_9080 = """apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  hosts: [ext.example.com]
+  ports: [{number: 9080, name: tcp-ext, protocol: TCP}]
+  resolution: DNS
 """
 HASH = "    loadBalancer: {consistentHash: {httpHeaderName: x-user}}\n"
 PRODUCTPAGE_SLICE = """apiVersion: discovery.k8s.io/v1
@@ -99,6 +110,42 @@ def test_a_class_holds_one_inputs_value_per_listener_across_snapshots() -> None:
     kept = [name for name in before if name in after and name != "240.0.0.9_7777"]
     assert kept and all(after[name] is before[name] for name in kept)
     assert "240.0.0.9_7777" in after and "240.0.0.9_7777" not in before
+
+
+def _held_by(root: object, target: object) -> bool:
+    """Whether ``target`` is reachable from ``root`` through instances and containers (types and
+    modules, which reach everything global, are not followed)."""
+    seen, todo = {id(root)}, [root]
+    while todo:
+        for found in gc.get_referents(todo.pop()):
+            if found is target:
+                return True
+            if id(found) not in seen and not isinstance(found, (type, types.ModuleType)):
+                seen.add(id(found))
+                todo.append(found)
+    return False
+
+
+def test_a_rebuilt_route_configuration_and_listener_leave_no_earlier_generation_behind() -> None:
+    """Once a class has rebuilt a route configuration or listener, only the new one is held: not
+    through the class's inherited reuse map, nor through the replaced snapshot's classes (kept to
+    patch clusters from, which is all they are kept for). A route configuration is then held by
+    nothing of the generator's; an earlier listener map by the snapshot's memo of class
+    differences, which goes with the snapshot."""
+    mesh = Mesh()
+    conn = connect(mesh)
+    old_route, old_listener = served(mesh, conn, ROUTE)["9080"], served(mesh, conn, LISTENER)["0.0.0.0_9080"]
+    conn.on_push(mesh.apply(REVIEWS_VS))
+    new_route = served(mesh, conn, ROUTE)["9080"]
+    assert new_route is not old_route
+    generator = mesh.discovery.generator
+    assert _held_by(generator, new_route) and not _held_by(generator, old_route)
+    conn.on_push(mesh.apply(SERVICE_ENTRY))
+    conn.on_push(mesh.apply(EXTERNAL_9080))
+    new_listener = served(mesh, conn, LISTENER)["0.0.0.0_9080"]
+    assert new_listener is not old_listener
+    classes = (generator._state().lineage, generator._state().parents)
+    assert _held_by(classes, new_listener) and not _held_by(classes, old_listener)
 
 
 def test_reuse_reaches_across_a_push_that_built_no_listeners() -> None:

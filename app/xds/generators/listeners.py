@@ -68,7 +68,7 @@ class ClassListeners:
 
 
 def _class_listeners(cls: ProxyClass) -> ClassListeners:
-    earlier = cls.earlier.get(ClassListeners, _NONE)
+    earlier = cls.inherit(ClassListeners, _NONE)
     assert isinstance(earlier, Mapping)
     return ClassListeners(earlier)
 

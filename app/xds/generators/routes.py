@@ -31,7 +31,8 @@ _NONE: Mapping[str, _Built] = {}
 class ClassRoutes:
     """A sidecar class's route configurations in one snapshot, and what each was built from."""
 
-    earlier: Mapping[str, _Built]  # its lineage's in earlier snapshots, by name
+    # its lineage's in earlier snapshots, by name, until rebuilt here (then the earlier one goes)
+    earlier: dict[str, _Built]
     routes: dict[str, Resource] = field(default_factory=dict)
     inputs: dict[str, SidecarRouteInputs] = field(default_factory=dict)
 
@@ -58,9 +59,9 @@ class _RuleViews:
 
 
 def _class_routes(cls: ProxyClass) -> ClassRoutes:
-    earlier = cls.earlier.get(ClassRoutes, _NONE)
+    earlier = cls.inherit(ClassRoutes, _NONE)
     assert isinstance(earlier, Mapping)
-    return ClassRoutes(earlier)
+    return ClassRoutes(dict(earlier))  # a copy of its own: names are dropped from it as built
 
 
 class RouteGenerator(WholeTypeOnly):
@@ -84,7 +85,7 @@ class RouteGenerator(WholeTypeOnly):
             inputs = sets.inputs[name] = sidecar_route_inputs(
                 cls.traits.scope_proxy, push.mesh, scope, name, views.view, allocates(cls.traits.scope_proxy)
             )
-            earlier = sets.earlier.get(name)
+            earlier = sets.earlier.pop(name, None)
             if earlier is not None and earlier[0] == inputs:
                 return earlier[1]
             return encode(name, build_sidecar_route_config(inputs))

@@ -24,6 +24,7 @@ from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.xds.cache import CacheAssertionError, Dep, ResourceCache
 from app.xds.generators.attribution import resource_deps
+from app.xds.generators.clusters import ClassClusters
 from app.xds.generators.registry import generators
 from app.xds.generators.state import SnapshotState
 from app.xds.push_request import PushRequest
@@ -72,7 +73,8 @@ class XdsGenerator:
         self.cache.invalidate(deps)
         if previous is not None and previous.push.version == push.version - 1:
             # built from the snapshot replaced: its classes are the parents of push's
-            state.parents, state.parent_request = previous.lineage, request
+            state.parents = {line: cls.parent(ClassClusters) for line, cls in previous.lineage.items()}
+            state.parent_request = request
 
     def push_context(self) -> PushContext:
         """The snapshot served."""

@@ -56,15 +56,30 @@ class ProxyClass:
     mesh: MeshConfig
     traits: Traits
     lineage: Hashable
-    # what the class's lineage left in earlier snapshots, by part type (see ``reusable``)
-    earlier: Mapping[type, object] = field(default_factory=dict)
+    # what the class's lineage left in earlier snapshots, by part type (see ``reusable``), until
+    # the part of that type takes it over (``inherit``)
+    earlier: dict[type, object] = field(default_factory=dict)
     parts: dict[type, object] = field(default_factory=dict)
 
     def part(self, kind: type[P], make: Callable[[], P]) -> P:
         """The class's part of this type, made on first ask."""
         return _part(self.parts, kind, make)
 
-    def reusable(self) -> Mapping[type, object]:
+    def inherit(self, kind: type, default: object) -> object:
+        """What the lineage left for the part of type ``kind``, handed over to the part being
+        made: the class keeps no reference of its own, so what the part lets go of once it has
+        rebuilt it is freed (a rebuilt route configuration would otherwise stay alive as long as
+        the class, a second generation of every one of them)."""
+        return self.earlier.pop(kind, default)
+
+    def parent(self, *kinds: type) -> ProxyClass:
+        """The class as a later snapshot's class is patched from: its scope, mesh and the parts
+        of ``kinds`` only (the rest, and what it inherited, would be a generation more of every
+        built resource, alive until the next snapshot)."""
+        kept = {kind: self.parts[kind] for kind in kinds if kind in self.parts}
+        return ProxyClass(self.scope, self.mesh, self.traits, self.lineage, parts=kept)
+
+    def reusable(self) -> dict[type, object]:
         """What the class's next snapshot may reuse: its parts' own, else what it inherited."""
         own = {kind: part.reusable() for kind, part in self.parts.items() if isinstance(part, Reusing)}
         return {**self.earlier, **own}
@@ -80,8 +95,9 @@ class SnapshotState:
     parents: Mapping[Hashable, ProxyClass] = field(default_factory=dict)
     parent_request: PushRequest | None = None
     # what classes may reuse, by lineage: not only from the snapshot just replaced (an
-    # endpoint push between two config pushes generates no listeners or routes)
-    reusable: Mapping[Hashable, Mapping[type, object]] = field(default_factory=dict)
+    # endpoint push between two config pushes generates no listeners or routes); a lineage's
+    # goes to its class when the class is made
+    reusable: dict[Hashable, dict[type, object]] = field(default_factory=dict)
     classes: dict[Hashable, ProxyClass] = field(default_factory=dict)  # by scope and traits
     lineage: dict[Hashable, ProxyClass] = field(default_factory=dict)  # the same, by lineage
     # each proxy's class: a push asks for it once per type and more
@@ -99,7 +115,7 @@ class SnapshotState:
         """A generator's per-snapshot memo of this type, made on first ask."""
         return _part(self.parts, kind, make)
 
-    def next_reusable(self) -> Mapping[Hashable, Mapping[type, object]]:
+    def next_reusable(self) -> dict[Hashable, dict[type, object]]:
         """What the classes of the next snapshot may reuse: this one's builds; when no proxy
         asked for anything in this snapshot, what it inherited."""
         if not self.lineage:
@@ -145,6 +161,6 @@ class SnapshotState:
         found = self.classes.get(key)
         if found is None:
             line = lineage(scope, found_traits)
-            found = ProxyClass(scope, push.mesh, found_traits, line, self.reusable.get(line, {}))
+            found = ProxyClass(scope, push.mesh, found_traits, line, self.reusable.pop(line, {}))
             self.classes[key] = self.lineage[line] = found
         return found
