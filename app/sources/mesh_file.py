@@ -39,9 +39,15 @@ class MeshFileSource:
     async def watch(self) -> AsyncIterator[list[ConfigEvent]]:
         """The file's changes; it is read once more when the watcher is up, so a change made
         before that is not lost."""
+        # the directories, not the file: editors and ConfigMap mounts replace files. The one the
+        # path names, as istiod's pkg/filewatcher: a mounted ConfigMap's file resolves into a
+        # timestamped directory the kubelet removes at the next update, and a watch of that one
+        # would see the first update and nothing after; and the one it resolves to when that lies
+        # elsewhere (a link to a file kept in another directory)
+        folder = self._path.absolute().parent
         target = self._path.resolve()
-        # the directory, not the file: editors and ConfigMap mounts replace files
-        changes = awatch(target.parent, debounce=self._debounce_ms, step=self._debounce_ms)
+        folders = [folder] if target.parent.is_relative_to(folder.resolve()) else [folder, target.parent]
+        changes = awatch(*folders, debounce=self._debounce_ms, step=self._debounce_ms)
         pending = asyncio.ensure_future(anext(changes, None))
         try:
             await asyncio.sleep(0)  # awatch starts its watcher on the first step of that task
@@ -49,6 +55,7 @@ class MeshFileSource:
                 yield events
             while (batch := await pending) is not None:
                 pending = asyncio.ensure_future(anext(changes, None))
+                target = self._path.resolve()  # moved with the last swap of a mount's ``..data``
                 touched = any(Path(p).resolve() == target or Path(p).name.startswith("..") for _, p in batch)
                 if touched and (events := self._load()):
                     yield events
