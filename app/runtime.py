@@ -58,6 +58,7 @@ from app.supervise import supervise
 from app.telemetry.pilot import PilotMetrics
 from app.webhook.ca_bundle import CaBundlePatcher
 from app.webhook.certificate import ServingCertificate, istiod_dns_names
+from app.webhook.file_certificate import FileCertificate
 from app.xds.cache import ResourceCache
 from app.xds.discovery import Discovery
 from app.xds.mesh_source import MeshSource, MeshStream
@@ -160,6 +161,8 @@ class Runtime:
         self.webhook: WebhookServer | None = None
         # pilotfish's own webhook certificate, from its CA, when no files are given (istiod's)
         self.webhook_certificate: ServingCertificate | None = None
+        # or the --webhook-cert / --webhook-key files, followed as they are renewed (istiod's)
+        self.webhook_files: FileCertificate | None = None
         self._patcher: CaBundlePatcher | None = None  # made once the API client is
         kube = settings.kubeconfig is not None or settings.in_cluster
         ca_on = settings.ca_dir is not None or (kube and settings.ca_server)  # loaded in run() from its Secret
@@ -174,9 +177,7 @@ class Runtime:
             from app.webhook.server import WebhookServer
 
             self.webhook = WebhookServer(
-                settings.webhook_cert if files else None,
-                settings.webhook_key if files else None,
-                tls=None if files else self._webhook_tls,
+                tls=self._webhook_file_tls if files else self._webhook_tls,
                 system_namespace=settings.system_namespace,
                 injection=injection_source(settings, lambda: self.env.store.mesh),
             )
@@ -237,6 +238,13 @@ class Runtime:
         )
         self._root_hooks.append(self.webhook_certificate.set_root)  # issued under the current root already
         return self.webhook_certificate.context
+
+    def _webhook_file_tls(self) -> ssl.SSLContext:
+        """The webhooks' TLS context from the --webhook-cert / --webhook-key files (read when the
+        webhook server starts; a bad pair stops the start, naming the files)."""
+        assert self.settings.webhook_cert is not None and self.settings.webhook_key is not None
+        self.webhook_files = FileCertificate(self.settings.webhook_cert, self.settings.webhook_key)
+        return self.webhook_files.context
 
     def _webhook_ca_bundle(self) -> str:
         return self.webhook_certificate.ca_bundle if self.webhook_certificate is not None else ""
@@ -430,6 +438,8 @@ class Runtime:
                     renewals = functools.partial(self.webhook_certificate.run, self._patcher.resync)
                     tasks.append(tg.create_task(supervise("webhook caBundle patcher", self._patcher.run, forever=True)))
                     tasks.append(tg.create_task(supervise("webhook certificate renewal", renewals)))
+                if self.webhook_files is not None:
+                    tasks.append(tg.create_task(supervise("webhook certificate files", self.webhook_files.run)))
                 if self._ca_store is not None:
                     watch = functools.partial(self._ca_store.watch, self._ca_changed)
                     tasks.append(tg.create_task(supervise("CA Secret watch", watch, forever=True)))

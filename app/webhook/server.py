@@ -38,11 +38,11 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from app.errors import SettingsError
 from app.inject.inputs import InjectionInputs
 from app.inject.native_sidecars import KubeletVersions
 from app.settings import split_address
 from app.webhook.admission import review_body, uid_in, undecodable
+from app.webhook.file_certificate import file_context
 from app.webhook.injection import BOUND_NODE, inject_review_body
 from app.workers import DeadlineExceeded, WorkerError, WorkerPool
 
@@ -80,16 +80,6 @@ class _Unreviewed(Exception):
 
 # what a review runs in a worker: (the pool, the body, the deadline) -> the answer
 _Run = Callable[[WorkerPool, bytes, float], Awaitable[dict[str, Any]]]
-
-
-def file_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server context with the certificate and key of ``--webhook-cert`` / ``--webhook-key``."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise SettingsError(f"--webhook-cert {cert} / --webhook-key {key}: {e}") from e
-    return context
 
 
 class WebhookServer:
