@@ -43,6 +43,7 @@ from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.security.authn import TrustedTokenFile
 from app.security.ca import CertificateAuthority
+from app.security.ca_dir import CaDirWatch
 from app.security.ca_store import KubeCaStore
 from app.security.jwks import FIRST_FETCH_WAIT as JWKS_FIRST_FETCH_WAIT
 from app.security.jwks import JwksResolver
@@ -143,8 +144,10 @@ class Runtime:
         self._issuing: CertificateService | None = None
         self._ca_store: KubeCaStore | None = None  # the CA kept in the API server
         self._root_hooks: list[Callable[[str], None]] = []
+        self._ca_dir: CaDirWatch | None = None  # --ca-dir, followed as istiod follows /etc/cacerts
         if settings.ca_dir is not None:
             self._serve_ca(CertificateAuthority.load_or_create(settings.ca_dir, self._trust_domain()))
+            self._ca_dir = CaDirWatch(settings.ca_dir, self._current_ca, multi_root=settings.multi_root_mesh)
         self.source = MeshSource(self.generator, self.env.config_object, self.env.registry.with_workload_labels)
         self.xds: XdsServer[Proxy, PushRequest] = XdsServer(
             self.source,
@@ -295,7 +298,7 @@ class Runtime:
             logger.exception("root certificate hook %r failed", hook)
 
     def _ca_changed(self, ca: CertificateAuthority) -> None:
-        """A new CA from its Secret: it signs from now on, the secure port's new handshakes use
+        """A new CA from its Secret or its dir: it signs from now on, the secure port's new handshakes use
         it, and a new root goes to every hook."""
         previous, self.ca = self.ca, ca
         self.metrics.ca_expiry(*ca.expiry())
@@ -440,6 +443,9 @@ class Runtime:
                     tasks.append(tg.create_task(supervise("webhook certificate renewal", renewals)))
                 if self.webhook_files is not None:
                     tasks.append(tg.create_task(supervise("webhook certificate files", self.webhook_files.run)))
+                if self._ca_dir is not None:
+                    follow = functools.partial(self._ca_dir.run, self._ca_changed)
+                    tasks.append(tg.create_task(supervise("CA dir watch", follow)))
                 if self._ca_store is not None:
                     watch = functools.partial(self._ca_store.watch, self._ca_changed)
                     tasks.append(tg.create_task(supervise("CA Secret watch", watch, forever=True)))

@@ -120,14 +120,22 @@ class CertificateAuthority:
     def load_or_create(cls, ca_dir: Path, trust_domain: str) -> CertificateAuthority:
         """The CA in ``ca_dir``: its files if present, else a new self-signed root written there
         (the key readable by the owner only). A partial or unreadable set is an error."""
-        present = [name for name in CA_FILES if (ca_dir / name).exists()]
-        if not present:
+        if not any((ca_dir / name).exists() for name in CA_FILES):
             ca = cls.self_signed(trust_domain)
             ca.write(ca_dir)
             return ca
+        return cls.load(ca_dir)
+
+    @classmethod
+    def load(cls, ca_dir: Path) -> CertificateAuthority:
+        """The CA in ``ca_dir``'s files; SettingsError naming the dir when they are not all there
+        or do not make a CA."""
+        present = [name for name in CA_FILES if (ca_dir / name).exists()]
         missing = [name for name in CA_FILES if name not in present]
         if missing:
-            raise SettingsError(f"CA dir {ca_dir}: {', '.join(missing)} missing (it holds {', '.join(present)})")
+            raise SettingsError(
+                f"CA dir {ca_dir}: {', '.join(missing)} missing (it holds {', '.join(present) or 'none'})"
+            )
         try:
             ca = cls.from_pem(*((ca_dir / name).read_text() for name in CA_FILES))
             crl = ca_dir / CRL_FILE
@@ -140,6 +148,15 @@ class CertificateAuthority:
             raise SettingsError(f"CA dir {ca_dir}: cannot read {e.filename}: {e.strerror}") from e
         except (ValueError, TypeError) as e:
             raise SettingsError(f"CA dir {ca_dir}: {e}") from e
+
+    def same_material(self, other: CertificateAuthority) -> bool:
+        """Whether ``other`` signs and chains as this one (its key object aside)."""
+        return (self.signing_cert, self.cert_chain_pem, self.root_pem, self.crl_pem) == (
+            other.signing_cert,
+            other.cert_chain_pem,
+            other.root_pem,
+            other.crl_pem,
+        )
 
     @classmethod
     def from_pem(cls, cert_pem: str, key_pem: str, chain_pem: str, root_pem: str) -> CertificateAuthority:

@@ -224,7 +224,7 @@ class KubeCaStore:
         if ca is None:
             logger.error("CA: Secret %s holds no CA any more; the CA in force stays", where)
             return
-        if _same(ca, current):
+        if ca.same_material(current):
             return
         if not self.self_signed:
             refusal = root_change_refusal(current.root_pem, ca.root_pem, self._multi_root)
@@ -296,12 +296,3 @@ class KubeCaStore:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def _same(a: CertificateAuthority, b: CertificateAuthority) -> bool:
-    return (a.signing_cert, a.cert_chain_pem, a.root_pem, a.crl_pem) == (
-        b.signing_cert,
-        b.cert_chain_pem,
-        b.root_pem,
-        b.crl_pem,
-    )
