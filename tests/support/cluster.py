@@ -138,6 +138,7 @@ class PeerProcess:
     name: str
     log_path: Path
     popen: subprocess.Popen[bytes]
+    argv: list[str] = field(default_factory=list)  # what it was started with (a restart repeats it)
 
     @classmethod
     def start(cls, name: str, argv: list[str], workdir: Path) -> PeerProcess:
@@ -147,7 +148,7 @@ class PeerProcess:
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )  # fmt: skip
-        return cls(name, log_path, popen)
+        return cls(name, log_path, popen, argv)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -409,6 +410,17 @@ class Cluster:
         if done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done.stdout
+
+    def restart_api_server(self, down: float) -> None:
+        """Kill kube-apiserver (its watches break without a goodbye), leave it down ``down``
+        seconds and start it again as before: same flags, port and etcd."""
+        [old] = [p for p in self.processes if p.name == "kube-apiserver"]
+        old.popen.kill()
+        old.popen.wait()
+        time.sleep(down)
+        new = PeerProcess.start(old.name, old.argv, self.workdir)
+        self.processes[self.processes.index(old)] = new
+        _wait_up(new, "kube-apiserver /readyz", lambda: self.request("GET", "/readyz") == "ok")
 
     def log_tails(self, lines: int = LOG_LINES) -> list[tuple[str, str]]:
         return [(f"{p.name} log ({p.log_path}), last {lines} lines", p.tail(lines)) for p in self.processes]
