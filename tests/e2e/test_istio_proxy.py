@@ -10,7 +10,8 @@ its workload certificate from pilotfish's CA with its service account's TokenReq
 ADS to the secure port through its local xDS proxy, serves Envoy the certificate over SDS and
 answers the pod's DNS from the mesh's name table (NDS). Two sidecars talk mTLS, a gateway
 (``pilot-agent proxy router``) serves a Gateway, config changes reach every proxy, and so does
-a change made while pilotfish was down, after it restarts. ``istioctl proxy-status`` and
+a change made while pilotfish was down, after it restarts; with the CA kept in its Secret, as in a
+cluster, certificates issued before and after a restart still make mTLS. ``istioctl proxy-status`` and
 ``istioctl x version``, pointed straight at pilotfish with a token, see every proxy.
 
 Without traffic capture (interception NONE: the test pods have no iptables) the server's inbound
@@ -20,6 +21,7 @@ listener, as in test_mtls.py, which runs the same mesh with ``pilotfish agent`` 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import re
 import subprocess
@@ -93,29 +95,39 @@ class Mesh:
     tmp: Path
     secure_port: int
     http_port: int
+    ca_dir: bool = True  # as the last serve() ran
 
     @property
     def server_host(self) -> str:
         return f"server.{self.namespace}.svc.cluster.local"
 
-    def serve(self) -> contextlib.AbstractContextManager[Pilotfish]:
+    def serve(self, *, ca_dir: bool = True) -> contextlib.AbstractContextManager[Pilotfish]:
         """``pilotfish serve`` on the cluster, secure port on the node's bridge address, the same
-        ports every time (a restart is where proxies reconnect)."""
+        ports every time (a restart is where proxies reconnect); the CA in a dir, or (``ca_dir``
+        False) kept in the API server as in a cluster (istio-system's istio-ca-secret)."""
         args = (
-            "--ca-dir", str(self.tmp / "ca"),
+            *(("--ca-dir", str(self.tmp / "ca")) if ca_dir else ()),
             "--xds-address", "",
             "--secure-xds-address", f"{self.network.node_ip}:{self.secure_port}",
             "--mesh-config", str(self.tmp / "mesh.yaml"),
         )  # fmt: skip
+        self.ca_dir = ca_dir
         return run_pilotfish(None, self.tmp, kubeconfig=self.kubeconfig, ports=(0, self.http_port), extra_args=args)
+
+    def root(self) -> str:
+        """The mesh root the proxies are given (their istio-ca-root-cert)."""
+        if self.ca_dir:
+            return (self.tmp / "ca" / "root-cert.pem").read_text()
+        secret = self.kube.get("v1", "Secret", "istio-system", "istio-ca-secret")
+        assert secret is not None, "no istio-ca-secret"
+        return base64.b64decode(secret["data"]["ca-cert.pem"]).decode()
 
     def proxy(self, name: str) -> contextlib.AbstractContextManager[IstioProxy]:
         """Istio's sidecar for a workload, with a fresh projected token of its service account."""
         workload = self.workloads[name]
         token = self.kube.token(self.namespace, workload.service_account, audiences=("istio-ca",))
-        root = (self.tmp / "ca" / "root-cert.pem").read_text()
         discovery = f"istiod.istio-system.svc:{self.secure_port}"
-        return run_istio_proxy(self.pods[name], workload, discovery=discovery, root_cert=root, token=token)
+        return run_istio_proxy(self.pods[name], workload, discovery=discovery, root_cert=self.root(), token=token)
 
     def from_client(self, path: str) -> Reply:
         return send(EGRESS_PORT, path, host=self.server_host, connect=self.pods["client"].connect)
@@ -306,3 +318,21 @@ def test_istio_gateway_serves_a_gateway_and_converges_after_pilotfish_restarts(m
         assert routed_header(mesh) == "live"
         with mesh.serve():
             wait_until(lambda: routed_header(mesh) == "restarted", "the change made while down to reach the gateway")
+
+
+def test_the_root_kept_in_its_secret_outlives_a_restart_certificates_of_both_sides_of_it_talk(mesh: Mesh) -> None:
+    """As in a cluster, the CA in istio-system's istio-ca-secret: pilotfish killed and started
+    again reads the same root, so the server's certificate from before the restart and the
+    client's from after it still make mTLS."""
+    with contextlib.ExitStack() as proxies:
+        with mesh.serve(ca_dir=False) as server:
+            root = mesh.root()
+            proxies.enter_context(mesh.proxy("server"))
+            with mesh.proxy("client"):
+                wait_until(lambda: mesh.from_client("/").status == 200, "mesh traffic")
+            server.kill()  # no goodbye
+            server.returncode = server.process.returncode
+        with mesh.serve(ca_dir=False), mesh.proxy("client"):
+            assert mesh.root() == root
+            wait_until(lambda: mesh.from_client("/after").status == 200, "mesh traffic after the restart")
+            assert mesh.from_client("/after").backend == "server-app"
