@@ -60,7 +60,7 @@ from app.xds.errors import (
     Status,
     StreamError,
 )
-from app.xds.limits import IdleAnswers
+from app.xds.limits import IdleAnswers, cut_error_detail
 from app.xds.observe import StreamObserver, XdsMetrics
 from app.xds.resource import encode
 from app.xds.response import DeltaResponse, SotwResponse, payload
@@ -125,9 +125,11 @@ class Undecodable:
 def _parser(message: type[Any]) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         try:
-            return message.FromString(data)
+            req = message.FromString(data)
         except DecodeError as e:
             return Undecodable(str(e)[:120])
+        cut_error_detail(req)  # before the request waits in the inbox
+        return req
 
     return parse
 
