@@ -17,18 +17,18 @@ Why a stream ends is a ``StreamError`` (app/xds/errors.py) naming its gRPC statu
 grpc's in one place (``grpc_status``). What a stream serves comes from the injected
 ``ServedSource`` (app/xds/source.py): the server never reads what a client or a push is.
 
-A client that stops reading holds back nothing but itself: what a stream buffers is bounded
-both ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS`` wait, so HTTP/2 flow
-control holds the client back; a write waits for the transport, so at most one response is in
-flight and a client is answered no faster than it reads), and a write that does not complete
-within the send timeout (istiod PILOT_XDS_SEND_TIMEOUT) gives the stream up, releasing the push
-worker that waits for it; the call ends with DEADLINE_EXCEEDED once that write returns (the
-client reads, or leaves). Writes go through the stream's ``CallWriter``: one at a time, never
-cancelled, so gRPC core never sees two operations of a kind on one call
-(GRPC_CALL_ERROR_TOO_MANY_OPERATIONS). Large responses (a connecting proxy's whole set of a
-type) wait for one of ``MAX_LARGE_WRITES`` slots before they are encoded and written, which paces
-a connect storm's first responses and bounds the memory they hold; requests, ACKs and small
-pushes never wait, and a write past the send timeout gives its slot back.
+A client that stops reading holds back nothing but itself: what a stream buffers is bounded both
+ways (the reader stops taking requests while ``MAX_QUEUED_REQUESTS``, or ``MAX_QUEUED_BYTES`` of
+them, wait, so HTTP/2 flow control holds the client back; a write waits for the transport, so at
+most one response is in flight and a client is answered no faster than it reads), and a write that
+does not complete within the send timeout (istiod PILOT_XDS_SEND_TIMEOUT) gives the stream up,
+releasing the push worker that waits for it; the call ends with DEADLINE_EXCEEDED once that write
+returns (the client reads, or leaves). Writes go through the stream's ``CallWriter``: one at a
+time, never cancelled, so gRPC core never sees two operations of a kind on one call
+(GRPC_CALL_ERROR_TOO_MANY_OPERATIONS). Large responses (a connecting proxy's whole set of a type)
+wait for one of ``MAX_LARGE_WRITES`` slots before they are encoded and written, which paces a
+connect storm's first responses and bounds the memory they hold; requests, ACKs and small pushes
+never wait, and a write past the send timeout gives its slot back.
 """
 
 from __future__ import annotations
@@ -103,6 +103,11 @@ _EOF = object()
 
 # requests a stream takes ahead of handling them; Envoy sends about one per response it gets
 MAX_QUEUED_REQUESTS = 64
+# and their bytes: a request may be 4 MiB (and takes about three times that parsed), so 64 of
+# them let a client that stops reading make the server hold 860 MB per stream until its send
+# timeout; past this the reader waits for the stream to catch up (istiod's request channel
+# holds one request)
+MAX_QUEUED_BYTES = 4 * 1024 * 1024
 # a response this many resources long (a connecting proxy's whole CDS, EDS or LDS) is large:
 # at most MAX_LARGE_WRITES are in the transport at once, so a connect storm of thousands holds
 # that many encoded responses in memory, not thousands; pushes of what changed are small
@@ -605,11 +610,15 @@ async def _end(writer: CallWriter, code: grpc.StatusCode, message: str) -> None:
 
 
 async def read_requests(requests: AsyncIterator[Any], inbox: asyncio.Queue[object]) -> None:
-    """Move a stream's requests into its inbox, then an end marker; waits while the inbox is full."""
+    """Move a stream's requests into its inbox, then an end marker; once MAX_QUEUED_REQUESTS
+    or MAX_QUEUED_BYTES were taken, waits until the stream has handled them all."""
+    taken = 0  # bytes of the requests taken since the stream last caught up
     try:
         async for req in requests:
             inbox.put_nowait(req)
-            if inbox.qsize() >= MAX_QUEUED_REQUESTS:
+            taken += req.ByteSize() if isinstance(req, Message) else 0  # a few ms for 4 MiB
+            if inbox.qsize() >= MAX_QUEUED_REQUESTS or taken >= MAX_QUEUED_BYTES:
                 await inbox.join()  # stop reading until the stream has caught up
+                taken = 0
     finally:
         inbox.put_nowait(_EOF)

@@ -31,7 +31,7 @@ from app.settings import Settings
 from app.telemetry.pilot import PilotMetrics
 from app.xds.push_request import PushRequest
 from app.xds.response import DeltaResponse
-from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_REQUESTS, CallWriter, XdsServer, read_requests
+from app.xds.server import LARGE_RESPONSE, MAX_QUEUED_BYTES, MAX_QUEUED_REQUESTS, CallWriter, XdsServer, read_requests
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE
 from app.xds.watch import WatchedResource
 from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE, RATINGS, REVIEWS
@@ -401,6 +401,22 @@ async def test_reader_stops_taking_requests_while_the_stream_is_behind() -> None
     for _ in range(50):
         await asyncio.sleep(0)
     assert inbox.qsize() == MAX_QUEUED_REQUESTS  # ... and the reader takes the next batch
+    reader.cancel()
+
+
+async def test_reader_stops_taking_requests_once_their_bytes_reach_the_bound() -> None:
+    # a few requests of megabytes hold as much as many small ones: the reader stops at their bytes
+    big = discovery_pb2.DiscoveryRequest(type_url=CLUSTER, resource_names=["n" * 1024] * 1024)
+
+    async def flood() -> AsyncIterator[discovery_pb2.DiscoveryRequest]:
+        for _ in range(MAX_QUEUED_REQUESTS):
+            yield big
+
+    inbox: asyncio.Queue[object] = asyncio.Queue()
+    reader = asyncio.create_task(read_requests(flood(), inbox))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert inbox.qsize() == -(-MAX_QUEUED_BYTES // big.ByteSize()) and not reader.done()
     reader.cancel()
 
 
