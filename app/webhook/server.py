@@ -8,10 +8,14 @@ the body is decoded and validated in a worker process (app/workers.py), against 
 deadline just short of the API server's own (the ``timeout`` it sends with each call), so the
 user sees pilotfish's refusal rather than a timed-out call. A body is read up to
 ``MAX_REVIEW_BYTES`` (istiod's limit: an UPDATE carries the object and its old version, each up
-to the API server's 3 MiB request limit), within the same deadline, and at most
-``MAX_REVIEWS_IN_FLIGHT`` are held at once. Every outcome is a review: too large, too slow, a
-worker that failed, each is a refusal (allowed false, with the reason) naming the request's uid
-when its first bytes hold it.
+to the API server's 3 MiB request limit), within the same deadline; the bodies held at once
+(arriving, or waiting for and in validation) are bounded by their bytes, ``MAX_BODY_BYTES``,
+charged as they arrive, and a review takes one of ``MAX_REVIEWS_IN_FLIGHT`` slots only once its
+body is whole. So a sender that stalls holds what it sent, never a slot: eight connections that
+sent a byte each used to hold every slot, and every other review was refused for 29 s (istiod
+reads each body in a goroutine of its own, and a slow one holds up no other). Every outcome is a
+review: too large, too slow, a worker that failed, each is a refusal (allowed false, with the
+reason) naming the request's uid when its first bytes hold it.
 
 With ENABLE_NATIVE_SIDECARS=auto in a cluster, ``nodes`` (app/sources/kube/nodes.py) gives the
 nodes' kubelet versions, and each review decides whether the proxy is a native sidecar for the
@@ -51,8 +55,11 @@ logger = logging.getLogger(__name__)
 # istiod kube.MaxRequestBodyBytes: twice the API server's 3 MiB request limit, for an UPDATE's
 # object and oldObject
 MAX_REVIEW_BYTES = 6 * 2**20
-# bodies held (read or being validated) at once; more wait their turn, within their deadline
+# reviews whose body has arrived being validated at once; more wait their turn, within their deadline
 MAX_REVIEWS_IN_FLIGHT = 8
+# the bytes of bodies held at once (arriving, or waiting for and in validation): past it a body
+# waits, within its deadline, for others to be done; the most the slots could hold
+MAX_BODY_BYTES = MAX_REVIEWS_IN_FLIGHT * MAX_REVIEW_BYTES
 # the API server's default webhook timeout (timeoutSeconds), when a call names none; it allows 30
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUT = 30.0
@@ -72,6 +79,31 @@ class Nodes(Protocol):
 
     @property
     def kubelets(self) -> KubeletVersions: ...
+
+
+class BodyBytes:
+    """The bytes of review bodies held at once, charged as they arrive and given back when the
+    review is done: a body whose next bytes would pass ``limit`` waits for others to be done."""
+
+    def __init__(self, limit: int = MAX_BODY_BYTES) -> None:
+        self.free = limit
+        self._waiting: list[asyncio.Future[None]] = []
+
+    async def take(self, size: int) -> None:
+        while self.free < size:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            finally:
+                self._waiting.remove(waiter)
+        self.free -= size
+
+    def give(self, size: int) -> None:
+        self.free += size
+        for waiter in self._waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _Unreviewed(Exception):
@@ -112,8 +144,11 @@ class WebhookServer:
         self._pool = pool
         self._own_pool = pool is None
         self._injection_pool: WorkerPool | None = None
+        # validation and injection each have their own: neither can hold up the other
         self._in_flight = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
         self._injecting = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
+        self._validation_bytes = BodyBytes()
+        self._injection_bytes = BodyBytes()
         self.port = 0
 
     async def start(self, address: str) -> None:
@@ -152,7 +187,7 @@ class WebhookServer:
         async def run(pool: WorkerPool, body: bytes, deadline: float) -> dict[str, Any]:
             return await _submit(pool, deadline, review_body, body, self._system_namespace)
 
-        return await self._review(request, self._in_flight, run, "validation")
+        return await self._review(request, self._in_flight, self._validation_bytes, run, "validation")
 
     async def _inject(self, request: web.Request) -> web.Response:
         assert self._injection is not None  # the route exists only with it
@@ -181,31 +216,39 @@ class WebhookServer:
             native = dataclasses.replace(inputs, native_sidecars=kubelets.native_sidecars(node))
             return await _submit(pool, deadline, inject_review_body, body, native, path, node)
 
-        return await self._review(request, self._injecting, run, "injection")
+        return await self._review(request, self._injecting, self._injection_bytes, run, "injection")
 
-    async def _review(self, request: web.Request, slots: asyncio.Semaphore, run: _Run, what: str) -> web.Response:
-        """``run`` in a worker, answered within the API server's timeout."""
+    async def _review(
+        self, request: web.Request, slots: asyncio.Semaphore, held: BodyBytes, run: _Run, what: str
+    ) -> web.Response:
+        """``run`` in a worker once the body has arrived, answered within the API server's timeout."""
         budget = _timeout(request.query.get("timeout")) - ANSWER_MARGIN
         deadline = time.monotonic() + budget
         try:
             async with asyncio.timeout(budget):
-                await slots.acquire()
-        except TimeoutError:
-            return _refused(f"not reviewed: {MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s", b"")
-        try:
-            return await self._answer(request, deadline, budget, run, what)
-        finally:
-            slots.release()
-
-    async def _answer(self, request: web.Request, deadline: float, budget: float, run: _Run, what: str) -> web.Response:
-        try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                prefix, body = await _read_body(request, MAX_REVIEW_BYTES)
-        except TimeoutError:  # a slow sender holds a slot no longer than a review may take
+                prefix, body = await _read_body(request, MAX_REVIEW_BYTES, held)
+        except TimeoutError:  # a slow sender holds what it sent no longer than a review may take
             return _refused(f"not reviewed: the request body did not arrive within {budget:.1f}s", b"")
         if body is None:
             reason = f"the request body is larger than {MAX_REVIEW_BYTES} bytes, the most an admission review can be"
             return _refused(f"not reviewed: {reason}", prefix)
+        try:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await slots.acquire()
+            except TimeoutError:
+                busy = f"{MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s"
+                return _refused(f"not reviewed: {busy}", prefix)
+            try:
+                return await self._answer(request, body, prefix, deadline, budget, run, what)
+            finally:
+                slots.release()
+        finally:
+            held.give(len(body))
+
+    async def _answer(
+        self, request: web.Request, body: bytes, prefix: bytes, deadline: float, budget: float, run: _Run, what: str
+    ) -> web.Response:
         if not body:
             return web.Response(status=400, text="no body found\n")
         if request.content_type != "application/json":
@@ -235,18 +278,26 @@ async def _submit(pool: WorkerPool, deadline: float, work: Callable[..., dict[st
     return answer
 
 
-async def _read_body(request: web.Request, limit: int) -> tuple[bytes, bytes | None]:
+async def _read_body(request: web.Request, limit: int, held: BodyBytes) -> tuple[bytes, bytes | None]:
     """(the first bytes, the whole body), or (the first bytes, None) past ``limit`` bytes: the
-    rest is not read."""
+    rest is not read. Each chunk is charged to ``held`` as it arrives; the whole body's bytes
+    stay charged (the caller gives them back), and nothing does when there is no body or the
+    read fails."""
     if request.content_length is not None and request.content_length > limit:
         return await request.content.read(1024), None
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.read(_CHUNK):
-        size += len(chunk)
-        chunks.append(chunk)
-        if size > limit:
-            return b"".join(chunks)[:1024], None
+    try:
+        while chunk := await request.content.read(_CHUNK):
+            await held.take(len(chunk))
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > limit:
+                held.give(size)
+                return b"".join(chunks)[:1024], None
+    except BaseException:
+        held.give(size)
+        raise
     body = b"".join(chunks)
     return body[:1024], body
 

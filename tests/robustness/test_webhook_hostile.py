@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import trustme
 
-from app.webhook.server import WebhookServer
+from app.webhook.server import MAX_REVIEWS_IN_FLIGHT, BodyBytes, WebhookServer
 
 VS = {
     "apiVersion": "networking.istio.io/v1",
@@ -237,3 +237,53 @@ async def test_a_body_that_never_finishes_arriving_is_refused_by_the_deadline(tm
         refused(200, answer, "did not arrive within 2.0s", uid="")
     finally:
         await server.stop()
+
+
+async def stalled_senders(port: int, tls: ssl.SSLContext, count: int) -> list[asyncio.StreamWriter]:
+    """``count`` connections that each send a review's headers and its first byte, then stall."""
+    writers = []
+    for _ in range(count):
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls, server_hostname="127.0.0.1")
+        head = (
+            "POST /validate?timeout=30s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100000\r\n\r\n{"
+        )
+        writer.write(head.encode())
+        await writer.drain()
+        writers.append(writer)
+    return writers
+
+
+# was: a review took its slot before its body arrived, so these held every slot for 29 s and
+# each other review was refused "not reviewed: 8 reviews were in progress for 9.0s" (istiod reads
+# every body in a goroutine of its own: a slow one holds up no other)
+async def test_senders_that_stall_hold_up_no_other_review(tmp_path: Path) -> None:
+    server, tls = await _serve(tmp_path)
+    try:
+        stalled = await stalled_senders(server.port, tls, 2 * MAX_REVIEWS_IN_FLIGHT)
+        await asyncio.sleep(0.3)  # the server has them all
+        url = f"https://127.0.0.1:{server.port}/validate?timeout=10s"
+        data = json.dumps(envelope(VS)).encode()
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as http, http.post(url, data=data, headers=headers, ssl=tls) as resp:
+            answer = await asyncio.wait_for(resp.json(), 5)
+        assert answer["response"] == {"uid": "u-1", "allowed": True}, answer
+        for writer in stalled:
+            writer.close()
+    finally:
+        await server.stop()
+
+
+async def test_the_bytes_of_bodies_held_at_once_are_bounded() -> None:
+    held = BodyBytes(limit=100)
+    await held.take(60)
+    await held.take(40)
+    waiting = asyncio.create_task(held.take(10))  # past the bound: waits for a body to be done
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    held.give(5)
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # still not room for its 10
+    held.give(40)
+    await asyncio.wait_for(waiting, 1)
+    assert held.free == 35
