@@ -21,6 +21,7 @@ import pytest
 import trustme
 
 from app.webhook.server import MAX_REVIEWS_IN_FLIGHT, BodyBytes, WebhookServer
+from tests.robustness import test_loop_stall as stall
 
 VS = {
     "apiVersion": "networking.istio.io/v1",
@@ -287,3 +288,35 @@ async def test_the_bytes_of_bodies_held_at_once_are_bounded() -> None:
     held.give(40)
     await asyncio.wait_for(waiting, 1)
     assert held.free == 35
+
+
+# was: a Go duration split into its parts by findall, which over a run of digits with no unit
+# retries from every digit: quadratic (16,000 digits took 7 s, a million would take hours), so
+# the review ran into its deadline and its worker stayed busy long after
+async def test_a_duration_of_a_million_digits_is_refused_by_its_field(post: Post) -> None:
+    obj = copy.deepcopy(VS)
+    obj["spec"]["http"][0]["timeout"] = "9" * 1_000_000
+    status, answer = await post(envelope(obj), "?timeout=5s")
+    refused(status, answer, "field http[0].timeout: invalid duration")
+
+
+# was: the API server's ``timeout`` query parsed the same way, on the event loop: a query of
+# 8,000 digits (the most a request line holds) held it 0.8 s, eight of them 7 s
+async def test_ready_answers_while_reviews_with_huge_timeouts_arrive(tmp_path: Path) -> None:
+    async with stall.serving(tmp_path) as (rt, url, tls):
+        base = url.partition("?")[0]
+        body = json.dumps(envelope(VS)).encode()
+        headers = {"Content-Type": "application/json"}
+
+        async def reviews() -> list[Any]:
+            async with aiohttp.ClientSession() as http:
+
+                async def one() -> Any:
+                    async with http.post(f"{base}?timeout={'9' * 8000}", data=body, headers=headers, ssl=tls) as resp:
+                        return await resp.json()
+
+                return await asyncio.gather(*(one() for _ in range(8)))
+
+        answers, took, unanswered = await stall.probing_ready(rt, reviews())
+        assert all(a["response"] == {"uid": "u-1", "allowed": True} for a in answers), answers
+        assert unanswered < max(took / 5, 0.25), (took, unanswered)
