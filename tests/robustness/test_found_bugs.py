@@ -11,11 +11,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from envoy.config.core.v3 import base_pb2
 
-from app.config.loader import load_documents
+from app.config.loader import load_documents, load_object
 from app.model.proxy import InvalidNodeError
 from app.sources.files import FileSource
 from app.xds.mesh_source import proxy_from_node
@@ -125,3 +126,56 @@ def test_nesting_deep_enough_to_overflow_the_c_stack_is_refused(tmp_path: Path, 
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.startswith("deep.yaml: invalid YAML at line 1, column "), done.stdout
     assert "nested deeper than 100 levels" in done.stdout
+
+
+def _ports(value: str) -> dict[str, Any]:
+    return {"rules": [{"to": [{"operation": {"ports": [value]}}]}]}
+
+
+def _endpoint(value: str) -> dict[str, Any]:
+    port = {"number": 80, "protocol": "HTTP", "name": "http"}
+    return {"ingress": [{"port": port, "defaultEndpoint": f"127.0.0.1:{value}"}]}
+
+
+def _retry_on(value: str) -> dict[str, Any]:
+    route = {"retries": {"attempts": 1, "retryOn": value}, "route": [{"destination": {"host": "a"}}]}
+    return {"hosts": ["a"], "http": [route]}
+
+
+_SPECS = {
+    "security.istio.io/v1/AuthorizationPolicy": (_ports, "rules[0].to[0].operation.ports[0]"),
+    "networking.istio.io/v1/Sidecar": (_endpoint, "ingress[0].defaultEndpoint"),
+    "networking.istio.io/v1/VirtualService": (_retry_on, "http[0].retries.retryOn"),
+}
+
+
+# was: str.isdigit (true for '²', which int refuses) or a number of more than 4,300 digits (int
+# refuses those too) made the loader's "internal error reading this document; please report it",
+# with a traceback, where istiod's strconv.Atoi/ParseUint rejects the field
+@pytest.mark.parametrize("kind", list(_SPECS), ids=lambda k: k.rpartition("/")[2])
+@pytest.mark.parametrize("value", ["²", "9" * 5000], ids=["superscript-two", "5000-digits"])
+def test_a_number_python_cannot_read_is_rejected_by_its_field(kind: str, value: str) -> None:
+    api_version, _, name = kind.rpartition("/")
+    make, field = _SPECS[kind]
+    doc = {"apiVersion": api_version, "kind": name, "metadata": {"name": "a", "namespace": "n"}, "spec": make(value)}
+    [rejection] = load_object(doc, "kube:n/a", strict=False).rejected
+    message = str(rejection.error)
+    assert f"field {field}: " in message and len(message) < 300, message
+
+
+# what Go reads and istiod takes: leading zeros (however many), and a sign where Atoi takes one
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        ("security.istio.io/v1/AuthorizationPolicy", "0" * 5000 + "80"),
+        ("networking.istio.io/v1/Sidecar", "+8080"),
+        ("networking.istio.io/v1/VirtualService", "0" * 5000 + "503"),
+    ],
+    ids=["ports-leading-zeros", "endpoint-signed", "retry-on-leading-zeros"],
+)
+def test_numbers_go_reads_are_taken(kind: str, value: str) -> None:
+    api_version, _, name = kind.rpartition("/")
+    make, _ = _SPECS[kind]
+    doc = {"apiVersion": api_version, "kind": name, "metadata": {"name": "a", "namespace": "n"}, "spec": make(value)}
+    result = load_object(doc, "kube:n/a", strict=False)
+    assert not result.rejected and len(result.objects) == 1, result.rejected

@@ -18,7 +18,7 @@ import re2
 
 from app.api import security as sec
 from app.api.istio.type.v1beta1 import selector_pb2
-from app.config.validation.fields import check_duration, check_workload_selector, fail, quoted
+from app.config.validation.fields import check_duration, check_workload_selector, fail, go_int, quoted
 
 # --- selectors and policy targets, shared with the networking kinds ---------------------------
 
@@ -117,8 +117,9 @@ def _check_cidrs(path: str, values: Iterable[str]) -> None:
 
 def _check_ports(path: str, values: Iterable[str]) -> None:
     for i, value in enumerate(values):
-        if not value.isdigit() or not 0 <= int(value) <= 65535:
-            raise fail(f"{path}[{i}]", f"{value!r} is not a port number")
+        port = go_int(value, signed=False)  # istiod: strconv.ParseUint
+        if port is None or port > 65535:
+            raise fail(f"{path}[{i}]", f"{quoted(value)} is not a port number")
 
 
 def _check_not_empty(path: str, values: Iterable[str]) -> None:

@@ -28,7 +28,9 @@ from app.config.validation.fields import (
     check_protocol,
     check_workload_selector,
     fail,
+    go_int,
     is_dns1123_label,
+    quoted,
 )
 from app.config.validation.not_applied import not_applied
 from app.config.validation.security import (
@@ -324,9 +326,10 @@ def _check_sidecar_ingress(here: str, ing: net.IstioIngressListener, ports: set[
                 f"{here}.defaultEndpoint",
                 f"{endpoint!r}: must be 127.0.0.1:PORT, 0.0.0.0:PORT, [::1]:PORT, [::]:PORT or unix://PATH",
             )
-        if not port_text.isdigit():
-            raise fail(f"{here}.defaultEndpoint", f"port {port_text!r} is not a number")
-        check_port_number(f"{here}.defaultEndpoint", int(port_text))
+        number = go_int(port_text)  # istiod: strconv.Atoi
+        if number is None:
+            raise fail(f"{here}.defaultEndpoint", f"port {quoted(port_text)} is not a number")
+        check_port_number(f"{here}.defaultEndpoint", number)
     if ing.HasField("tls"):
         tls = ing.tls
         unsupported = (

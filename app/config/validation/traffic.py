@@ -28,7 +28,9 @@ from app.config.validation.fields import (
     check_port_number,
     check_workload_selector,
     fail,
+    go_int,
     is_dns1123_label,
+    quoted,
 )
 
 # --- DestinationRule -----------------------------------------------------------------
@@ -579,7 +581,6 @@ HTTP_STATUS_CODES = frozenset(
 )
 
 
-_GO_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def check_http_retry(path: str, retries: net.HTTPRetry) -> None:
@@ -600,9 +601,8 @@ def check_http_retry(path: str, retries: net.HTTPRetry) -> None:
         check_duration(f"{path}.perTryTimeout", retries.per_try_timeout)
     if retries.retry_on:
         for policy in retries.retry_on.split(","):
-            # Go's strconv.Atoi: ASCII digits, an optional sign
-            code = int(policy) if _GO_INT.fullmatch(policy) else 0
+            code = go_int(policy) or 0  # istiod: strconv.Atoi, its error ignored
             if policy not in RETRY_ON_POLICIES and code not in HTTP_STATUS_CODES:
-                raise fail(f"{path}.retryOn", f"{policy!r} is not a valid retryOn policy")
+                raise fail(f"{path}.retryOn", f"{quoted(policy)} is not a valid retryOn policy")
     if retries.HasField("backoff"):
         check_duration(f"{path}.backoff", retries.backoff)
