@@ -18,7 +18,8 @@ import re2
 
 from app.api import security as sec
 from app.api.istio.type.v1beta1 import selector_pb2
-from app.config.validation.fields import check_duration, check_workload_selector, fail, go_int, quoted
+from app.config.go_strconv import go_int
+from app.config.validation.fields import check_duration, check_workload_selector, fail, quoted
 
 # --- selectors and policy targets, shared with the networking kinds ---------------------------
 

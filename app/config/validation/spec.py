@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from app.api import networking as net
 from app.api import security as sec
+from app.config.go_strconv import go_int
 from app.config.host import is_ip_address, validate_fqdn
 from app.config.objects import ConfigObject, Kind
 from app.config.schema import parse_message
@@ -28,7 +29,6 @@ from app.config.validation.fields import (
     check_protocol,
     check_workload_selector,
     fail,
-    go_int,
     is_dns1123_label,
     quoted,
 )

@@ -16,6 +16,7 @@ import re2
 from google.protobuf import duration_pb2
 
 from app.api import networking as net
+from app.config.go_strconv import go_int
 from app.config.host import first_overlap, validate_fqdn
 from app.config.validation.fields import (
     check_duration,
@@ -28,7 +29,6 @@ from app.config.validation.fields import (
     check_port_number,
     check_workload_selector,
     fail,
-    go_int,
     is_dns1123_label,
     quoted,
 )
@@ -38,6 +38,7 @@ from app.config.validation.fields import (
 
 # istiod ValidateHTTPHeaderValue: no control character but tab in a header value
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
 
 def validate_destination_rule(dr: net.DestinationRule, namespace: str) -> None:
     check_host("host", dr.host)
@@ -579,8 +580,6 @@ HTTP_STATUS_CODES = frozenset(
     {*range(100, 104), *range(200, 209), 226, *range(300, 306), 307, 308, *range(400, 419), *range(421, 427)}
     | {428, 429, 431, 451, *range(500, 509), 510, 511}
 )
-
-
 
 
 def check_http_retry(path: str, retries: net.HTTPRetry) -> None:

@@ -25,6 +25,7 @@ from google.protobuf import duration_pb2, struct_pb2
 
 from app.api import networking as net
 from app.api.mesh import MeshConfig
+from app.config.go_strconv import go_int
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Endpoint, Registry, Resolution, Service, ServicePort
@@ -138,7 +139,7 @@ def parse_cluster_name(name: str) -> ClusterKey:
     parts = [*name.split(sep, 3), "", "", ""]
     count = name.count(sep)
     direction = parts[0] if count >= 1 else ""
-    port = int(parts[1]) if count >= 2 and parts[1].isdigit() else 0
+    port = (go_int(parts[1]) or 0) if count >= 2 else 0  # istiod: strconv.Atoi, its error ignored
     subset = parts[2] if count >= 3 else ""
     hostname = parts[3] if count == 3 else ""  # a fifth part voids the hostname
     return ClusterKey(direction, port, subset, hostname, sni_dnat)

@@ -24,6 +24,7 @@ from envoy.config.route.v3 import route_pb2
 
 from app.api import networking as net
 from app.api.mesh import MeshConfig
+from app.config.go_strconv import go_int
 from app.config.host import is_wildcard, matches, most_specific_match
 from app.model.ident import Ident
 from app.model.proxy import Proxy
@@ -137,9 +138,10 @@ def _parse_sidecar_route_name(name: str) -> tuple[int, bool] | None:
     host, colon, port_text = name.partition(":")
     if not colon:
         port_text = host
-    if not (port_text.isascii() and port_text.isdigit()) or int(port_text) == 0:
+    port = go_int(port_text, signed=False)
+    if not port:
         return None
-    return int(port_text), bool(colon)
+    return port, bool(colon)
 
 
 def _egress_listener_for_rds(scope: SidecarScopeView, port: int) -> EgressListenerView | None:
