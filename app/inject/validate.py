@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 
 import yaml
 
+from app.config.go_strconv import go_int
 from app.config.schema import merge_message
 from app.errors import FieldError
 from app.inject.proxy_config import default_proxy_config
@@ -87,7 +88,8 @@ def _status_port(value: str) -> None:
 
 
 def _uint32(value: str) -> None:
-    if not value.isdigit() or int(value) >= 2**32:
+    number = go_int(value, signed=False)  # isdigit takes '²', which int refuses
+    if number is None or number >= 2**32:
         raise AnnotationError(f'strconv.ParseUint: parsing "{value}": invalid syntax')
 
 

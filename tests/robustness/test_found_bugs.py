@@ -17,6 +17,7 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 
 from app.config.loader import load_documents, load_object
+from app.inject.validate import AnnotationError, validate_annotations
 from app.model.proxy import InvalidNodeError
 from app.sources.files import FileSource
 from app.xds.mesh_source import proxy_from_node
@@ -179,3 +180,12 @@ def test_numbers_go_reads_are_taken(kind: str, value: str) -> None:
     doc = {"apiVersion": api_version, "kind": name, "metadata": {"name": "a", "namespace": "n"}, "spec": make(value)}
     result = load_object(doc, "kube:n/a", strict=False)
     assert not result.rejected and len(result.objects) == 1, result.rejected
+
+
+# was: the same isdigit-then-int in the injection webhook's annotation check: a ValueError the
+# pipeline does not expect, so the pod's review failed "please report it" instead of naming it
+@pytest.mark.parametrize("value", ["²", "9" * 5000], ids=["superscript-two", "5000-digits"])
+def test_an_injection_annotation_python_cannot_read_is_named(value: str) -> None:
+    name = "readiness.status.sidecar.istio.io/periodSeconds"
+    with pytest.raises(AnnotationError, match=f"for annotation '{name}'"):
+        validate_annotations({name: value})
