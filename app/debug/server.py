@@ -242,6 +242,8 @@ class DebugServer:
                 )
         except (SettingsError, ValueError) as e:
             raise web.HTTPBadRequest(text=f"{e}\n") from None
+        except RecursionError:  # JSON nested deeper than the decoder goes: the client's, not ours
+            raise web.HTTPBadRequest(text="the body is nested deeper than JSON can be read\n") from None
         return web.json_response(await self._preview(wanted))
 
     async def _preview(self, wanted: DiffRequest) -> dict[str, Any]:

@@ -180,5 +180,10 @@ async def test_server_previews_against_what_it_serves(
     assert [(c["name"], c["op"]) for c in doc["change"]] == [("ratings-extra", "add"), ("httpbin-ext", "delete")]
     async with aiohttp.ClientSession() as http, http.post(f"{server}/debug/diff?delete=x", data="") as resp:
         assert resp.status == 400 and "--delete 'x'" in await resp.text()
+    # was: json's RecursionError, a 500 and a traceback logged at ERROR
+    deep = "[" * 100_000 + "]" * 100_000
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as http, http.post(f"{server}/debug/diff", data=deep, headers=headers) as resp:
+        assert resp.status == 400 and "nested deeper" in await resp.text()
     assert runtime.env.store.get(Kind.DESTINATION_RULE, "bookinfo", "ratings-extra") is None
     assert runtime.env.store.get(Kind.SIDECAR, "bookinfo", "default") is not None
