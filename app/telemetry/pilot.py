@@ -22,6 +22,9 @@ _CODE_NAMES = {
     11: "OutOfRange", 12: "Unimplemented", 13: "Internal", 14: "Unavailable", 15: "DataLoss", 16: "Unauthenticated",
 }  # fmt: skip
 MAX_RECENT_REJECTIONS = 100
+# a node as a latest rejection names it: a proxy id is POD.NAMESPACE (at most 253 + 1 + 63), but
+# a client may send megabytes of one, and the latest rejections outlive its stream
+MAX_NODE_SHOWN = 320
 _PUSH_BUCKETS = (0.01, 0.1, 0.5, 1, 3, 5, 10, 20, 30)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
 
@@ -224,7 +227,8 @@ class PilotMetrics:
         for cause in causes:
             self.rejects_by_config.add(type=short, kind=cause.kind, namespace=cause.namespace, name=cause.name)
         made = ", made from " + ", ".join(map(str, causes)) if causes else ""
-        self.recent_rejections.append(f"{short} NACK from {node}{made}: {error}")
+        who = node if len(node) <= MAX_NODE_SHOWN else f"{node[:MAX_NODE_SHOWN]}... ({len(node)} characters)"
+        self.recent_rejections.append(f"{short} NACK from {who}{made}: {error}")
 
     def pushed(
         self, reasons: Mapping[str, int], full: bool, debounced: float, init: float, services: int, vs: int

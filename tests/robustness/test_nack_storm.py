@@ -74,3 +74,22 @@ async def test_nacks_of_mebibytes_are_kept_and_logged_cut_as_envoy_cuts_them(
     assert logged[0].endswith(envoy_sized)
     latest = [r for r in await get_json(runtime, "/debug/rejections") if "NACK from" in r]
     assert len(latest) == 21 and all(len(r) < KEPT + 500 for r in latest)
+
+
+async def test_the_latest_rejections_name_a_node_of_a_mebibyte_cut(runtime: Runtime) -> None:
+    # a node id of the right form whose pod name is a MiB: the entry would keep it whole
+    node = NODE.replace("productpage-v1-0", "p" * (1024 * 1024))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.xds.port}", options=BIG) as channel:
+        client = Client(channel, delta=False)
+        await client.send(with_node(discovery_pb2.DiscoveryRequest(type_url=CLUSTER), node))
+        first = await client.recv()
+        await client.send(nack(first.nonce, "rejected"))
+        for _ in range(200):
+            latest = [r for r in await get_json(runtime, "/debug/rejections") if "NACK from" in r]
+            if latest:
+                break
+            await asyncio.sleep(0.05)
+        client.close()
+    [entry] = latest
+    assert entry.endswith(": rejected") and f"({1024 * 1024 + len('.bookinfo')} characters)" in entry
+    assert len(entry) < 500, len(entry)
