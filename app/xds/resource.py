@@ -66,6 +66,8 @@ _ONE_BYTE_LENGTHS = [bytes((n,)) for n in range(0x80)]
 
 
 def _varint(n: int) -> bytes:
+    if n < 0x80:  # field keys and short lengths: most of what encode writes
+        return _ONE_BYTE_LENGTHS[n]
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)

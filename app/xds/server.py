@@ -379,8 +379,11 @@ class XdsServer(Generic[C, P]):
                                 continue
                             if getattr(item, "type_url", "") == SECRET:
                                 await self._review_secrets(stream)
-                            for resp in stream.connection.on_request(item):
+                            for resp in stream.connection.answers(item):
                                 await self._write(writer, resp)
+                                # a write gRPC takes at once does not suspend: the loop's other
+                                # work runs here before the next part of an answer is built
+                                await asyncio.sleep(0)
                             if self._observer is not None:
                                 self._answered(stream, item)
                         inbox.task_done()

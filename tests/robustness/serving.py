@@ -88,6 +88,16 @@ class Client:
         read, self._read = self._read, None
         return read.result()
 
+    async def recv_resources(self, count: int, timeout: float = 120) -> list[Any]:
+        """The responses that together bring ``count`` resources: an answer for more names
+        than ``limits.ANSWER_PART`` comes in parts."""
+        responses, received = [], 0
+        while received < count:
+            responses.append(await self.recv(timeout))
+            received += len(responses[-1].resources)
+        assert received == count, f"{received} resources where {count} were asked"
+        return responses
+
     async def status(self, timeout: float = 10) -> grpc.aio.AioRpcError:
         """Read until the server ends the stream; the error it ended it with."""
         while True:

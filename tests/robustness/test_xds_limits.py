@@ -34,7 +34,7 @@ from app.xds import limits
 from app.xds.connection import Connection
 from app.xds.delta import DeltaSession
 from app.xds.errors import QuotaExceeded
-from app.xds.limits import IDLE_BURST, IDLE_PER_SECOND, MAX_WATCHED_TYPES, IdleAnswers
+from app.xds.limits import ANSWER_PART, IDLE_BURST, IDLE_PER_SECOND, MAX_WATCHED_TYPES, IdleAnswers
 from app.xds.resource import Resource
 from app.xds.sotw import SotwSession
 from app.xds.type_urls import CLUSTER, ENDPOINT
@@ -141,8 +141,8 @@ async def stream_of(runtime: Runtime, before: set[str]) -> Any:
 async def test_a_sotw_request_for_more_than_100_000_names_is_served(channel: grpc.aio.Channel) -> None:
     client = Client(channel, delta=False)
     await client.send(sotw(ENDPOINT, [*many(100_001), REVIEWS], node=True))
-    answer = await client.recv(timeout=120)
-    assert len(answer.resources) == 100_002
+    answers = await client.recv_resources(100_002)
+    assert len(answers) == -(-100_002 // ANSWER_PART)  # in parts, each written before the next is built
     client.close()
 
 
@@ -154,11 +154,11 @@ async def test_a_delta_stream_subscribing_more_than_100_000_names_is_served(
     client = Client(channel, delta=True)
     before = set(runtime.xds.streams)
     await client.send(delta(ENDPOINT, many(50_001, "a"), node=True))
-    first = await client.recv(timeout=120)
-    await client.send(delta(ENDPOINT, [*many(50_001, "b"), REVIEWS], nonce=first.nonce))
-    second = await client.recv(timeout=120)
+    first = await client.recv_resources(50_001)
+    await client.send(delta(ENDPOINT, [*many(50_001, "b"), REVIEWS], nonce=first[-1].nonce))
     # the second answer carries what the second request added, not the first's again
-    assert (len(first.resources), len(second.resources)) == (50_001, 50_002)
+    second = await client.recv_resources(50_002)
+    assert {r.name for answer in second for r in answer.resources} == {*many(50_001, "b"), REVIEWS}
     stream = await stream_of(runtime, before)
     assert len(stream.connection.session.watches[ENDPOINT].names) == 100_003
     client.close()
@@ -181,7 +181,8 @@ def test_memory_per_name_stays_bounded() -> None:
     # client's versions) is within what its quota charges, and does not grow with the count
     per_name = []
     for count in (10_000, 100_000):
-        names = many(count)
+        # names of their own: ones an earlier test interned would not be counted here
+        names = many(count, f"memory-{count}-")
         gc.collect()
         tracemalloc.start()
         try:
@@ -197,7 +198,8 @@ def test_memory_per_name_stays_bounded() -> None:
         assert held <= session.quota.held, (count, held, session.quota.held)
         per_name.append(held / count)
         del session
-    assert per_name[1] <= 1.5 * per_name[0], per_name
+    # hash tables double as they fill, so bytes per entry vary by up to twice with the count
+    assert per_name[1] <= 2 * per_name[0], per_name
 
 
 # --- bounds that remain -------------------------------------------------------------------
@@ -373,7 +375,8 @@ def test_a_subscription_change_costs_what_it_names_not_what_the_stream_holds() -
         assert [r.name for r in answer.resources] == [REVIEWS]
         assert conn.on_request(delta(ENDPOINT, unsubscribe=[REVIEWS])) == []
     took = time.perf_counter() - began
-    assert source.asked == [90_000] + [1] * 200  # the answers were built for the one name
+    # the first answer in parts; the others built for the one name
+    assert source.asked == [ANSWER_PART] * (90_000 // ANSWER_PART) + [90_000 % ANSWER_PART] + [1] * 200
     names = conn.session.watches[ENDPOINT].names
     assert isinstance(names, SubscribedNames) and len(names) == 90_000 and REVIEWS not in names
     assert took < 1.0, took  # a few ms; with a pass over the 100,000 names per request, seconds

@@ -95,16 +95,21 @@ def class_difference(
 def shared_named(
     memo: dict[str, Resource],
     names: Iterable[str],
-    build: Callable[[str], Resource],
+    build: Callable[[str], tuple[Resource, bool]],
     own: Callable[[str], Message] | None,
 ) -> list[Resource]:
-    """Named resources from a class memo, built on first ask; with ``own`` (assertion mode)
-    every ask is compared with the resource built for this very proxy."""
+    """Named resources from a class memo, built on first ask; ``build`` says whether the class
+    keeps what it built: the answer for a name that names nothing (a client's to choose) is
+    built each time it is asked, as istiod builds it, so made-up names cost no memory once
+    their stream has dropped them. With ``own`` (assertion mode) every ask is compared with the
+    resource built for this very proxy."""
     out = []
     for name in names:
         found = memo.get(name)
         if found is None:
-            found = memo[name] = build(name)
+            found, keep = build(name)
+            if keep:
+                memo[name] = found
         if own is not None:
             check(name, [found], [own(name)])
         out.append(found)

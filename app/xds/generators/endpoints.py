@@ -128,12 +128,14 @@ class EndpointGenerator:
             memo, names, lambda name: self._assignment(cls, push, name), own if self.cache.verify else None
         )
 
-    def _assignment(self, cls: ProxyClass, push: PushContext, name: str) -> Resource:
+    def _assignment(self, cls: ProxyClass, push: PushContext, name: str) -> tuple[Resource, bool]:
+        """The assignment, and whether the class keeps it: not one for a name that resolves to
+        no cluster of the scope (empty, and the client's to make up)."""
         scope, traits = cls.scope, cls.traits
         target = resolve_assignment(name, traits.scope_proxy, scope)
         mesh = push.mesh
         if target is None:
-            return encode(name, build_assignment(name, traits.outbound, mesh, None, ()))
+            return encode(name, build_assignment(name, traits.outbound, mesh, None, ())), False
         endpoints = push.endpoints(target.service.hostname, target.service.namespace)
         narrowed = traits.located
         key = (
@@ -152,4 +154,4 @@ class EndpointGenerator:
         def build() -> Resource:
             return encode(name, build_assignment(name, narrowed, mesh, target, endpoints))
 
-        return self.cache.get(key, build, deps)
+        return self.cache.get(key, build, deps), True

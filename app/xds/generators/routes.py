@@ -17,6 +17,7 @@ from app.translate.allocated import consumes_allocated
 from app.translate.route.gateway import gateway_routes
 from app.translate.route.policy import load_balancer_view
 from app.translate.route.sidecar import SidecarRouteInputs, build_sidecar_route_config, sidecar_route_inputs
+from app.translate.route.virtual_host import ALLOW_ANY_NAME, BLOCK_ALL_NAME
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import WholeTypeOnly, shared_named
 from app.xds.generators.state import ProxyClass, SnapshotState
@@ -25,6 +26,7 @@ from app.xds.watch import WatchedResource
 
 _Built = tuple[SidecarRouteInputs, Resource]
 _NONE: Mapping[str, _Built] = {}
+_CATCH_ALL = frozenset((ALLOW_ANY_NAME, BLOCK_ALL_NAME))
 
 
 @dataclass(slots=True)
@@ -81,14 +83,22 @@ class RouteGenerator(WholeTypeOnly):
         def allocates(p: Proxy) -> bool:
             return consumes_allocated(p, push.features)
 
-        def build(name: str) -> Resource:
-            inputs = sets.inputs[name] = sidecar_route_inputs(
+        def build(name: str) -> tuple[Resource, bool]:
+            """The configuration, and whether the class keeps it (and its inputs, for the next
+            snapshot): not one with no virtual host but the catch-all (a name that is no port,
+            or a port or host no service or VirtualService of the scope is on)."""
+            inputs = sidecar_route_inputs(
                 cls.traits.scope_proxy, push.mesh, scope, name, views.view, allocates(cls.traits.scope_proxy)
             )
             earlier = sets.earlier.pop(name, None)
             if earlier is not None and earlier[0] == inputs:
-                return earlier[1]
-            return encode(name, build_sidecar_route_config(inputs))
+                sets.inputs[name] = inputs
+                return earlier[1], True
+            config = build_sidecar_route_config(inputs)
+            keep = any(vh.name not in _CATCH_ALL for vh in config.virtual_hosts)
+            if keep:
+                sets.inputs[name] = inputs
+            return encode(name, config), keep
 
         def own(name: str) -> Message:
             inputs = sidecar_route_inputs(proxy, push.mesh, scope, name, views.view, allocates(proxy))
