@@ -178,8 +178,8 @@ class Connection(Generic[C, P, Req, Resp]):
 
     def _in_parts(self, type_url: str, names: Collection[str]) -> Iterator[Resp]:
         """An answer to a request naming more than ``ANSWER_PART`` resources of a type
-        subscribed by name, in responses of that many names each, every one sent even when
-        unchanged (as an answer to the whole set would be). Envoy takes each EDS or RDS
+        subscribed by name, in responses of that many names each, each what a whole answer
+        would send of its names. Envoy takes each EDS or RDS
         response for the resources it names and keeps the others it watches, in SotW as in
         Delta; istiod builds such an answer in the stream's own goroutine, where it holds up no
         other stream, and one request for 100,000 names here took the event loop 3 s in one go."""
@@ -189,7 +189,8 @@ class Connection(Generic[C, P, Req, Resp]):
             resources = self.source.generate(type_url, self.client, WatchedResource(type_url, False, part))
             if resources is None:
                 return
-            resp = self.session.response(type_url, resources, force_names=part, considered=part)
+            # SotW sends what it is asked for even when unchanged, Delta what the client lacks
+            resp = self.session.response(type_url, resources, force=not self.delta, considered=part)
             if resp is not None:
                 yield resp
 

@@ -37,7 +37,7 @@ from app.xds.errors import QuotaExceeded
 from app.xds.limits import ANSWER_PART, IDLE_BURST, IDLE_PER_SECOND, MAX_WATCHED_TYPES, IdleAnswers
 from app.xds.resource import Resource
 from app.xds.sotw import SotwSession
-from app.xds.type_urls import CLUSTER, ENDPOINT
+from app.xds.type_urls import CLUSTER, ENDPOINT, ROUTE
 from app.xds.watch import SubscribedNames, WatchedResource, counter_nonces
 from tests.robustness.serving import Client, ended_by_server, serving, with_node
 from tests.support.bookinfo import BOOKINFO, NODE, RATINGS, REVIEWS
@@ -380,6 +380,29 @@ def test_a_subscription_change_costs_what_it_names_not_what_the_stream_holds() -
     names = conn.session.watches[ENDPOINT].names
     assert isinstance(names, SubscribedNames) and len(names) == 90_000 and REVIEWS not in names
     assert took < 1.0, took  # a few ms; with a pass over the 100,000 names per request, seconds
+
+
+def test_an_answer_past_answer_part_names_comes_in_parts_each_built_as_it_is_taken() -> None:
+    """Each part is built only when the server takes it (after writing the one before), holds
+    its own names, and together they send what one answer would: in Delta what the client
+    lacks (a reconnect's names held at their version are not sent again), in SotW every name."""
+    names = many(2 * ANSWER_PART + 10)
+    source = Recording()
+    conn = Connection("c", build_proxy(NODE), SotwSession(counter_nonces(), None), source)  # type: ignore[arg-type]
+    parts = conn.answers(sotw(ENDPOINT, names, node=True))
+    first = next(parts)
+    assert source.asked == [ANSWER_PART]  # the next part not built yet
+    rest = list(parts)
+    assert source.asked == [ANSWER_PART, ANSWER_PART, 10]
+    sent = [r.name for answer in (first, *rest) for r in answer.resources]
+    assert sent == sorted(names)
+    # routes: a reconnect gets its endpoints again whatever it holds (Envoy warms clusters on them)
+    held = {name: "v" for name in names[:ANSWER_PART]}  # what Recording serves: version "v"
+    conn = Connection("d", build_proxy(NODE), DeltaSession(counter_nonces(), None), Recording())  # type: ignore[arg-type]
+    request = delta(ROUTE, names, node=True)
+    request.initial_resource_versions.update(held)
+    answers = conn.on_request(request)
+    assert sorted(r.name for answer in answers for r in answer.resources) == sorted(set(names) - set(held))
 
 
 def test_subscribed_names_fold_their_changes_into_a_shared_set() -> None:
