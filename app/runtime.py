@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
+from app.config.loader import mesh_configmap_name
 from app.config.objects import ISTIO_KINDS, ConfigEvent, ConfigObject, EventType, Kind
 from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
@@ -366,6 +367,7 @@ class Runtime:
                 client,
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
+                mesh_configmap_name=mesh_configmap_name(self.settings.revision),  # istio-REV for a revision
                 wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
                 pool=self._kube_pool,
             )

@@ -58,7 +58,7 @@ _KINDS: Mapping[tuple[str, str], Kind] = {(group, str(kind)): kind for kind, (gr
 TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 _CLUSTER_SCOPED = frozenset({Kind.NAMESPACE, Kind.NODE})
 _END = object()  # no document yet
-MESH_CONFIGMAP_NAME = "istio"
+MESH_CONFIGMAP_NAME = "istio"  # the default revision's
 MESH_CONFIGMAP_KEY = "mesh"
 MESH_OBJECT_NAME = "mesh"
 MESH_KEY = ConfigKey(Kind.MESH_CONFIG, "", MESH_OBJECT_NAME)
@@ -150,21 +150,39 @@ def _load_item(item: Any, source: str, result: LoadResult, system_namespace: str
 
 
 def load_object(
-    doc: Mapping[str, Any], source: str, *, system_namespace: str = "istio-system", strict: bool = True
+    doc: Mapping[str, Any],
+    source: str,
+    *,
+    system_namespace: str = "istio-system",
+    strict: bool = True,
+    mesh_configmap: str = MESH_CONFIGMAP_NAME,
 ) -> LoadResult:
     """One object already decoded (as an API server sends it), through the same checks as a
     document of a file (its top-level keys are the caller's: the webhook checks them as
-    istiod's does, and the API server sends no others)."""
+    istiod's does, and the API server sends no others). ``mesh_configmap``: the ConfigMap of
+    the system namespace read as the MeshConfig (``mesh_configmap_name`` of the revision)."""
     result = LoadResult()
-    _load_one(doc, source, result, system_namespace, strict=strict, top_level=False)
+    _load_one(doc, source, result, system_namespace, strict=strict, top_level=False, mesh_configmap=mesh_configmap)
     return result
 
 
 def load_objects(
-    docs: Sequence[tuple[Mapping[str, Any], str]], system_namespace: str = "istio-system", strict: bool = True
+    docs: Sequence[tuple[Mapping[str, Any], str]],
+    system_namespace: str = "istio-system",
+    strict: bool = True,
+    mesh_configmap: str = MESH_CONFIGMAP_NAME,
 ) -> list[LoadResult]:
     """``load_object`` of each (object, source): what a worker process runs for a batch."""
-    return [load_object(doc, source, system_namespace=system_namespace, strict=strict) for doc, source in docs]
+    return [
+        load_object(doc, source, system_namespace=system_namespace, strict=strict, mesh_configmap=mesh_configmap)
+        for doc, source in docs
+    ]
+
+
+def mesh_configmap_name(revision: str) -> str:
+    """The mesh ConfigMap a revision reads: ``istio``, or ``istio-REV`` for a revision other
+    than ``default`` (istiod's getMeshConfigMapName)."""
+    return MESH_CONFIGMAP_NAME if revision in ("", "default") else f"{MESH_CONFIGMAP_NAME}-{revision}"
 
 
 def load_mesh_file(text: str, source: str) -> LoadResult:
@@ -193,11 +211,18 @@ def _load_mesh(body: Any, source: str, result: LoadResult, namespace: str) -> No
 
 
 def _load_one(
-    doc: Any, source: str, result: LoadResult, system_namespace: str, *, strict: bool, top_level: bool
+    doc: Any,
+    source: str,
+    result: LoadResult,
+    system_namespace: str,
+    *,
+    strict: bool,
+    top_level: bool,
+    mesh_configmap: str = MESH_CONFIGMAP_NAME,
 ) -> None:
     before = len(result.rejected)
     try:
-        _load_document(doc, source, result, system_namespace, strict, top_level)
+        _load_document(doc, source, result, system_namespace, strict, top_level, mesh_configmap)
     except Exception as e:  # a bug, not bad input: the document is refused, the rest still loads
         logger.exception("loading a document of %s failed", source)
         reason = f"internal error reading this document ({type(e).__name__}); please report it"
@@ -228,7 +253,7 @@ def printable(text: str) -> str:
 
 
 def _load_document(
-    doc: Any, source: str, result: LoadResult, system_namespace: str, strict: bool, top_level: bool
+    doc: Any, source: str, result: LoadResult, system_namespace: str, strict: bool, top_level: bool, mesh_configmap: str
 ) -> None:
     if type(doc) is not dict and not isinstance(doc, Mapping):
         err = ConfigError(source, "", "", "", f"a document must be an object, got {type_name(doc)}")
@@ -277,7 +302,7 @@ def _load_document(
         _NAMESPACES_SEEN.add(namespace)
     key = ConfigKey(kind, namespace, name)
     display = f"{namespace}/{name}" if namespace else name
-    mesh_map = kind is Kind.CONFIG_MAP and name == MESH_CONFIGMAP_NAME and namespace == system_namespace
+    mesh_map = kind is Kind.CONFIG_MAP and name == mesh_configmap and namespace == system_namespace
     if mesh_map:
         # the ConfigMap is read as the MeshConfig it holds: rejected, it keeps the last good
         # mesh config in force (istiod keeps the previous one), so it is keyed as that

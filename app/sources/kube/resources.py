@@ -84,10 +84,14 @@ KUBE_RESOURCES = (
     KubeResource(Kind.ENDPOINT_SLICE, "discovery.k8s.io", ("v1",), "endpointslices"),
     SECRETS,
 )
-# the mesh ConfigMap: ``istio`` in the system namespace only
-MESH_CONFIGMAP = KubeResource(
-    Kind.CONFIG_MAP, "", ("v1",), "configmaps", field_selector=f"metadata.name={MESH_CONFIGMAP_NAME}"
-)
+
+
+def mesh_configmap(name: str = MESH_CONFIGMAP_NAME) -> KubeResource:
+    """The mesh ConfigMap ``name`` (the revision's, ``mesh_configmap_name``), read in the system
+    namespace only."""
+    return KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps", field_selector=f"metadata.name={name}")
+
+
 # watched to start an Istio kind's informer once its CRD is installed (istiod's CRD watcher)
 CRDS = KubeResource("CustomResourceDefinition", "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", False)
 ISTIO_RESOURCES = (

@@ -4,7 +4,8 @@ One informer per resource pilotfish reads (resources.py). Their deltas go throug
 loader and validation as a file's documents (``load_object``), so both sources feed the
 Environment the same ConfigEvents, under the same bad-input rule: a rejected object is
 reported (``rejections()``) and its last good version stays in force; a delete removes it.
-The mesh ConfigMap (``istio`` in the system namespace, key ``mesh``) becomes the MeshConfig.
+The mesh ConfigMap (``istio`` in the system namespace, ``istio-REV`` for a revision as istiod's
+getMeshConfigMapName; key ``mesh``) becomes the MeshConfig.
 
 ``start()`` checks the API server answers (an unreachable or refusing server is one clear
 error; with ``wait_for_server``, in a cluster, an unreachable or failing one is tried again
@@ -37,7 +38,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from app.config.loader import LoadResult, Rejection, load_object, load_objects
+from app.config.loader import MESH_CONFIGMAP_NAME, LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
 from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
@@ -49,9 +50,9 @@ from app.sources.kube.resources import (
     CRDS,
     ISTIO_RESOURCES,
     KUBE_RESOURCES,
-    MESH_CONFIGMAP,
     NAMESPACES,
     KubeResource,
+    mesh_configmap,
 )
 from app.sources.kube.store import Delta, Raw, object_key, without_managed_fields
 from app.supervise import Backoff
@@ -95,19 +96,23 @@ class KubeSource:
         *,
         system_namespace: str = "istio-system",
         mesh_from_configmap: bool = True,
+        mesh_configmap_name: str = MESH_CONFIGMAP_NAME,
         page_size: int = 500,
         watch_timeout: int = 300,
         pool: WorkerPool | None = None,
         wait_for_server: bool = False,
     ) -> None:
-        """``pool``: where objects are validated (by default, ``validation_pool()`` of its own; the
-        caller closes one it gives);
+        """``mesh_configmap_name``: the mesh ConfigMap read (the revision's), unless
+        ``mesh_from_configmap`` is off; ``pool``: where objects are validated (by default,
+        ``validation_pool()`` of its own; the caller closes one it gives);
         ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
         waited for (in a cluster: a restarting node or control plane), not an error."""
         self._client = client
         self._wait_for_server = wait_for_server
         self._system_namespace = system_namespace
         self._mesh_from_configmap = mesh_from_configmap
+        self._mesh_configmap_name = mesh_configmap_name
+        self._mesh_configmap = mesh_configmap(mesh_configmap_name)
         self._selectors: list[Mapping[str, Any]] = []  # discoverySelectors in force
         self._page_size = page_size
         self._watch_timeout = watch_timeout
@@ -145,13 +150,13 @@ class KubeSource:
         for resource in KUBE_RESOURCES:
             self._start_informer(resource, resource.versions[0])
         if self._mesh_from_configmap:
-            self._start_informer(MESH_CONFIGMAP, "v1", self._system_namespace)
+            self._start_informer(self._mesh_configmap, "v1", self._system_namespace)
         await self._synced()
         if not any(r in self._running for r in ISTIO_RESOURCES):
             logger.warning("kubernetes: no Istio CRDs installed; Istio config is read once they are")
         await self._synced()  # the Istio kinds' first lists too
         if self._mesh_from_configmap:
-            await self._preload([(MESH_CONFIGMAP, obj, 0) for obj in self._store_objects(MESH_CONFIGMAP)])
+            await self._preload([(self._mesh_configmap, obj, 0) for obj in self._store_objects(self._mesh_configmap)])
             self._selectors = self._configmap_selectors()
         self._selected = self._selection()  # every store has listed: filter the first lists already
         first = self._take_pending()
@@ -309,7 +314,7 @@ class KubeSource:
         if batch is _RESCOPE:
             events.extend((await self._rescope(self._selection()))[0])
         for resource, delta in batch:
-            if resource is MESH_CONFIGMAP:
+            if resource is self._mesh_configmap:
                 self._selectors = self._configmap_selectors()
                 events.extend((await self._rescope(self._selection()))[0])
             elif resource is NAMESPACES:
@@ -329,9 +334,9 @@ class KubeSource:
 
     def _configmap_selectors(self) -> list[Mapping[str, Any]]:
         """The selectors of the mesh ConfigMap as its informer last saw it (none without one)."""
-        mesh_map = self._store_objects(MESH_CONFIGMAP)
+        mesh_map = self._store_objects(self._mesh_configmap)
         if mesh_map:
-            loaded = self._load(MESH_CONFIGMAP, mesh_map[0]).objects
+            loaded = self._load(self._mesh_configmap, mesh_map[0]).objects
             if loaded and loaded[0].kind is Kind.MESH_CONFIG:
                 return _selectors_of(loaded[0].spec)
         return []
@@ -359,7 +364,7 @@ class KubeSource:
         return running[0].store.objects() if running is not None else []
 
     def _visible(self, resource: KubeResource, obj: Raw) -> bool:
-        if self._selected is None or resource is MESH_CONFIGMAP:
+        if self._selected is None or resource is self._mesh_configmap:
             return True
         namespace = _namespace_of(resource, obj)
         return not namespace or namespace in self._selected
@@ -376,7 +381,7 @@ class KubeSource:
         changed = (before if before is not None else everything) ^ (after if after is not None else everything)
         deltas: list[tuple[KubeResource, Delta]] = []
         for resource, (informer, _) in list(self._running.items()):
-            if resource in (CRDS, MESH_CONFIGMAP):
+            if resource in (CRDS, self._mesh_configmap):
                 continue
             for obj in informer.store.objects():
                 if _namespace_of(resource, obj) not in changed:
@@ -426,7 +431,9 @@ class KubeSource:
         return self._validate(resource, obj)
 
     def _validate(self, resource: KubeResource, obj: Raw) -> LoadResult:
-        return load_object(obj, f"kube:{resource}", system_namespace=self._system_namespace)
+        return load_object(
+            obj, f"kube:{resource}", system_namespace=self._system_namespace, mesh_configmap=self._mesh_configmap_name
+        )
 
     async def _preload(self, items: Sequence[tuple[KubeResource, Raw, int]]) -> None:
         """Validate these objects (each with the size of the watch event that brought it, 0 when
@@ -445,8 +452,9 @@ class KubeSource:
         docs = [(obj, f"kube:{resource}") for resource, obj in items]
         deadline = time.monotonic() + _LOAD_DEADLINE
         try:
+            mesh = self._mesh_configmap_name
             results = await asyncio.wrap_future(
-                pool.submit(load_objects, docs, self._system_namespace, deadline=deadline)
+                pool.submit(load_objects, docs, self._system_namespace, True, mesh, deadline=deadline)
             )
         except WorkerError as e:
             if len(items) > 1:  # one of them failed it: each again, alone
@@ -481,6 +489,7 @@ class KubeSource:
             delay = backoff.delay()
             logger.warning("%s; trying again in %.1fs", reason, delay)
             await asyncio.sleep(delay)
+
 
 def _meta(obj: Raw) -> Mapping[str, Any]:
     meta = obj.get("metadata")
