@@ -499,6 +499,7 @@ class Runtime:
             client,
             system_namespace=settings.system_namespace,
             identity=settings.leader_identity or f"unknown-{socket.gethostname()}-{os.getpid()}",
+            revision=settings.revision,
             root=None,  # the CA's, through the root hook (``on_root_changed``)
             leader_election=settings.leader_election,
             lease_duration=settings.leader_lease_duration,

@@ -18,9 +18,13 @@ client-go and pilotfish replicas read and write the same lease records.
 * ``ReleaseOnCancel``: when the election is cancelled (shutdown) while leading, the lease is
   given up (empty holder, 1 s duration) so another replica takes over at once.
 
-Not done: istiod's prioritized election (a "default" revision taking the lock from another
-revision's holder through the holder key): pilotfish has no revisions, it writes key
-``default`` and preempts nobody.
+* The holder key is this replica's revision (``default`` without one). Both of pilotfish's
+  elections are, as istiod's namespace controller and IP auto-allocation elections, one per
+  cluster across revisions (not istiod's per-revision elections, ``-REV`` locks without a key)
+  and prioritized (istiod's LocationPrioritizedComparison): a lock held, unexpired, by another
+  revision's replica is taken over at once when this replica's revision is the default one
+  (``default_revision()``, the ``istio-revision-tag-default`` webhook's label); the replica
+  that lost it stops within its renew deadline.
 """
 
 from __future__ import annotations
@@ -105,12 +109,14 @@ class LeaderElection:
         *,
         lease_duration: float = LEASE_DURATION,
         key: str = DEFAULT_KEY,
+        default_revision: Callable[[], str] | None = None,
         on_change: Callable[[str, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``name``: the Lease (istiod's lock name) in ``namespace``; ``identity``: this replica
-        (istiod's POD_NAME); ``on_change(name, leading)`` is told each time this replica starts
-        or stops leading."""
+        (istiod's POD_NAME); ``key``: its revision; ``default_revision``: the mesh's default
+        revision now ("" for none), making the election prioritized (None: it is not);
+        ``on_change(name, leading)`` is told each time this replica starts or stops leading."""
         if lease_duration < 1:
             raise ValueError(f"leader election {name}: the lease duration must be at least 1s")
         self.namespace, self.name, self.identity = namespace, name, identity
@@ -118,6 +124,7 @@ class LeaderElection:
         self.renew_deadline = lease_duration / 2
         self.retry_period = lease_duration / 4
         self._key = key
+        self._default_revision = default_revision
         self._client = client
         self._on_change = on_change
         self._clock = clock
@@ -208,7 +215,10 @@ class LeaderElection:
         if seen != self._observed:
             self._observe(seen)
         if seen.holder and not self._is_holder() and self._clock() < self._observed_at + seen.duration:
-            return False  # held by another and not expired
+            if not self._preempts(seen.key):
+                return False  # held by another and not expired
+            logger.info("leader lease %s is held by %s of revision %r: the default revision takes it", self,
+                        seen.holder, seen.key)  # fmt: skip
         if self._is_holder():
             record = LeaseRecord(self.identity, record.duration, seen.acquire_time, now, seen.transitions, self._key)
         else:
@@ -241,6 +251,14 @@ class LeaderElection:
     def _observe(self, record: LeaseRecord) -> None:
         self._observed = record
         self._observed_at = self._clock()
+
+    def _preempts(self, holder_key: str) -> bool:
+        """istiod's LocationPrioritizedComparison (one cluster): this replica's revision is the
+        default one and the holder's is another."""
+        if self._default_revision is None:
+            return False
+        default = self._default_revision()
+        return bool(default) and default == self._key and holder_key != self._key
 
     def _is_holder(self) -> bool:
         return self._observed.holder == self.identity

@@ -1,7 +1,8 @@
 """The controllers that write to the API server, each under its own leader election as in
 istiod (pilot/pkg/bootstrap): the namespace controller (``istio-ca-root-cert``) under
 ``istio-namespace-controller-election``, IP auto-allocation under ``istio-ip-autoallocate``,
-both Leases in the system namespace. One Namespace informer (the discoverySelectors' scope)
+both Leases in the system namespace, keyed by this replica's revision and taken over by the
+default revision's replicas (leader.py). One Namespace informer (the discoverySelectors' scope)
 serves both and runs on every replica; a controller's own informers run only while it leads.
 With leader election off (istiod's ENABLE_LEADER_ELECTION=false) this replica simply leads."""
 
@@ -15,8 +16,9 @@ from typing import Any
 from google.protobuf import json_format
 
 from app.config.mesh import MeshConfig
+from app.controllers.default_revision import DefaultRevisionWatcher
 from app.controllers.ip_allocate_controller import IPAllocateController
-from app.controllers.leader import IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER, LeaderElection
+from app.controllers.leader import DEFAULT_KEY, IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER, LeaderElection
 from app.controllers.namespace_controller import NamespaceController
 from app.controllers.namespaces import NamespaceFilter
 from app.sources.kube.client import KubeClient
@@ -37,6 +39,7 @@ class Controllers:
         *,
         system_namespace: str,
         identity: str,
+        revision: str = "",
         root: str | None,
         selectors: Sequence[Mapping[str, Any]] = (),
         leader_election: bool = True,
@@ -46,7 +49,8 @@ class Controllers:
         ipv6_prefix: str,
         on_leading: Callable[[str, bool], None] | None = None,
     ) -> None:
-        """``identity``: this replica in the leases (istiod's POD_NAME); ``on_leading(lock,
+        """``identity``: this replica in the leases (istiod's POD_NAME); ``revision``: its
+        control-plane revision ("" for none), the leases' holder key; ``on_leading(lock,
         leading)`` is told when this replica starts or stops leading a lock. Raises ValueError
         for an allocation prefix that is not one."""
         self.namespaces = NamespaceFilter(client, selectors)
@@ -63,9 +67,18 @@ class Controllers:
         self._leader_election = leader_election
         self._on_leading = on_leading
         self._runs = runs
+        # as istiod, the default revision is watched only for elections that run
+        self.default_revision = DefaultRevisionWatcher(client) if leader_election else None
         self.elections = [
             LeaderElection(
-                client, system_namespace, lock, identity, lease_duration=lease_duration, on_change=on_leading
+                client,
+                system_namespace,
+                lock,
+                identity,
+                lease_duration=lease_duration,
+                key=revision or DEFAULT_KEY,
+                default_revision=self.default_revision.get if self.default_revision is not None else None,
+                on_change=on_leading,
             ).add_run_function(name, run)
             for lock, name, run in runs
         ]
@@ -88,7 +101,8 @@ class Controllers:
         """Until cancelled (a leader then gives its leases up)."""
         async with asyncio.TaskGroup() as tg:
             tg.create_task(supervise("namespace informer (controllers)", self.namespaces.run, forever=True))
-            if self._leader_election:
+            if self.default_revision is not None:
+                tg.create_task(supervise("default revision watcher", self.default_revision.run, forever=True))
                 for election in self.elections:
                     tg.create_task(supervise(f"leader election {election}", election.run, forever=True))
                 return

@@ -1,16 +1,23 @@
 """pilotfish as a control-plane revision (``--revision REV``) on a real kube-apiserver, as istiod's
 revisions coexist: the revision reads its own mesh ConfigMap ``istio-REV`` (istiod's
-getMeshConfigMapName), not the default revision's ``istio``."""
+getMeshConfigMapName), not the default revision's ``istio``; its leases carry the revision as
+holder key, and the default revision takes them over (istiod's prioritized leader election)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import datetime
+import secrets
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from app.config.loader import mesh_configmap_name
+from app.controllers.leader import NAMESPACE_CONTROLLER
+from app.controllers.manager import Controllers
+from app.sources.kube.client import api_client
 from tests.kube.common import serving
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
@@ -45,3 +52,75 @@ async def test_a_revision_reads_its_own_mesh_configmap(kube: Cluster, pilotfish_
         kube.apply(mesh_map("istio", "4s"), namespace=system)  # the default revision's: not read
         kube.apply(mesh_map("istio-canary", "9s"), namespace=system)
         await eventually("the revision's mesh config", lambda: runtime.push_context().mesh.connect_timeout.seconds == 9)
+
+
+LEASE = 2.0
+ROOT = "-----BEGIN CERTIFICATE-----\nroot\n-----END CERTIFICATE-----\n"
+
+
+@contextlib.asynccontextmanager
+async def controllers(
+    kube: Cluster, system: str, team: str, identity: str, revision: str
+) -> AsyncIterator[Controllers]:
+    client = api_client(kube.admin_kubeconfig)
+    made = Controllers(
+        client, system_namespace=system, identity=identity, revision=revision, root=ROOT,
+        selectors=[{"matchLabels": {"team": team}}], lease_duration=LEASE, ip_autoallocate=False,
+        ipv4_prefix="240.240.0.0/16", ipv6_prefix="2001:2::/48",
+    )  # fmt: skip
+    task = asyncio.create_task(made.run())
+    try:
+        yield made
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 15)
+        await client.close()
+
+
+def hold(kube: Cluster, system: str, holder: str, key: str) -> None:
+    """The namespace controller's lease taken, for an hour, by another control plane's replica."""
+    lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
+    assert lease is not None
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    spec = {**lease["spec"], "holderIdentity": holder, "leaseDurationSeconds": 3600, "acquireTime": now,
+            "renewTime": now, "leaseTransitions": lease["spec"]["leaseTransitions"] + 1}  # fmt: skip
+    meta = {**lease["metadata"], "annotations": {"leader.istio.io/holder-key": key}}
+    kube.request("PUT", kube.path("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER),
+                 {**lease, "metadata": meta, "spec": spec})  # fmt: skip
+
+
+def lease_holder(kube: Cluster, system: str) -> tuple[str, str]:
+    lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER) or {}
+    key = ((lease.get("metadata") or {}).get("annotations") or {}).get("leader.istio.io/holder-key", "")
+    return str((lease.get("spec") or {}).get("holderIdentity") or ""), str(key)
+
+
+async def test_leases_carry_the_revision_and_the_default_revision_takes_them_over(kube: Cluster) -> None:
+    """istiod's prioritized election: the holder key is the revision; a lock held by another
+    revision is taken at once by the default revision (``istio-revision-tag-default``'s label),
+    never by a revision that is not the default, nor from a replica of its own revision."""
+    team = secrets.token_hex(4)
+    system = kube.namespace("sys", {"team": team})
+    tag = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+           "metadata": {"name": "istio-revision-tag-default", "labels": {"istio.io/rev": "canary"}}}  # fmt: skip
+    try:
+        async with controllers(kube, system, team, "pilotfish-0", "stable") as made:
+            await eventually("leading", lambda: made.leading()[NAMESPACE_CONTROLLER])
+            assert lease_holder(kube, system) == ("pilotfish-0", "stable")
+            hold(kube, system, "istiod-canary-0", "canary")  # another revision takes it (it is the default)
+            await eventually("no longer leading", lambda: not made.leading()[NAMESPACE_CONTROLLER], LEASE * 2)
+            kube.apply(tag)  # the default tag names canary: stable has no priority
+            await asyncio.sleep(LEASE * 1.5)
+            assert lease_holder(kube, system) == ("istiod-canary-0", "canary")
+            kube.apply({**tag, "metadata": {**tag["metadata"], "labels": {"istio.io/rev": "stable"}}})
+            await eventually(
+                "taken over by the default revision", lambda: made.leading()[NAMESPACE_CONTROLLER], LEASE * 2
+            )
+            assert lease_holder(kube, system) == ("pilotfish-0", "stable")
+            hold(kube, system, "pilotfish-1", "stable")  # a replica of its own revision: never preempted
+            await eventually("no longer leading", lambda: not made.leading()[NAMESPACE_CONTROLLER], LEASE * 2)
+            await asyncio.sleep(LEASE * 1.5)
+            assert lease_holder(kube, system) == ("pilotfish-1", "stable")
+    finally:
+        kube.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-revision-tag-default")
