@@ -368,6 +368,7 @@ class Runtime:
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
                 mesh_configmap_name=mesh_configmap_name(self.settings.revision),  # istio-REV for a revision
+                revision=self.settings.revision,  # Istio config labelled for another revision is not read
                 wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
                 pool=self._kube_pool,
             )

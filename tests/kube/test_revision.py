@@ -1,7 +1,8 @@
 """pilotfish as a control-plane revision (``--revision REV``) on a real kube-apiserver, as istiod's
 revisions coexist: the revision reads its own mesh ConfigMap ``istio-REV`` (istiod's
 getMeshConfigMapName), not the default revision's ``istio``; its leases carry the revision as
-holder key, and the default revision takes them over (istiod's prioritized leader election)."""
+holder key, and the default revision takes them over (istiod's prioritized leader election);
+Istio config labelled for another revision is not read."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from app.config.loader import mesh_configmap_name
+from app.config.objects import EventType
 from app.controllers.leader import NAMESPACE_CONTROLLER
 from app.controllers.manager import Controllers
 from app.sources.kube.client import api_client
-from tests.kube.common import serving
+from app.sources.kube.source import KubeSource
+from tests.kube.common import next_events, serving, started
 from tests.support.cluster import Cluster
 from tests.support.runtime import running
 
@@ -124,3 +127,32 @@ async def test_leases_carry_the_revision_and_the_default_revision_takes_them_ove
             assert lease_holder(kube, system) == ("pilotfish-1", "stable")
     finally:
         kube.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-revision-tag-default")
+
+
+def rule(ns: str, name: str, revision: str | None) -> dict[str, Any]:
+    labels = {} if revision is None else {"istio.io/rev": revision}
+    return {"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+            "metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": {"host": name}}  # fmt: skip
+
+
+async def test_a_revision_reads_istio_config_unlabelled_or_labelled_with_it(
+    kube: Cluster, pilotfish_kubeconfig: Path
+) -> None:
+    """istiod's crdclient filter (config.LabelsInRevision): an Istio object labelled
+    ``istio.io/rev`` with another revision is not this revision's; relabelled, it comes or goes."""
+    system, ns = kube.namespace("system"), kube.namespace("shop")
+    kube.apply(rule(ns, "plain", None), rule(ns, "mine", "canary"), rule(ns, "theirs", "default"), namespace=ns)
+    source = KubeSource(api_client(pilotfish_kubeconfig), system_namespace=system, revision="canary")
+    try:
+        await started(source)
+        names = {o.key.name for o in source.objects() if o.key.namespace == ns}
+        assert names == {"plain", "mine"}
+        watch = source.watch()
+        kube.apply(rule(ns, "theirs", "canary"), namespace=ns)
+        [came] = await next_events(watch, [ns])
+        assert (came.type, came.obj.key.name) == (EventType.ADD, "theirs")
+        kube.apply(rule(ns, "mine", "default"), namespace=ns)
+        [went] = await next_events(watch, [ns])
+        assert (went.type, went.obj.key.name) == (EventType.DELETE, "mine")
+    finally:
+        await source.close()

@@ -40,7 +40,7 @@ from google.protobuf import json_format
 
 from app.config.loader import MESH_CONFIGMAP_NAME, LoadResult, Rejection, load_object, load_objects
 from app.config.mesh import MeshConfig
-from app.config.objects import ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
+from app.config.objects import ISTIO_KINDS, ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
 from app.sources.kube.client import ApiCallError, KubeClient
 from app.sources.kube.discovery import selected, selects
@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 # a batch that asks for re-scoping (the mesh config came from elsewhere and changed)
 _RESCOPE: list[tuple[KubeResource, Delta]] = []
+REVISION_LABEL = "istio.io/rev"
 # objects validated per call of the worker, and how long one call may take
 _LOAD_BATCH = 256
 _LOAD_DEADLINE = 60.0
@@ -97,13 +98,15 @@ class KubeSource:
         system_namespace: str = "istio-system",
         mesh_from_configmap: bool = True,
         mesh_configmap_name: str = MESH_CONFIGMAP_NAME,
+        revision: str = "",
         page_size: int = 500,
         watch_timeout: int = 300,
         pool: WorkerPool | None = None,
         wait_for_server: bool = False,
     ) -> None:
         """``mesh_configmap_name``: the mesh ConfigMap read (the revision's), unless
-        ``mesh_from_configmap`` is off; ``pool``: where objects are validated (by default,
+        ``mesh_from_configmap`` is off; ``revision``: the control-plane revision whose Istio
+        config is read (unlabelled, or labelled ``istio.io/rev`` with it; "": all); ``pool``: where objects are validated (by default,
         ``validation_pool()`` of its own; the caller closes one it gives);
         ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
         waited for (in a cluster: a restarting node or control plane), not an error."""
@@ -113,6 +116,7 @@ class KubeSource:
         self._mesh_from_configmap = mesh_from_configmap
         self._mesh_configmap_name = mesh_configmap_name
         self._mesh_configmap = mesh_configmap(mesh_configmap_name)
+        self._revision = revision
         self._selectors: list[Mapping[str, Any]] = []  # discoverySelectors in force
         self._page_size = page_size
         self._watch_timeout = watch_timeout
@@ -364,7 +368,11 @@ class KubeSource:
         return running[0].store.objects() if running is not None else []
 
     def _visible(self, resource: KubeResource, obj: Raw) -> bool:
-        if self._selected is None or resource is self._mesh_configmap:
+        if resource is self._mesh_configmap:
+            return True
+        if self._revision and resource.kind in ISTIO_KINDS and not _in_revision(obj, self._revision):
+            return False
+        if self._selected is None:
             return True
         namespace = _namespace_of(resource, obj)
         return not namespace or namespace in self._selected
@@ -501,6 +509,13 @@ def _namespace_of(resource: KubeResource, obj: Raw) -> str:
     if resource is NAMESPACES:
         return str(_meta(obj).get("name", ""))
     return str(_meta(obj).get("namespace", "")) if resource.namespaced else ""
+
+
+def _in_revision(obj: Raw, revision: str) -> bool:
+    """istiod's config.LabelsInRevision: an object without ``istio.io/rev`` is every revision's."""
+    labels = _meta(obj).get("labels")
+    rev = labels.get(REVISION_LABEL) if isinstance(labels, Mapping) else None
+    return rev is None or rev == revision
 
 
 def _inline(items: Sequence[tuple[KubeResource, Raw, int]]) -> list[tuple[KubeResource, Raw, int]]:
