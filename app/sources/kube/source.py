@@ -106,8 +106,9 @@ class KubeSource:
     ) -> None:
         """``mesh_configmap_name``: the mesh ConfigMap read (the revision's), unless
         ``mesh_from_configmap`` is off; ``revision``: the control-plane revision whose Istio
-        config is read (unlabelled, or labelled ``istio.io/rev`` with it; "": all); ``pool``: where objects are validated (by default,
-        ``validation_pool()`` of its own; the caller closes one it gives);
+        config is read (unlabelled, or labelled ``istio.io/rev`` with it; "": all); ``pool``:
+        where objects are validated (by default, ``validation_pool()`` of its own; the caller
+        closes one it gives);
         ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
         waited for (in a cluster: a restarting node or control plane), not an error."""
         self._client = client
