@@ -97,14 +97,14 @@ class Settings:
     features: Features = field(default_factory=Features)
     # with Kubernetes, what pilotfish writes as the elected leader (app/controllers): the
     # istio-ca-root-cert ConfigMaps and ServiceEntry address allocation (when
-    # PILOT_ENABLE_IP_AUTOALLOCATE). PILOTFISH_KUBE_CONTROLLERS=false writes nothing, e.g. beside
-    # an istiod that already does (istiod's locks for these are ConfigMaps, not these Leases)
+    # PILOT_ENABLE_IP_AUTOALLOCATE). PILOTFISH_KUBE_CONTROLLERS=false writes nothing. Under
+    # istiod's ConfigMap locks, so beside istiod one of the two control planes writes
     kube_controllers: bool = True
-    leader_election: bool = True  # ENABLE_LEADER_ELECTION: false leads without a Lease (one replica)
+    leader_election: bool = True  # ENABLE_LEADER_ELECTION: false leads without a lock (one replica)
     # PILOTFISH_LEADER_LEASE_DURATION: istiod's 30s ttl (whole seconds, at least 1s); renew
     # deadline half of it, retry period a quarter, as istiod
     leader_lease_duration: float = 30.0
-    # this replica in the Leases: POD_NAME, as istiod; else unknown-HOST-PID
+    # this replica in the locks: POD_NAME, as istiod; else unknown-HOST-PID
     leader_identity: str = ""
     ip_autoallocate_ipv4_prefix: str = "240.240.0.0/16"  # PILOT_IP_AUTOALLOCATE_IPV4_PREFIX
     ip_autoallocate_ipv6_prefix: str = "2001:2::/48"  # PILOT_IP_AUTOALLOCATE_IPV6_PREFIX

@@ -1,36 +1,36 @@
-"""Leader election over a ``coordination.k8s.io/v1`` Lease, as client-go's LeaderElector runs it
-with a LeaseLock (tools/leaderelection, istiod's fork in pilot/pkg/leaderelection), so istiod,
-client-go and pilotfish replicas read and write the same lease records.
+"""Leader election over a ConfigMap lock, as istiod runs its namespace controller and IP
+auto-allocation elections (pilot/pkg/leaderelection NewLeaderElection: client-go's LeaderElector,
+istiod's fork, with its ConfigMapLock), so istiod's replicas and pilotfish's, of any revision,
+contend for the same lock and exactly one of them writes.
 
-* The record is the Lease's spec (``holderIdentity``, ``leaseDurationSeconds``, ``acquireTime``,
-  ``renewTime``, ``leaseTransitions``) plus istiod's ``leader.istio.io/holder-key`` annotation
-  (the holder's revision).
-* A lease held by another is taken only once it has not changed for its
+* The record is client-go's LeaderElectionRecord as JSON in the lock ConfigMap's
+  ``control-plane.alpha.kubernetes.io/leader`` annotation (``holderIdentity``, ``holderKey``,
+  ``leaseDurationSeconds``, ``acquireTime``, ``renewTime``, ``leaderTransitions``); the holder
+  key is the holder's revision (``default`` without one).
+* A lock held by another is taken only once it has not changed for its
   ``leaseDurationSeconds`` as measured on this replica's clock from when this replica saw it
   change (client-go's observedTime, so no clock skew between replicas matters); an empty holder
-  (a released lease) is free at once. Writes carry the resourceVersion read, so of two replicas
-  racing for a free lease the API server lets one win (409 for the other).
+  (a released lock) is free at once. Writes carry the resourceVersion read, so of two replicas
+  racing for a free lock the API server lets one win (409 for the other).
+* Prioritized, as istiod's (LocationPrioritizedComparison, one cluster): a lock held, unexpired,
+  by another revision's replica is taken over at once when this replica's revision is the
+  default one (``default_revision()``, the ``istio-revision-tag-default`` webhook's label); the
+  replica that lost it stops within its renew deadline. (istiod's per-revision elections, Leases
+  named ``LOCK-REV`` without a key, are for controllers pilotfish does not run.)
 * Acquiring retries every ``retry_period`` (jittered, client-go's JitterUntil factor 1.2); once
-  leading, the lease is renewed every ``retry_period``; when no renewal succeeds within
-  ``renew_deadline`` the lease counts as lost: the leader's coroutines are cancelled (a replica
-  that loses the lease stops writing) and the election starts over (istiod's Run loop).
+  leading, the lock is renewed every ``retry_period``; when no renewal succeeds within
+  ``renew_deadline`` the lock counts as lost: the leader's coroutines are cancelled (a replica
+  that loses the lock stops writing) and the election starts over (istiod's Run loop).
 * Durations as istiod: a 30 s lease, renew deadline ttl/2, retry period ttl/4.
-* ``ReleaseOnCancel``: when the election is cancelled (shutdown) while leading, the lease is
+* ``ReleaseOnCancel``: when the election is cancelled (shutdown) while leading, the lock is
   given up (empty holder, 1 s duration) so another replica takes over at once.
-
-* The holder key is this replica's revision (``default`` without one). Both of pilotfish's
-  elections are, as istiod's namespace controller and IP auto-allocation elections, one per
-  cluster across revisions (not istiod's per-revision elections, ``-REV`` locks without a key)
-  and prioritized (istiod's LocationPrioritizedComparison): a lock held, unexpired, by another
-  revision's replica is taken over at once when this replica's revision is the default one
-  (``default_revision()``, the ``istio-revision-tag-default`` webhook's label); the replica
-  that lost it stops within its renew deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import random
 import time
@@ -46,15 +46,15 @@ logger = logging.getLogger("pilotfish.leader")
 # istiod's lock names (pilot/pkg/leaderelection/leaderelection.go)
 NAMESPACE_CONTROLLER = "istio-namespace-controller-election"
 IP_AUTOALLOCATE_CONTROLLER = "istio-ip-autoallocate"
-HOLDER_KEY_ANNOTATION = "leader.istio.io/holder-key"
+LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"  # client-go's record on a ConfigMap lock
 DEFAULT_KEY = "default"  # istiod's key when no revision is set
 LEASE_DURATION = 30.0  # istiod's ttl
 _JITTER = 1.2  # client-go's JitterFactor
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """client-go's LeaderElectionRecord, as a Lease carries it."""
+class LeaderElectionRecord:
+    """client-go's LeaderElectionRecord (istiod's fork: with the holder key)."""
 
     holder: str = ""
     duration: int = 0  # leaseDurationSeconds
@@ -64,39 +64,50 @@ class LeaseRecord:
     key: str = ""  # istiod's holder key (the holder's revision)
 
     @classmethod
-    def of(cls, lease: dict[str, Any]) -> LeaseRecord:
-        spec = lease.get("spec") or {}
-        annotations = (lease.get("metadata") or {}).get("annotations") or {}
-        return cls(
-            holder=str(spec.get("holderIdentity") or ""),
-            duration=int(spec.get("leaseDurationSeconds") or 0),
-            acquire_time=str(spec.get("acquireTime") or ""),
-            renew_time=str(spec.get("renewTime") or ""),
-            transitions=int(spec.get("leaseTransitions") or 0),
-            key=str(annotations.get(HOLDER_KEY_ANNOTATION) or ""),
-        )
+    def of(cls, configmap: dict[str, Any]) -> LeaderElectionRecord:
+        """The record a lock ConfigMap carries (none: the empty record, a free lock); raises
+        ValueError when its annotation is not one (client-go's Get fails then too)."""
+        annotations = (configmap.get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(LEADER_ANNOTATION)
+        if text is None:
+            return cls()
+        try:
+            record = json.loads(text)
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}")
+            return cls(
+                holder=str(record.get("holderIdentity") or ""),
+                duration=int(record.get("leaseDurationSeconds") or 0),
+                acquire_time=str(record.get("acquireTime") or ""),
+                renew_time=str(record.get("renewTime") or ""),
+                transitions=int(record.get("leaderTransitions") or 0),
+                key=str(record.get("holderKey") or ""),
+            )
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"annotation {LEADER_ANNOTATION} is not a leader election record: {e}") from None
 
-    def written_into(self, lease: dict[str, Any]) -> dict[str, Any]:
-        """``lease`` (as read, with its resourceVersion) carrying this record; the holder key
-        annotation set, or removed when there is none (istiod's ensureHolderKey)."""
-        meta = dict(lease.get("metadata") or {})
-        annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != HOLDER_KEY_ANNOTATION}
-        if self.key:
-            annotations[HOLDER_KEY_ANNOTATION] = self.key
-        meta["annotations"] = annotations
-        spec = {
+    def written_into(self, configmap: dict[str, Any]) -> dict[str, Any]:
+        """``configmap`` (as read, with its resourceVersion) carrying this record, as client-go's
+        json.Marshal writes it."""
+        meta = dict(configmap.get("metadata") or {})
+        record = {
             "holderIdentity": self.holder,
+            "holderKey": self.key,
             "leaseDurationSeconds": self.duration,
             "acquireTime": self.acquire_time,
             "renewTime": self.renew_time,
-            "leaseTransitions": self.transitions,
+            "leaderTransitions": self.transitions,
         }
-        return {**lease, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            LEADER_ANNOTATION: json.dumps(record, separators=(",", ":")),
+        }
+        return {**configmap, "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
 
-def micro_time(now: datetime.datetime) -> str:
-    """A MicroTime as the API server writes it (RFC 3339, six fraction digits, UTC)."""
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def rfc3339(now: datetime.datetime) -> str:
+    """A metav1.Time as Go's JSON has it (RFC 3339, whole seconds, UTC)."""
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class LeaderElection:
@@ -113,7 +124,7 @@ class LeaderElection:
         on_change: Callable[[str, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``name``: the Lease (istiod's lock name) in ``namespace``; ``identity``: this replica
+        """``name``: the lock ConfigMap (istiod's lock name) in ``namespace``; ``identity``: this replica
         (istiod's POD_NAME); ``key``: its revision; ``default_revision``: the mesh's default
         revision now ("" for none), making the election prioritized (None: it is not);
         ``on_change(name, leading)`` is told each time this replica starts or stops leading."""
@@ -128,9 +139,9 @@ class LeaderElection:
         self._client = client
         self._on_change = on_change
         self._clock = clock
-        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self._path = f"/api/v1/namespaces/{namespace}/configmaps"
         self._runs: list[tuple[str, Callable[[], Awaitable[None]]]] = []
-        self._observed = LeaseRecord()
+        self._observed = LeaderElectionRecord()
         self._observed_at = 0.0
         self._leading = False
         self._last_error = ""
@@ -198,8 +209,8 @@ class LeaderElection:
 
     async def _try_acquire_or_renew(self) -> bool:
         """client-go's tryAcquireOrRenew: True when this replica holds the lease now."""
-        now = micro_time(datetime.datetime.now(datetime.UTC))
-        record = LeaseRecord(self.identity, int(self.lease_duration), now, now, 0, self._key)
+        now = rfc3339(datetime.datetime.now(datetime.UTC))
+        record = LeaderElectionRecord(self.identity, int(self.lease_duration), now, now, 0, self._key)
         try:
             lease = await self._client.call("GET", f"{self._path}/{self.name}")
         except ApiCallError as e:
@@ -211,7 +222,10 @@ class LeaderElection:
                 return self._failed("create", e2)
             self._observe(record)
             return self._succeeded()
-        seen = LeaseRecord.of(lease)
+        try:
+            seen = LeaderElectionRecord.of(lease)
+        except ValueError as e:
+            return self._failed("read", e)
         if seen != self._observed:
             self._observe(seen)
         if seen.holder and not self._is_holder() and self._clock() < self._observed_at + seen.duration:
@@ -219,10 +233,11 @@ class LeaderElection:
                 return False  # held by another and not expired
             logger.info("leader lease %s is held by %s of revision %r: the default revision takes it", self,
                         seen.holder, seen.key)  # fmt: skip
+        duration = record.duration
         if self._is_holder():
-            record = LeaseRecord(self.identity, record.duration, seen.acquire_time, now, seen.transitions, self._key)
+            record = LeaderElectionRecord(self.identity, duration, seen.acquire_time, now, seen.transitions, self._key)
         else:
-            record = LeaseRecord(self.identity, record.duration, now, now, seen.transitions + 1, self._key)
+            record = LeaderElectionRecord(self.identity, duration, now, now, seen.transitions + 1, self._key)
         try:
             await self._client.call("PUT", f"{self._path}/{self.name}", record.written_into(lease))
         except ApiCallError as e:
@@ -232,15 +247,15 @@ class LeaderElection:
 
     async def _release(self) -> None:
         """client-go's release: an empty holder with a 1 s lease, so another takes it at once."""
-        now = micro_time(datetime.datetime.now(datetime.UTC))
+        now = rfc3339(datetime.datetime.now(datetime.UTC))
         try:
             async with asyncio.timeout(self.renew_deadline):
                 lease = await self._client.call("GET", f"{self._path}/{self.name}")
-                if LeaseRecord.of(lease).holder != self.identity:
+                if LeaderElectionRecord.of(lease).holder != self.identity:
                     return
-                record = LeaseRecord("", 1, now, now, self._observed.transitions, "")
+                record = LeaderElectionRecord("", 1, now, now, self._observed.transitions, "")
                 await self._client.call("PUT", f"{self._path}/{self.name}", record.written_into(lease))
-        except (ApiCallError, TimeoutError) as e:
+        except (ApiCallError, TimeoutError, ValueError) as e:
             logger.error("failed to release lease %s: %s", self, e)
             return
         self._observe(record)
@@ -248,7 +263,7 @@ class LeaderElection:
 
     # --- bookkeeping -------------------------------------------------------------------------
 
-    def _observe(self, record: LeaseRecord) -> None:
+    def _observe(self, record: LeaderElectionRecord) -> None:
         self._observed = record
         self._observed_at = self._clock()
 
@@ -263,7 +278,7 @@ class LeaderElection:
     def _is_holder(self) -> bool:
         return self._observed.holder == self.identity
 
-    def _failed(self, what: str, error: ApiCallError) -> bool:
+    def _failed(self, what: str, error: ApiCallError | ValueError) -> bool:
         message = str(error)
         if message != self._last_error:  # once per distinct failure, not every retry
             logger.warning("leader lease %s: %s failed: %s", self, what, message)

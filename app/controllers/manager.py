@@ -1,8 +1,9 @@
 """The controllers that write to the API server, each under its own leader election as in
 istiod (pilot/pkg/bootstrap): the namespace controller (``istio-ca-root-cert``) under
 ``istio-namespace-controller-election``, IP auto-allocation under ``istio-ip-autoallocate``,
-both Leases in the system namespace, keyed by this replica's revision and taken over by the
-default revision's replicas (leader.py). One Namespace informer (the discoverySelectors' scope)
+both ConfigMap locks in the system namespace as istiod's (so istiod's replicas and pilotfish's
+exclude each other), keyed by this replica's revision and taken over by the default revision's
+replicas (leader.py). One Namespace informer (the discoverySelectors' scope)
 serves both and runs on every replica; a controller's own informers run only while it leads.
 With leader election off (istiod's ENABLE_LEADER_ELECTION=false) this replica simply leads."""
 

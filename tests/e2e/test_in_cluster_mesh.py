@@ -41,11 +41,13 @@ from typing import Any
 import pytest
 import yaml
 
+from app.controllers.leader import IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER
 from tests.e2e.harness import Reply, send, wait_until
 from tests.e2e.processes import http_get
 from tests.e2e.test_gateway_credential import self_signed
 from tests.support.cluster import RBAC_KINDS, REPO, ApiError, Cluster, helm
 from tests.support.kubelet import Kubelet, RunningPod, running_kubelet
+from tests.support.leader_lock import holder as lock_holder
 from tests.support.mesh import sidecars_without_capture
 from tests.support.peers import istio_module_dir
 
@@ -129,11 +131,10 @@ class Mesh:
         return self.kubelet.ready(namespace, pod["metadata"]["name"], timeout=WAIT)
 
     def leader(self) -> str | None:
-        """The live pilotfish pod holding the Lease of the writer of the root ConfigMaps (istiod's
+        """The live pilotfish pod holding the lock of the writer of the root ConfigMaps (istiod's
         namespace controller election); None while none does."""
         pods = {p["metadata"]["name"] for p in self.pilotfish_pods() if not p["metadata"].get("deletionTimestamp")}
-        lease = self.kube.get("coordination.k8s.io/v1", "Lease", SYSTEM, WRITER_LEASE) or {"spec": {}}
-        holder = lease["spec"].get("holderIdentity")
+        holder = lock_holder(self.kube, SYSTEM, WRITER_LEASE)
         return holder if holder in pods else None
 
     def root(self) -> str:
@@ -166,8 +167,8 @@ def mesh(kube: Cluster, tmp_path: Path) -> Iterator[Mesh]:
             kube.delete(
                 doc["apiVersion"], doc["kind"], doc["metadata"].get("namespace", SYSTEM), doc["metadata"]["name"]
             )
-    for lease in kube.list("coordination.k8s.io/v1", "Lease", SYSTEM):
-        kube.delete("coordination.k8s.io/v1", "Lease", SYSTEM, lease["metadata"]["name"])
+    for lock in (NAMESPACE_CONTROLLER, IP_AUTOALLOCATE_CONTROLLER):  # the leader election locks
+        kube.delete("v1", "ConfigMap", SYSTEM, lock)
     kube.delete("v1", "Secret", SYSTEM, "istio-ca-secret")
 
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from app.controllers.leader import NAMESPACE_CONTROLLER
 from tests.support.cluster import Cluster, free_port
+from tests.support.leader_lock import holder as lock_holder
 
 LEASE_SECONDS = 2
 T = TypeVar("T")
@@ -72,8 +73,7 @@ def replica(
 
 
 def holder(kube: Cluster, system: str) -> str:
-    lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
-    return "" if lease is None else str(lease["spec"].get("holderIdentity") or "")
+    return lock_holder(kube, system, NAMESPACE_CONTROLLER)
 
 
 def root_cert(kube: Cluster, ns: str) -> Any:

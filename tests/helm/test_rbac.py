@@ -55,10 +55,9 @@ def webhook_updates(mutating: list[str], validating: list[str]) -> list[dict[str
     ]
 
 
-LEASES = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
 DRY_RUN = {"apiGroups": ["networking.istio.io"], "resources": ["gateways"], "verbs": ["create"]}
 CA_SECRET = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update"]}
-ROLE_RULES = [LEASES, DRY_RUN, CA_SECRET]
+ROLE_RULES = [DRY_RUN, CA_SECRET]
 
 
 def rbac(*values: str) -> dict[str, dict[str, Any]]:
@@ -93,7 +92,7 @@ def test_without_the_ca_no_secret_is_created_and_no_webhook_configuration_read_o
     kinds = rbac(
         "--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E="
     )
-    assert kinds["Role"]["rules"] == [LEASES]
+    assert kinds["Role"]["rules"] == []
     assert kinds["ClusterRole"]["rules"] == [rule for rule in CLUSTER_RULES if rule is not WEBHOOK_READS]
 
 
@@ -105,7 +104,7 @@ def test_without_an_injector_only_the_validators_are_updated() -> None:
 
 def test_a_revision_without_a_validator_updates_no_validating_configuration() -> None:
     kinds = rbac("--set", "revision=pilotfish", "--set", "global.configValidation=false")
-    assert kinds["Role"]["rules"] == [LEASES, CA_SECRET]  # no dry run either
+    assert kinds["Role"]["rules"] == [CA_SECRET]  # no dry run either
     assert kinds["ClusterRole"]["rules"] == [
         *CLUSTER_RULES,
         webhook_updates(["istio-sidecar-injector-pilotfish"], [])[0],

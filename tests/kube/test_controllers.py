@@ -1,7 +1,7 @@
 """What pilotfish writes to a real kube-apiserver as the elected leader (app/controllers):
 ``istio-ca-root-cert`` in each selected namespace (created, put back, repaired, updated with the
 root, in new namespaces), ServiceEntry ``status.addresses`` (written, stable across a restart,
-conflicts resolved as istiod), and the Lease: two replicas, exactly one leads and writes; the
+conflicts resolved as istiod), and the lock (a ConfigMap, as istiod's): two replicas, exactly one leads and writes; the
 leader stopping hands the lease over and writes resume. The discoverySelectors keep each test to
 namespaces of its own in the shared cluster; leases are short (2 s)."""
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import ipaddress
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +20,7 @@ from app.controllers.manager import Controllers
 from app.settings import Settings
 from app.sources.kube.client import api_client
 from tests.support.cluster import Cluster
+from tests.support.leader_lock import holder, lock_record, take
 from tests.support.runtime import running
 
 ROOT_1 = "-----BEGIN CERTIFICATE-----\nroot one\n-----END CERTIFICATE-----\n"
@@ -70,11 +70,6 @@ def root_cert(kube: Cluster, ns: str) -> str | None:
     return None if cm is None else (cm.get("data") or {}).get("root-cert.pem")
 
 
-def holder(kube: Cluster, system: str, lock: str) -> str:
-    lease = kube.get("coordination.k8s.io/v1", "Lease", system, lock)
-    return "" if lease is None else str(lease["spec"].get("holderIdentity") or "")
-
-
 async def test_root_cert_in_selected_namespaces_kept_and_following_the_root(kube: Cluster) -> None:
     team = secrets.token_hex(4)
     system = kube.namespace("sys", {"team": team})
@@ -86,10 +81,8 @@ async def test_root_cert_in_selected_namespaces_kept_and_following_the_root(kube
         cm = kube.get("v1", "ConfigMap", a, "istio-ca-root-cert")
         assert cm is not None and cm["metadata"]["labels"] == {"istio.io/config": "true"}
         assert kube.get("v1", "ConfigMap", other, "istio-ca-root-cert") is None  # not selected
-        lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
-        assert lease is not None and lease["spec"]["holderIdentity"] == "replica-a"
-        assert lease["spec"]["leaseDurationSeconds"] == 2
-        assert lease["metadata"]["annotations"]["leader.istio.io/holder-key"] == "default"
+        record = lock_record(kube, system, NAMESPACE_CONTROLLER)  # a ConfigMap lock, as istiod's
+        assert (record.holder, record.duration, record.key) == ("replica-a", 2, "default")
 
         kube.delete("v1", "ConfigMap", a, "istio-ca-root-cert")  # deleted: put back
         await eventually("the deleted ConfigMap back", lambda: root_cert(kube, a) == ROOT_1)
@@ -200,35 +193,26 @@ async def test_two_replicas_one_leader_writes_and_a_stopped_leader_hands_over(ku
             await stack.aclose()
 
 
-async def test_a_lease_taken_by_another_stops_the_writes_until_it_is_released(kube: Cluster) -> None:
+async def test_a_lock_taken_by_another_stops_the_writes_until_it_is_released(kube: Cluster) -> None:
     team = secrets.token_hex(4)
     system = kube.namespace("sys", {"team": team})
     ns = kube.namespace("rc", {"team": team})
-    path = kube.path("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
     async with controllers(kube, system, team, "replica-a", ip=False) as made:
         await eventually("the ConfigMap", lambda: root_cert(kube, ns) == ROOT_1)
-        lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
-        assert lease is not None
-        transitions = lease["spec"]["leaseTransitions"]
-        # another client-go replica takes the lease over (as istiod's default revision preempts)
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        taken = {**lease["spec"], "holderIdentity": "intruder", "leaseDurationSeconds": 3600,
-                 "acquireTime": now, "renewTime": now, "leaseTransitions": transitions + 1}  # fmt: skip
-        kube.request("PUT", path, {**lease, "spec": taken})
+        transitions = lock_record(kube, system, NAMESPACE_CONTROLLER).transitions
+        # another client-go replica takes the lock over (as istiod's default revision preempts)
+        take(kube, system, NAMESPACE_CONTROLLER, "intruder")
         await eventually("replica-a no longer leading", lambda: not made.leading()[NAMESPACE_CONTROLLER], LEASE * 2)
         writes = made.namespace_controller.writes
         kube.delete("v1", "ConfigMap", ns, "istio-ca-root-cert")
         await asyncio.sleep(LEASE)
         assert root_cert(kube, ns) is None and made.namespace_controller.writes == writes  # stopped writing
         # released as client-go releases (empty holder, 1 s): taken again, writes resume
-        held = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
-        assert held is not None and held["spec"]["holderIdentity"] == "intruder"
-        released = {**held["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
-        kube.request("PUT", path, {**held, "spec": released})
+        assert holder(kube, system, NAMESPACE_CONTROLLER) == "intruder"
+        take(kube, system, NAMESPACE_CONTROLLER, "", key="", duration=1)
         await eventually("the ConfigMap back", lambda: root_cert(kube, ns) == ROOT_1)
-        again = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
-        assert again is not None and again["spec"]["holderIdentity"] == "replica-a"
-        assert again["spec"]["leaseTransitions"] == transitions + 2
+        again = lock_record(kube, system, NAMESPACE_CONTROLLER)
+        assert again.holder == "replica-a" and again.transitions == transitions + 2
 
 
 async def test_a_runtime_leads_writes_its_cas_root_and_serves_the_addresses_it_allocated(
@@ -259,7 +243,8 @@ async def test_a_runtime_leads_writes_its_cas_root_and_serves_the_addresses_it_a
         assert await eventually("the allocated addresses served", served) == tuple(x["value"] for x in written)
         assert runtime.controllers.leading() == {NAMESPACE_CONTROLLER: True, IP_AUTOALLOCATE_CONTROLLER: True}
         assert runtime.metrics.leader.values == {  # leader_election_master_status{name}
-            (("name", NAMESPACE_CONTROLLER),): 1, (("name", IP_AUTOALLOCATE_CONTROLLER),): 1
+            (("name", NAMESPACE_CONTROLLER),): 1,
+            (("name", IP_AUTOALLOCATE_CONTROLLER),): 1,
         }
         runtime.root_changed(ROOT_2)  # the CA's root hook
         await eventually("the new root written", lambda: root_cert(kube, ns) == ROOT_2)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
 from tests.kube.common import next_events, serving, started
 from tests.support.cluster import Cluster
+from tests.support.leader_lock import lock_record, take
 from tests.support.runtime import running
 
 
@@ -81,25 +81,12 @@ async def controllers(
         await client.close()
 
 
-def hold(kube: Cluster, system: str, holder: str, key: str) -> None:
-    """The namespace controller's lease taken, for an hour, by another control plane's replica."""
-    lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER)
-    assert lease is not None
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    spec = {**lease["spec"], "holderIdentity": holder, "leaseDurationSeconds": 3600, "acquireTime": now,
-            "renewTime": now, "leaseTransitions": lease["spec"]["leaseTransitions"] + 1}  # fmt: skip
-    meta = {**lease["metadata"], "annotations": {"leader.istio.io/holder-key": key}}
-    kube.request("PUT", kube.path("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER),
-                 {**lease, "metadata": meta, "spec": spec})  # fmt: skip
+def lock_holder(kube: Cluster, system: str) -> tuple[str, str]:
+    record = lock_record(kube, system, NAMESPACE_CONTROLLER)
+    return record.holder, record.key
 
 
-def lease_holder(kube: Cluster, system: str) -> tuple[str, str]:
-    lease = kube.get("coordination.k8s.io/v1", "Lease", system, NAMESPACE_CONTROLLER) or {}
-    key = ((lease.get("metadata") or {}).get("annotations") or {}).get("leader.istio.io/holder-key", "")
-    return str((lease.get("spec") or {}).get("holderIdentity") or ""), str(key)
-
-
-async def test_leases_carry_the_revision_and_the_default_revision_takes_them_over(kube: Cluster) -> None:
+async def test_locks_carry_the_revision_and_the_default_revision_takes_them_over(kube: Cluster) -> None:
     """istiod's prioritized election: the holder key is the revision; a lock held by another
     revision is taken at once by the default revision (``istio-revision-tag-default``'s label),
     never by a revision that is not the default, nor from a replica of its own revision."""
@@ -110,21 +97,25 @@ async def test_leases_carry_the_revision_and_the_default_revision_takes_them_ove
     try:
         async with controllers(kube, system, team, "pilotfish-0", "stable") as made:
             await eventually("leading", lambda: made.leading()[NAMESPACE_CONTROLLER])
-            assert lease_holder(kube, system) == ("pilotfish-0", "stable")
-            hold(kube, system, "istiod-canary-0", "canary")  # another revision takes it (it is the default)
+            assert lock_holder(kube, system) == ("pilotfish-0", "stable")
+            take(
+                kube, system, NAMESPACE_CONTROLLER, "istiod-canary-0", "canary"
+            )  # another revision takes it (it is the default)
             await eventually("no longer leading", lambda: not made.leading()[NAMESPACE_CONTROLLER], LEASE * 2)
             kube.apply(tag)  # the default tag names canary: stable has no priority
             await asyncio.sleep(LEASE * 1.5)
-            assert lease_holder(kube, system) == ("istiod-canary-0", "canary")
+            assert lock_holder(kube, system) == ("istiod-canary-0", "canary")
             kube.apply({**tag, "metadata": {**tag["metadata"], "labels": {"istio.io/rev": "stable"}}})
             await eventually(
                 "taken over by the default revision", lambda: made.leading()[NAMESPACE_CONTROLLER], LEASE * 2
             )
-            assert lease_holder(kube, system) == ("pilotfish-0", "stable")
-            hold(kube, system, "pilotfish-1", "stable")  # a replica of its own revision: never preempted
+            assert lock_holder(kube, system) == ("pilotfish-0", "stable")
+            take(
+                kube, system, NAMESPACE_CONTROLLER, "pilotfish-1", "stable"
+            )  # a replica of its own revision: never preempted
             await eventually("no longer leading", lambda: not made.leading()[NAMESPACE_CONTROLLER], LEASE * 2)
             await asyncio.sleep(LEASE * 1.5)
-            assert lease_holder(kube, system) == ("pilotfish-1", "stable")
+            assert lock_holder(kube, system) == ("pilotfish-1", "stable")
     finally:
         kube.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-revision-tag-default")
 

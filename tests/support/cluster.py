@@ -645,7 +645,7 @@ def chart_credentials(cluster: Cluster, kubeconfig: Path, namespace: str = "isti
 
 
 def chart_role(cluster: Cluster, system_namespace: str, release_namespace: str = "istio-system") -> None:
-    """The chart's Role (the CA Secret, leases) in a test's own system namespace, bound to the
+    """The chart's Role (the CA Secret) in a test's own system namespace, bound to the
     account ``chart_credentials`` made in ``release_namespace``: what a release installed with
     ``global.istioNamespace`` = ``system_namespace`` would grant there."""
     rendered = subprocess.run(
