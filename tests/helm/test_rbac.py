@@ -88,12 +88,15 @@ def test_a_revisions_rules_name_its_own_webhook_configurations() -> None:
     assert kinds["ClusterRole"]["metadata"]["name"] == "pilotfish-pilotfish-istio-system"
 
 
-def test_without_the_ca_no_secret_is_created_and_no_webhook_configuration_read_or_updated() -> None:
+def test_without_the_ca_no_secret_is_created_and_no_webhook_configuration_updated() -> None:
     kinds = rbac(
         "--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E="
     )
     assert kinds["Role"]["rules"] == []
-    assert kinds["ClusterRole"]["rules"] == [rule for rule in CLUSTER_RULES if rule is not WEBHOOK_READS]
+    # only the default revision's tag is read (the leader elections' priority)
+    default_tag = {**WEBHOOK_READS, "resources": ["mutatingwebhookconfigurations"]}
+    others = [rule for rule in CLUSTER_RULES if rule is not WEBHOOK_READS]
+    assert kinds["ClusterRole"]["rules"] == [*others, default_tag]
 
 
 def test_without_an_injector_only_the_validators_are_updated() -> None:
