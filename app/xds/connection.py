@@ -179,10 +179,10 @@ class Connection(Generic[C, P, Req, Resp]):
     def _in_parts(self, type_url: str, names: Collection[str]) -> Iterator[Resp]:
         """An answer to a request naming more than ``ANSWER_PART`` resources of a type
         subscribed by name, in responses of that many names each, each what a whole answer
-        would send of its names. Envoy takes each EDS or RDS
-        response for the resources it names and keeps the others it watches, in SotW as in
-        Delta; istiod builds such an answer in the stream's own goroutine, where it holds up no
-        other stream, and one request for 100,000 names here took the event loop 3 s in one go."""
+        would send of its names. Envoy takes each EDS or RDS response for the resources it
+        names and keeps the others it watches, in SotW as in Delta; istiod builds such an answer
+        in the stream's own goroutine, where it holds up no other stream, and one request for
+        100,000 names here took the event loop 3 s in one go."""
         ordered = sorted(names)
         for start in range(0, len(ordered), ANSWER_PART):
             part = frozenset(ordered[start : start + ANSWER_PART])
