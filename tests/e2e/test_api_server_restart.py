@@ -10,10 +10,10 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from tests.e2e.harness import TEMPLATES, free_port, wait_until
-from tests.e2e.processes import ProxyIdentity, http_get, run_envoy, run_pilotfish
-from tests.e2e.test_restart_removals import service
-from tests.support.cluster import Cluster, chart_role
+from tests.e2e.harness import free_port, wait_until
+from tests.e2e.processes import http_get, run_envoy, run_pilotfish
+from tests.e2e.test_restart_removals import mesh_root, service, sleep_in
+from tests.support.cluster import Cluster
 
 
 def test_changes_after_an_api_server_restart_reach_envoy(
@@ -21,22 +21,11 @@ def test_changes_after_an_api_server_restart_reach_envoy(
 ) -> None:
     selected = {"pilotfish-e2e": secrets.token_hex(4)}
     ns = kube.namespace("app", selected)
-    system = kube.namespace("system")
-    chart_role(kube, system)
+    system = mesh_root(kube, selected)
     port = free_port()
-    mesh = (TEMPLATES / "mesh.yaml").read_text().replace("rootNamespace: istio-system", f"rootNamespace: {system}")
-    mesh += f"discoverySelectors:\n- matchLabels: {{pilotfish-e2e: '{selected['pilotfish-e2e']}'}}\n"
-    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": system},
-                "data": {"mesh": mesh}})  # fmt: skip
     for name in ("app", "gone"):
         kube.apply(service(name, port), namespace=ns)
-    sleep = ProxyIdentity(
-        node_id=f"sidecar~127.0.0.1~sleep-1.{ns}~{ns}.svc.cluster.local",
-        cluster=f"sleep.{ns}",
-        namespace=ns,
-        labels={"app": "sleep"},
-        interception_mode="NONE",
-    )
+    sleep = sleep_in(ns)
 
     def cluster(name: str) -> str:
         return f"outbound|{port}||{name}.{ns}.svc.cluster.local"

@@ -7,14 +7,13 @@ mounted ``cacerts`` Secret changes (tests/support/volume.py)."""
 
 from __future__ import annotations
 
-import socket
-import ssl
 from pathlib import Path
 
 from cryptography import x509
 
 from tests.e2e.harness import ConfigDir, free_port, wait_until
 from tests.e2e.processes import run_pilotfish
+from tests.kube.test_ca_reload import serving_issuer
 from tests.support.plugged_ca import KeyPair, intermediate, key_pem, new_root, pem
 from tests.support.volume import AtomicVolume
 
@@ -27,17 +26,6 @@ def ca_files(signer: KeyPair, root: x509.Certificate) -> dict[str, str]:
         "cert-chain.pem": pem(cert) + pem(root),
         "root-cert.pem": pem(root),
     }
-
-
-def serving_issuer(port: int) -> x509.Name:
-    """The issuer of the certificate the secure port presents to a new handshake."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    context.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, context.wrap_socket(raw) as tls:
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).issuer
 
 
 def test_a_rotated_intermediate_signs_at_once_and_a_new_root_is_refused(config_dir: ConfigDir, tmp_path: Path) -> None:

@@ -38,18 +38,37 @@ def virtual_hosts(envoy: Envoy) -> set[str]:
     return {vh["name"] for route in envoy.route_configs().values() for vh in route.get("virtual_hosts", [])}
 
 
+def sleep_in(ns: str) -> ProxyIdentity:
+    """A sleep sidecar in ``ns`` without traffic capture (the test pods have no iptables)."""
+    return ProxyIdentity(
+        node_id=f"sidecar~127.0.0.1~sleep-1.{ns}~{ns}.svc.cluster.local",
+        cluster=f"sleep.{ns}",
+        namespace=ns,
+        labels={"app": "sleep"},
+        interception_mode="NONE",
+    )
+
+
+def mesh_root(kube: Cluster, selected: dict[str, str]) -> str:
+    """A root namespace of its own: the chart's role, and the mesh ConfigMap whose
+    discoverySelectors pick the namespaces labelled ``selected``."""
+    system = kube.namespace("system")
+    chart_role(kube, system)
+    mesh = (TEMPLATES / "mesh.yaml").read_text().replace("rootNamespace: istio-system", f"rootNamespace: {system}")
+    [(key, value)] = selected.items()
+    mesh += f"discoverySelectors:\n- matchLabels: {{{key}: '{value}'}}\n"
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": system},
+                "data": {"mesh": mesh}})  # fmt: skip
+    return system
+
+
 def test_what_was_deleted_while_pilotfish_was_down_is_removed_after_the_restart(
     kube: Cluster, pilotfish_kubeconfig: Path, api_type: str, tmp_path: Path
 ) -> None:
     selected = {"pilotfish-e2e": secrets.token_hex(4)}
     ns, other, third = (kube.namespace(prefix, selected) for prefix in ("app", "other", "third"))
-    system = kube.namespace("system")
-    chart_role(kube, system)
+    system = mesh_root(kube, selected)
     port = free_port()
-    mesh = (TEMPLATES / "mesh.yaml").read_text().replace("rootNamespace: istio-system", f"rootNamespace: {system}")
-    mesh += f"discoverySelectors:\n- matchLabels: {{pilotfish-e2e: '{selected['pilotfish-e2e']}'}}\n"
-    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio", "namespace": system},
-                "data": {"mesh": mesh}})  # fmt: skip
     for name, namespace in (("app", ns), ("gone", ns), ("far", other), ("third", third)):
         kube.apply(service(name, port), namespace=namespace)
     kube.apply({"apiVersion": NETWORKING, "kind": "DestinationRule", "metadata": {"name": "app", "namespace": ns},
@@ -61,13 +80,7 @@ def test_what_was_deleted_while_pilotfish_was_down_is_removed_after_the_restart(
     pod = {"metadata": {"name": "app-v1", "labels": {"app": "app", "version": "v1"}},
            "spec": {"containers": [{"name": "app", "ports": [{"containerPort": 8080}]}]}}  # fmt: skip
     kube.run_pod(pod, machine_address(), namespace=ns)
-    sleep = ProxyIdentity(
-        node_id=f"sidecar~127.0.0.1~sleep-1.{ns}~{ns}.svc.cluster.local",
-        cluster=f"sleep.{ns}",
-        namespace=ns,
-        labels={"app": "sleep"},
-        interception_mode="NONE",
-    )
+    sleep = sleep_in(ns)
 
     def cluster(name: str, namespace: str, subset: str = "") -> str:
         return f"outbound|{port}|{subset}|{name}.{namespace}.svc.cluster.local"

@@ -30,13 +30,21 @@ LEASE = 2.0
 
 @contextlib.asynccontextmanager
 async def controllers(
-    kube: Cluster, system: str, team: str, identity: str, *, root: str | None = ROOT_1, ip: bool = True
+    kube: Cluster,
+    system: str,
+    team: str,
+    identity: str,
+    *,
+    root: str | None = ROOT_1,
+    ip: bool = True,
+    revision: str = "",
 ) -> AsyncIterator[Controllers]:
     client = api_client(kube.admin_kubeconfig)
     made = Controllers(
         client,
         system_namespace=system,
         identity=identity,
+        revision=revision,
         root=root,
         selectors=[{"matchLabels": {"team": team}}],
         lease_duration=LEASE,

@@ -7,20 +7,19 @@ Istio config labelled for another revision is not read."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.config.loader import mesh_configmap_name
 from app.config.objects import EventType
 from app.controllers.leader import NAMESPACE_CONTROLLER
-from app.controllers.manager import Controllers
 from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
 from tests.kube.common import next_events, serving, started
+from tests.kube.test_controllers import LEASE, controllers
 from tests.support.cluster import Cluster
 from tests.support.leader_lock import lock_record, take
 from tests.support.runtime import running
@@ -57,28 +56,6 @@ async def test_a_revision_reads_its_own_mesh_configmap(kube: Cluster, pilotfish_
         await eventually("the revision's mesh config", lambda: runtime.push_context().mesh.connect_timeout.seconds == 9)
 
 
-LEASE = 2.0
-ROOT = "-----BEGIN CERTIFICATE-----\nroot\n-----END CERTIFICATE-----\n"
-
-
-@contextlib.asynccontextmanager
-async def controllers(
-    kube: Cluster, system: str, team: str, identity: str, revision: str
-) -> AsyncIterator[Controllers]:
-    client = api_client(kube.admin_kubeconfig)
-    made = Controllers(
-        client, system_namespace=system, identity=identity, revision=revision, root=ROOT,
-        selectors=[{"matchLabels": {"team": team}}], lease_duration=LEASE, ip_autoallocate=False,
-        ipv4_prefix="240.240.0.0/16", ipv6_prefix="2001:2::/48",
-    )  # fmt: skip
-    task = asyncio.create_task(made.run())
-    try:
-        yield made
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 15)
-        await client.close()
 
 
 def lock_holder(kube: Cluster, system: str) -> tuple[str, str]:
@@ -95,7 +72,7 @@ async def test_locks_carry_the_revision_and_the_default_revision_takes_them_over
     tag = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
            "metadata": {"name": "istio-revision-tag-default", "labels": {"istio.io/rev": "canary"}}}  # fmt: skip
     try:
-        async with controllers(kube, system, team, "pilotfish-0", "stable") as made:
+        async with controllers(kube, system, team, "pilotfish-0", ip=False, revision="stable") as made:
             await eventually("leading", lambda: made.leading()[NAMESPACE_CONTROLLER])
             assert lock_holder(kube, system) == ("pilotfish-0", "stable")
             take(
