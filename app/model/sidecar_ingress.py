@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.api import networking as net
+from app.config.go_strconv import go_int
 from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Protocol, ServicePort, parse_protocol
@@ -131,7 +132,8 @@ def default_endpoint_address(default_endpoint: str, ips: Sequence[str]) -> tuple
     if default_endpoint.startswith(UNIX_PREFIX):
         return default_endpoint, 0
     host, sep, port_text = default_endpoint.rpartition(":")
-    if not sep or not port_text.isdigit():
+    port = go_int(port_text) if sep else None  # as validation reads it (istiod: strconv.Atoi)
+    if port is None:
         return None
     host = host.removeprefix("[").removesuffix("]")
     families = {_version(ip) for ip in ips}
@@ -147,4 +149,4 @@ def default_endpoint_address(default_endpoint: str, ips: Sequence[str]) -> tuple
         address = _LOCAL_IPV6 if v6 else _LOCAL_IPV4
     else:
         address = ""  # validation admits no other host; istiod leaves the original destination
-    return address, int(port_text)
+    return address, port

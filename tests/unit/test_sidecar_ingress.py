@@ -122,6 +122,8 @@ def thresholds(c: cluster_pb2.Cluster) -> tuple[int, int]:
         ("[::]:8080", ["10.1.0.1", "fd00::1"], ("fd00::1", 8080)),
         ("unix:///var/run/app.sock", ["10.1.0.1"], ("unix:///var/run/app.sock", 0)),
         ("localhost", ["10.1.0.1"], None),
+        ("127.0.0.1:+8080", ["10.1.0.1"], ("127.0.0.1", 8080)),  # strconv.Atoi, as validation reads it
+        ("127.0.0.1:\u00b2", ["10.1.0.1"], None),
     ],
 )
 def test_default_endpoint_as_build_inbound_clusters_from_sidecar_reads_it(

@@ -34,6 +34,7 @@ from envoy.extensions.path.match.uri_template.v3 import uri_template_match_pb2
 from envoy.type.matcher.v3 import metadata_pb2, path_pb2, regex_pb2, string_pb2, value_pb2
 
 from app.api import security as sec
+from app.config.go_strconv import go_int
 from app.config.objects import ConfigObject
 from app.model.authz import WorkloadPolicies
 from app.translate.listener.filters import pack
@@ -103,9 +104,10 @@ def _authenticated(matcher: Any) -> Msg:
 
 
 def _port(value: str) -> int:
-    if not value.isdigit() or int(value) > 65535:
+    port = go_int(value, signed=False)  # as validation reads it (istiod: strconv.ParseUint)
+    if port is None or port > 65535:
         raise _CannotSay(f"invalid port {value!r}")
-    return int(value)
+    return port
 
 
 def _http_only(make: Callable[[str], Msg]) -> Callable[[str, bool], Msg]:

@@ -21,6 +21,7 @@ from envoy.extensions.retry.priority.previous_priorities.v3 import previous_prio
 from envoy.type.v3 import percent_pb2
 
 from app.api import networking as net
+from app.config.go_strconv import go_int
 from app.config.validation.traffic import GRPC_STATUSES
 from app.translate.route.match import string_matcher
 
@@ -89,8 +90,9 @@ def _parse_retry_on(retry_on: str) -> tuple[str, list[int]]:
         part = raw.strip()
         if not part:
             continue
-        if part.isdigit() and int(part) in _HTTP_STATUS_CODES:
-            codes.append(int(part))
+        code = go_int(part)  # as validation reads it (istiod: strconv.Atoi)
+        if code is not None and code in _HTTP_STATUS_CODES:
+            codes.append(code)
         else:
             conditions.append(part)
     return ",".join(conditions), codes
