@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config.loader import mesh_configmap_name
 from app.config.objects import ISTIO_KINDS, ConfigEvent, ConfigObject, EventType, Kind
 from app.config.validation.spec import istio_warnings
 from app.controllers.manager import Controllers, mesh_selectors
@@ -367,8 +366,8 @@ class Runtime:
                 client,
                 system_namespace=self.settings.system_namespace,
                 mesh_from_configmap=self.settings.mesh_config_file is None,
-                mesh_configmap_name=mesh_configmap_name(self.settings.revision),  # istio-REV for a revision
-                revision=self.settings.revision,  # Istio config labelled for another revision is not read
+                # the revision's mesh ConfigMap (istio-REV), and no Istio config labelled for another
+                revision=self.settings.revision,
                 wait_for_server=self.settings.in_cluster,  # as istiod: a restarting cluster is waited for
                 pool=self._kube_pool,
             )

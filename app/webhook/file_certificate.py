@@ -44,7 +44,6 @@ class FileCertificate:
         self._cert, self._key = cert, key
         self._seen = self._stamp()
         self.context = file_context(cert, key)
-        self.reloads = 0  # pairs taken since the start
 
     def _stamp(self) -> _Stamp:
         try:
@@ -65,7 +64,6 @@ class FileCertificate:
         except (SettingsError, OSError, ssl.SSLError) as e:
             logger.error("webhook certificate: %s; the certificate in force stays", e)
             return False
-        self.reloads += 1
         logger.info("webhook certificate: %s loaded again", self._cert)
         return True
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.config.loader import MESH_CONFIGMAP_NAME
 from app.config.objects import Kind
 from app.registry.locality import NODE_LOCALITY_LABELS
 from app.sources.kube.store import Raw
@@ -86,7 +85,7 @@ KUBE_RESOURCES = (
 )
 
 
-def mesh_configmap(name: str = MESH_CONFIGMAP_NAME) -> KubeResource:
+def mesh_configmap(name: str) -> KubeResource:
     """The mesh ConfigMap ``name`` (the revision's, ``mesh_configmap_name``), read in the system
     namespace only."""
     return KubeResource(Kind.CONFIG_MAP, "", ("v1",), "configmaps", field_selector=f"metadata.name={name}")

@@ -38,7 +38,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from app.config.loader import MESH_CONFIGMAP_NAME, LoadResult, Rejection, load_object, load_objects
+from app.config.loader import LoadResult, Rejection, load_object, load_objects, mesh_configmap_name
 from app.config.mesh import MeshConfig
 from app.config.objects import ISTIO_KINDS, ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
@@ -97,16 +97,15 @@ class KubeSource:
         *,
         system_namespace: str = "istio-system",
         mesh_from_configmap: bool = True,
-        mesh_configmap_name: str = MESH_CONFIGMAP_NAME,
         revision: str = "",
         page_size: int = 500,
         watch_timeout: int = 300,
         pool: WorkerPool | None = None,
         wait_for_server: bool = False,
     ) -> None:
-        """``mesh_configmap_name``: the mesh ConfigMap read (the revision's), unless
-        ``mesh_from_configmap`` is off; ``revision``: the control-plane revision whose Istio
-        config is read (unlabelled, or labelled ``istio.io/rev`` with it; "": all); ``pool``:
+        """``revision``: the control-plane revision whose mesh ConfigMap is read (``istio-REV``,
+        unless ``mesh_from_configmap`` is off) and whose Istio config is (unlabelled, or labelled
+        ``istio.io/rev`` with it; "": all); ``pool``:
         where objects are validated (by default, ``validation_pool()`` of its own; the caller
         closes one it gives);
         ``wait_for_server``: an API server that cannot be reached (or answers 5xx) at start is
@@ -115,8 +114,8 @@ class KubeSource:
         self._wait_for_server = wait_for_server
         self._system_namespace = system_namespace
         self._mesh_from_configmap = mesh_from_configmap
-        self._mesh_configmap_name = mesh_configmap_name
-        self._mesh_configmap = mesh_configmap(mesh_configmap_name)
+        self._mesh_configmap_name = mesh_configmap_name(revision)
+        self._mesh_configmap = mesh_configmap(self._mesh_configmap_name)
         self._revision = revision
         self._selectors: list[Mapping[str, Any]] = []  # discoverySelectors in force
         self._page_size = page_size
