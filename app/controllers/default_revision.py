@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from app.sources.kube.client import KubeClient
 from app.sources.kube.informer import Informer
-from app.sources.kube.resources import KubeResource
+from app.sources.kube.resources import REVISION_LABEL, KubeResource
 from app.sources.kube.store import Delta
 
 DEFAULT_TAG_WEBHOOK = "istio-revision-tag-default"  # istiod's defaultTagWebhookName
-REVISION_LABEL = "istio.io/rev"
 _DEFAULT_TAG = KubeResource(
     "MutatingWebhookConfiguration",
     "admissionregistration.k8s.io",

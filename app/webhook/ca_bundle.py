@@ -32,7 +32,7 @@ from typing import Any
 from app.config.objects import EventType
 from app.sources.kube.client import ApiCallError, KubeClient
 from app.sources.kube.informer import Informer
-from app.sources.kube.resources import KubeResource
+from app.sources.kube.resources import REVISION_LABEL, KubeResource
 from app.sources.kube.store import Delta, Raw
 from app.supervise import Backoff
 
@@ -47,7 +47,6 @@ MUTATING = KubeResource(
 VALIDATING = KubeResource(
     "ValidatingWebhookConfiguration", ADMISSION, ("v1",), "validatingwebhookconfigurations", namespaced=False
 )
-REVISION_LABEL = "istio.io/rev"
 INJECTOR_WEBHOOK = "sidecar-injector.istio.io"  # istiod's webhookName, matched as a suffix
 
 

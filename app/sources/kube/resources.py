@@ -9,6 +9,7 @@ from app.config.objects import Kind
 from app.registry.locality import NODE_LOCALITY_LABELS
 from app.sources.kube.store import Raw
 
+REVISION_LABEL = "istio.io/rev"  # a control-plane revision: on its webhooks, objects and pods
 ISTIO_NETWORKING = "networking.istio.io"
 # the versions istiod serves its networking kinds in, newest first: an informer lists the newest
 # one the API server has (the CRDs convert between them)

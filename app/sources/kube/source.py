@@ -51,6 +51,7 @@ from app.sources.kube.resources import (
     ISTIO_RESOURCES,
     KUBE_RESOURCES,
     NAMESPACES,
+    REVISION_LABEL,
     KubeResource,
     mesh_configmap,
 )
@@ -62,7 +63,6 @@ logger = logging.getLogger(__name__)
 
 # a batch that asks for re-scoping (the mesh config came from elsewhere and changed)
 _RESCOPE: list[tuple[KubeResource, Delta]] = []
-REVISION_LABEL = "istio.io/rev"
 # objects validated per call of the worker, and how long one call may take
 _LOAD_BATCH = 256
 _LOAD_DEADLINE = 60.0
