@@ -10,16 +10,18 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from app.config.go_strconv import go_int
+from app.config.go_time import go_duration_seconds
 from app.errors import SettingsError
 from app.inject.native_sidecars import NativeSidecarMode, native_sidecar_mode
 from app.model.features import Features
 
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$|^\d+(?:\.\d+)?$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PLAIN_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_MAX_GO_SECONDS = Decimal(2**63 - 1) / 10**9  # time.Duration counts int64 nanoseconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,18 +155,21 @@ def split_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:80`` too; an empty host is every interface) as (host, port);
     raises ValueError naming the address."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    number = go_int(port, signed=False)
+    if not sep or number is None or number > 65535:
         raise ValueError(f"address {address!r}: want HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "0.0.0.0", number
 
 
 def parse_seconds(key: str, text: str) -> float:
     """A duration as ``100ms``, ``1s``, ``2m``, ``24h``, Go's ``87600h0m0s``, or plain seconds."""
     text = text.strip()
-    if not _DURATION.match(text):
-        raise SettingsError(f"{key}={text!r}: want a duration such as 100ms, 1s, 2m or 24h")
-    parts = _PART.findall(text)
-    return sum(float(n) * _UNITS[unit] for n, unit in parts) if parts else float(text)
+    seconds = Decimal(text) if _PLAIN_SECONDS.fullmatch(text) else go_duration_seconds(text)
+    if seconds is None:
+        raise SettingsError(f"{key}={text[:64]!r}: want a duration such as 100ms, 1s, 2m or 24h")
+    if seconds > _MAX_GO_SECONDS:
+        raise SettingsError(f"{key}={text[:64]!r}: out of range (Go's durations end at 292 years)")
+    return float(seconds)
 
 
 def _interval(key: str, text: str) -> float:
@@ -176,9 +181,10 @@ def _interval(key: str, text: str) -> float:
 
 
 def _percentile(key: str, text: str) -> int:
-    if not text.strip().isdigit() or not 0 <= int(text) <= 100:
+    number = go_int(text.strip(), signed=False)
+    if number is None or number > 100:
         raise SettingsError(f"{key}={text!r}: want a whole percentage, 0 to 100")
-    return int(text)
+    return number
 
 
 def _rsa_key_size(key: str, text: str) -> int:
@@ -199,9 +205,10 @@ def _boolean(key: str, text: str) -> bool:
 
 
 def _positive_int(key: str, text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
+    number = go_int(text.strip(), signed=False)
+    if number is None or number < 1:
         raise SettingsError(f"{key}={text!r}: want a positive integer")
-    return int(text)
+    return number
 
 
 def _lease_seconds(key: str, text: str) -> float:

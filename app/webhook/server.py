@@ -33,7 +33,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -42,6 +41,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from app.config.go_time import go_duration_seconds
 from app.inject.inputs import InjectionInputs
 from app.inject.native_sidecars import KubeletVersions
 from app.settings import split_address
@@ -67,11 +67,6 @@ MAX_TIMEOUT = 30.0
 ANSWER_MARGIN = 1.0
 WORKERS = 2
 _CHUNK = 1 << 16
-_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)")
-# the whole duration, checked first: findall of the parts over a long run of digits retries from
-# every digit (8,000 digits in the query held the event loop 0.8 s)
-_GO_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m))+")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
 class Nodes(Protocol):
@@ -307,9 +302,9 @@ async def _read_body(request: web.Request, limit: int, held: BodyBytes) -> tuple
 
 def _timeout(text: str | None) -> float:
     """The ``timeout`` the API server sends with a webhook call (a Go duration: ``10s``), bounded."""
-    if text and _GO_DURATION.fullmatch(text):
-        seconds = sum(float(n) * _UNITS[u] for n, u in _GO_DURATION_PART.findall(text))
-        return min(max(seconds, ANSWER_MARGIN + 0.5), MAX_TIMEOUT)
+    seconds = go_duration_seconds(text) if text else None
+    if seconds is not None:
+        return min(max(float(seconds), ANSWER_MARGIN + 0.5), MAX_TIMEOUT)
     return DEFAULT_TIMEOUT
 
 

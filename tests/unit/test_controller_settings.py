@@ -33,6 +33,12 @@ def test_environment() -> None:
         ("PILOTFISH_LEADER_LEASE_DURATION", "1.5s", "a Lease counts whole seconds"),
         ("PILOT_IP_AUTOALLOCATE_IPV6_PREFIX", "2001:2::/200", "does not appear to be an IPv4 or IPv6 network"),
         ("PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", "2001:2::/48", "not an IPv4 prefix"),
+        # what str.isdigit lets through and int() then refuses: a clear error, not a traceback
+        ("PILOT_PUSH_THROTTLE", "\u00b2", "want a positive integer"),
+        ("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "\u00b2", "want a whole percentage"),
+        ("PILOT_DEBOUNCE_AFTER", "\u0663s", "want a duration"),
+        ("PILOT_DEBOUNCE_AFTER", "1" * 16_000, "out of range"),
+        ("PILOT_DEBOUNCE_AFTER", "2562048h", "out of range"),
     ],
 )
 def test_bad_values_name_the_variable(key: str, value: str, reason: str) -> None:
