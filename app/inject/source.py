@@ -10,12 +10,12 @@ content stays in force."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from app.api.mesh import MeshConfig
 from app.errors import SettingsError
+from app.file_stamp import Stamp, file_stamp
 from app.inject.config import parse_injection_config
 from app.inject.injector import parse_templates
 from app.inject.inputs import InjectionInputs, injector_for
@@ -31,17 +31,16 @@ class _WatchedFile:
         self.path, self.flag, self._check = path, flag, check
         # the version last read, good or bad (a bad one is checked and logged once, not at every
         # review: the check parses every template on the event loop), or why it cannot be stat'ed
-        self._seen: tuple[int, int] | str | None = None
+        self._seen: Stamp | str | None = None
         self.text: str | None = None
 
     def refresh(self, *, strict: bool) -> None:
         """Read the file again if it changed; ``strict``: a bad one raises, else it is logged."""
         if self.path is None:
             return
-        seen: tuple[int, int] | str | None = None
+        seen: Stamp | str | None = None
         try:
-            stat = os.stat(self.path)
-            seen = (stat.st_mtime_ns, stat.st_size)
+            seen = file_stamp(self.path)
             if seen == self._seen:
                 return
             text = self.path.read_text()

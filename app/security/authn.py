@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Protocol
 from cryptography import x509
 
 from app.errors import SettingsError
+from app.file_stamp import Stamp, file_stamp
 
 BEARER = "bearer "
 
@@ -97,14 +97,13 @@ class TrustedTokenFile:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: Stamp | None = None
         self._tokens: Mapping[str, tuple[str, str]] = {}
         self.reload()  # a bad file at start is a settings error
 
     def reload(self) -> None:
         try:
-            st = os.stat(self._path)
-            stamp = (st.st_mtime_ns, st.st_size)
+            stamp = file_stamp(self._path)
             if stamp == self._stamp:
                 return
             text = self._path.read_text()

@@ -3,28 +3,26 @@
 intermediate (or a mounted ``cacerts`` Secret is renewed and the kubelet swaps the files in), and
 the new one signs from then on without a restart.
 
-The files are checked every ``interval`` (a stat of each: inode, time and size). A changed set
-is loaded whole; a set that does not load (half-written, a key that does not match) is logged
-and the CA in force stays, as is a new root bundle unless ISTIO_MULTIROOT_MESH allows it (one
-bundle a subset of the other: istiod's rule, ``root_change_refusal``)."""
+The files are checked every ``interval`` (``FileSetStamp``). A changed set is loaded whole; a set
+that does not load (half-written, a key that does not match) is logged and the CA in force stays,
+as is a new root bundle unless ISTIO_MULTIROOT_MESH allows it (one bundle a subset of the other:
+istiod's rule, ``root_change_refusal``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from app.errors import SettingsError
+from app.file_stamp import FileSetStamp
 from app.security.ca import CA_FILES, CRL_FILE, CertificateAuthority
 from app.security.ca_secret import root_change_refusal
 
 logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 1.0  # seconds between looks at the files
-
-_Stamp = tuple[tuple[int, int, int] | None, ...]  # per file (inode, mtime, size); None: absent
 
 
 class CaDirWatch:
@@ -33,25 +31,13 @@ class CaDirWatch:
         self._dir = ca_dir
         self._current = current
         self._multi_root = multi_root
-        self._seen = self._stamp()
-
-    def _stamp(self) -> _Stamp:
-        def one(name: str) -> tuple[int, int, int] | None:
-            try:
-                s = os.stat(self._dir / name)
-            except OSError:
-                return None
-            return s.st_ino, s.st_mtime_ns, s.st_size
-
-        return tuple(one(name) for name in (*CA_FILES, CRL_FILE))
+        self._files = FileSetStamp(ca_dir / name for name in (*CA_FILES, CRL_FILE))
 
     def check(self) -> CertificateAuthority | None:
         """The dir's CA when its files changed since last looked at and may replace the one in
         force; None otherwise (unchanged, not loadable, or refused: logged)."""
-        stamp = self._stamp()
-        if stamp == self._seen:
+        if not self._files.changed():
             return None
-        self._seen = stamp
         current = self._current()
         try:
             ca = CertificateAuthority.load(self._dir)

@@ -4,26 +4,24 @@ initFileCertificateWatches). In a cluster they are a ``kubernetes.io/tls`` Secre
 volume, which cert-manager renews before it expires and the kubelet swaps in; read once, the
 certificate would be served until it expired and every admission call after failed.
 
-The files are checked every ``interval`` (a stat of each: inode, time and size, which a kubelet
-swap or an overwrite changes). A changed pair is tried on a context of its own first and taken
-into the one the server hands out only when the key matches the certificate, so a rotation seen
-half-written leaves the pair in force; handshakes from then on present the new one."""
+The files are checked every ``interval`` (``FileSetStamp``). A changed pair is tried on a context
+of its own first and taken into the one the server hands out only when the key matches the
+certificate, so a rotation seen half-written leaves the pair in force; handshakes from then on
+present the new one."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import ssl
 from pathlib import Path
 
 from app.errors import SettingsError
+from app.file_stamp import FileSetStamp
 
 logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 1.0  # seconds between looks at the files
-
-_Stamp = tuple[tuple[int, int, int], ...] | str  # per file (inode, mtime, size), or why not
 
 
 def file_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -42,22 +40,13 @@ class FileCertificate:
     def __init__(self, cert: Path, key: Path) -> None:
         """Raises SettingsError naming the files when they do not hold a matching pair."""
         self._cert, self._key = cert, key
-        self._seen = self._stamp()
+        self._files = FileSetStamp((cert, key))
         self.context = file_context(cert, key)
-
-    def _stamp(self) -> _Stamp:
-        try:
-            stats = [os.stat(path) for path in (self._cert, self._key)]
-        except OSError as e:
-            return str(e)
-        return tuple((s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
 
     def check(self) -> bool:
         """Take the files' pair if they changed since last looked at and hold a good one; True if taken."""
-        stamp = self._stamp()
-        if stamp == self._seen:
+        if not self._files.changed():
             return False
-        self._seen = stamp
         try:
             file_context(self._cert, self._key)  # the whole pair, before the context in use changes
             self.context.load_cert_chain(self._cert, self._key)
