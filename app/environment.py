@@ -26,6 +26,7 @@ _STORE_KINDS = frozenset(
         Kind.PEER_AUTHENTICATION,
         Kind.AUTHORIZATION_POLICY,
         Kind.REQUEST_AUTHENTICATION,
+        Kind.PROXY_CONFIG,
         Kind.MESH_CONFIG,
         Kind.SECRET,
     }

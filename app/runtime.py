@@ -182,7 +182,9 @@ class Runtime:
             self.webhook = WebhookServer(
                 tls=self._webhook_file_tls if files else self._webhook_tls,
                 system_namespace=settings.system_namespace,
-                injection=injection_source(settings, lambda: self.env.store.mesh),
+                injection=injection_source(
+                    settings, lambda: self.env.store.mesh, lambda: self.env.store.list(Kind.PROXY_CONFIG)
+                ),
             )
         self.started = asyncio.Event()
 

@@ -42,11 +42,16 @@ from app.errors import ConfigError, FieldError
 logger = logging.getLogger(__name__)
 
 # the API group of each kind pilotfish reads, and the versions of it served; Istio serves
-# networking v1, v1beta1 and v1alpha3 with one schema, security v1 and v1beta1
+# networking v1, v1beta1 and v1alpha3 with one schema (ProxyConfig v1beta1 only), security v1
+# and v1beta1
 _NETWORKING, _SECURITY = "networking.istio.io", "security.istio.io"
 _SECURITY_KINDS = frozenset({Kind.PEER_AUTHENTICATION, Kind.AUTHORIZATION_POLICY, Kind.REQUEST_AUTHENTICATION})
 _GROUPS: Mapping[Kind, tuple[str, frozenset[str]]] = {
-    **{k: (_NETWORKING, frozenset({"v1", "v1beta1", "v1alpha3"})) for k in ISTIO_KINDS - _SECURITY_KINDS},
+    **{
+        k: (_NETWORKING, frozenset({"v1", "v1beta1", "v1alpha3"}))
+        for k in ISTIO_KINDS - _SECURITY_KINDS - {Kind.PROXY_CONFIG}
+    },
+    Kind.PROXY_CONFIG: (_NETWORKING, frozenset({"v1beta1"})),
     **{k: (_SECURITY, frozenset({"v1", "v1beta1"})) for k in _SECURITY_KINDS},
     **{k: ("", frozenset({"v1"})) for k in (Kind.SERVICE, Kind.POD, Kind.NAMESPACE, Kind.NODE, Kind.CONFIG_MAP)},
     Kind.SECRET: ("", frozenset({"v1"})),

@@ -28,6 +28,9 @@ class Kind(enum.StrEnum):
     PEER_AUTHENTICATION = "PeerAuthentication"
     AUTHORIZATION_POLICY = "AuthorizationPolicy"
     REQUEST_AUTHENTICATION = "RequestAuthentication"
+    # what injection gives a pod's proxy (concurrency, environment, image), over the mesh's
+    # defaultConfig: read by the injector only, never by xDS (istiod's push skip lists hold it)
+    PROXY_CONFIG = "ProxyConfig"
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
@@ -56,6 +59,7 @@ ISTIO_KINDS = frozenset(
         Kind.PEER_AUTHENTICATION,
         Kind.AUTHORIZATION_POLICY,
         Kind.REQUEST_AUTHENTICATION,
+        Kind.PROXY_CONFIG,
     }
 )
 

@@ -16,7 +16,13 @@ from app.inject.config import InjectionConfig
 from app.inject.funcs import INJECTION_FUNCS
 from app.inject.pipeline import InjectionParameters, deploy_meta_from_pod, inject_pod
 from app.inject.policy import inject_required
-from app.inject.proxy_config import PROXY_CONFIG_ANNOTATION, apply_proxy_config, injection_mesh
+from app.inject.proxy_config import (
+    NO_PROXY_CONFIGS,
+    PROXY_CONFIG_ANNOTATION,
+    ProxyConfigs,
+    apply_proxy_config,
+    injection_mesh,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +58,15 @@ class Injector:
         templates = parse_templates(config.templates)
         return cls(config, templates, values, injection_mesh(mesh), revision, native_sidecars, compliance_policy)
 
-    def inject(self, pod: Mapping[str, Any], namespace: str, path: str = "/inject") -> dict[str, Any] | None:
-        """The injected pod, or None when policy says the pod gets no sidecar (webhook.inject)."""
+    def inject(
+        self,
+        pod: Mapping[str, Any],
+        namespace: str,
+        path: str = "/inject",
+        proxy_configs: ProxyConfigs = NO_PROXY_CONFIGS,
+    ) -> dict[str, Any] | None:
+        """The injected pod, or None when policy says the pod gets no sidecar (webhook.inject);
+        its proxy's ProxyConfig as ``proxy_configs`` make it (GetProxyConfigOrDefault)."""
         meta = dict(pod.get("metadata") or {})
         meta.pop("managedFields", None)  # large, and no part of injection
         if not meta.get("namespace"):
@@ -62,9 +75,8 @@ class Injector:
         if not inject_required(self.config, pod.get("spec") or {}, meta):
             return None
         annotation = (meta.get("annotations") or {}).get(PROXY_CONFIG_ANNOTATION)
-        proxy_config = self.mesh.default_config
-        if annotation is not None:
-            proxy_config = apply_proxy_config(annotation, proxy_config)
+        labels = meta.get("labels") or {}
+        proxy_config = proxy_configs.effective(self.mesh.default_config, namespace, labels, annotation)
         deploy, type_meta = deploy_meta_from_pod(meta)
         return inject_pod(InjectionParameters(
             pod=pod, deploy_meta=deploy, type_meta=type_meta, templates=self.templates, mesh=self.mesh,

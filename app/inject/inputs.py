@@ -1,14 +1,17 @@
-"""What the webhook's injector is built from, as one hashable value a worker process can be
-handed with each review (it builds the Injector once per distinct inputs and keeps it)."""
+"""What the webhook's injection reads, as one hashable value a worker process can be handed with
+each review (it builds the Injector once per distinct inputs but their ProxyConfig resources,
+which each injection reads, and keeps it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 from app.api.mesh import MeshConfig
 from app.inject.config import default_injection_config, default_values, parse_injection_config
 from app.inject.injector import Injector
+from app.inject.proxy_config import NO_PROXY_CONFIGS, ProxyConfigs
 from app.inject.values import parse_values
 
 
@@ -23,10 +26,17 @@ class InjectionInputs:
     # defaultConfig.discoveryAddress nor the values' global.caAddress says
     control_plane_address: str = "istiod.istio-system.svc:15012"
     compliance_policy: str = ""
+    proxy_configs: ProxyConfigs = NO_PROXY_CONFIGS
+
+
+def injector_for(inputs: InjectionInputs) -> Injector:
+    """The Injector of ``inputs`` (the same one while all but their ProxyConfigs are the same:
+    a new ProxyConfig resource does not parse the templates again)."""
+    return _injector(dataclasses.replace(inputs, proxy_configs=NO_PROXY_CONFIGS))
 
 
 @functools.lru_cache(maxsize=4)
-def injector_for(inputs: InjectionInputs) -> Injector:
+def _injector(inputs: InjectionInputs) -> Injector:
     config = (
         default_injection_config()
         if inputs.config is None

@@ -10,16 +10,18 @@ content stays in force."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.api.mesh import MeshConfig
+from app.config.objects import ConfigObject
 from app.errors import SettingsError
 from app.file_stamp import Stamp, file_stamp
 from app.inject.config import parse_injection_config
 from app.inject.injector import parse_templates
 from app.inject.inputs import InjectionInputs, injector_for
 from app.inject.native_sidecars import NativeSidecarMode, detect_native_sidecar
+from app.inject.proxy_config import NO_PROXY_CONFIGS, ProxyConfigs
 from app.inject.values import parse_values
 from app.settings import Settings
 
@@ -62,7 +64,13 @@ def _check_config(text: str, source: str) -> None:
     parse_templates(parse_injection_config(text, source).templates)
 
 
-def injection_source(settings: Settings, mesh: Callable[[], MeshConfig]) -> Callable[[], InjectionInputs]:
+def injection_source(
+    settings: Settings,
+    mesh: Callable[[], MeshConfig],
+    proxy_configs: Callable[[], Sequence[ConfigObject]] = tuple,
+) -> Callable[[], InjectionInputs]:
+    """What each review injects from: the injector's files (read again when they change), the
+    mesh config and the ProxyConfig resources in force (``proxy_configs``)."""
     files = (
         _WatchedFile(settings.inject_config, "--inject-config", _check_config),
         _WatchedFile(settings.inject_values, "--inject-values", parse_values),
@@ -77,17 +85,30 @@ def injection_source(settings: Settings, mesh: Callable[[], MeshConfig]) -> Call
     if settings.native_sidecars is NativeSidecarMode.AUTO and settings.kubeconfig is None and not settings.in_cluster:
         logger.warning("ENABLE_NATIVE_SIDECARS=auto without Kubernetes: no node to ask; native sidecars are off")
 
+    # the resources last read and what they made (the store hands out the same tuple until the
+    # kind changes)
+    last: tuple[Sequence[ConfigObject], ProxyConfigs] = ((), NO_PROXY_CONFIGS)
+
+    def resources(root_namespace: str) -> ProxyConfigs:
+        nonlocal last
+        objects = proxy_configs()
+        if objects is not last[0] or last[1].root_namespace != root_namespace:
+            last = (objects, ProxyConfigs.of(root_namespace, objects))
+        return last[1]
+
     def inputs(*, strict: bool = False) -> InjectionInputs:
         for f in files:
             f.refresh(strict=strict)
         config, values = (f.text for f in files)
+        in_force = mesh()
         return InjectionInputs(
             config,
             values,
-            mesh().SerializeToString(),
+            in_force.SerializeToString(),
             settings.revision or "default",
             native_sidecars,
             address,
+            proxy_configs=resources(in_force.root_namespace or settings.system_namespace),
         )
 
     injector_for(inputs(strict=True))  # its templates parse, or pilotfish stops here saying why

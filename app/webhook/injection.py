@@ -67,7 +67,7 @@ def inject_decision(request: Mapping[str, Any], inputs: InjectionInputs, path: s
     if namespace:
         meta["namespace"] = namespace
     try:
-        injected = injector_for(inputs).inject(original, namespace, path)
+        injected = injector_for(inputs).inject(original, namespace, path, inputs.proxy_configs)
     except (InjectionError, SettingsError, PilotfishError) as e:
         logger.info("pod injection failed: %s", e)
         return _refused(str(e))

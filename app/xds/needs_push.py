@@ -66,6 +66,8 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         Kind.AUTHORIZATION_POLICY: frozenset({LISTENER}),
         # the same skip lists hold RequestAuthentication: the jwt_authn filter is the listeners'
         Kind.REQUEST_AUTHENTICATION: frozenset({LISTENER}),
+        # read at injection only: in every type's skip list (cds.go, eds.go, lds.go, rds.go, nds.go)
+        Kind.PROXY_CONFIG: frozenset(),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL | {SECRET},
         Kind.CONFIG_MAP: _ALL | {SECRET},

@@ -135,3 +135,24 @@ def test_pods_the_policy_skips_are_left_alone(kube: Cluster, injecting: str) -> 
     assert _names(pod) == [] and "sidecar.istio.io/status" not in pod["metadata"].get("annotations", {})
     elsewhere = kube.namespace("plain")
     assert _names(kube.create(POD, namespace=elsewhere)) == []
+
+
+def test_a_proxy_config_resource_reaches_the_pods_created_after_it(kube: Cluster, injecting: str) -> None:
+    """A ProxyConfig made through the API server (read by pilotfish's informer, with the chart's
+    RBAC) is in the injection of the next pods it selects, as istiod's webhook reads it."""
+    spec = {"selector": {"matchLabels": {"app": "hello"}}, "concurrency": 2, "environmentVariables": {"TIER": "web"}}
+    config = {"apiVersion": "networking.istio.io/v1beta1", "kind": "ProxyConfig", "metadata": {"name": "hello"},
+              "spec": spec}  # fmt: skip
+    kube.create(config, namespace=injecting)
+    path = kube.path("v1", "Pod", injecting)
+
+    def proxy_env() -> dict[str, Any]:
+        pod = kube.request("POST", path, POD, query={"dryRun": "All"})
+        return _env(next(c for c in pod["spec"]["initContainers"] if c["name"] == "istio-proxy"))
+
+    env = kube.wait_for("the ProxyConfig in the injection", lambda: (e := proxy_env()).get("TIER") and e)
+    assert json.loads(env["PROXY_CONFIG"]) == {"concurrency": 2, "proxyMetadata": {"TIER": "web"}}
+    other = {**POD, "metadata": {"name": "other", "labels": {"app": "other"}}}
+    pod = kube.create(other, namespace=injecting)
+    proxy = next(c for c in pod["spec"]["initContainers"] if c["name"] == "istio-proxy")
+    assert "TIER" not in _env(proxy)

@@ -24,6 +24,7 @@ CLUSTER_RULES = [
             "workloadentries",
             "sidecars",
             "gateways",
+            "proxyconfigs",
         ],
         "verbs": READ,
     },

@@ -30,7 +30,7 @@ def changed(*kinds: Kind) -> PushRequest:
 def test_every_kind_is_in_the_table_and_names_only_ads_types() -> None:
     assert set(AFFECTS) == set(Kind)
     for kind, types in AFFECTS.items():
-        assert types, kind
+        assert types or kind is Kind.PROXY_CONFIG, kind  # read at injection only
         assert types <= set(ADS_ORDER), kind
 
 
@@ -55,6 +55,8 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     # skipped by every generator but LDS (RDS follows listeners)
     Kind.AUTHORIZATION_POLICY: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
     Kind.REQUEST_AUTHENTICATION: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
+    # in every type's skip list: injection reads it, no proxy's xDS does
+    Kind.PROXY_CONFIG: ([], []),
     # istiod pushes a mesh config change Forced: every type, secrets too
     Kind.MESH_CONFIG: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),
     Kind.CONFIG_MAP: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),

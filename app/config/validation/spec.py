@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from app.api import networking as net
 from app.api import security as sec
+from app.api.istio.networking.v1beta1.proxy_config_pb2 import ProxyConfig
 from app.config.go_strconv import go_int
 from app.config.host import is_ip_address, validate_fqdn
 from app.config.objects import ConfigObject, Kind
@@ -52,6 +53,7 @@ SPEC_MESSAGES: Mapping[Kind, type[Message]] = {
     Kind.PEER_AUTHENTICATION: sec.PeerAuthentication,
     Kind.AUTHORIZATION_POLICY: sec.AuthorizationPolicy,
     Kind.REQUEST_AUTHENTICATION: sec.RequestAuthentication,
+    Kind.PROXY_CONFIG: ProxyConfig,
 }
 
 
@@ -443,6 +445,13 @@ def _check_server_tls(path: str, tls: net.ServerTLSSettings) -> None:
             raise fail(f"{path}.caCrl", "CRL is not supported with SIMPLE TLS")
 
 
+def _validate_proxy_config(pc: ProxyConfig, namespace: str) -> None:
+    """istiod validation.ValidateProxyConfig: the selector, and a concurrency of 0 or more."""
+    check_workload_selector("selector.matchLabels", pc.selector.match_labels)
+    if pc.concurrency.value < 0:
+        raise fail("concurrency", "concurrency must be greater than or equal to 0")
+
+
 _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.DESTINATION_RULE: validate_destination_rule,
     Kind.VIRTUAL_SERVICE: validate_virtual_service,
@@ -453,4 +462,5 @@ _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.AUTHORIZATION_POLICY: validate_authorization_policy,
     Kind.REQUEST_AUTHENTICATION: validate_request_authentication,
     Kind.GATEWAY: _validate_gateway,
+    Kind.PROXY_CONFIG: _validate_proxy_config,
 }

@@ -109,4 +109,5 @@ ISTIO_RESOURCES = (
     KubeResource(Kind.PEER_AUTHENTICATION, ISTIO_SECURITY, SECURITY_VERSIONS, "peerauthentications"),
     KubeResource(Kind.AUTHORIZATION_POLICY, ISTIO_SECURITY, SECURITY_VERSIONS, "authorizationpolicies"),
     KubeResource(Kind.REQUEST_AUTHENTICATION, ISTIO_SECURITY, SECURITY_VERSIONS, "requestauthentications"),
+    KubeResource(Kind.PROXY_CONFIG, ISTIO_NETWORKING, ("v1beta1",), "proxyconfigs"),
 )
