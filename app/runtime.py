@@ -180,7 +180,7 @@ class Runtime:
             from app.webhook.server import WebhookServer
 
             self.webhook = WebhookServer(
-                tls=self._webhook_file_tls if files else self._webhook_tls,
+                self._webhook_file_tls if files else self._webhook_tls,
                 system_namespace=settings.system_namespace,
                 injection=injection_source(
                     settings, lambda: self.env.store.mesh, lambda: self.env.store.list(Kind.PROXY_CONFIG)

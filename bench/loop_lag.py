@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from app.sources.files import FileSource
 from app.sources.kube.resources import ISTIO_RESOURCES
 from app.sources.kube.source import KubeSource
 from app.sources.kube.store import Delta
+from app.webhook.file_certificate import file_context
 from app.webhook.server import WebhookServer
 
 RESULTS = Path(__file__).parent / "results"
@@ -161,7 +163,7 @@ class WebhookPath:
         cert.cert_chain_pems[0].write_to_path(str(workdir / "tls.crt"))
         cert.private_key_pem.write_to_path(str(workdir / "tls.key"))
         ca.cert_pem.write_to_path(str(workdir / "ca.crt"))
-        self._server = WebhookServer(workdir / "tls.crt", workdir / "tls.key")
+        self._server = WebhookServer(partial(file_context, workdir / "tls.crt", workdir / "tls.key"))
 
     async def start(self) -> None:
         await self._server.start("127.0.0.1:0")

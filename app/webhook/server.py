@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -46,7 +44,6 @@ from app.inject.inputs import InjectionInputs
 from app.inject.native_sidecars import KubeletVersions
 from app.settings import split_address
 from app.webhook.admission import review_body, uid_in, undecodable
-from app.webhook.file_certificate import file_context
 from app.webhook.injection import BOUND_NODE, inject_review_body
 from app.workers import DeadlineExceeded, WorkerError, WorkerPool
 
@@ -115,25 +112,19 @@ _Run = Callable[[WorkerPool, bytes, float], Awaitable[dict[str, Any]]]
 class WebhookServer:
     def __init__(
         self,
-        cert: Path | None = None,
-        key: Path | None = None,
+        tls: Callable[[], ssl.SSLContext],
         *,
-        tls: Callable[[], ssl.SSLContext] | None = None,
         system_namespace: str = "istio-system",
         pool: WorkerPool | None = None,
         injection: Callable[[], InjectionInputs] | None = None,
         nodes: Nodes | None = None,
     ) -> None:
-        """TLS with the PEM files ``cert`` and ``key``, or the context ``tls()`` gives at start
-        (pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
+        """TLS with the context ``tls()`` gives at start (``file_context`` of the PEM files, or
+        pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
         validated (by default, ``WORKERS`` processes of its own); ``injection``: what pods are
         injected with (None: no ``/inject``), in ``WORKERS`` processes of its own; ``nodes``:
         the kubelets native sidecars are decided by per pod (ENABLE_NATIVE_SIDECARS=auto; None:
         the inputs' own ``native_sidecars``), also settable until the first review."""
-        if tls is None:
-            if cert is None or key is None:
-                raise ValueError("WebhookServer: want cert and key, or tls")
-            tls = functools.partial(file_context, cert, key)
         self._tls = tls
         self._injection = injection
         self.nodes = nodes

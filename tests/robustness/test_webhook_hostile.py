@@ -13,6 +13,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import aiohttp
 import pytest
 import trustme
 
+from app.webhook.file_certificate import file_context
 from app.webhook.server import MAX_REVIEWS_IN_FLIGHT, BodyBytes, WebhookServer
 from tests.robustness import test_loop_stall as stall
 
@@ -78,7 +80,7 @@ async def _serve(tmp_path: Path, pool: Any = None) -> tuple[WebhookServer, ssl.S
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     kwargs: dict[str, Any] = {"pool": pool} if pool is not None else {}
-    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", **kwargs)
+    server = WebhookServer(partial(file_context, tmp_path / "tls.crt", tmp_path / "tls.key"), **kwargs)
     await server.start("127.0.0.1:0")
     client = ssl.create_default_context()
     ca.configure_trust(client)

@@ -10,6 +10,7 @@ import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import trustme
 
 from app.config.mesh import default_mesh_config
 from app.inject.inputs import InjectionInputs
+from app.webhook.file_certificate import file_context
 from app.webhook.server import MAX_REVIEWS_IN_FLIGHT, WebhookServer
 
 # every pod injected with this runs far longer than any webhook timeout (30 million template steps)
@@ -48,7 +50,7 @@ async def webhook(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext]]:
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     inputs = InjectionInputs(LOOPING, None, default_mesh_config().SerializeToString(), native_sidecars=False)
-    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", injection=lambda: inputs)
+    server = WebhookServer(partial(file_context, tmp_path / "tls.crt", tmp_path / "tls.key"), injection=lambda: inputs)
     await server.start("127.0.0.1:0")
     client = ssl.create_default_context()
     ca.configure_trust(client)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import trustme
 
 from app.webhook.admission import ReviewError, review
+from app.webhook.file_certificate import file_context
 from app.webhook.server import WebhookServer
 
 RULE = {
@@ -85,7 +87,7 @@ async def webhook(tmp_path: Path) -> AsyncIterator[tuple[WebhookServer, ssl.SSLC
     cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.cert_chain_pems[0].write_to_path(str(cert_file))
     cert.private_key_pem.write_to_path(str(key_file))
-    server = WebhookServer(cert_file, key_file)
+    server = WebhookServer(partial(file_context, cert_file, key_file))
     await server.start("127.0.0.1:0")
     client = ssl.create_default_context()
     ca.configure_trust(client)

@@ -161,7 +161,7 @@ async def test_renewed_at_half_life_and_after_a_root_change_and_the_patcher_told
 async def test_the_webhook_server_presents_the_ca_issued_certificate(unused_tcp_port: int) -> None:
     ca = CertificateAuthority.self_signed("cluster.local")
     serving = ServingCertificate(lambda: ca, ("istiod.istio-system.svc",), ("127.0.0.1",))
-    server = WebhookServer(tls=lambda: serving.context)
+    server = WebhookServer(lambda: serving.context)
     await server.start(f"127.0.0.1:{unused_tcp_port}")
     try:
         trusting = ssl.create_default_context(cadata=serving.ca_bundle)

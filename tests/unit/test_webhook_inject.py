@@ -11,6 +11,7 @@ import os
 import re
 import ssl
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from app.errors import SettingsError
 from app.inject.inputs import InjectionInputs, injector_for
 from app.inject.source import injection_source
 from app.settings import Settings
+from app.webhook.file_certificate import file_context
 from app.webhook.server import WebhookServer
 from tests.support.json_patch import apply_patch
 
@@ -46,7 +48,7 @@ async def webhook(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext]]:
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     inputs = InjectionInputs(None, None, default_mesh_config().SerializeToString(), native_sidecars=False)
-    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", injection=lambda: inputs)
+    server = WebhookServer(partial(file_context, tmp_path / "tls.crt", tmp_path / "tls.key"), injection=lambda: inputs)
     await server.start("127.0.0.1:0")
     client = ssl.create_default_context()
     ca.configure_trust(client)

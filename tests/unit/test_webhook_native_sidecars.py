@@ -11,6 +11,7 @@ import json
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import trustme
 from app.config.mesh import default_mesh_config
 from app.inject.inputs import InjectionInputs
 from app.inject.native_sidecars import KubeletVersions
+from app.webhook.file_certificate import file_context
 from app.webhook.server import WebhookServer
 from tests.support.json_patch import apply_patch
 
@@ -49,7 +51,9 @@ async def webhook(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext, No
     # the inputs' own decision (auto without nodes) is off: the nodes decide
     inputs = InjectionInputs(None, None, default_mesh_config().SerializeToString(), native_sidecars=False)
     nodes = Nodes()
-    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", injection=lambda: inputs, nodes=nodes)
+    server = WebhookServer(
+        partial(file_context, tmp_path / "tls.crt", tmp_path / "tls.key"), injection=lambda: inputs, nodes=nodes
+    )
     await server.start("127.0.0.1:0")
     client = ssl.create_default_context()
     ca.configure_trust(client)
