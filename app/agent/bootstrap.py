@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.config.go_strconv import go_bool
 from app.settings import split_address
 
 ApiType = Literal["GRPC", "DELTA_GRPC"]
@@ -48,8 +49,6 @@ _STRING_BOOLS = frozenset(
         "ENVOY_SKIP_DEPRECATED_LOGS",
     }
 )  # fmt: skip
-_TRUE = ("1", "t", "T", "true", "TRUE", "True")
-_FALSE = ("0", "f", "F", "false", "FALSE", "False")
 _APP_LABELS = ("app", "app.kubernetes.io/name", "service.istio.io/canonical-name")  # pkg/kube/labels GetApp
 _LOCALITY_LABELS = ("topology.istio.io/locality", "istio-locality")  # pkg/model/proxy.go GetLocalityLabel
 
@@ -131,7 +130,7 @@ def agent_config(
         metadata=meta,
         locality=locality,
         # pilot/pkg/features/experimental.go: ISTIO_DELTA_XDS defaults to true
-        api_type="GRPC" if env.get("ISTIO_DELTA_XDS", "true") in _FALSE else "DELTA_GRPC",
+        api_type="GRPC" if go_bool(env.get("ISTIO_DELTA_XDS", "true")) is False else "DELTA_GRPC",
     )
 
 
@@ -299,10 +298,9 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
 def _string_bool(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if value in _TRUE:
-        return "true"
-    if value in _FALSE:
-        return "false"
+    parsed = go_bool(value) if isinstance(value, str) else None
+    if parsed is not None:
+        return "true" if parsed else "false"
     raise AgentConfigError(f"{META_PREFIX}{key}={value!r}: want a boolean (true/false/1/0)")
 
 

@@ -3,8 +3,8 @@ model.AuthorizationPolicies.ListAuthorizationPolicies selects them (pilot/pkg/mo
 a namespace's selector-less policies apply to its workloads and a selector policy to those of its
 workloads whose labels it matches; a root-namespace policy does the same for the workloads of
 every namespace. Policies bound with ``targetRef(s)`` (Gateway API, waypoints) select no sidecar or
-Istio gateway. CUSTOM policies need an extension provider, which pilotfish does not configure;
-they are listed apart so the builder can refuse traffic they would have judged.
+Istio gateway. CUSTOM policies are listed apart: each names a mesh config extension provider,
+whose filters come before the others (app/translate/listener/ext_authz.py).
 """
 
 from __future__ import annotations

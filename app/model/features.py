@@ -10,20 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from app.config.go_strconv import go_bool
 from app.errors import SettingsError
 from app.model.jwks import fetch_mode
-
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
 
 
 def parse_bool(key: str, text: str) -> bool:
     """A boolean as Go's strconv.ParseBool reads it (istiod's env flags and StringBool metadata)."""
-    value = text.strip()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
+    value = go_bool(text.strip())
+    if value is not None:
+        return value
     raise SettingsError(f"{key}={text!r}: want true or false")
 
 
@@ -43,6 +39,9 @@ class Features:
     # PILOT_JWT_ENABLE_REMOTE_JWKS: who fetches a RequestAuthentication's jwksUri keys
     # (app/model/jwks.py: "istiod" the control plane, "envoy" the proxy, "hybrid" either)
     jwks_fetch_mode: str = "istiod"
+    # PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS: a workload's CUSTOM policies may name more
+    # than one provider (else every one of them denies what it matches)
+    multiple_custom_authz_providers: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Features:
@@ -53,6 +52,7 @@ class Features:
             ("multicluster_headless", "ENABLE_MULTICLUSTER_HEADLESS"),
             ("tls_on_sidecar_ingress", "ENABLE_TLS_ON_SIDECAR_INGRESS"),
             ("sidecar_service_inbound_listener_merge", "PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE"),
+            ("multiple_custom_authz_providers", "PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS"),
         ):
             if key in env:
                 values[name] = parse_bool(key, env[key])

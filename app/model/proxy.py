@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config.go_strconv import go_bool
 from app.config.objects import EMPTY_LABELS
 from app.errors import PilotfishError, shown
 
@@ -139,4 +140,4 @@ def _bool(value: Any) -> bool:
     """istiod's StringBool metadata: Go's ParseBool of a string; anything else is false."""
     if isinstance(value, bool):
         return value
-    return isinstance(value, str) and value.strip() in ("1", "t", "T", "true", "TRUE", "True")
+    return isinstance(value, str) and go_bool(value.strip()) is True

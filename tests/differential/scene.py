@@ -33,7 +33,8 @@ READY_ANNOTATION = "pilotfish.test/ready"
 POD_SUBNET = ipaddress.IPv4Network("10.244.0.0/16")  # pod addresses: never dialled, only listed
 TRUST_DOMAIN = "cluster.local"
 # what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
-# values: meshConfig defaults); rootNamespace and the selector are added per scene
+# values: meshConfig defaults); rootNamespace and the selector are added per scene, and two
+# ext_authz providers for data/features.yaml's CUSTOM policy (its ServiceEntry ext-authz)
 MESH = """\
 defaultConfig:
   discoveryAddress: istiod.{system}.svc:15012
@@ -42,6 +43,20 @@ trustDomain: cluster.local
 enablePrometheusMerge: true
 discoverySelectors:
 - matchLabels: {{{label}: '{token}'}}
+extensionProviders:
+- name: ext-authz-grpc
+  envoyExtAuthzGrpc:
+    service: ext-authz.example.com
+    port: 9000
+    timeout: 0.5s
+    statusOnError: "403"
+- name: ext-authz-http
+  envoyExtAuthzHttp:
+    service: ext-authz.example.com
+    port: 8000
+    pathPrefix: /check
+    includeRequestHeadersInCheck: [x-ext-authz, "x-user-*"]
+    headersToUpstreamOnAllow: [x-authz-user]
 """
 
 

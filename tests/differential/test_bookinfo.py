@@ -173,3 +173,17 @@ def test_the_pods_of_a_node_with_topology_labels_have_its_locality_on_both_sides
         groups = plain(held[side], "eds", planes.placeholders)[name]["endpoints"]
         found = {(g["locality"].get("region"), g["locality"].get("zone")) for g in groups}
         assert found == {("us-east1", "us-east1-b")}, f"{side}: {groups}"
+
+
+CUSTOM = [("web", "ext-authz-grpc"), ("istio-ingressgateway", "ext-authz-http")]
+
+
+@pytest.mark.parametrize(("workload", "provider"), CUSTOM)
+def test_the_custom_policies_are_ext_authz_filters_on_both_sides(planes: Planes, workload: str, provider: str) -> None:
+    """The scene's CUSTOM policies name providers both control planes can use: the identical
+    listeners above carry the provider's ext_authz filter, not the deny a bad provider gives."""
+    held = planes.config(workload)
+    for side in ("istiod", "pilotfish"):
+        text = json.dumps(plain(held[side], "lds", planes.placeholders))
+        assert "envoy.filters.http.ext_authz" in text and f"istio-ext-authz-{provider}-ns[" in text, side
+        assert "deny-due-to-bad-CUSTOM-action" not in text, side

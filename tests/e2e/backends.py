@@ -45,8 +45,14 @@ def _bind_common_port(addresses: list[str], attempts: int = 50) -> tuple[int, li
 class Backends:
     """name -> address; each server answers any request with JSON naming itself and what it got."""
 
-    def __init__(self, addresses: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        addresses: Mapping[str, str],
+        handler: Callable[[str], Callable[[web.Request], Awaitable[web.Response]]] | None = None,
+    ) -> None:
+        """``handler``: what answers for a name, instead of the JSON echo."""
         self._addresses = dict(addresses)
+        self._handler = handler or self._echo
         self.hits: Counter[str] = Counter()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="e2e-backends", daemon=True)
@@ -84,7 +90,7 @@ class Backends:
         for runner in self._runners:
             await runner.cleanup()
 
-    def _handler(self, name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    def _echo(self, name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
             self.hits[name] += 1
             body = {

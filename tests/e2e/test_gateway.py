@@ -11,16 +11,28 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import pytest
+import yaml
+from aiohttp import web
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tests.e2e.backends import Backends
 from tests.e2e.conftest import StartBackends, StartEnvoy, StartPilotfish
-from tests.e2e.harness import ConfigDir, KubernetesRegistration, backends_seen, free_port, routed_to, send, wait_until
+from tests.e2e.harness import (
+    TEMPLATES,
+    ConfigDir,
+    KubernetesRegistration,
+    backends_seen,
+    free_port,
+    routed_to,
+    send,
+    wait_until,
+)
 from tests.e2e.processes import GATEWAY
 
 VERSIONS = ("v1", "v2")
@@ -265,3 +277,91 @@ def test_gateway_requires_a_jwt_where_a_policy_says_and_accepts_one_signed_by_th
     assert send(port, "/secure/data", headers={"Authorization": f"Bearer {forged}"}).status == 401
     assert send(port, "/items").backend == "v1"
     assert envoy.rejected_updates().get("listener_manager.lds.update_rejected") == 0
+
+
+class _ExtAuthzServer:
+    """An HTTP ext_authz service: 200 when the check carries ``x-ext-authz: allow``, else 403;
+    it keeps the paths it was asked about."""
+
+    def __init__(self, address: str) -> None:
+        self.checked: list[str] = []
+        self._backends = Backends({"authz": address}, self._handler)
+
+    def _handler(self, name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def check(request: web.Request) -> web.Response:
+            self.checked.append(request.path)
+            allowed = request.headers.get("x-ext-authz") == "allow"
+            return web.Response(status=200 if allowed else 403, headers={"x-ext-authz-result": str(allowed)})
+
+        return check
+
+    def __enter__(self) -> _ExtAuthzServer:
+        self._backends.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._backends.stop()
+
+    @property
+    def port(self) -> int:
+        return self._backends.port
+
+
+def _ext_authz_config(port: int) -> str:
+    return f"""
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: ext-authz, namespace: apps}}
+spec:
+  hosts: [authz.example.internal]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{number: {port}, name: http, protocol: HTTP}}]
+  endpoints: [{{address: 127.0.0.31}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{name: ext-authz, namespace: istio-system}}
+spec:
+  selector: {{matchLabels: {{istio: ingressgateway}}}}
+  action: CUSTOM
+  provider: {{name: ext-authz-http}}
+  rules:
+  - to: [{{operation: {{paths: ["/ext/*"]}}}}]
+"""
+
+
+def test_gateway_asks_the_custom_providers_service_where_a_custom_policy_says(
+    config_dir: ConfigDir, start_backends: StartBackends, start_pilotfish: StartPilotfish, start_envoy: StartEnvoy
+) -> None:
+    """An AuthorizationPolicy CUSTOM with the mesh config's envoyExtAuthzHttp provider: the
+    gateway asks the provider's service about the paths the policy names and follows its answer;
+    with the provider gone from the mesh config, those paths are refused."""
+    registration = ServiceEntryRegistration()
+    backends = start_backends(registration.addresses)
+    port = free_port("0.0.0.0")
+    config_dir.render("gateway/gateway.yaml", gateway_port=port)
+    registration.write(config_dir, backends.port)
+    host, namespace = registration.host, registration.namespace
+    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
+    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    mesh = (TEMPLATES / "mesh.yaml").read_text()
+    with _ExtAuthzServer("127.0.0.31") as authz:
+        provider = {"name": "ext-authz-http", "envoyExtAuthzHttp": {
+            "service": "authz.example.internal", "port": authz.port, "includeRequestHeadersInCheck": ["x-ext-authz"],
+        }}  # fmt: skip
+        config_dir.write("mesh.yaml", mesh + yaml.safe_dump({"extensionProviders": [provider]}))
+        envoy = start_envoy(start_pilotfish(config_dir), GATEWAY)
+        wait_until(routed_to(port, "v1"), "the gateway to route to v1")
+        config_dir.write("ext-authz.yaml", _ext_authz_config(authz.port))
+        wait_until(lambda: send(port, "/ext/data").status == 403, "/ext to be checked and refused")
+        assert send(port, "/ext/data", headers={"x-ext-authz": "allow"}).backend == "v1"
+        assert send(port, "/items").backend == "v1"  # not a path the policy names: never checked
+        assert set(authz.checked) == {"/ext/data"}
+
+        config_dir.write("mesh.yaml", mesh)  # the provider is gone: the policy's paths are denied
+        wait_until(
+            lambda: send(port, "/ext/data", headers={"x-ext-authz": "allow"}).status == 403, "/ext to be denied"
+        )
+        assert send(port, "/items").backend == "v1"
+        assert envoy.rejected_updates().get("listener_manager.lds.update_rejected") == 0

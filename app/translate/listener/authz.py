@@ -1,15 +1,14 @@
 """AuthorizationPolicy as Envoy RBAC filters, in the shape istiod's authz builder gives them
 (pilot/pkg/security/authz/builder, model and matcher packages).
 
-Per workload: one filter per action in istiod's order — policies whose CUSTOM provider pilotfish
-cannot reach (it configures none) as a DENY, as istiod does for a provider it cannot find; then
-AUDIT (Envoy's LOG action), DENY, ALLOW. Each rule is one RBAC policy named
+Per workload: one filter per action in istiod's order, AUDIT (Envoy's LOG action), DENY, ALLOW
+(CUSTOM has filters of its own, before the workload's jwt_authn: ext_authz.py). Each rule is one RBAC policy named
 ``ns[NS]-policy[NAME]-rule[I]``: an OR over its ``to`` operations (each an AND of hosts, methods,
 paths and ports, then the permission-side conditions) and an OR over its ``from`` sources (each an
 AND of principals, service accounts, namespaces, remote IP blocks and IP blocks, then the
 principal-side conditions); a field's values are ORed, its not-values a NOT of their OR. A policy
-without rules matches nothing. A policy annotated ``istio.io/dry-run: "true"`` goes to the shadow
-rules instead.
+without rules matches nothing. A policy annotated ``istio.io/dry-run`` true (as Go's ParseBool reads it) goes
+to the shadow rules instead.
 
 JWT attributes (requestPrincipals, request.auth.*) match the payload jwt_authn verified. What a
 rule cannot say on a chain (an HTTP field on a TCP chain) is handled as istiod handles it: an
@@ -34,7 +33,7 @@ from envoy.extensions.path.match.uri_template.v3 import uri_template_match_pb2
 from envoy.type.matcher.v3 import metadata_pb2, path_pb2, regex_pb2, string_pb2, value_pb2
 
 from app.api import security as sec
-from app.config.go_strconv import go_int
+from app.config.go_strconv import go_bool, go_int
 from app.config.objects import ConfigObject
 from app.model.authz import WorkloadPolicies
 from app.translate.listener.filters import pack
@@ -347,20 +346,22 @@ def _never() -> rbac_pb2.Policy:
 # --- per action --------------------------------------------------------------------------------
 
 
-def _rules(
-    policies: Sequence[ConfigObject], action: rbac_pb2.RBAC.Action.ValueType, tcp: bool
+def action_rules(
+    policies: Sequence[ConfigObject], action: rbac_pb2.RBAC.Action.ValueType, tcp: bool, name_prefix: str = ""
 ) -> tuple[rbac_pb2.RBAC | None, rbac_pb2.RBAC | None]:
-    """(enforced rules, dry-run shadow rules) of the policies of one action."""
+    """(enforced rules, dry-run rules) of the policies of one action, each None when no policy
+    is of it; ``name_prefix`` before each rule's name (a CUSTOM provider's)."""
     enforce = rbac_pb2.RBAC(action=action)
     shadow = rbac_pb2.RBAC(action=action)
     used = {False: False, True: False}
     strict = action == rbac_pb2.RBAC.ALLOW
     for obj in policies:
         spec: sec.AuthorizationPolicy = obj.spec
-        dry_run = obj.meta.annotations.get(DRY_RUN, "").lower() == "true"
+        # isDryRun: strconv.ParseBool, a value it refuses is not a dry run
+        dry_run = go_bool(obj.meta.annotations.get(DRY_RUN, "")) is True
         target = shadow if dry_run else enforce
         used[dry_run] = True
-        prefix = f"ns[{obj.meta.namespace}]-policy[{obj.meta.name}]-rule"
+        prefix = f"{name_prefix}ns[{obj.meta.namespace}]-policy[{obj.meta.name}]-rule"
         for i, rule in enumerate(spec.rules):
             try:
                 built = _rule_policy(rule, obj.meta.namespace, tcp, strict)
@@ -373,7 +374,6 @@ def _rules(
 
 
 _ORDER = (
-    ("custom", rbac_pb2.RBAC.DENY),
     ("audit", rbac_pb2.RBAC.LOG),
     ("deny", rbac_pb2.RBAC.DENY),
     ("allow", rbac_pb2.RBAC.ALLOW),
@@ -385,7 +385,7 @@ def _each(policies: WorkloadPolicies, tcp: bool) -> list[tuple[rbac_pb2.RBAC | N
     for attribute, action in _ORDER:
         found: Sequence[ConfigObject] = getattr(policies, attribute)
         if found:
-            out.append(_rules(found, action, tcp))
+            out.append(action_rules(found, action, tcp))
     return out
 
 

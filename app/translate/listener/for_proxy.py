@@ -16,10 +16,12 @@ from collections.abc import Iterable
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
+from app.model.authz import WorkloadPolicies
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
 from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
+from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, resolve_custom
 from app.translate.listener.filters import HCM
 from app.translate.listener.gateway import build_gateway_listeners
 from app.translate.listener.inbound import InboundListenerInputs, build_inbound_listeners
@@ -58,21 +60,33 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
         targets = proxy_service_targets(proxy, push)
         authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
         jwt = push.request_authentications.for_workload(proxy.namespace, proxy.labels)
-        return build_gateway_listeners(ctx, push.gateways, targets, push.virtual_service_index, authz, jwt)
+        vs = push.virtual_service_index
+        return build_gateway_listeners(ctx, push.gateways, targets, vs, authz, jwt, _custom(push, authz))
     return build_inbound_listeners(inbound_listener_inputs(proxy, push, scope))
 
 
 def inbound_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> InboundListenerInputs:
     """What a sidecar's inbound listeners are built from (``build_inbound_listeners``)."""
+    authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
     return InboundListenerInputs(
         proxy,
         push.mesh,
         tuple(proxy_service_targets(proxy, push)),
         push.peer_authentications,
-        push.authorization_policies.for_workload(proxy.namespace, proxy.labels),
+        authz,
         push.request_authentications.for_workload(proxy.namespace, proxy.labels),
         sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features),
+        _custom(push, authz),
     )
+
+
+def _custom(push: PushContextView, authz: WorkloadPolicies) -> CustomAuthz:
+    """The workload's CUSTOM policies with the providers they name resolved (none: nothing to
+    resolve, and nothing that a service change could make differ)."""
+    if not authz.custom:
+        return NO_CUSTOM
+    multiple = push.features.multiple_custom_authz_providers
+    return resolve_custom(push.mesh, authz.custom, push.service_index.by_hostname, multiple)
 
 
 def route_names(listeners: Iterable[listener_pb2.Listener]) -> list[str]:

@@ -30,6 +30,7 @@ from app.model.virtual_service import ResolvedVirtualService
 from app.translate.address import build_address
 from app.translate.cluster.builder import ServiceTarget
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
+from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, custom_http_filters, custom_network_filters
 from app.translate.listener.filters import (
     MAX_ACCEPT_PER_EVENT,
     SERVER_NAME,
@@ -161,14 +162,15 @@ def build_gateway_listeners(
     virtual_services: GatewayVirtualServices,
     authz: WorkloadPolicies = NO_POLICIES,
     jwt: Sequence[ConfigObject] = (),
+    custom: CustomAuthz = NO_CUSTOM,
 ) -> list[listener_pb2.Listener]:
     """Listeners for the Gateways that select this router, one per (bind, port); every chain
-    carries the gateway workload's authorization filters (``authz``), its HTTP chains first the
-    jwt_authn filter of its RequestAuthentications (``jwt``)."""
+    carries the gateway workload's authorization filters (``authz``), after the CUSTOM ones
+    (``custom``) and, on HTTP chains, the jwt_authn filter of its RequestAuthentications (``jwt``)."""
     merged = merge_gateways(ctx.proxy, gateways, targets)
     builder = _GatewayBuilder(ctx, virtual_services)
-    rbac_http = (*jwt_authn_filters(jwt), *rbac_http_filters(authz))
-    rbac_network = tuple(rbac_network_filters(authz))
+    rbac_http = (*custom_http_filters(custom), *jwt_authn_filters(jwt), *rbac_http_filters(authz))
+    rbac_network = (*custom_network_filters(custom), *rbac_network_filters(authz))
     by_name: dict[str, tuple[str, int, list[ChainOpts]]] = {}
     for key in merged.server_ports:
         bind = key.bind or ctx.wildcard

@@ -44,6 +44,7 @@ from app.translate.cluster.builder import (
 )
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
 from app.translate.listener.builder import PROMETHEUS_PORT, STATUS_PORT, capture_ports
+from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, custom_http_filters, custom_network_filters
 from app.translate.listener.filters import (
     ALL_ISTIO_MTLS_ALPNS,
     MAX_ACCEPT_PER_EVENT,
@@ -247,7 +248,8 @@ class InboundListenerInputs:
 
     ``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``: the
     workload's AuthorizationPolicies, as RBAC filters on every chain but the blackhole, after
-    ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains."""
+    ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains; ``custom``: its
+    CUSTOM policies with their providers resolved, whose filters come first."""
 
     proxy: Proxy
     mesh: MeshConfig
@@ -256,6 +258,7 @@ class InboundListenerInputs:
     authz: WorkloadPolicies
     jwt: tuple[ConfigObject, ...]
     ingress: SidecarIngress | None
+    custom: CustomAuthz = NO_CUSTOM
 
 
 def build_inbound_listeners(inputs: InboundListenerInputs) -> list[listener_pb2.Listener]:
@@ -263,7 +266,10 @@ def build_inbound_listeners(inputs: InboundListenerInputs) -> list[listener_pb2.
     own port."""
     ctx = OutboundContext(inputs.proxy, inputs.mesh, {}, {})  # inbound chains read no outbound service
     targets, authn, authz, jwt, ingress = inputs.targets, inputs.authn, inputs.authz, inputs.jwt, inputs.ingress
-    rbac = _Rbac((*jwt_authn_filters(jwt), *rbac_http_filters(authz)), tuple(rbac_network_filters(authz)))
+    rbac = _Rbac(
+        (*custom_http_filters(inputs.custom), *jwt_authn_filters(jwt), *rbac_http_filters(authz)),
+        (*custom_network_filters(inputs.custom), *rbac_network_filters(authz)),
+    )
     virtual: list[lc.FilterChain] = []
     bound: list[listener_pb2.Listener] = []
     for cc in _chain_configs(ctx, targets, authn, ingress):
