@@ -149,6 +149,20 @@ def test_gateway_routes_to_subsets_and_follows_config_changes(
     assert envoy.xds_stream() == stream, "the xDS stream was re-established"
 
 
+def _app_behind_the_gateway(config_dir: ConfigDir, start_backends: StartBackends) -> int:
+    """The ServiceEntry app (v1 and v2 running) behind the gateway, routed by header: the
+    gateway's port."""
+    registration = ServiceEntryRegistration()
+    backends = start_backends(registration.addresses)
+    port = free_port("0.0.0.0")
+    config_dir.render("gateway/gateway.yaml", gateway_port=port)
+    registration.write(config_dir, backends.port)
+    host, namespace = registration.host, registration.namespace
+    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
+    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    return port
+
+
 DENY_ADMIN = """
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -175,14 +189,7 @@ spec:
 def test_gateway_authorization_policies_deny_a_path_and_allow_only_what_a_rule_says(
     config_dir: ConfigDir, start_backends: StartBackends, start_pilotfish: StartPilotfish, start_envoy: StartEnvoy
 ) -> None:
-    registration = ServiceEntryRegistration()
-    backends = start_backends(registration.addresses)
-    port = free_port("0.0.0.0")
-    config_dir.render("gateway/gateway.yaml", gateway_port=port)
-    registration.write(config_dir, backends.port)
-    host, namespace = registration.host, registration.namespace
-    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
-    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    port = _app_behind_the_gateway(config_dir, start_backends)
     envoy = start_envoy(start_pilotfish(config_dir), GATEWAY)
     wait_until(routed_to(port, "v1"), "the gateway to route to v1")
 
@@ -256,14 +263,7 @@ spec:
 def test_gateway_requires_a_jwt_where_a_policy_says_and_accepts_one_signed_by_the_inline_jwks(
     config_dir: ConfigDir, start_backends: StartBackends, start_pilotfish: StartPilotfish, start_envoy: StartEnvoy
 ) -> None:
-    registration = ServiceEntryRegistration()
-    backends = start_backends(registration.addresses)
-    port = free_port("0.0.0.0")
-    config_dir.render("gateway/gateway.yaml", gateway_port=port)
-    registration.write(config_dir, backends.port)
-    host, namespace = registration.host, registration.namespace
-    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
-    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    port = _app_behind_the_gateway(config_dir, start_backends)
     envoy = start_envoy(start_pilotfish(config_dir), GATEWAY)
     wait_until(routed_to(port, "v1"), "the gateway to route to v1")
 
@@ -337,14 +337,7 @@ def test_gateway_asks_the_custom_providers_service_where_a_custom_policy_says(
     """An AuthorizationPolicy CUSTOM with the mesh config's envoyExtAuthzHttp provider: the
     gateway asks the provider's service about the paths the policy names and follows its answer;
     with the provider gone from the mesh config, those paths are refused."""
-    registration = ServiceEntryRegistration()
-    backends = start_backends(registration.addresses)
-    port = free_port("0.0.0.0")
-    config_dir.render("gateway/gateway.yaml", gateway_port=port)
-    registration.write(config_dir, backends.port)
-    host, namespace = registration.host, registration.namespace
-    config_dir.render("subsets.yaml", "app-destinationrule.yaml", namespace=namespace, host=host)
-    config_dir.render("gateway/vs-by-header.yaml", "app-virtualservice.yaml", namespace=namespace, host=host)
+    port = _app_behind_the_gateway(config_dir, start_backends)
     mesh = (TEMPLATES / "mesh.yaml").read_text()
     with _ExtAuthzServer("127.0.0.31") as authz:
         provider = {"name": "ext-authz-http", "envoyExtAuthzHttp": {
