@@ -33,11 +33,13 @@ READY_ANNOTATION = "pilotfish.test/ready"
 POD_SUBNET = ipaddress.IPv4Network("10.244.0.0/16")  # pod addresses: never dialled, only listed
 TRUST_DOMAIN = "cluster.local"
 # what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
-# values: meshConfig defaults); rootNamespace and the selector are added per scene, and two
-# ext_authz providers for data/features.yaml's CUSTOM policy (its ServiceEntry ext-authz)
+# values: meshConfig defaults); rootNamespace and the selector are added per scene, access logs
+# as the demo profile sets them, and two ext_authz providers for data/features.yaml's CUSTOM
+# policy (its ServiceEntry ext-authz)
 MESH = """\
 defaultConfig:
   discoveryAddress: istiod.{system}.svc:15012
+accessLogFile: /dev/stdout
 rootNamespace: {system}
 trustDomain: cluster.local
 enablePrometheusMerge: true

@@ -24,6 +24,7 @@ from app.model.service import ServicePort
 from app.model.sidecar_scope import ALLOW_ANY
 from app.translate.address import build_address
 from app.translate.cluster.builder import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
+from app.translate.listener.access_log import access_logs, listener_access_logs
 from app.translate.listener.filters import (
     MAX_ACCEPT_PER_EVENT,
     PASSTHROUGH_FILTER_CHAIN,
@@ -169,6 +170,7 @@ class _Builder:
         """istiod buildListenerFromEntry."""
         mesh = self.context.mesh.obj
         name = f"{entry.bind}_{entry.port.port}"
+        # no listener-level access log here: istiod's buildListenerFromEntry sets none
         out = listener_pb2.Listener(name=name, traffic_direction=_OUTBOUND, continue_on_listener_filters_timeout=True)
         out.address.CopyFrom(build_address(entry.bind, entry.port.port))
         if entry.bind_to_port:
@@ -200,7 +202,7 @@ class _Builder:
         elif default is not None:
             out.default_filter_chain.CopyFrom(default)
         else:
-            filters = catch_all_filters(self.context.outbound_policy, self.context.egress)
+            filters = catch_all_filters(self.context.outbound_policy, mesh, self.context.egress)
             fallback = lc.FilterChain(name=PASSTHROUGH_FILTER_CHAIN, filters=filters)
             fallback.filter_chain_match.SetInParent()
             out.default_filter_chain.CopyFrom(fallback)
@@ -222,12 +224,14 @@ def _well_known_compatible(incoming: PortProtocol, existing: PortProtocol) -> bo
     return not ((incoming in special or existing in special) and incoming != existing)
 
 
-def catch_all_filters(outbound_policy: str, egress: str = PASSTHROUGH_CLUSTER) -> list[lc.Filter]:
+def catch_all_filters(
+    outbound_policy: str, mesh: MeshConfig, egress: str = PASSTHROUGH_CLUSTER
+) -> list[lc.Filter]:
     """Where traffic to an unknown destination goes (istiod buildOutboundCatchAllNetworkFiltersOnly):
     ``egress`` (PassthroughCluster or the Sidecar's egressProxy) for ALLOW_ANY, BlackHoleCluster
     for REGISTRY_ONLY."""
     cluster = egress if outbound_policy == ALLOW_ANY else BLACKHOLE_CLUSTER
-    return [tcp_proxy_filter(cluster, cluster)]
+    return [tcp_proxy_filter(cluster, cluster, access_log=access_logs(mesh))]
 
 
 def build_virtual_outbound_listener(inputs: VirtualOutboundInputs) -> listener_pb2.Listener:
@@ -236,7 +240,9 @@ def build_virtual_outbound_listener(inputs: VirtualOutboundInputs) -> listener_p
     context = inputs.context
     proxy = context.proxy()
     port, _ = capture_ports(context.mesh.obj)
-    out = listener_pb2.Listener(name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND)
+    out = listener_pb2.Listener(
+        name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND, access_log=listener_access_logs(context.mesh.obj)
+    )
     out.address.CopyFrom(build_address(OutboundContext(proxy, context.mesh.obj, {}, {}).wildcard, port))
     out.use_original_dst.value = True
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT  # it binds (istiod, as for inbound)
@@ -246,6 +252,6 @@ def build_virtual_outbound_listener(inputs: VirtualOutboundInputs) -> listener_p
     blackhole = out.filter_chains.add(name=VIRTUAL_OUTBOUND_BLACKHOLE)
     blackhole.filter_chain_match.destination_port.value = port
     blackhole.filters.append(tcp_proxy_filter(BLACKHOLE_CLUSTER, BLACKHOLE_CLUSTER))
-    filters = catch_all_filters(context.outbound_policy, context.egress)
+    filters = catch_all_filters(context.outbound_policy, context.mesh.obj, context.egress)
     out.filter_chains.add(name=VIRTUAL_OUTBOUND_CATCH_ALL, filters=filters)
     return out

@@ -17,6 +17,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, protocol_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.route.v3 import route_pb2
@@ -40,6 +41,7 @@ from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy
 from app.model.service import Protocol
 from app.translate.cluster.tls import TLS_SOCKET
+from app.translate.listener.access_log import access_logs
 from app.translate.listener.tracing import hcm_tracing
 from app.translate.route.builder import CORS_FILTER as CORS
 from app.translate.route.builder import FAULT_FILTER as FAULT
@@ -145,8 +147,11 @@ def tcp_proxy_filter(
     cluster: str = "",
     weighted: Sequence[tuple[str, int]] = (),
     settings: TcpSettings | None = None,
+    access_log: Sequence[accesslog_pb2.AccessLog] = (),
 ) -> lc.Filter:
-    cfg = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix)
+    """``access_log``: the mesh config's (access_log.access_logs), on every tcp_proxy istiod
+    logs; not on the blackhole chains guarding the capture ports."""
+    cfg = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix, access_log=access_log)
     if weighted:
         for name, weight in weighted:
             cfg.weighted_clusters.clusters.add(name=name, weight=weight)
@@ -208,6 +213,7 @@ def build_http_connection_manager(
         out.rds.route_config_name = opts.rds
     elif opts.route_config is not None:
         out.route_config.CopyFrom(opts.route_config)
+    out.access_log.extend(access_logs(mesh))
     out.http_filters.extend(opts.authz)
     out.http_filters.extend(_http_filters(opts.protocol))
     uuid = uuid_pb2.UuidRequestIdConfig()

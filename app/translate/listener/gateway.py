@@ -29,6 +29,7 @@ from app.model.service import Protocol, ServicePort, parse_protocol
 from app.model.virtual_service import ResolvedVirtualService
 from app.translate.address import build_address
 from app.translate.cluster.builder import ServiceTarget
+from app.translate.listener.access_log import listener_access_logs
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, custom_http_filters, custom_network_filters
 from app.translate.listener.filters import (
@@ -194,7 +195,9 @@ def _listener(
     """istiod buildGatewayListener: bound to the port; no ``listener_filters_timeout`` set, so
     Envoy's default (15 s) bounds the wait for a TLS hello (istiod sets one on sidecar
     listeners only)."""
-    out = listener_pb2.Listener(name=name, traffic_direction=base_pb2.OUTBOUND)
+    out = listener_pb2.Listener(
+        name=name, traffic_direction=base_pb2.OUTBOUND, access_log=listener_access_logs(ctx.mesh)
+    )
     out.address.CopyFrom(build_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
     if any(c.needs_tls_inspector() for c in chains):

@@ -42,6 +42,7 @@ from app.translate.cluster.builder import (
     ServiceTarget,
     inbound_cluster_name,
 )
+from app.translate.listener.access_log import access_logs, listener_access_logs
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
 from app.translate.listener.builder import PROMETHEUS_PORT, STATUS_PORT, capture_ports
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, custom_http_filters, custom_network_filters
@@ -316,7 +317,10 @@ def _listener(
     """istiod buildInboundListener: ``virtual`` listeners take redirected traffic (original
     destination, and the original source too under TPROXY); the others bind their port."""
     out = listener_pb2.Listener(
-        name=name, traffic_direction=base_pb2.INBOUND, continue_on_listener_filters_timeout=True
+        name=name,
+        traffic_direction=base_pb2.INBOUND,
+        continue_on_listener_filters_timeout=True,
+        access_log=listener_access_logs(ctx.mesh),
     )
     out.address.CopyFrom(build_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
@@ -354,7 +358,7 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
     options = _options(cc)
     # built once per port: the mTLS and plaintext chains of a port share them
     http = _http_options(ctx, cc, rbac.http) if any(m.http for m in options) else None
-    tcp = () if all(m.http for m in options) else (*rbac.network, *_tcp_filters(cc))
+    tcp = () if all(m.http for m in options) else (*rbac.network, *_tcp_filters(ctx, cc))
     stat_prefix = cc.stat_prefix()
     out = []
     for m in options:
@@ -382,8 +386,9 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
     return out
 
 
-def _tcp_filters(cc: _ChainConfig) -> list[lc.Filter]:
-    return tcp_filter_stack(cc.service_port.protocol, tcp_proxy_filter(cc.cluster, cc.cluster), cc.cluster)
+def _tcp_filters(ctx: OutboundContext, cc: _ChainConfig) -> list[lc.Filter]:
+    proxy = tcp_proxy_filter(cc.cluster, cc.cluster, access_log=access_logs(ctx.mesh))
+    return tcp_filter_stack(cc.service_port.protocol, proxy, cc.cluster)
 
 
 def _http_options(ctx: OutboundContext, cc: _ChainConfig, authz: tuple[hcm_pb2.HttpFilter, ...]) -> HttpOptions:

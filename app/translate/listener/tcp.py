@@ -23,6 +23,7 @@ from app.model.service import Protocol, Registry, Service, ServicePort
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
 from app.translate.allocated import allocated_addresses, allocation
 from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
+from app.translate.listener.access_log import access_logs
 from app.translate.listener.filters import (
     ChainOpts,
     TcpSettings,
@@ -93,10 +94,10 @@ def tcp_settings(rule: net.DestinationRule | None, subset: str) -> TcpSettings:
 
 
 def single_destination_filters(
-    cluster: str, subset: str, port: ServicePort, rule: net.DestinationRule | None
+    ctx: OutboundContext, cluster: str, subset: str, port: ServicePort, rule: net.DestinationRule | None
 ) -> list[lc.Filter]:
     """The stack toward one cluster, which is also its stat prefix."""
-    proxy = tcp_proxy_filter(cluster, cluster, settings=tcp_settings(rule, subset))
+    proxy = tcp_proxy_filter(cluster, cluster, settings=tcp_settings(rule, subset), access_log=access_logs(ctx.mesh))
     return tcp_filter_stack(port.protocol, proxy, cluster)
 
 
@@ -110,14 +111,15 @@ def route_filters(
     rule = ctx.rules.get(service.hostname) if service is not None else None
     if len(routes) == 1:
         cluster = destination_cluster(first, service, port.port)
-        return single_destination_filters(cluster, first.subset, port, rule)
+        return single_destination_filters(ctx, cluster, first.subset, port, rule)
     stat_prefix = f"{vs.obj.meta.name}.{vs.obj.meta.namespace}"
     weighted = [
         (destination_cluster(r.destination, ctx.services.get(r.destination.host), port.port), r.weight)
         for r in routes
         if r.weight > 0
     ]
-    proxy = tcp_proxy_filter(stat_prefix, weighted=weighted, settings=tcp_settings(rule, ""))
+    settings = tcp_settings(rule, "")
+    proxy = tcp_proxy_filter(stat_prefix, weighted=weighted, settings=settings, access_log=access_logs(ctx.mesh))
     return tcp_filter_stack(port.protocol, proxy, stat_prefix)
 
 
@@ -152,7 +154,7 @@ def _default_filters(ctx: OutboundContext, service: Service, listen_port: Servic
     # a Sidecar egress port other than the service's own: use the service's port when it has one
     port = service.ports[0].port if len(service.ports) == 1 else listen_port.port
     cluster = outbound_cluster_name(port, service.hostname)
-    return single_destination_filters(cluster, "", listen_port, ctx.rules.get(service.hostname))
+    return single_destination_filters(ctx, cluster, "", listen_port, ctx.rules.get(service.hostname))
 
 
 def _tls_chain_opts(
