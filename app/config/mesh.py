@@ -38,6 +38,9 @@ def default_mesh_config() -> MeshConfig:
     )
     m.outbound_traffic_policy.mode = MeshConfig.OutboundTrafficPolicy.ALLOW_ANY
     m.locality_lb_setting.enabled.value = True
+    m.extension_providers.add(name="prometheus").prometheus.SetInParent()
+    m.extension_providers.add(name="stackdriver").stackdriver.SetInParent()
+    m.extension_providers.add(name="envoy").envoy_file_access_log.path = "/dev/stdout"
     return m
 
 
@@ -45,11 +48,30 @@ def parse_mesh_config(body: Any) -> MeshConfig:
     if not isinstance(body, dict):
         raise FieldError("", f"mesh config must be an object, got {type_name(body)}")
     mesh = default_mesh_config()
+    defaults = [MeshConfig.ExtensionProvider(name=p.name) for p in mesh.extension_providers]
+    for copy, provider in zip(defaults, mesh.extension_providers, strict=True):
+        copy.CopyFrom(provider)
     merge_message(body, mesh, strict=False)
+    if "extensionProviders" in body:
+        _merge_extension_providers(mesh, defaults)
     if not mesh.root_namespace:
         raise FieldError("rootNamespace", "must not be empty")
     validate_mesh_config(mesh, explicit=body.keys())
     return mesh
+
+
+def _merge_extension_providers(mesh: MeshConfig, defaults: list[MeshConfig.ExtensionProvider]) -> None:
+    """ApplyMeshConfig: the YAML's providers over the defaults by name, a later one of a name
+    replacing an earlier one's provider (so no name is listed twice)."""
+    merged = defaults
+    for provider in mesh.extension_providers:
+        same = next((p for p in merged if p.name == provider.name), None)
+        if same is None:
+            merged.append(provider)
+        else:
+            same.CopyFrom(provider)
+    del mesh.extension_providers[:]
+    mesh.extension_providers.extend(merged)
 
 
 def validate_mesh_config(mesh: MeshConfig, explicit: Collection[str] = ()) -> None:

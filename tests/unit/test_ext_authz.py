@@ -106,14 +106,23 @@ def test_several_providers_with_the_flag_each_get_their_filters() -> None:
     assert list(default["shadowRules"]["policies"]) == ["istio-ext-authz-default-ns[foo]-policy[httpbin-1]-rule[0]"]
 
 
-def test_an_unknown_service_or_a_duplicate_name_makes_the_provider_deny() -> None:
-    policies = builder_data("http/custom-simple-http-in.yaml")
+def test_an_unknown_service_makes_the_provider_deny() -> None:
     unknown = {**HTTP, "envoyExtAuthzHttp": {**HTTP["envoyExtAuthzHttp"], "service": "bar/nowhere.example"}}
-    for custom in (custom_of(unknown, policies), resolve_custom(
-        parse_mesh_config({"extensionProviders": [HTTP, HTTP]}), custom_of(HTTP, policies).policies, SERVICES, False
-    )):  # fmt: skip
-        (provider,) = custom.providers
-        assert provider.error and provider.http is None
-        (deny,) = custom_http_filters(custom)
-        denied = as_dict(deny)["typedConfig"]["rules"]["policies"]
-        assert denied and all(n.endswith("-deny-due-to-bad-CUSTOM-action") for n in denied)
+    custom = custom_of(unknown, builder_data("http/custom-simple-http-in.yaml"))
+    (provider,) = custom.providers
+    assert "could not find service bar/nowhere.example" in provider.error and provider.http is None
+    (deny,) = custom_http_filters(custom)
+    denied = as_dict(deny)["typedConfig"]["rules"]["policies"]
+    assert denied and all(n.endswith("-deny-due-to-bad-CUSTOM-action") for n in denied)
+
+
+def test_of_two_providers_of_one_name_the_later_is_the_one() -> None:
+    """ApplyMeshConfig merges the providers by name over istiod's defaults (prometheus,
+    stackdriver, envoy): a later one replaces an earlier one of its name."""
+    unknown = {**HTTP, "envoyExtAuthzHttp": {**HTTP["envoyExtAuthzHttp"], "service": "bar/nowhere.example"}}
+    mesh = parse_mesh_config({"extensionProviders": [unknown, HTTP, {"name": "envoy", "envoyFileAccessLog": {}}]})
+    assert [p.name for p in mesh.extension_providers] == ["prometheus", "stackdriver", "envoy", "default"]
+    assert mesh.extension_providers[2].envoy_file_access_log.path == ""
+    policies = custom_of(HTTP, builder_data("http/custom-simple-http-in.yaml")).policies
+    (provider,) = resolve_custom(mesh, policies, SERVICES, False).providers
+    assert not provider.error and provider.http is not None

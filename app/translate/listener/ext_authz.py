@@ -88,29 +88,25 @@ def resolve_custom(
     multiple_providers: bool,
 ) -> CustomAuthz:
     """The providers ``policies`` name, resolved against the mesh config's extension providers
-    and the services (istiod processExtensionProvider and getExtAuthz)."""
+    (one per name, as the mesh config merges them) and the services (istiod
+    processExtensionProvider and getExtAuthz)."""
     if not policies:
         return NO_CUSTOM
-    defined: dict[str, list[_Provider]] = {}
-    for provider in mesh.extension_providers:
-        defined.setdefault(provider.name, []).append(provider)
+    defined = {provider.name: provider for provider in mesh.extension_providers}
     names = sorted({obj.spec.provider.name for obj in policies})
     resolved = tuple(_resolve(name, defined, by_hostname) for name in names)
     return CustomAuthz(tuple(policies), resolved, multiple_providers)
 
 
 def _resolve(
-    name: str, defined: Mapping[str, list[_Provider]], by_hostname: Mapping[str, Mapping[str, Service]]
+    name: str, defined: Mapping[str, _Provider], by_hostname: Mapping[str, Mapping[str, Service]]
 ) -> ResolvedProvider:
-    found = [p for p in defined.get(name, ()) if p.WhichOneof("provider") in _EXT_AUTHZ_KINDS]
-    if not found:
+    provider = defined.get(name)
+    if provider is None or provider.WhichOneof("provider") not in _EXT_AUTHZ_KINDS:
         return ResolvedProvider(name, error=f"extension provider {name!r} is not defined as an ext_authz provider")
     errors = []
-    if len(found) > 1:
-        errors.append(f"extension provider name must be unique, found duplicate: {name}")
     if not _PROVIDER_NAME.fullmatch(name):
         errors.append(f"invalid provider name {name!r}: lowercase letters, digits and '-', at most 63")
-    provider = found[0]
     http = provider.envoy_ext_authz_http if provider.WhichOneof("provider") == "envoy_ext_authz_http" else None
     config = http if http is not None else provider.envoy_ext_authz_grpc
     if not 1 <= config.port <= 65535:
