@@ -39,6 +39,7 @@ class KubeServiceSpec:
     selector: Mapping[str, str] | None
     external_name: str = ""
     publish_not_ready: bool = False  # spec.publishNotReadyAddresses
+    traffic_distribution: str = ""  # spec.trafficDistribution
 
     @property
     def headless(self) -> bool:
@@ -217,7 +218,8 @@ def _parse_service(body: Mapping[str, Any]) -> KubeServiceSpec:
     publish = spec.get("publishNotReadyAddresses", False)
     if not isinstance(publish, bool):
         raise FieldError("spec.publishNotReadyAddresses", f"expected true or false, got {publish!r}")
-    return KubeServiceSpec(stype, tuple(ips), tuple(ports), selector, external, publish)
+    distribution = _str(spec.get("trafficDistribution"), "spec.trafficDistribution")
+    return KubeServiceSpec(stype, tuple(ips), tuple(ports), selector, external, publish, distribution)
 
 
 def _cluster_ips(spec: Mapping[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ CLUSTER_LABEL = "topology.istio.io/cluster"
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 SUBZONE_LABEL = "topology.istio.io/subzone"
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # istiod label.LabelHostname: the workload's node
 # a Node's region and zone before Kubernetes 1.17 (v1.LabelFailureDomainBeta*): istiod still
 # reads them when the GA labels are absent
 BETA_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"

@@ -89,6 +89,39 @@ class Resolution(enum.Enum):
     ALIAS = "Alias"  # ExternalName without a cluster of its own
 
 
+class TrafficDistribution(enum.Enum):
+    """Where a service prefers its traffic to go (istiod model.TrafficDistribution): a Kubernetes
+    Service's ``spec.trafficDistribution``, else the ``networking.istio.io/traffic-distribution``
+    annotation of the service, then of its namespace."""
+
+    ANY = "Any"
+    PREFER_SAME_ZONE = "PreferSameZone"  # then the same region, then the same network
+    PREFER_SAME_NODE = "PreferSameNode"  # the same node first, then as PreferSameZone
+
+
+TRAFFIC_DISTRIBUTION_ANNOTATION = "networking.istio.io/traffic-distribution"
+_DISTRIBUTIONS = {
+    "preferclose": TrafficDistribution.PREFER_SAME_ZONE,
+    "prefersamezone": TrafficDistribution.PREFER_SAME_ZONE,
+    "prefersamenode": TrafficDistribution.PREFER_SAME_NODE,
+}
+
+
+def traffic_distribution(
+    spec_value: str, annotations: Mapping[str, str], namespace_annotations: Mapping[str, str]
+) -> TrafficDistribution:
+    """istiod GetTrafficDistribution: the spec's value when it is one Kubernetes defines (exactly
+    as written), else the service's annotation, else the namespace's (either in any case; an
+    unknown annotation value means Any)."""
+    if spec_value in ("PreferClose", "PreferSameZone", "PreferSameNode"):
+        return _DISTRIBUTIONS[spec_value.lower()]
+    for source in (annotations, namespace_annotations):
+        value = source.get(TRAFFIC_DISTRIBUTION_ANNOTATION, "").lower()
+        if value:
+            return _DISTRIBUTIONS.get(value, TrafficDistribution.ANY)
+    return TrafficDistribution.ANY
+
+
 class Registry(enum.StrEnum):
     KUBERNETES = "Kubernetes"
     EXTERNAL = "External"  # ServiceEntry
@@ -126,6 +159,7 @@ class Service:
     # (service port, targetPort) of a resolution-NONE ServiceEntry: its ORIGINAL_DST clusters
     # override the destination port (istiod PassthroughTargetPorts)
     passthrough_target_ports: tuple[tuple[int, int], ...] = ()
+    traffic_distribution: TrafficDistribution = TrafficDistribution.ANY
 
     def port_by_number(self, number: int) -> ServicePort | None:
         for p in self.ports:
@@ -181,3 +215,4 @@ class Endpoint:
     # a Pod with spec.subdomain: its DNS name is <hostname>.<subdomain>.<namespace>.svc.<domain>
     hostname: str = ""
     subdomain: str = ""
+    node_name: str = ""  # the Kubernetes node of the Pod behind it (topology label kubernetes.io/hostname)

@@ -20,7 +20,7 @@ from app.config.host import matches, subset_of
 from app.config.objects import ConfigKey, ConfigObject, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule, DestinationRuleIndex, select_for_proxy
 from app.model.proxy import Proxy
-from app.model.service import Registry, Resolution, Service
+from app.model.service import Registry, Resolution, Service, TrafficDistribution
 from app.model.service_index import ServiceIndex
 from app.model.virtual_service import (
     MESH_GATEWAY,
@@ -89,7 +89,7 @@ class SidecarScope:
             self,
             destination_rules=rules,
             dependencies=frozenset(deps),
-            reads_labels=_reads_labels(rules, self.virtual_services),
+            reads_labels=_reads_labels(rules, self.virtual_services, self.services),
         )
 
     def destination_rule(self, proxy: Proxy, service: Service) -> ConsolidatedDestinationRule | None:
@@ -309,7 +309,7 @@ def build_sidecar_scope(
         destination_rules=drs,
         outbound_traffic_policy=policy,
         dependencies=frozenset(deps),
-        reads_labels=_reads_labels(drs, scope_vs),
+        reads_labels=_reads_labels(drs, scope_vs, tuple(by_host.values())),
     )
 
 
@@ -334,8 +334,13 @@ def _vs_destination_service(
 
 
 def _reads_labels(
-    rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]], virtual_services: Sequence[ResolvedVirtualService]
+    rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]],
+    virtual_services: Sequence[ResolvedVirtualService],
+    services: Sequence[Service],
 ) -> bool:
+    # a traffic distribution splits endpoints by the proxy's topology labels (its node's too)
+    if any(svc.traffic_distribution is not TrafficDistribution.ANY for svc in services):
+        return True
     for found in rules.values():
         if any(cdr.selector is not None or _has_failover_priority(cdr.rule) for cdr in found):
             return True

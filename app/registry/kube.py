@@ -33,6 +33,7 @@ from app.model.service import (
     ServicePort,
     parse_protocol,
     protocol_from_port_name,
+    traffic_distribution,
 )
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.locality import NodeLocalities, ObjectKey, PodsByNode, locality_label
@@ -82,6 +83,7 @@ class Workload:
     health: HealthStatus = HealthStatus.HEALTHY
     hostname: str = ""  # a Pod's DNS hostname, when it sets spec.subdomain
     subdomain: str = ""
+    node_name: str = ""  # a Pod's spec.nodeName
 
     def endpoint(self, port: int, service_port_name: str, address: str | None = None) -> Endpoint:
         return Endpoint(
@@ -143,6 +145,7 @@ def pod_workload(obj: ConfigObject, trust_domain: str, node_locality: str = "") 
         # when spec.hostname is unset
         hostname=(spec.hostname or obj.meta.name) if spec.subdomain else "",
         subdomain=spec.subdomain,
+        node_name=spec.node_name,
     )
 
 
@@ -172,7 +175,9 @@ def service_hostname(name: str, namespace: str, domain_suffix: str) -> str:
     return f"{name}.{namespace}.svc.{domain_suffix}"
 
 
-def convert_service(obj: ConfigObject, domain_suffix: str) -> Service:
+def convert_service(
+    obj: ConfigObject, domain_suffix: str, namespace_annotations: Mapping[str, str] = EMPTY_LABELS
+) -> Service:
     spec: KubeServiceSpec = obj.spec
     meta = obj.meta
     external = spec.type == "ExternalName" and bool(spec.external_name)
@@ -197,6 +202,7 @@ def convert_service(obj: ConfigObject, domain_suffix: str) -> Service:
         creation_timestamp=meta.creation_timestamp,
         external_name=spec.external_name if external else "",
         publish_not_ready=spec.publish_not_ready,
+        traffic_distribution=traffic_distribution(spec.traffic_distribution, meta.annotations, namespace_annotations),
     )
 
 
@@ -207,7 +213,10 @@ def _slice_view(pod: Workload | None) -> tuple[object, ...] | None:
     """What ``KubeController._build_slice`` takes from a Pod for the endpoints that name it."""
     if pod is None:
         return None
-    return (pod.labels, pod.locality, pod.network, pod.service_account, pod.tls_mode, pod.hostname, pod.subdomain)
+    return (
+        pod.labels, pod.locality, pod.network, pod.service_account, pod.tls_mode, pod.hostname, pod.subdomain,
+        pod.node_name,
+    )  # fmt: skip
 
 
 def _merge_slices(
@@ -320,7 +329,27 @@ class KubeController:
                 self._namespaces.pop(obj.meta.name, None)
             else:
                 self._namespaces[obj.meta.name] = obj
+            return self._on_namespace(obj.meta.name)
         return Changes()
+
+    def namespace_annotations(self, namespace: str) -> Mapping[str, str]:
+        obj = self._namespaces.get(namespace)
+        return obj.meta.annotations if obj is not None else EMPTY_LABELS
+
+    def _on_namespace(self, namespace: str) -> Changes:
+        """Its Services, converted again: the namespace's traffic-distribution annotation is
+        theirs when they set none (istiod's Namespaces-TrafficDistribution handler)."""
+        changes = Changes()
+        annotations = self.namespace_annotations(namespace)
+        for (ns, _), obj in self._service_objs.items():
+            if ns != namespace:
+                continue
+            key = (self.hostname(obj.meta.name, ns), ns)
+            new = convert_service(obj, self.domain_suffix, annotations)
+            if self._services.get(key) != new:
+                self._services[key] = new
+                changes.services.add(key)
+        return changes
 
     def _on_service(self, obj: ConfigObject, deleted: bool) -> Changes:
         okey = (obj.meta.namespace, obj.meta.name)
@@ -332,7 +361,7 @@ class KubeController:
             self._services.pop(key, None)
         else:
             self._service_objs[okey] = obj
-            new = convert_service(obj, self.domain_suffix)
+            new = convert_service(obj, self.domain_suffix, self.namespace_annotations(obj.meta.namespace))
             if old is not None and old == new:
                 # the Service model is the same (an annotation, a targetPort): endpoints are too,
                 # but the registry still re-reads what WorkloadEntries would select
@@ -474,6 +503,7 @@ class KubeController:
                             tls_mode=pod.tls_mode,
                             hostname=pod.hostname,
                             subdomain=pod.subdomain,
+                            node_name=pod.node_name,
                         )
                     )
         endpoints = tuple(out)

@@ -26,13 +26,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from app.config.labels import CLUSTER_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL
+from app.config.labels import CLUSTER_LABEL, HOSTNAME_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL
 from app.model.proxy import Proxy
 from app.registry.kube import Workload
 from app.registry.locality import ObjectKey, locality_label
 
 TEST_VM_LABEL = "istio.io/test-vm"  # istiod constants.TestVMLabel: Proxy.IsVM
-HOSTNAME_LABEL = "kubernetes.io/hostname"  # istiod label.LabelHostname
 
 
 def pod_key_by_proxy(proxy: Proxy) -> ObjectKey | None:

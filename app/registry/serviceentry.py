@@ -21,8 +21,17 @@ from types import MappingProxyType
 from app.api import networking as net
 from app.config.host import is_ip_address
 from app.config.labels import selector_matches
-from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
-from app.model.service import Endpoint, HealthStatus, Registry, Resolution, Service, ServicePort, parse_protocol
+from app.config.objects import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind, ObjectMeta
+from app.model.service import (
+    Endpoint,
+    HealthStatus,
+    Registry,
+    Resolution,
+    Service,
+    ServicePort,
+    parse_protocol,
+    traffic_distribution,
+)
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import (
     EMPTY_PORTS,
@@ -116,6 +125,8 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
             service_accounts=tuple(se.subject_alt_names),
             creation_timestamp=meta.creation_timestamp,
             auto_addresses=allocated.get(host, ()),
+            # its own annotation only: a namespace's is read for Kubernetes Services alone here
+            traffic_distribution=traffic_distribution("", meta.annotations, EMPTY_LABELS),
         )
         for host in se.hosts
     )

@@ -231,6 +231,7 @@ def test_slice_endpoints_carry_pod_data() -> None:
             namespace="default",
             workload_name="reviews-v2",
             tls_mode="istio",
+            node_name="node-b",  # its kubernetes.io/hostname topology label
         ),
         # no Pod: no labels, identity or locality (istiod's EndpointBuilder reads no slice zone)
         Endpoint(

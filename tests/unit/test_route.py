@@ -393,6 +393,8 @@ def test_redirect_ports_follow_apply_redirect() -> None:
     assert redirect({"uri": "/x", "redirectCode": 308})["responseCode"] == "PERMANENT_REDIRECT"
     # a code Envoy cannot send: no route rather than one without an action
     assert build_vs_routes(vs({"redirect": {"uri": "/x", "redirectCode": 305}}), ctx()) == []
+    # prefixRewrite replaces the matched prefix instead of the whole path (ApplyRedirect)
+    assert redirect({"prefixRewrite": "/v2/"}) == {"prefixRewrite": "/v2/"}
 
 
 def test_direct_response_with_string_and_bytes_bodies() -> None:

@@ -28,7 +28,6 @@ NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
         "ca_cert_credential_name": "the CA certificate comes from credentialName only",
         "insecure_skip_verify": "client certificates are verified",
     },
-    net.HTTPRedirect.DESCRIPTOR.full_name: {"prefix_rewrite": "the redirect keeps the path"},
     sec.JWTRule.DESCRIPTOR.full_name: {"space_delimited_claims": "only scope and permission are split on spaces"},
 }
 

@@ -23,10 +23,10 @@ from app.api import networking as net
 from app.api.mesh import MeshConfig
 from app.model.authn import MtlsMode
 from app.model.proxy import Proxy, ProxyType
-from app.model.service import Service, ServicePort
+from app.model.service import Service, ServicePort, TrafficDistribution
 from app.translate.cluster import tls as cluster_tls
 from app.translate.cluster.tls import raw_buffer_socket
-from app.translate.endpoint.builder import MAX_UINT32, apply_locality_load_balancer, locality_lb_setting
+from app.translate.endpoint.builder import MAX_UINT32, LocalityLb, apply_locality_load_balancer, locality_lb_setting
 
 Cluster = cluster_pb2.Cluster
 HTTP_PROTOCOL_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -106,7 +106,7 @@ def apply_traffic_policy(draft: ClusterDraft, policy: net.TrafficPolicy | None, 
         c = draft.cluster
         has = policy.HasField if policy is not None else (lambda _name: False)
         apply_outlier_detection(
-            c, policy.outlier_detection if policy is not None and has("outlier_detection") else None
+            c, policy.outlier_detection if policy is not None and has("outlier_detection") else None, ctx.service
         )
         apply_load_balancer(c, policy.load_balancer if policy is not None and has("load_balancer") else None, ctx)
         tls, auto = cluster_tls.upstream_tls_settings(policy.tls if policy is not None and has("tls") else None, ctx)
@@ -246,7 +246,9 @@ def _apply_tcp_keepalive(c: cluster_pb2.Cluster, mesh: MeshConfig, s: net.Connec
 # --- outlier detection --------------------------------------------------------------------
 
 
-def apply_outlier_detection(c: cluster_pb2.Cluster, outlier: net.OutlierDetection | None) -> None:
+def apply_outlier_detection(
+    c: cluster_pb2.Cluster, outlier: net.OutlierDetection | None, service: Service | None = None
+) -> None:
     """istiod applyOutlierDetection. The deprecated ``consecutiveErrors`` is ignored, as istiod
     has since it stopped translating it; success-rate ejection is always disabled."""
     if outlier is None:
@@ -273,9 +275,11 @@ def apply_outlier_detection(c: cluster_pb2.Cluster, outlier: net.OutlierDetectio
             out.consecutive_local_origin_failure.value = outlier.consecutive_local_origin_failures.value
             out.enforcing_consecutive_local_origin_failure.value = 100
         out.enforcing_local_origin_success_rate.value = 0
-    # the panic threshold is always set once outlier detection is on: minHealthPercent, default 0
+    # the panic threshold is always set once outlier detection is on: minHealthPercent, default 0;
+    # 0 for a service with a traffic distribution, whose unready endpoints are always sent
     if outlier.min_health_percent >= 0:
-        c.common_lb_config.healthy_panic_threshold.value = float(outlier.min_health_percent)
+        forced = service is not None and service.traffic_distribution is not TrafficDistribution.ANY
+        c.common_lb_config.healthy_panic_threshold.value = 0.0 if forced else float(outlier.min_health_percent)
 
 
 # --- load balancer ------------------------------------------------------------------------
@@ -287,7 +291,7 @@ def apply_load_balancer(c: cluster_pb2.Cluster, lb: net.LoadBalancerSettings | N
     # set a threshold, so Envoy never balances over unready hosts
     if not c.common_lb_config.HasField("healthy_panic_threshold"):
         c.common_lb_config.healthy_panic_threshold.SetInParent()
-    _apply_locality_lb(c, locality_lb_setting(ctx.mesh, lb), ctx.proxy)
+    _apply_locality_lb(c, locality_lb_setting(ctx.mesh, lb, ctx.service), ctx.proxy)
     if c.type == Cluster.ORIGINAL_DST:
         c.lb_policy = Cluster.CLUSTER_PROVIDED
         return
@@ -361,13 +365,15 @@ def _apply_consistent_hash(c: cluster_pb2.Cluster, ch: net.LoadBalancerSettings.
 # --- locality load balancing --------------------------------------------------------------
 
 
-def _apply_locality_lb(c: cluster_pb2.Cluster, setting: net.LocalityLoadBalancerSetting | None, proxy: Proxy) -> None:
+def _apply_locality_lb(c: cluster_pb2.Cluster, found: LocalityLb | None, proxy: Proxy) -> None:
     """istiod applyLocalityLoadBalancer: weighted locality LB on the cluster; priorities and
     weights on its inline endpoints (DNS clusters; EDS clusters get theirs in EDS)."""
-    if setting is None:
+    if found is None:
         return
-    # failover needs outlier detection, or Envoy never sees a priority go unhealthy
-    failover = c.HasField("outlier_detection")
+    setting = found.setting
+    # failover needs outlier detection, or Envoy never sees a priority go unhealthy (a traffic
+    # distribution relies on endpoint health instead)
+    failover = found.force or c.HasField("outlier_detection")
     explicit_failover = len(setting.failover) > 0 or len(setting.failover_priority) > 0
     if len(setting.distribute) > 0 or (failover and explicit_failover):
         c.common_lb_config.locality_weighted_lb_config.SetInParent()

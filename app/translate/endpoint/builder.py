@@ -22,9 +22,17 @@ from envoy.config.endpoint.v3.endpoint_components_pb2 import LbEndpoint, Localit
 
 from app.api import networking as net
 from app.api.mesh import MeshConfig
-from app.config.labels import CLUSTER_LABEL, NETWORK_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL, selector_matches
+from app.config.labels import (
+    CLUSTER_LABEL,
+    HOSTNAME_LABEL,
+    NETWORK_LABEL,
+    REGION_LABEL,
+    SUBZONE_LABEL,
+    ZONE_LABEL,
+    selector_matches,
+)
 from app.model.proxy import Proxy
-from app.model.service import Endpoint, HealthStatus, Service, ServicePort
+from app.model.service import Endpoint, HealthStatus, Service, ServicePort, TrafficDistribution
 from app.translate.address import build_address
 from app.translate.cluster.tls import TLS_MODE_ISTIO
 from app.translate.metadata import ISTIO_METADATA_KEY
@@ -98,11 +106,14 @@ def is_sent(ep: Endpoint, service: Service, send_unhealthy: bool) -> bool:
     return True
 
 
-def sends_unhealthy(policy: net.TrafficPolicy | None) -> bool:
+def sends_unhealthy(policy: net.TrafficPolicy | None, service: Service) -> bool:
     """istiod supportsUnhealthyEndpoints with PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS on (its
     default): unready endpoints go out as UNHEALTHY (outbound clusters have a 0 % panic
     threshold), unless the cluster's outlier detection sets minHealthPercent, whose panic mode
-    would then route to them."""
+    would then route to them; always for a service with a traffic distribution, whose spill
+    from one locality to the next needs them (ForcesSupportUnhealthyEndpoints)."""
+    if service.traffic_distribution is not TrafficDistribution.ANY:
+        return True
     return not (
         policy is not None and policy.HasField("outlier_detection") and policy.outlier_detection.min_health_percent > 0
     )
@@ -182,7 +193,7 @@ def dns_locality_endpoints(
     endpoints matching the subset labels; addresses may be hostnames here. ``policy`` is the
     cluster's merged traffic policy (whether unhealthy endpoints are sent)."""
     selected = port_subset_endpoints(endpoints, port, subset_labels)
-    send = sends_unhealthy(policy)
+    send = sends_unhealthy(policy, service)
     return [le.group for le in build_locality_endpoints(service, selected, rule_tls_mode, send)]
 
 
@@ -210,28 +221,57 @@ def keep_mtls_endpoints(localities: Sequence[LocalityEndpoints]) -> None:
 # --- locality load balancing (relative to the calling proxy) ---------------------------------
 
 
+# the failoverPriority a service's traffic distribution stands for (istiod GetEffectiveLbSetting)
+_PREFER_SAME_ZONE = (NETWORK_LABEL, REGION_LABEL, ZONE_LABEL)
+_DISTRIBUTION_PRIORITIES = {
+    TrafficDistribution.PREFER_SAME_ZONE: _PREFER_SAME_ZONE,
+    TrafficDistribution.PREFER_SAME_NODE: (*_PREFER_SAME_ZONE, SUBZONE_LABEL, HOSTNAME_LABEL),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LocalityLb:
+    """The locality load balancing in force for a cluster: the setting, and whether it fails
+    over without outlier detection (``force``: a service's traffic distribution, which relies
+    on endpoint health instead)."""
+
+    setting: net.LocalityLoadBalancerSetting
+    force: bool = False
+
+
 def locality_lb_setting(
-    mesh: MeshConfig, lb: net.LoadBalancerSettings | None
-) -> net.LocalityLoadBalancerSetting | None:
-    """istiod GetLocalityLbSetting: the rule's setting if it has one, else the mesh's (istiod's
-    default mesh config enables it); ``enabled: false`` turns it off."""
+    mesh: MeshConfig, lb: net.LoadBalancerSettings | None, service: Service | None
+) -> LocalityLb | None:
+    """istiod GetEffectiveLbSetting without zone-aware routing: the rule's setting if it has one
+    (``enabled: false`` turns it off), else the service's traffic distribution, else the mesh's
+    (istiod's default mesh config enables it)."""
     if lb is not None and lb.HasField("locality_lb_setting"):
         setting = lb.locality_lb_setting
+    elif service is not None and service.traffic_distribution is not TrafficDistribution.ANY:
+        priorities = _DISTRIBUTION_PRIORITIES[service.traffic_distribution]
+        forced = net.LocalityLoadBalancerSetting(failover_priority=priorities)
+        forced.enabled.value = True
+        return LocalityLb(forced, force=True)
     elif mesh.HasField("locality_lb_setting"):
         setting = mesh.locality_lb_setting
     else:
         return None
     if setting.HasField("enabled") and not setting.enabled.value:
         return None
-    return setting
+    return LocalityLb(setting)
 
 
-def topology_labels(labels: Mapping[str, str], locality: str, cluster_id: str, network: str) -> dict[str, str]:
+def topology_labels(
+    labels: Mapping[str, str], locality: str, cluster_id: str, network: str, node: str = ""
+) -> dict[str, str]:
     """istiod AugmentLabels: the topology labels proxies and registry endpoints carry, which
     ``failoverPriority`` may name."""
     out = dict(labels)
     region, zone, subzone = split_locality(locality)
-    topology = ((REGION_LABEL, region), (ZONE_LABEL, zone), (SUBZONE_LABEL, subzone), (CLUSTER_LABEL, cluster_id))
+    topology = (
+        (REGION_LABEL, region), (ZONE_LABEL, zone), (SUBZONE_LABEL, subzone), (CLUSTER_LABEL, cluster_id),
+        (HOSTNAME_LABEL, node),
+    )  # fmt: skip
     for key, value in topology:
         if value:
             out[key] = value
@@ -370,7 +410,7 @@ def _apply_failover_priorities(
     for group, endpoints in zip(la.endpoints, sources, strict=True):
         by_priority: dict[int, list[int]] = {}
         for i, ep in enumerate(endpoints):
-            labels = topology_labels(ep.labels, ep.locality, cluster_id, ep.network)
+            labels = topology_labels(ep.labels, ep.locality, cluster_id, ep.network, ep.node_name)
             mismatch = next((j for j, name in enumerate(names) if labels.get(name, "") != wanted[j]), None)
             by_priority.setdefault(0 if mismatch is None else lowest - mismatch, []).append(i)
         for priority in sorted(by_priority):

@@ -102,7 +102,7 @@ def build_assignment(
     # istiod getSubsetTrafficPolicy: the rule's policy merged with the subset's, for the port
     policy = merge_traffic_policy(rule_tp, subset_tp, port.port)
     usable = filter(_usable_in_eds, selected)
-    localities = build_locality_endpoints(service, usable, tls_mode, sends_unhealthy(policy))
+    localities = build_locality_endpoints(service, usable, tls_mode, sends_unhealthy(policy, service))
     if key.sni_dnat:
         keep_mtls_endpoints(localities)
     if not localities:
@@ -110,10 +110,10 @@ def build_assignment(
     la = ClusterLoadAssignment(cluster_name=name)
     la.endpoints.extend(le.group for le in localities)
     lb = policy.load_balancer if policy is not None and policy.HasField("load_balancer") else None
-    setting = locality_lb_setting(mesh, lb)
-    if setting is not None:
-        enable_failover = policy is not None and policy.HasField("outlier_detection")
-        apply_locality_load_balancer(la, [le.sources for le in localities], proxy, setting, enable_failover)
+    found = locality_lb_setting(mesh, lb, service)
+    if found is not None:
+        enable_failover = found.force or (policy is not None and policy.HasField("outlier_detection"))
+        apply_locality_load_balancer(la, [le.sources for le in localities], proxy, found.setting, enable_failover)
     return la
 
 

@@ -289,6 +289,8 @@ def redirect_action(redirect: net.HTTPRedirect, listener_port: int, tls: bool) -
     if code is None:
         return None
     out = route_pb2.RedirectAction(host_redirect=redirect.authority, path_redirect=redirect.uri, response_code=code)
+    if redirect.prefix_rewrite:
+        out.prefix_rewrite = redirect.prefix_rewrite  # in place of the path (one of the two)
     if redirect.scheme:
         out.scheme_redirect = redirect.scheme
     port_kind = redirect.WhichOneof("redirect_port")
