@@ -88,7 +88,7 @@ class Runtime:
         (app/sources/kube/pool.py; by default the source starts its own)."""
         self.settings = settings
         self.tracer: PushTracer | None = tracing[0] if tracing is not None else None
-        self._stop_tracing: Callable[[], None] | None = tracing[1] if tracing is not None else None
+        self._stop_tracing: Callable[[float], None] | None = tracing[1] if tracing is not None else None
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
@@ -484,7 +484,8 @@ class Runtime:
             if self._jwks is not None:
                 await asyncio.shield(self._jwks.close())
             if self._stop_tracing is not None:
-                await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
+                # flushes what is batched, for at most the grace the streams had
+                await asyncio.to_thread(self._stop_tracing, self.settings.shutdown_grace)
 
     def root_changed(self, pem: str) -> None:
         """The CA's root is now ``pem`` (``self.ca`` replaced first): every hook hears it (every

@@ -27,13 +27,22 @@ Configured only by the standard environment variables (OTEL_TRACES_EXPORTER otlp
 none, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER[_ARG],
 OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*). With the exporter ``none`` (the default) there is no
 tracer and the pipeline makes no call here. Spans go out through a BatchSpanProcessor (a
-background thread), and an unsampled push is not followed at all.
+background thread, at most OTEL_BSP_MAX_QUEUE_SIZE spans held: the newest are dropped when the
+collector cannot take them), and an unsampled push is not followed at all.
+
+Stopping flushes within a bound the caller gives: the SDK's own shutdown waits up to 30 s for its
+export thread and each export retries for OTEL_EXPORTER_OTLP_TIMEOUT (10 s), so with the collector
+down or slow SIGTERM took 30 s, up to Kubernetes' SIGKILL, where istiod is gone within its 10 s
+shutdownDuration. Past the bound the exporters are shut down, which aborts their retries and
+in-flight calls, and the spans still queued are dropped (logged).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +59,10 @@ from app.xds.response import DeltaResponse, SotwResponse
 from app.xds.type_urls import SHORT_NAMES
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0  # PILOTFISH_TRACE_TIMEOUT: how long a push may take to converge
 MAX_KEYS = 50  # changed config keys listed on a push span (the count is always there)
@@ -91,18 +103,38 @@ def tracing_from_env(env: Mapping[str, str] = os.environ, timeout: float = DEFAU
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    processors: list[SpanProcessor] = [BatchSpanProcessor(_exporter(name, env)) for name in names]
+    exporters = [_exporter(name, env) for name in names]
+    processors: list[SpanProcessor] = [BatchSpanProcessor(exporter) for exporter in exporters]
     attributes = {}
     if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
         attributes[SERVICE_NAME] = "pilotfish"
-    provider = TracerProvider(resource=Resource.create(attributes))  # sampler: OTEL_TRACES_SAMPLER
+    # no exit hook of the SDK's: it would flush unbounded; the caller stops it (``stop_within``)
+    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)  # OTEL_TRACES_SAMPLER
     for processor in processors:
         provider.add_span_processor(processor)
-    return PushTracer(provider.get_tracer("pilotfish"), timeout), provider.shutdown
+
+    def stop(seconds: float) -> None:
+        stop_within(provider, exporters, seconds)
+
+    return PushTracer(provider.get_tracer("pilotfish"), timeout), stop
 
 
-# the tracer and the call that flushes and stops its export
-Tracing = tuple["PushTracer", Callable[[], None]]
+# the tracer and the call that flushes and stops its export within the seconds it is given
+Tracing = tuple["PushTracer", Callable[[float], None]]
+
+
+def stop_within(provider: TracerProvider, exporters: Sequence[SpanExporter], seconds: float) -> None:
+    """Flush what is batched and stop the export, returning within about ``seconds`` (+1 s for the
+    exporters to let go) however the collector behaves: blocks the calling thread, never the loop."""
+    flush = threading.Thread(target=provider.shutdown, name="otel-span-flush", daemon=True)
+    flush.start()
+    flush.join(seconds)
+    if not flush.is_alive():
+        return
+    logger.warning("trace export: spans not flushed within %.1fs (collector unreachable or slow); dropped", seconds)
+    for exporter in exporters:  # aborts the retries and closes the channel: the flush ends with it
+        exporter.shutdown()
+    flush.join(1.0)  # a daemon thread besides: an exporter that does not let go cannot hold the exit
 
 
 @dataclass(eq=False)  # a handle: hashed by identity

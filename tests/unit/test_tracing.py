@@ -174,4 +174,4 @@ def test_exporter_none_is_no_tracer_and_unknown_values_are_errors() -> None:
         tracing_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
     console = tracing_from_env({"OTEL_TRACES_EXPORTER": "console"})
     assert console is not None
-    console[1]()
+    console[1](5.0)
