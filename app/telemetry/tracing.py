@@ -16,8 +16,10 @@ proxy has answered (the NACK is an answer: nothing more will come), but with
 message, ``pilotfish.push.nacks`` (how many responses were rejected),
 ``pilotfish.push.nacked_proxies`` (which proxies) and one ``pilotfish.nack`` event per NACK (proxy,
 type, message and the config objects the rejected resources were made from, which the proxy span
-carries too as ``pilotfish.nack.configs``; at most ``MAX_KEYS``). A proxy that disconnects
-before answering is not a NACK.
+carries too as ``pilotfish.nack.configs``; at most ``MAX_KEYS``). A proxy whose stream ends
+before it answered (it left, or was given up at the send timeout, even in the middle of a write)
+is not a NACK: its span ends at once with an error status, and the root, not converged, counts
+it (``pilotfish.push.disconnects``, ``pilotfish.push.disconnected_proxies``) without an error.
 
 The stream reports what a push wrote (``proxy_pushed``) before it processes the next request
 from its client (app/xds/server.py ``Stream.settle``), so an answer is never processed before
@@ -149,6 +151,7 @@ class _Push:
     ended: bool = False
     nacks: int = 0  # responses of this push a proxy rejected
     nacked: dict[str, str] = field(default_factory=dict)  # proxy id -> its first NACK, in order
+    gone: list[str] = field(default_factory=list)  # proxies whose stream ended before they answered
 
 
 @dataclass(eq=False)
@@ -252,6 +255,9 @@ class PushTracer:
 
     def disconnected(self, stream_id: str) -> None:
         for proxy in list(self._by_stream.get(stream_id, ())):
+            for push in proxy.pushes:
+                if not push.ended:
+                    push.gone.append(proxy.proxy_id)
             self._end_proxy(proxy, "the stream closed before the proxy answered")
 
     def _nacked(self, proxy: _ProxyPush, type_url: str, error: str, configs: tuple[str, ...]) -> None:
@@ -305,9 +311,13 @@ class PushTracer:
         push.ended = True
         if push.timer is not None:
             push.timer.cancel()
-        # a push some proxy rejected is not in force there: not converged, and the root says why
-        push.root.set_attribute("pilotfish.push.converged", converged and not push.nacks)
+        # a push some proxy rejected is not in force there: not converged, and the root says why;
+        # nor is it where the stream ended first (a routine event: no error, but not converged)
+        push.root.set_attribute("pilotfish.push.converged", converged and not push.nacks and not push.gone)
         push.root.set_attribute("pilotfish.push.proxies", push.proxies)
+        if push.gone:
+            push.root.set_attribute("pilotfish.push.disconnects", len(push.gone))
+            push.root.set_attribute("pilotfish.push.disconnected_proxies", sorted(push.gone)[:MAX_KEYS])
         if push.nacks:
             push.root.set_attribute("pilotfish.push.nacks", push.nacks)
             push.root.set_attribute("pilotfish.push.nacked_proxies", sorted(push.nacked)[:MAX_KEYS])

@@ -97,6 +97,7 @@ class _Push(Generic[P]):
     done: asyncio.Future[None]
     dequeued: float  # when a push worker took it (monotonic)
     sent: list[AnyResponse] = field(default_factory=list)  # what the push wrote
+    writing: AnyResponse | None = None  # handed to gRPC, the write not returned yet
 
 
 _EOF = object()
@@ -205,7 +206,10 @@ class Stream(Generic[C, P]):
         try:
             if self.observer is not None and item.request.traces:
                 conn = self.connection
-                self.observer.proxy_pushed(conn.id, conn.client.id, item.request, item.dequeued, item.sent)
+                # a response the stream was given up (or ended) under is part of the push as the
+                # observer sees it: it was meant for the proxy, and no answer to it will come
+                sent = item.sent if item.writing is None else [*item.sent, item.writing]
+                self.observer.proxy_pushed(conn.id, conn.client.id, item.request, item.dequeued, sent)
         finally:
             item.done.set_result(None)
 
@@ -482,15 +486,17 @@ class XdsServer(Generic[C, P]):
         self.streams.pop(stream.connection.id, None)
         self._metrics.connected(stream.connection.client.istio_version, -1)
         self._on_disconnect(stream)
-        if self._observer is not None:
-            self._observer.disconnected(stream.connection.id)
-        # release workers waiting on pushes this stream will never write (or finish writing)
+        # release workers waiting on pushes this stream will never write (or finish writing);
+        # the observer hears what the one being written sent before it hears the stream ended,
+        # or it would wait for answers to it until its timeout
         if stream.writing is not None:
             stream.settle(stream.writing)
         while not stream.inbox.empty():
             item = stream.inbox.get_nowait()
             if isinstance(item, _Push):
                 stream.settle(item)
+        if self._observer is not None:
+            self._observer.disconnected(stream.connection.id)
         logger.info("xDS disconnected: %s", stream.connection.id)
 
     def _expired(self, stream: Stream[C, P]) -> None:
@@ -505,7 +511,9 @@ class XdsServer(Generic[C, P]):
                 stream.writing = item
                 connection = stream.connection
                 for resp in connection.on_push(item.request):
+                    item.writing = resp
                     written = await self._write(writer, resp)
+                    item.writing = None
                     item.sent.append(resp)
                     self._metrics.pushed_type(resp.type_url, connection.build_seconds.get(resp.type_url, 0.0) + written)
         finally:
