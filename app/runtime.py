@@ -483,6 +483,8 @@ class Runtime:
                 await asyncio.shield(source.close())
             if self._jwks is not None:
                 await asyncio.shield(self._jwks.close())
+            if self.tracer is not None:
+                self.tracer.close()  # pushes still open end (and are exported) now
             if self._stop_tracing is not None:
                 # flushes what is batched, for at most the grace the streams had
                 await asyncio.to_thread(self._stop_tracing, self.settings.shutdown_grace)

@@ -172,6 +172,7 @@ class PushTracer:
         self._timeout = timeout
         self._epoch_offset = time.time_ns() - time.monotonic_ns()  # monotonic -> epoch ns
         self._by_stream: dict[str, list[_ProxyPush]] = {}
+        self._open: set[_Push] = set()  # pushes whose root has not ended
 
     def _ns(self, monotonic: float) -> int:
         return int(monotonic * 1e9) + self._epoch_offset
@@ -193,6 +194,7 @@ class PushTracer:
         self._child(root, "pilotfish.debounce", start, fired)
         push = _Push(root, fired)
         push.timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, push)
+        self._open.add(push)
         return push
 
     def context_built(self, handle: Hashable, started: float, ended: float) -> None:
@@ -260,6 +262,15 @@ class PushTracer:
                     push.gone.append(proxy.proxy_id)
             self._end_proxy(proxy, "the stream closed before the proxy answered")
 
+    def close(self) -> None:
+        """The control plane stops: every push still open ends now, unconverged and marked
+        ``pilotfish.push.interrupted``, with the proxy pushes waiting under it, so that what was
+        in flight at SIGTERM is exported rather than lost (pushes still queued for streams never
+        report, and the timeout's timer dies with the loop)."""
+        for push in list(self._open):
+            push.root.set_attribute("pilotfish.push.interrupted", True)
+            self._expire(push)
+
     def _nacked(self, proxy: _ProxyPush, type_url: str, error: str, configs: tuple[str, ...]) -> None:
         """A response of ``proxy`` was rejected: the proxy span and every push it carries say so,
         naming the config objects the rejected resources were made from."""
@@ -309,6 +320,7 @@ class PushTracer:
 
     def _finish(self, push: _Push, converged: bool) -> None:
         push.ended = True
+        self._open.discard(push)
         if push.timer is not None:
             push.timer.cancel()
         # a push some proxy rejected is not in force there: not converged, and the root says why;

@@ -7,10 +7,13 @@ no span is held for it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -20,9 +23,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from app.config.objects import ConfigKey, Kind
 from app.runtime import Runtime
 from app.settings import Settings
 from app.telemetry.tracing import PushTracer
+from app.xds.push_request import PushRequest
 from app.xds.type_urls import ENDPOINT
 from tests.robustness.serving import Client, with_node
 from tests.support.bookinfo import BOOKINFO, NODE
@@ -52,8 +57,11 @@ def service_entry(endpoints: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-async def traced(tmp_path: Path) -> AsyncIterator[tuple[Runtime, InMemorySpanExporter, Path]]:
+@contextlib.asynccontextmanager
+async def traced_runtime(
+    tmp_path: Path, **overrides: Any
+) -> AsyncIterator[tuple[Runtime, InMemorySpanExporter, Path]]:
+    """A Runtime on bookinfo and the big ServiceEntry, its push tracer exporting to memory."""
     config = tmp_path / "config"
     shutil.copytree(BOOKINFO, config)
     (config / "big.yaml").write_text(service_entry(3000))
@@ -71,8 +79,25 @@ async def traced(tmp_path: Path) -> AsyncIterator[tuple[Runtime, InMemorySpanExp
         shutdown_grace=1.0,
     )
     tracing = (PushTracer(provider.get_tracer("test"), TRACE_TIMEOUT), lambda _: provider.shutdown())
-    async with running(settings, tracing) as rt:
+    async with running(dataclasses.replace(settings, **overrides), tracing) as rt:
         yield rt, exported, config
+
+
+@pytest.fixture
+async def traced(tmp_path: Path) -> AsyncIterator[tuple[Runtime, InMemorySpanExporter, Path]]:
+    async with traced_runtime(tmp_path) as found:
+        yield found
+
+
+async def stalled_client(channel: grpc.aio.Channel, pod: str) -> Client:
+    """A SotW client holding the big assignment (read and ACKed), which then stops reading."""
+    client = Client(channel, delta=False)
+    node = NODE.replace("productpage-v1-0", pod)
+    await client.send(with_node(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[BIG]), node))
+    first = await client.recv()
+    ack = discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[BIG], response_nonce=first.nonce)
+    await client.send(ack)
+    return client
 
 
 def pushes_of(exported: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
@@ -96,15 +121,10 @@ async def test_a_stream_given_up_in_the_middle_of_a_push_ends_its_trace_at_once(
     traced: tuple[Runtime, InMemorySpanExporter, Path],
 ) -> None:
     rt, exported, config = traced
-    node = NODE.replace("productpage-v1-0", "stalled-0")
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{rt.xds.port}", options=SMALL_WINDOW)
-    client = Client(channel, delta=False)
     try:
-        await client.send(with_node(discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[BIG]), node))
-        first = await client.recv()
-        ack = discovery_pb2.DiscoveryRequest(type_url=ENDPOINT, resource_names=[BIG], response_nonce=first.nonce)
-        await client.send(ack)
-        # the client stops reading; the next assignment (120 KB) outgrows its window
+        await stalled_client(channel, "stalled-0")
+        # the next assignment (120 KB) outgrows the window of the client, which no longer reads
         changed = time.time()
         (config / "big.yaml").write_text(service_entry(3001))
         root = await ended(exported, changed, TRACE_TIMEOUT + 5)
@@ -121,3 +141,21 @@ async def test_a_stream_given_up_in_the_middle_of_a_push_ends_its_trace_at_once(
     (proxy,) = [s for s in proxies if s.parent is not None and s.parent.span_id == root.context.span_id]
     assert proxy.status.status_code is StatusCode.ERROR and "stream closed" in (proxy.status.description or "")
     assert rt.tracer is not None and not rt.tracer._by_stream  # nothing held for the stream
+
+
+# was: a push the stop cut short (its PushContext build cancelled with the debouncer before it
+# was queued, or still queued for streams when the queue closed) never reported, its timeout's
+# timer died with the loop, and its trace was never exported: what was in flight at SIGTERM (a
+# restart) was missing from the traces. The push is cut here by hand: fired, never queued.
+async def test_a_push_in_flight_when_the_control_plane_stops_is_exported_interrupted(tmp_path: Path) -> None:
+    async with traced_runtime(tmp_path) as (rt, exported, _):
+        assert rt.tracer is not None
+        now = time.monotonic()
+        key = ConfigKey(Kind.DESTINATION_RULE, "bookinfo", "cut")
+        cut = PushRequest(full=True, configs_updated=frozenset({key}))
+        assert rt.tracer.push_fired(cut, now) is not None
+    roots = pushes_of(exported, "pilotfish.push")
+    (root,) = [s for s in roots if s.attributes and s.attributes.get("pilotfish.push.interrupted")]
+    assert root.attributes is not None
+    assert root.attributes["pilotfish.push.configs_updated"] == ("DestinationRule/bookinfo/cut",)
+    assert root.attributes["pilotfish.push.converged"] is False
