@@ -25,7 +25,13 @@ MAX_RECENT_REJECTIONS = 100
 # a node as a latest rejection names it: a proxy id is POD.NAMESPACE (at most 253 + 1 + 63), but
 # a client may send megabytes of one, and the latest rejections outlive its stream
 MAX_NODE_SHOWN = 320
-_PUSH_BUCKETS = (0.01, 0.1, 0.5, 1, 3, 5, 10, 20, 30)
+# istiod's debounceTime and pushTime buckets (pilot/pkg/xds/monitoring.go): the same bounds, so that
+# histogram_quantile over both control planes' buckets (a revision beside istiod) stays sound
+_PUSH_BUCKETS = (0.01, 0.1, 1, 3, 5, 10, 20, 30)
+# type URLs a client may send are any text: a label takes the types pilotfish serves, "other" for
+# the rest (istiod writes the client's text, a series per type URL a client makes up)
+OTHER_TYPE = "other"
+MAX_IDLE_VERSIONS = 16  # pilot_xds series kept at 0 (versions with no stream left)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
 
 
@@ -165,23 +171,45 @@ class PilotMetrics:
         self._process = CollectorRegistry()
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self._process)
-        self._clients: Counter[str] = Counter()
+        self._clients: Counter[str] = Counter()  # ISTIO_VERSION -> streams
+        self._streams: Counter[str] = Counter()  # node -> streams
+        self._rejecting: set[str] = set()  # nodes with a pilot_xds_*_reject series
 
     # --- what the pipeline reports -----------------------------------------------------------
 
-    def connected(self, istio_version: str, delta: int) -> None:
-        self._clients[istio_version] += delta
-        self.xds.set(self._clients[istio_version], version=istio_version)
+    def connected(self, node: str, istio_version: str, delta: int) -> None:
+        """A stream of ``node`` (its proxy id), of that ISTIO_VERSION, connected (1) or ended
+        (-1). ISTIO_VERSION and node ids are the client's text, and a client reconnecting under
+        ever new ones would grow ``/metrics`` without bound (istiod keeps every series): a node's
+        reject series go with its last stream, and a version's series, at 0 with its last
+        stream as istiod's, is dropped then once more than ``MAX_IDLE_VERSIONS`` are at 0."""
+        clients = self._clients[istio_version] + delta
+        self.xds.set(max(clients, 0), version=istio_version)
+        if clients > 0:
+            self._clients[istio_version] = clients
+        else:
+            del self._clients[istio_version]
+            if len(self.xds.values) - len(self._clients) > MAX_IDLE_VERSIONS:
+                del self.xds.values[(("version", istio_version),)]
+        streams = self._streams[node] + delta
+        if streams > 0:
+            self._streams[node] = streams
+            return
+        del self._streams[node]
+        if node in self._rejecting:
+            self._rejecting.discard(node)
+            for gauge in self.rejects.values():
+                gauge.values = {k: v for k, v in gauge.values.items() if ("node", node) not in k}
 
     def sent(self, type_url: str, seconds: float, size: int) -> None:
         """A response was written: its type, the write's time and the resources' size."""
-        self.pushes.add(type=SHORT_NAMES.get(type_url, type_url))
+        self.pushes.add(type=_short(type_url))
         self.send_time.observe(seconds)
-        self.config_size.observe(size, type=type_url)
+        self.config_size.observe(size, type=type_url if type_url in SHORT_NAMES else OTHER_TYPE)
 
     def pushed_type(self, type_url: str, seconds: float) -> None:
         """A push built and wrote a response of this type in ``seconds``."""
-        self.push_time.observe(seconds, type=SHORT_NAMES.get(type_url, type_url))
+        self.push_time.observe(seconds, type=_short(type_url))
 
     def write_timeout(self) -> None:
         """A response write passed the send timeout (the stream was given up)."""
@@ -211,7 +239,7 @@ class PilotMetrics:
             self.cert_chain_expiry.set(chain)
 
     def expired_nonce(self, type_url: str) -> None:
-        self.expired_nonces.add(type=SHORT_NAMES.get(type_url, type_url))
+        self.expired_nonces.add(type=_short(type_url))
 
     def config_event(self, kind: str, event: str) -> None:
         """An Istio config object came from Kubernetes (istiod's crdclient events)."""
@@ -220,10 +248,12 @@ class PilotMetrics:
     def rejected(self, type_url: str, node: str, code: int, error: str, causes: Sequence[Cause]) -> None:
         """A NACK: by type, and per node with its gRPC code's name, as istiod labels it; by each
         config object the rejected resources were made from; and kept for /debug/rejections."""
-        short = SHORT_NAMES.get(type_url, type_url)
+        short = _short(type_url)
         self.total_rejects.add(type=short)
         if short in self.rejects:
-            self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, f"Code({code})"))
+            # Go names codes past 16 Code(N); a client sends any int32, so those share one value
+            self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, "Code(other)"))
+            self._rejecting.add(node)
         for cause in causes:
             self.rejects_by_config.add(type=short, kind=cause.kind, namespace=cause.namespace, name=cause.name)
         made = ", made from " + ", ".join(map(str, causes)) if causes else ""
@@ -303,3 +333,8 @@ class PilotMetrics:
                 self.leader,
             ]
         ) + generate_latest(self._process).decode()
+
+
+def _short(type_url: str) -> str:
+    """istiod's GetMetricType for the types pilotfish serves; one label for any other text."""
+    return SHORT_NAMES.get(type_url, OTHER_TYPE)

@@ -76,8 +76,9 @@ class XdsMetrics(Protocol):
     """What the transport counts (app/telemetry/pilot.py PilotMetrics keeps them as istiod's
     pilot_xds_* metrics)."""
 
-    def connected(self, istio_version: str, delta: int) -> None:
-        """A stream of a client of that version connected (1) or ended (-1)."""
+    def connected(self, node: str, istio_version: str, delta: int) -> None:
+        """A stream of the client ``node`` (its proxy id), of that version, connected (1) or
+        ended (-1)."""
         ...
 
     def sent(self, type_url: str, seconds: float, size: int) -> None:

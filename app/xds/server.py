@@ -462,7 +462,7 @@ class XdsServer(Generic[C, P]):
         if caller is not None:
             stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
-        self._metrics.connected(client.istio_version, 1)
+        self._metrics.connected(client.id, client.istio_version, 1)
         if self._on_connect is not None:
             self._on_connect(stream)
         protocol = "delta" if stream.connection.delta else "sotw"
@@ -484,7 +484,7 @@ class XdsServer(Generic[C, P]):
             return
         stream.closed = True
         self.streams.pop(stream.connection.id, None)
-        self._metrics.connected(stream.connection.client.istio_version, -1)
+        self._metrics.connected(stream.connection.client.id, stream.connection.client.istio_version, -1)
         self._on_disconnect(stream)
         # release workers waiting on pushes this stream will never write (or finish writing);
         # the observer hears what the one being written sent before it hears the stream ended,
