@@ -183,6 +183,7 @@ class Runtime:
                 tls=self._webhook_file_tls if files else self._webhook_tls,
                 system_namespace=settings.system_namespace,
                 injection=injection_source(settings, lambda: self.env.store.mesh),
+                metrics=self.metrics,
             )
         self.started = asyncio.Event()
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 
+from app import __version__
 from app.telemetry.prometheus import Histogram, Metric, render
 from app.xds.cause import Cause
 from app.xds.type_urls import SHORT_NAMES
@@ -31,6 +32,7 @@ _PUSH_BUCKETS = (0.01, 0.1, 1, 3, 5, 10, 20, 30)
 # type URLs a client may send are any text: a label takes the types pilotfish serves, "other" for
 # the rest (istiod writes the client's text, a series per type URL a client makes up)
 OTHER_TYPE = "other"
+MAX_VALIDATED_RESOURCES = 64  # (group, version, resource) label sets of galley_validation_*
 MAX_IDLE_VERSIONS = 16  # pilot_xds series kept at 0 (versions with no stream left)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
 
@@ -171,6 +173,34 @@ class PilotMetrics:
         self._process = CollectorRegistry()
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self._process)
+        # the validating webhook (pkg/webhooks/validation/server/monitoring.go) and the injector
+        # (pkg/kube/inject/monitoring.go): the control-plane dashboard's webhook panels
+        self.validation_passed = Metric("galley_validation_passed", "Resource is valid", "counter")
+        self.validation_failed = Metric("galley_validation_failed", "Resource validation failed", "counter")
+        self.validation_http_errors = Metric(
+            "galley_validation_http_error", "Resource validation http serve errors", "counter"
+        )
+        self._validated: set[tuple[str, ...]] = set()  # (group, version, resource) labelled as such
+        self.injection_requests = Metric(
+            "sidecar_injection_requests_total", "Total number of sidecar injection requests.", "counter"
+        )
+        self.injection_successes = Metric(
+            "sidecar_injection_success_total", "Total number of successful sidecar injection requests.", "counter"
+        )
+        self.injection_failures = Metric(
+            "sidecar_injection_failure_total", "Total number of failed sidecar injection requests.", "counter"
+        )
+        self.injection_skips = Metric(
+            "sidecar_injection_skip_total", "Total number of skipped sidecar injection requests.", "counter"
+        )
+        self.injection_time = Histogram(
+            "sidecar_injection_time_seconds",
+            "Total time taken for injection in seconds.",
+            (0.1, 1, 3, 5, 10, 20, 30, 60),
+        )
+        # pkg/version RecordComponentBuildTag("pilot"): the control-plane dashboard's versions panel
+        self.build = Metric("istio_build", "Istio component build info", "gauge")
+        self.build.set(1, component="pilot", tag=__version__)
         self._clients: Counter[str] = Counter()  # ISTIO_VERSION -> streams
         self._streams: Counter[str] = Counter()  # node -> streams
         self._rejecting: set[str] = set()  # nodes with a pilot_xds_*_reject series
@@ -208,7 +238,8 @@ class PilotMetrics:
         self.config_size.observe(size, type=type_url if type_url in SHORT_NAMES else OTHER_TYPE)
 
     def pushed_type(self, type_url: str, seconds: float) -> None:
-        """A push built and wrote a response of this type in ``seconds``."""
+        """A response of this type (a push's or a request's answer) was built and written in
+        ``seconds``."""
         self.push_time.observe(seconds, type=_short(type_url))
 
     def write_timeout(self) -> None:
@@ -273,6 +304,37 @@ class PilotMetrics:
         self.services.set(services)
         self.virtual_services.set(vs)
 
+    def validated(self, resource: Sequence[str], reason: str) -> None:
+        """A review of the resource (group, version, resource) passed ("") or failed for istiod's
+        reason. The resource is the request's text: past ``MAX_VALIDATED_RESOURCES`` distinct
+        ones, a new one is labelled ``other``, so a caller making them up cannot grow /metrics."""
+        key = tuple(resource)
+        if key not in self._validated and len(self._validated) >= MAX_VALIDATED_RESOURCES:
+            key = (OTHER_TYPE,) * 3
+        self._validated.add(key)
+        group, version, plural = key
+        if reason:
+            self.validation_failed.add(group=group, version=version, resource=plural, reason=reason)
+        else:
+            self.validation_passed.add(group=group, version=version, resource=plural)
+
+    def validation_http_error(self, status: int) -> None:
+        self.validation_http_errors.add(status=str(status))
+
+    def injection_request(self, seconds: float) -> None:
+        self.injection_requests.add()
+        self.injection_time.observe(seconds)
+
+    def injection_outcome(self, *, answered: bool, failed: bool, skipped: bool) -> None:
+        """istiod counts a success for every review written, a failed injection included (its
+        handleError counts the failure, then the review goes out)."""
+        if answered:
+            self.injection_successes.add()
+        if failed:
+            self.injection_failures.add()
+        if skipped:
+            self.injection_skips.add()
+
     def cache_state(self, hits: int, misses: int, evictions: int) -> None:
         self.cache_hits.set(hits)
         self.cache_misses.set(misses)
@@ -331,6 +393,15 @@ class PilotMetrics:
                 self.cache_evictions,
                 self.config_rejections,
                 self.leader,
+                self.validation_passed,
+                self.validation_failed,
+                self.validation_http_errors,
+                self.injection_requests,
+                self.injection_successes,
+                self.injection_failures,
+                self.injection_skips,
+                self.injection_time,
+                self.build,
             ]
         ) + generate_latest(self._process).decode()
 

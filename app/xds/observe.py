@@ -86,7 +86,8 @@ class XdsMetrics(Protocol):
         ...
 
     def pushed_type(self, type_url: str, seconds: float) -> None:
-        """A push's response of the type took ``seconds`` to build and write."""
+        """A response of the type, pushed or answering a request (as istiod's pushXds times
+        both), took ``seconds`` to build and write."""
         ...
 
     def write_timeout(self) -> None:

@@ -383,11 +383,15 @@ class XdsServer(Generic[C, P]):
                                 continue
                             if getattr(item, "type_url", "") == SECRET:
                                 await self._review_secrets(stream)
+                            began = time.perf_counter()
                             for resp in stream.connection.answers(item):
                                 await self._write(writer, resp)
+                                # istiod's pushXds times a request's answer as a push: built and written
+                                self._metrics.pushed_type(resp.type_url, time.perf_counter() - began)
                                 # a write gRPC takes at once does not suspend: the loop's other
                                 # work runs here before the next part of an answer is built
                                 await asyncio.sleep(0)
+                                began = time.perf_counter()
                             if self._observer is not None:
                                 self._answered(stream, item)
                         inbox.task_done()

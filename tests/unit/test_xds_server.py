@@ -551,8 +551,10 @@ async def test_metrics_move_with_what_happened(runtime: Runtime, channel: grpc.a
     assert after[("pilot_debounce_time_count", ())] == 1 and after[("pilot_pushcontext_init_seconds_count", ())] == 1
     assert after[("pilot_proxy_convergence_time_count", ())] == 1
     assert after[("pilot_proxy_queue_time_count", ())] == 1
-    # the push wrote one CDS response (the stream watches no EDS): its build + write time, its send
-    assert after[("pilot_xds_push_time_count", (("type", "cds"),))] == 1
+    # the push wrote one CDS response (the stream watches no EDS): its build + write time, its send;
+    # the request's answer was timed before it, as istiod's pushXds times both
+    assert before[("pilot_xds_push_time_count", (("type", "cds"),))] == 1
+    assert after[("pilot_xds_push_time_count", (("type", "cds"),))] == 2
     assert after[("pilot_xds_send_time_count", ())] == before[("pilot_xds_send_time_count", ())] + 1
     size = ("pilot_xds_config_size_bytes_count", (("type", CLUSTER),))
     assert after[size] == before[size] + 1
