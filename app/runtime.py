@@ -524,6 +524,8 @@ class Runtime:
             for event in events:
                 if event.obj.kind in ISTIO_KINDS:
                     self.metrics.config_event(event.obj.kind, event.type.value)
+                else:
+                    self.metrics.registry_event(event.obj.kind, event.type.value)
         for event in events:
             obj = event.obj
             for warning in istio_warnings(obj.spec) if event.type is not EventType.DELETE else ():

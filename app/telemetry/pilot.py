@@ -32,6 +32,8 @@ _PUSH_BUCKETS = (0.01, 0.1, 1, 3, 5, 10, 20, 30)
 # type URLs a client may send are any text: a label takes the types pilotfish serves, "other" for
 # the rest (istiod writes the client's text, a series per type URL a client makes up)
 OTHER_TYPE = "other"
+# the kinds istiod's kube controller registers handlers for (registerHandlers), by its type label
+_REGISTRY_TYPES = {"Service": "Services", "Pod": "Pods", "Node": "Nodes", "EndpointSlice": "EndpointSlice"}
 MAX_VALIDATED_RESOURCES = 64  # (group, version, resource) label sets of galley_validation_*
 MAX_IDLE_VERSIONS = 16  # pilot_xds series kept at 0 (versions with no stream left)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
@@ -110,6 +112,7 @@ class PilotMetrics:
             "pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce.", "counter"
         )
         self.k8s_cfg_events = Metric("pilot_k8s_cfg_events", "Events from k8s config.", "counter")
+        self.k8s_reg_events = Metric("pilot_k8s_reg_events", "Events from k8s registry.", "counter")
         # istiod's CA (security/pkg/server/ca/monitoring.go)
         self.csr_count = Metric("citadel_server_csr_count", "The number of CSRs received by Citadel server.", "counter")
         self.ca_authn_failures = Metric(
@@ -276,6 +279,14 @@ class PilotMetrics:
         """An Istio config object came from Kubernetes (istiod's crdclient events)."""
         self.k8s_cfg_events.add(type=kind, event=event)
 
+    def registry_event(self, kind: str, event: str) -> None:
+        """A Kubernetes object of the service registry came (istiod's kube controller counts its
+        informers' events under their own names; the Namespace handlers, filtered to the system
+        namespace's and traffic distribution changes, are not counted here)."""
+        name = _REGISTRY_TYPES.get(kind)
+        if name is not None:
+            self.k8s_reg_events.add(type=name, event=event)
+
     def rejected(self, type_url: str, node: str, code: int, error: str, causes: Sequence[Cause]) -> None:
         """A NACK: by type, and per node with its gRPC code's name, as istiod labels it; by each
         config object the rejected resources were made from; and kept for /debug/rejections."""
@@ -378,6 +389,7 @@ class PilotMetrics:
                 self.internal_errors,
                 self.expired_nonces,
                 self.k8s_cfg_events,
+                self.k8s_reg_events,
                 self.csr_count,
                 self.ca_authn_failures,
                 self.csr_sign_errors,

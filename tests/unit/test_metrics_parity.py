@@ -39,7 +39,6 @@ NOT_EXPORTED = {
     "go_memstats_heap_sys_bytes": "Go runtime",
     "go_memstats_mallocs_total": "Go runtime",
     "go_memstats_stack_inuse_bytes": "Go runtime",
-    "pilot_k8s_reg_events": "not yet: the Kubernetes registry's events are not counted",
 }
 _KINDS = {"Sum": "counter", "Gauge": "gauge", "Distribution": "histogram"}
 _DEFINITION = re.compile(r'monitoring\.New(Sum|Gauge|Distribution)\(\s*"([a-z0-9_]+)"')
