@@ -64,12 +64,12 @@ def collector(port: int, mode: str) -> Iterator[None]:
         process.stop()
 
 
-def traced_pushes(rt: Runtime, count: int) -> None:
+def traced_pushes(rt: Runtime, count: int, key: ConfigKey = DR) -> None:
     """``count`` pushes that reached no proxy: two spans each, ended at once and queued for export."""
     assert rt.tracer is not None
     now = time.monotonic()
     for _ in range(count):
-        handle = rt.tracer.push_fired(PushRequest(full=True, configs_updated=frozenset({DR}), start=now), now)
+        handle = rt.tracer.push_fired(PushRequest(full=True, configs_updated=frozenset({key}), start=now), now)
         assert handle is not None
         rt.tracer.push_queued(handle, 0)
 
@@ -100,3 +100,30 @@ async def test_stopping_does_not_wait_on_a_failing_collector(mode: str, protocol
             gc.unfreeze()
     # the grace for the streams (none here) and 1 s for the spans, then at most 1 s more
     assert took < 5.0, f"stopping took {took:.1f}s with the collector {mode}"
+
+
+async def test_traces_arrive_once_a_collector_down_at_start_comes_up(tmp_path: Path) -> None:
+    port = free_port()
+    later = ConfigKey(Kind.DESTINATION_RULE, "bookinfo", "later")
+    with exporting_env(port, "grpc"):
+        rt = Runtime(bookinfo_settings(tmp_path, shutdown_grace=1.0), tracing_from_env(os.environ))
+        stop = asyncio.Event()
+        task = asyncio.create_task(rt.run(stop))
+        collected: list[dict[str, Any]] = []
+        try:
+            await asyncio.wait_for(rt.started.wait(), 30)
+            traced_pushes(rt, 3)  # exported into nothing: retried, then dropped
+            await asyncio.sleep(1.0)
+            up = Collector(port, "ok")
+            try:
+                for _ in range(30):  # the exporter reconnects, at the latest once its current export gives up (10 s)
+                    traced_pushes(rt, 1, later)
+                    await asyncio.sleep(0.5)
+            finally:
+                collected = up.stop()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+            gc.unfreeze()
+    arrived = [s for s in collected if s["name"] == "pilotfish.push"]
+    assert any("DestinationRule/bookinfo/later" in s["attributes"]["pilotfish.push.configs_updated"] for s in arrived)
