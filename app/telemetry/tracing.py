@@ -206,6 +206,13 @@ class PushTracer:
             handle.expected = streams
             self._maybe_finish(handle)
 
+    def push_failed(self, handle: Hashable, error: BaseException) -> None:
+        """The push raised before it was queued: its root ends now, an error naming the exception."""
+        if isinstance(handle, _Push) and not handle.ended:
+            handle.root.record_exception(error)
+            handle.root.set_status(Status(StatusCode.ERROR, f"the push failed: {type(error).__name__}: {error}"))
+            self._finish(handle, converged=False)
+
     def proxy_pushed(
         self,
         stream_id: str,

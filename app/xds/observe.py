@@ -71,6 +71,10 @@ class PushObserver(StreamObserver[P_contra], Protocol[P_contra]):
         """The push was queued for this many streams; each will report ``proxy_pushed``."""
         ...
 
+    def push_failed(self, handle: Hashable, error: BaseException) -> None:
+        """Building or queueing the push raised ``error``: nothing of it will be sent."""
+        ...
+
 
 class XdsMetrics(Protocol):
     """What the transport counts (app/telemetry/pilot.py PilotMetrics keeps them as istiod's

@@ -24,13 +24,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from app.config.objects import ConfigKey, Kind
+from app.model import push_context
 from app.runtime import Runtime
 from app.settings import Settings
 from app.telemetry.tracing import PushTracer
 from app.xds.push_request import PushRequest
 from app.xds.type_urls import ENDPOINT
 from tests.robustness.serving import Client, with_node
-from tests.support.bookinfo import BOOKINFO, NODE
+from tests.support.bookinfo import BOOKINFO, EXTRA_DR, NODE
 from tests.support.runtime import running
 
 TRACE_TIMEOUT = 30.0
@@ -159,3 +160,24 @@ async def test_a_push_in_flight_when_the_control_plane_stops_is_exported_interru
     assert root.attributes is not None
     assert root.attributes["pilotfish.push.configs_updated"] == ("DestinationRule/bookinfo/cut",)
     assert root.attributes["pilotfish.push.converged"] is False
+
+
+# was: a push whose PushContext build raised never reported; its trace waited for the timeout and
+# ended unconverged without a word of why
+async def test_a_push_whose_build_raised_ends_its_trace_at_once_naming_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_dr_index = push_context._build_dr_index
+
+    def fails_once(*args: Any) -> Any:
+        monkeypatch.setattr(push_context, "_build_dr_index", build_dr_index)
+        raise RuntimeError("injected: the DestinationRule index build fails")
+
+    async with traced_runtime(tmp_path) as (_, exported, config):
+        monkeypatch.setattr(push_context, "_build_dr_index", fails_once)
+        changed = time.time()
+        (config / "extra-dr.yaml").write_text(EXTRA_DR)
+        root = await ended(exported, changed, TRACE_TIMEOUT / 2)
+    assert root.attributes is not None and root.attributes["pilotfish.push.converged"] is False
+    assert root.status.status_code is StatusCode.ERROR
+    assert "RuntimeError: injected: the DestinationRule index build fails" in (root.status.description or "")
