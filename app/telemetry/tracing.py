@@ -105,8 +105,12 @@ def tracing_from_env(env: Mapping[str, str] = os.environ, timeout: float = DEFAU
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    exporters = [_exporter(name, env) for name in names]
-    processors: list[SpanProcessor] = [BatchSpanProcessor(exporter) for exporter in exporters]
+    try:
+        exporters = [_exporter(name, env) for name in names]
+        processors: list[SpanProcessor] = [BatchSpanProcessor(exporter) for exporter in exporters]
+    except ValueError as e:  # the SDK's reading of its variables (a queue of 0, a timeout "abc")
+        given = sorted(f"{k}={v!r}" for k, v in env.items() if k.startswith(("OTEL_BSP_", "OTEL_EXPORTER_OTLP_")))
+        raise SettingsError(f"OpenTelemetry trace export ({', '.join(given)}): {e}") from None
     attributes = {}
     if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
         attributes[SERVICE_NAME] = "pilotfish"

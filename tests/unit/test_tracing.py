@@ -175,6 +175,16 @@ def test_exporter_none_is_no_tracer_and_unknown_values_are_errors() -> None:
         tracing_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
     with pytest.raises(SettingsError, match="OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"):
         tracing_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+    # the SDK's own checks of its variables, as a settings error naming them, not a traceback
+    for key, value, reason in (
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "0", "max_queue_size must be a positive integer"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "-5", "schedule_delay_millis must be positive"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc", "could not convert string to float"),
+    ):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(key, value)  # the SDK reads the process environment
+            with pytest.raises(SettingsError, match=f"{key}='{value}'.*{reason}"):
+                tracing_from_env({"OTEL_TRACES_EXPORTER": "otlp", key: value})
     console = tracing_from_env({"OTEL_TRACES_EXPORTER": "console"})
     assert console is not None
     console[1](5.0)
