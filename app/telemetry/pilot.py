@@ -34,7 +34,8 @@ _PUSH_BUCKETS = (0.01, 0.1, 1, 3, 5, 10, 20, 30)
 OTHER_TYPE = "other"
 # the kinds istiod's kube controller registers handlers for (registerHandlers), by its type label
 _REGISTRY_TYPES = {"Service": "Services", "Pod": "Pods", "Node": "Nodes", "EndpointSlice": "EndpointSlice"}
-MAX_VALIDATED_RESOURCES = 64  # (group, version, resource) label sets of galley_validation_*
+MAX_VALIDATED_RESOURCES = 64
+_MAX_NAME = 253  # (group, version, resource) label sets of galley_validation_*
 MAX_IDLE_VERSIONS = 16  # pilot_xds series kept at 0 (versions with no stream left)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
 
@@ -320,9 +321,11 @@ class PilotMetrics:
         reason. The resource is the request's text: past ``MAX_VALIDATED_RESOURCES`` distinct
         ones, a new one is labelled ``other``, so a caller making them up cannot grow /metrics."""
         key = tuple(resource)
-        if key not in self._validated and len(self._validated) >= MAX_VALIDATED_RESOURCES:
+        long = any(len(part) > _MAX_NAME for part in key)  # an API group is a DNS name: 253 at most
+        if long or (key not in self._validated and len(self._validated) >= MAX_VALIDATED_RESOURCES):
             key = (OTHER_TYPE,) * 3
-        self._validated.add(key)
+        else:
+            self._validated.add(key)
         group, version, plural = key
         if reason:
             self.validation_failed.add(group=group, version=version, resource=plural, reason=reason)

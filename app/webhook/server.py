@@ -333,7 +333,6 @@ class WebhookServer:
         return web.Response(status=status, text=text)
 
 
-
 async def _submit(pool: WorkerPool, deadline: float, work: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     answer: dict[str, Any] = await asyncio.wrap_future(pool.submit(work, *args, deadline=deadline))
     return answer

@@ -105,12 +105,14 @@ async def test_made_up_resources_cannot_grow_the_validation_series(
 ) -> None:
     base, tls, metrics = webhook
     async with aiohttp.ClientSession() as session:
+        huge = {"group": "g" * 100_000, "version": "v1", "resource": "r"}  # not a label value
+        await post(session, f"{base}/validate", tls, review(RULE, resource=huge))
         for i in range(MAX_VALIDATED_RESOURCES + 10):
             made_up = {"group": "made.up", "version": "v1", "resource": f"r{i}"}
             await post(session, f"{base}/validate", tls, review(RULE, resource=made_up))
     passed = {labels: v for (name, labels), v in samples(metrics).items() if name == "galley_validation_passed"}
     assert len(passed) == MAX_VALIDATED_RESOURCES + 1
-    assert passed[(("group", "other"), ("resource", "other"), ("version", "other"))] == 10
+    assert passed[(("group", "other"), ("resource", "other"), ("version", "other"))] == 11
 
 
 async def test_injection_is_counted_as_istiod_counts_it(webhook: tuple[str, ssl.SSLContext, PilotMetrics]) -> None:
