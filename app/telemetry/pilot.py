@@ -217,6 +217,9 @@ class PilotMetrics:
         ever new ones would grow ``/metrics`` without bound (istiod keeps every series): a node's
         reject series go with its last stream, and a version's series, at 0 with its last
         stream as istiod's, is dropped then once more than ``MAX_IDLE_VERSIONS`` are at 0."""
+        # a label is the client's text: one longer than a name can be is not kept as such
+        istio_version = istio_version if len(istio_version) <= _MAX_NAME else OTHER_TYPE
+        node = node if len(node) <= MAX_NODE_SHOWN else OTHER_TYPE
         clients = self._clients[istio_version] + delta
         self.xds.set(max(clients, 0), version=istio_version)
         if clients > 0:
@@ -295,8 +298,9 @@ class PilotMetrics:
         self.total_rejects.add(type=short)
         if short in self.rejects:
             # Go names codes past 16 Code(N); a client sends any int32, so those share one value
-            self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, "Code(other)"))
-            self._rejecting.add(node)
+            labelled = node if len(node) <= MAX_NODE_SHOWN else OTHER_TYPE
+            self.rejects[short].add(node=labelled, err=_CODE_NAMES.get(code, "Code(other)"))
+            self._rejecting.add(labelled)
         for cause in causes:
             self.rejects_by_config.add(type=short, kind=cause.kind, namespace=cause.namespace, name=cause.name)
         made = ", made from " + ", ".join(map(str, causes)) if causes else ""

@@ -31,14 +31,15 @@ async def metrics(rt: Runtime) -> str:
         return await resp.text()
 
 
-async def hostile_client(channel: grpc.aio.Channel, i: int, delta: bool) -> Client:
-    """A client under a made-up node id and version: a made-up type, a stale nonce and a NACK for
-    it, then CDS NACKed with a made-up gRPC code."""
+async def hostile_client(channel: grpc.aio.Channel, i: int, delta: bool, long: int = 0) -> Client:
+    """A client under a made-up node id and version (``long`` characters longer): a made-up type, a
+    stale nonce and a NACK for it, then CDS NACKed with a made-up gRPC code."""
     req_type = discovery_pb2.DeltaDiscoveryRequest if delta else discovery_pb2.DiscoveryRequest
     client = Client(channel, delta)
     made_up = f"type.googleapis.com/made.up.T{i}{delta}"
-    first = with_node(req_type(type_url=made_up), NODE.replace("productpage-v1-0", f"made-up-{i}-{delta}"))
-    first.node.metadata.fields["ISTIO_VERSION"].string_value = f"9.{i}.{delta}-made-up"
+    pod = f"made-up-{i}-{delta}" + "x" * long
+    first = with_node(req_type(type_url=made_up), NODE.replace("productpage-v1-0", pod))
+    first.node.metadata.fields["ISTIO_VERSION"].string_value = f"9.{i}.{delta}-made-up" + "x" * long
     await client.send(first)
     await client.send(req_type(type_url=made_up, response_nonce="stale"))
     nack = status_pb2.Status(code=100 + i, message=f"made-up {i}")
@@ -60,6 +61,7 @@ async def test_what_clients_make_up_leaves_no_series_once_they_are_gone(tmp_path
     async with serving(config) as rt:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{rt.xds.port}") as channel:
             clients = [await hostile_client(channel, i, delta) for i in range(HOSTILE) for delta in (False, True)]
+            clients.append(await hostile_client(channel, HOSTILE, False, long=50_000))
             await asyncio.sleep(0.3)  # the last NACKs are processed
             while_connected = await metrics(rt)
             for client in clients:
@@ -71,9 +73,13 @@ async def test_what_clients_make_up_leaves_no_series_once_they_are_gone(tmp_path
         after = await metrics(rt)
     # while they are connected, their rejections are there, by istiod's names and labels
     assert 'pilot_xds_cds_reject{err="Code(other)",node="made-up-0-False.bookinfo"} 1' in while_connected
-    assert f'pilot_total_xds_rejects{{type="cds"}} {2 * HOSTILE}' in while_connected
-    assert f'pilot_total_xds_rejects{{type="other"}} {2 * HOSTILE}' in while_connected
-    assert f'pilot_xds_expired_nonce{{type="other"}} {2 * HOSTILE}' in while_connected
+    assert f'pilot_total_xds_rejects{{type="cds"}} {2 * HOSTILE + 1}' in while_connected
+    assert f'pilot_total_xds_rejects{{type="other"}} {2 * HOSTILE + 1}' in while_connected
+    assert f'pilot_xds_expired_nonce{{type="other"}} {2 * HOSTILE + 1}' in while_connected
+    # text longer than a name can be is no label value: the long client's node and version
+    assert 'pilot_xds_cds_reject{err="Code(other)",node="other"} 1' in while_connected
+    assert 'pilot_xds{version="other"} 1' in while_connected
+    assert max(len(line) for line in while_connected.splitlines()) < 1000
     # no label value anywhere is what a client made up
     for text in (while_connected, after):
         made_up = [(name, labels) for name, labels in series(text) if "made.up" in str(labels)]
@@ -82,4 +88,5 @@ async def test_what_clients_make_up_leaves_no_series_once_they_are_gone(tmp_path
     # kept at 0 (as istiod keeps a version's series once its last stream ended)
     gone = [(name, labels) for name, labels in series(after) if "made-up" in str(labels)]
     assert {name for name, _ in gone} == {"pilot_xds"}, gone
-    assert len(gone) == MAX_IDLE_VERSIONS < 2 * HOSTILE
+    idle = [labels for name, labels in series(after) if name == "pilot_xds"]
+    assert len(idle) == MAX_IDLE_VERSIONS < 2 * HOSTILE + 1, idle
