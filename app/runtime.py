@@ -88,7 +88,7 @@ class Runtime:
         (app/sources/kube/pool.py; by default the source starts its own)."""
         self.settings = settings
         self.tracer: PushTracer | None = tracing[0] if tracing is not None else None
-        self._stop_tracing: Callable[[], None] | None = tracing[1] if tracing is not None else None
+        self._stop_tracing: Callable[[float], None] | None = tracing[1] if tracing is not None else None
         self.env = Environment(domain_suffix=settings.domain_suffix, features=settings.features)
         self.sources: list[Source] = []
         self._kube: KubeSource | None = None
@@ -185,6 +185,7 @@ class Runtime:
                 injection=injection_source(
                     settings, lambda: self.env.store.mesh, lambda: self.env.store.list(Kind.PROXY_CONFIG)
                 ),
+                metrics=self.metrics,
             )
         self.started = asyncio.Event()
 
@@ -485,8 +486,11 @@ class Runtime:
                 await asyncio.shield(source.close())
             if self._jwks is not None:
                 await asyncio.shield(self._jwks.close())
+            if self.tracer is not None:
+                self.tracer.close()  # pushes still open end (and are exported) now
             if self._stop_tracing is not None:
-                await asyncio.to_thread(self._stop_tracing)  # flushes what is batched
+                # flushes what is batched, for at most the grace the streams had
+                await asyncio.to_thread(self._stop_tracing, self.settings.shutdown_grace)
 
     def root_changed(self, pem: str) -> None:
         """The CA's root is now ``pem`` (``self.ca`` replaced first): every hook hears it (every
@@ -522,6 +526,8 @@ class Runtime:
             for event in events:
                 if event.obj.kind in ISTIO_KINDS:
                     self.metrics.config_event(event.obj.kind, event.type.value)
+                else:
+                    self.metrics.registry_event(event.obj.kind, event.type.value)
         for event in events:
             obj = event.obj
             for warning in istio_warnings(obj.spec) if event.type is not EventType.DELETE else ():

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 
+from app import __version__
 from app.telemetry.prometheus import Histogram, Metric, render
 from app.xds.cause import Cause
 from app.xds.type_urls import SHORT_NAMES
@@ -25,7 +26,17 @@ MAX_RECENT_REJECTIONS = 100
 # a node as a latest rejection names it: a proxy id is POD.NAMESPACE (at most 253 + 1 + 63), but
 # a client may send megabytes of one, and the latest rejections outlive its stream
 MAX_NODE_SHOWN = 320
-_PUSH_BUCKETS = (0.01, 0.1, 0.5, 1, 3, 5, 10, 20, 30)
+# istiod's debounceTime and pushTime buckets (pilot/pkg/xds/monitoring.go): the same bounds, so that
+# histogram_quantile over both control planes' buckets (a revision beside istiod) stays sound
+_PUSH_BUCKETS = (0.01, 0.1, 1, 3, 5, 10, 20, 30)
+# type URLs a client may send are any text: a label takes the types pilotfish serves, "other" for
+# the rest (istiod writes the client's text, a series per type URL a client makes up)
+OTHER_TYPE = "other"
+# the kinds istiod's kube controller registers handlers for (registerHandlers), by its type label
+_REGISTRY_TYPES = {"Service": "Services", "Pod": "Pods", "Node": "Nodes", "EndpointSlice": "EndpointSlice"}
+MAX_VALIDATED_RESOURCES = 64
+_MAX_NAME = 253  # (group, version, resource) label sets of galley_validation_*
+MAX_IDLE_VERSIONS = 16  # pilot_xds series kept at 0 (versions with no stream left)
 _PROXY_BUCKETS = (0.1, 0.5, 1, 3, 5, 10, 20, 30)
 
 
@@ -102,6 +113,7 @@ class PilotMetrics:
             "pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce.", "counter"
         )
         self.k8s_cfg_events = Metric("pilot_k8s_cfg_events", "Events from k8s config.", "counter")
+        self.k8s_reg_events = Metric("pilot_k8s_reg_events", "Events from k8s registry.", "counter")
         # istiod's CA (security/pkg/server/ca/monitoring.go)
         self.csr_count = Metric("citadel_server_csr_count", "The number of CSRs received by Citadel server.", "counter")
         self.ca_authn_failures = Metric(
@@ -165,23 +177,77 @@ class PilotMetrics:
         self._process = CollectorRegistry()
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self._process)
-        self._clients: Counter[str] = Counter()
+        # the validating webhook (pkg/webhooks/validation/server/monitoring.go) and the injector
+        # (pkg/kube/inject/monitoring.go): the control-plane dashboard's webhook panels
+        self.validation_passed = Metric("galley_validation_passed", "Resource is valid", "counter")
+        self.validation_failed = Metric("galley_validation_failed", "Resource validation failed", "counter")
+        self.validation_http_errors = Metric(
+            "galley_validation_http_error", "Resource validation http serve errors", "counter"
+        )
+        self._validated: set[tuple[str, ...]] = set()  # (group, version, resource) labelled as such
+        self.injection_requests = Metric(
+            "sidecar_injection_requests_total", "Total number of sidecar injection requests.", "counter"
+        )
+        self.injection_successes = Metric(
+            "sidecar_injection_success_total", "Total number of successful sidecar injection requests.", "counter"
+        )
+        self.injection_failures = Metric(
+            "sidecar_injection_failure_total", "Total number of failed sidecar injection requests.", "counter"
+        )
+        self.injection_skips = Metric(
+            "sidecar_injection_skip_total", "Total number of skipped sidecar injection requests.", "counter"
+        )
+        self.injection_time = Histogram(
+            "sidecar_injection_time_seconds",
+            "Total time taken for injection in seconds.",
+            (0.1, 1, 3, 5, 10, 20, 30, 60),
+        )
+        # pkg/version RecordComponentBuildTag("pilot"): the control-plane dashboard's versions panel
+        self.build = Metric("istio_build", "Istio component build info", "gauge")
+        self.build.set(1, component="pilot", tag=__version__)
+        self._clients: Counter[str] = Counter()  # ISTIO_VERSION -> streams
+        self._streams: Counter[str] = Counter()  # node -> streams
+        self._rejecting: set[str] = set()  # nodes with a pilot_xds_*_reject series
 
     # --- what the pipeline reports -----------------------------------------------------------
 
-    def connected(self, istio_version: str, delta: int) -> None:
-        self._clients[istio_version] += delta
-        self.xds.set(self._clients[istio_version], version=istio_version)
+    def connected(self, node: str, istio_version: str, delta: int) -> None:
+        """A stream of ``node`` (its proxy id), of that ISTIO_VERSION, connected (1) or ended
+        (-1). ISTIO_VERSION and node ids are the client's text, and a client reconnecting under
+        ever new ones would grow ``/metrics`` without bound (istiod keeps every series): a node's
+        reject series go with its last stream, and a version's series, at 0 with its last
+        stream as istiod's, is dropped then once more than ``MAX_IDLE_VERSIONS`` are at 0."""
+        # a label is the client's text: one longer than a name can be is not kept as such
+        istio_version = istio_version if len(istio_version) <= _MAX_NAME else OTHER_TYPE
+        node = node if len(node) <= MAX_NODE_SHOWN else OTHER_TYPE
+        clients = self._clients[istio_version] + delta
+        self.xds.set(max(clients, 0), version=istio_version)
+        if clients > 0:
+            self._clients[istio_version] = clients
+        else:
+            del self._clients[istio_version]
+            if len(self.xds.values) - len(self._clients) > MAX_IDLE_VERSIONS:
+                del self.xds.values[(("version", istio_version),)]
+        streams = self._streams[node] + delta
+        if streams > 0:
+            self._streams[node] = streams
+            return
+        del self._streams[node]
+        if node in self._rejecting:
+            self._rejecting.discard(node)
+            for gauge in self.rejects.values():
+                gauge.values = {k: v for k, v in gauge.values.items() if ("node", node) not in k}
 
     def sent(self, type_url: str, seconds: float, size: int) -> None:
         """A response was written: its type, the write's time and the resources' size."""
-        self.pushes.add(type=SHORT_NAMES.get(type_url, type_url))
+        self.pushes.add(type=_short(type_url))
         self.send_time.observe(seconds)
-        self.config_size.observe(size, type=type_url)
+        self.config_size.observe(size, type=type_url if type_url in SHORT_NAMES else OTHER_TYPE)
 
     def pushed_type(self, type_url: str, seconds: float) -> None:
-        """A push built and wrote a response of this type in ``seconds``."""
-        self.push_time.observe(seconds, type=SHORT_NAMES.get(type_url, type_url))
+        """A response of this type (a push's or a request's answer) was built and written in
+        ``seconds``."""
+        self.push_time.observe(seconds, type=_short(type_url))
 
     def write_timeout(self) -> None:
         """A response write passed the send timeout (the stream was given up)."""
@@ -211,19 +277,30 @@ class PilotMetrics:
             self.cert_chain_expiry.set(chain)
 
     def expired_nonce(self, type_url: str) -> None:
-        self.expired_nonces.add(type=SHORT_NAMES.get(type_url, type_url))
+        self.expired_nonces.add(type=_short(type_url))
 
     def config_event(self, kind: str, event: str) -> None:
         """An Istio config object came from Kubernetes (istiod's crdclient events)."""
         self.k8s_cfg_events.add(type=kind, event=event)
 
+    def registry_event(self, kind: str, event: str) -> None:
+        """A Kubernetes object of the service registry came (istiod's kube controller counts its
+        informers' events under their own names; the Namespace handlers, filtered to the system
+        namespace's and traffic distribution changes, are not counted here)."""
+        name = _REGISTRY_TYPES.get(kind)
+        if name is not None:
+            self.k8s_reg_events.add(type=name, event=event)
+
     def rejected(self, type_url: str, node: str, code: int, error: str, causes: Sequence[Cause]) -> None:
         """A NACK: by type, and per node with its gRPC code's name, as istiod labels it; by each
         config object the rejected resources were made from; and kept for /debug/rejections."""
-        short = SHORT_NAMES.get(type_url, type_url)
+        short = _short(type_url)
         self.total_rejects.add(type=short)
         if short in self.rejects:
-            self.rejects[short].add(node=node, err=_CODE_NAMES.get(code, f"Code({code})"))
+            # Go names codes past 16 Code(N); a client sends any int32, so those share one value
+            labelled = node if len(node) <= MAX_NODE_SHOWN else OTHER_TYPE
+            self.rejects[short].add(node=labelled, err=_CODE_NAMES.get(code, "Code(other)"))
+            self._rejecting.add(labelled)
         for cause in causes:
             self.rejects_by_config.add(type=short, kind=cause.kind, namespace=cause.namespace, name=cause.name)
         made = ", made from " + ", ".join(map(str, causes)) if causes else ""
@@ -242,6 +319,39 @@ class PilotMetrics:
             self.pushcontext_init.observe(init)
         self.services.set(services)
         self.virtual_services.set(vs)
+
+    def validated(self, resource: Sequence[str], reason: str) -> None:
+        """A review of the resource (group, version, resource) passed ("") or failed for istiod's
+        reason. The resource is the request's text: past ``MAX_VALIDATED_RESOURCES`` distinct
+        ones, a new one is labelled ``other``, so a caller making them up cannot grow /metrics."""
+        key = tuple(resource)
+        long = any(len(part) > _MAX_NAME for part in key)  # an API group is a DNS name: 253 at most
+        if long or (key not in self._validated and len(self._validated) >= MAX_VALIDATED_RESOURCES):
+            key = (OTHER_TYPE,) * 3
+        else:
+            self._validated.add(key)
+        group, version, plural = key
+        if reason:
+            self.validation_failed.add(group=group, version=version, resource=plural, reason=reason)
+        else:
+            self.validation_passed.add(group=group, version=version, resource=plural)
+
+    def validation_http_error(self, status: int) -> None:
+        self.validation_http_errors.add(status=str(status))
+
+    def injection_request(self, seconds: float) -> None:
+        self.injection_requests.add()
+        self.injection_time.observe(seconds)
+
+    def injection_outcome(self, *, answered: bool, failed: bool, skipped: bool) -> None:
+        """istiod counts a success for every review written, a failed injection included (its
+        handleError counts the failure, then the review goes out)."""
+        if answered:
+            self.injection_successes.add()
+        if failed:
+            self.injection_failures.add()
+        if skipped:
+            self.injection_skips.add()
 
     def cache_state(self, hits: int, misses: int, evictions: int) -> None:
         self.cache_hits.set(hits)
@@ -286,6 +396,7 @@ class PilotMetrics:
                 self.internal_errors,
                 self.expired_nonces,
                 self.k8s_cfg_events,
+                self.k8s_reg_events,
                 self.csr_count,
                 self.ca_authn_failures,
                 self.csr_sign_errors,
@@ -301,5 +412,19 @@ class PilotMetrics:
                 self.cache_evictions,
                 self.config_rejections,
                 self.leader,
+                self.validation_passed,
+                self.validation_failed,
+                self.validation_http_errors,
+                self.injection_requests,
+                self.injection_successes,
+                self.injection_failures,
+                self.injection_skips,
+                self.injection_time,
+                self.build,
             ]
         ) + generate_latest(self._process).decode()
+
+
+def _short(type_url: str) -> str:
+    """istiod's GetMetricType for the types pilotfish serves; one label for any other text."""
+    return SHORT_NAMES.get(type_url, OTHER_TYPE)

@@ -16,8 +16,10 @@ proxy has answered (the NACK is an answer: nothing more will come), but with
 message, ``pilotfish.push.nacks`` (how many responses were rejected),
 ``pilotfish.push.nacked_proxies`` (which proxies) and one ``pilotfish.nack`` event per NACK (proxy,
 type, message and the config objects the rejected resources were made from, which the proxy span
-carries too as ``pilotfish.nack.configs``; at most ``MAX_KEYS``). A proxy that disconnects
-before answering is not a NACK.
+carries too as ``pilotfish.nack.configs``; at most ``MAX_KEYS``). A proxy whose stream ends
+before it answered (it left, or was given up at the send timeout, even in the middle of a write)
+is not a NACK: its span ends at once with an error status, and the root, not converged, counts
+it (``pilotfish.push.disconnects``, ``pilotfish.push.disconnected_proxies``) without an error.
 
 The stream reports what a push wrote (``proxy_pushed``) before it processes the next request
 from its client (app/xds/server.py ``Stream.settle``), so an answer is never processed before
@@ -27,13 +29,22 @@ Configured only by the standard environment variables (OTEL_TRACES_EXPORTER otlp
 none, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER[_ARG],
 OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*). With the exporter ``none`` (the default) there is no
 tracer and the pipeline makes no call here. Spans go out through a BatchSpanProcessor (a
-background thread), and an unsampled push is not followed at all.
+background thread, at most OTEL_BSP_MAX_QUEUE_SIZE spans held: the newest are dropped when the
+collector cannot take them), and an unsampled push is not followed at all.
+
+Stopping flushes within a bound the caller gives: the SDK's own shutdown waits up to 30 s for its
+export thread and each export retries for OTEL_EXPORTER_OTLP_TIMEOUT (10 s), so with the collector
+down or slow SIGTERM took 30 s, up to Kubernetes' SIGKILL, where istiod is gone within its 10 s
+shutdownDuration. Past the bound the exporters are shut down, which aborts their retries and
+in-flight calls, and the spans still queued are dropped (logged).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +61,10 @@ from app.xds.response import DeltaResponse, SotwResponse
 from app.xds.type_urls import SHORT_NAMES
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0  # PILOTFISH_TRACE_TIMEOUT: how long a push may take to converge
 MAX_KEYS = 50  # changed config keys listed on a push span (the count is always there)
@@ -91,18 +105,42 @@ def tracing_from_env(env: Mapping[str, str] = os.environ, timeout: float = DEFAU
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    processors: list[SpanProcessor] = [BatchSpanProcessor(_exporter(name, env)) for name in names]
+    try:
+        exporters = [_exporter(name, env) for name in names]
+        processors: list[SpanProcessor] = [BatchSpanProcessor(exporter) for exporter in exporters]
+    except ValueError as e:  # the SDK's reading of its variables (a queue of 0, a timeout "abc")
+        given = sorted(f"{k}={v!r}" for k, v in env.items() if k.startswith(("OTEL_BSP_", "OTEL_EXPORTER_OTLP_")))
+        raise SettingsError(f"OpenTelemetry trace export ({', '.join(given)}): {e}") from None
     attributes = {}
     if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
         attributes[SERVICE_NAME] = "pilotfish"
-    provider = TracerProvider(resource=Resource.create(attributes))  # sampler: OTEL_TRACES_SAMPLER
+    # no exit hook of the SDK's: it would flush unbounded; the caller stops it (``stop_within``)
+    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)  # OTEL_TRACES_SAMPLER
     for processor in processors:
         provider.add_span_processor(processor)
-    return PushTracer(provider.get_tracer("pilotfish"), timeout), provider.shutdown
+
+    def stop(seconds: float) -> None:
+        stop_within(provider, exporters, seconds)
+
+    return PushTracer(provider.get_tracer("pilotfish"), timeout), stop
 
 
-# the tracer and the call that flushes and stops its export
-Tracing = tuple["PushTracer", Callable[[], None]]
+# the tracer and the call that flushes and stops its export within the seconds it is given
+Tracing = tuple["PushTracer", Callable[[float], None]]
+
+
+def stop_within(provider: TracerProvider, exporters: Sequence[SpanExporter], seconds: float) -> None:
+    """Flush what is batched and stop the export, returning within about ``seconds`` (+1 s for the
+    exporters to let go) however the collector behaves: blocks the calling thread, never the loop."""
+    flush = threading.Thread(target=provider.shutdown, name="otel-span-flush", daemon=True)
+    flush.start()
+    flush.join(seconds)
+    if not flush.is_alive():
+        return
+    logger.warning("trace export: spans not flushed within %.1fs (collector unreachable or slow); dropped", seconds)
+    for exporter in exporters:  # aborts the retries and closes the channel: the flush ends with it
+        exporter.shutdown()
+    flush.join(1.0)  # a daemon thread besides: an exporter that does not let go cannot hold the exit
 
 
 @dataclass(eq=False)  # a handle: hashed by identity
@@ -117,6 +155,7 @@ class _Push:
     ended: bool = False
     nacks: int = 0  # responses of this push a proxy rejected
     nacked: dict[str, str] = field(default_factory=dict)  # proxy id -> its first NACK, in order
+    gone: list[str] = field(default_factory=list)  # proxies whose stream ended before they answered
 
 
 @dataclass(eq=False)
@@ -137,6 +176,7 @@ class PushTracer:
         self._timeout = timeout
         self._epoch_offset = time.time_ns() - time.monotonic_ns()  # monotonic -> epoch ns
         self._by_stream: dict[str, list[_ProxyPush]] = {}
+        self._open: set[_Push] = set()  # pushes whose root has not ended
 
     def _ns(self, monotonic: float) -> int:
         return int(monotonic * 1e9) + self._epoch_offset
@@ -158,6 +198,7 @@ class PushTracer:
         self._child(root, "pilotfish.debounce", start, fired)
         push = _Push(root, fired)
         push.timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, push)
+        self._open.add(push)
         return push
 
     def context_built(self, handle: Hashable, started: float, ended: float) -> None:
@@ -168,6 +209,13 @@ class PushTracer:
         if isinstance(handle, _Push):
             handle.expected = streams
             self._maybe_finish(handle)
+
+    def push_failed(self, handle: Hashable, error: BaseException) -> None:
+        """The push raised before it was queued: its root ends now, an error naming the exception."""
+        if isinstance(handle, _Push) and not handle.ended:
+            handle.root.record_exception(error)
+            handle.root.set_status(Status(StatusCode.ERROR, f"the push failed: {type(error).__name__}: {error}"))
+            self._finish(handle, converged=False)
 
     def proxy_pushed(
         self,
@@ -220,7 +268,19 @@ class PushTracer:
 
     def disconnected(self, stream_id: str) -> None:
         for proxy in list(self._by_stream.get(stream_id, ())):
+            for push in proxy.pushes:
+                if not push.ended:
+                    push.gone.append(proxy.proxy_id)
             self._end_proxy(proxy, "the stream closed before the proxy answered")
+
+    def close(self) -> None:
+        """The control plane stops: every push still open ends now, unconverged and marked
+        ``pilotfish.push.interrupted``, with the proxy pushes waiting under it, so that what was
+        in flight at SIGTERM is exported rather than lost (pushes still queued for streams never
+        report, and the timeout's timer dies with the loop)."""
+        for push in list(self._open):
+            push.root.set_attribute("pilotfish.push.interrupted", True)
+            self._expire(push)
 
     def _nacked(self, proxy: _ProxyPush, type_url: str, error: str, configs: tuple[str, ...]) -> None:
         """A response of ``proxy`` was rejected: the proxy span and every push it carries say so,
@@ -271,11 +331,16 @@ class PushTracer:
 
     def _finish(self, push: _Push, converged: bool) -> None:
         push.ended = True
+        self._open.discard(push)
         if push.timer is not None:
             push.timer.cancel()
-        # a push some proxy rejected is not in force there: not converged, and the root says why
-        push.root.set_attribute("pilotfish.push.converged", converged and not push.nacks)
+        # a push some proxy rejected is not in force there: not converged, and the root says why;
+        # nor is it where the stream ended first (a routine event: no error, but not converged)
+        push.root.set_attribute("pilotfish.push.converged", converged and not push.nacks and not push.gone)
         push.root.set_attribute("pilotfish.push.proxies", push.proxies)
+        if push.gone:
+            push.root.set_attribute("pilotfish.push.disconnects", len(push.gone))
+            push.root.set_attribute("pilotfish.push.disconnected_proxies", sorted(push.gone)[:MAX_KEYS])
         if push.nacks:
             push.root.set_attribute("pilotfish.push.nacks", push.nacks)
             push.root.set_attribute("pilotfish.push.nacked_proxies", sorted(push.nacked)[:MAX_KEYS])

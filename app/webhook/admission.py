@@ -39,6 +39,16 @@ _API_VERSIONS = frozenset({ADMISSION_V1, "admission.k8s.io/v1beta1"})
 _VALIDATED = frozenset({"CREATE", "UPDATE"})
 
 
+# what a review tells the server to count (galley_validation_*), under this key of the answer,
+# which the server takes off before it answers: {"resource": [group, version, resource],
+# "reason": one of istiod's reasons, or "" for a pass}; absent: nothing counted
+OUTCOME = "pilotfish.io/outcome"
+# istiod's reasons (pkg/webhooks/validation/server/monitoring.go)
+UNSUPPORTED_OPERATION = "unsupported_operation"
+YAML_DECODE_ERROR = "yaml_decode_error"
+INVALID_RESOURCE = "invalid_resource"
+
+
 class ReviewError(ValueError):
     """The body is not an AdmissionReview that can be answered."""
 
@@ -50,17 +60,26 @@ def review(body: Any, *, system_namespace: str = "istio-system") -> dict[str, An
     request = body.get("request")
     if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
         raise ReviewError("an AdmissionReview needs a request with a uid")
+    reason: str | None
     try:
-        decision = _decide(request, system_namespace)
+        decision, reason = _decide(request, system_namespace)
     except RecursionError:
         decision = _denied("configuration is invalid: nested too deeply to validate")
+        reason = INVALID_RESOURCE
     except Exception as e:  # a bug, not bad input: refused (admitting unvalidated config is worse)
         logger.exception("reviewing an admission request failed")
         decision = _denied(f"internal error validating this object ({type(e).__name__}); please report it")
+        reason = None
     api_version = body.get("apiVersion")
     if not isinstance(api_version, str) or api_version not in _API_VERSIONS:
         api_version = ADMISSION_V1
-    return answer(request["uid"], decision, api_version)
+    out = answer(request["uid"], decision, api_version)
+    # as istiod's reportValidationFailed, a dry run's failure is not counted (its pass is)
+    if reason is not None and not (reason and request.get("dryRun") is True):
+        resource = request.get("resource")
+        gvr = [resource.get(k) for k in ("group", "version", "resource")] if isinstance(resource, Mapping) else []
+        out[OUTCOME] = {"resource": [v if isinstance(v, str) else "" for v in gvr] or ["", "", ""], "reason": reason}
+    return out
 
 
 def review_body(body: bytes, system_namespace: str = "istio-system") -> dict[str, Any]:
@@ -118,32 +137,34 @@ def uid_in(prefix: bytes) -> str:
     return found.group(1).decode() if found else ""
 
 
-def _decide(request: Mapping[str, Any], system_namespace: str) -> dict[str, Any]:
+def _decide(request: Mapping[str, Any], system_namespace: str) -> tuple[dict[str, Any], str | None]:
+    """The decision, and what istiod counts of it: "" a pass, a failure's reason, None nothing."""
     operation = request.get("operation")
     if operation is not None and not isinstance(operation, str):  # null reads as "", as in Go
-        return _denied(f"could not decode request: operation must be a string, got {type_name(operation)}")
+        return _denied(f"could not decode request: operation must be a string, got {type_name(operation)}"), None
     if operation not in _VALIDATED:
-        return {"allowed": True}
+        return {"allowed": True}, UNSUPPORTED_OPERATION  # allowed, and counted failed, as istiod
     obj = request.get("object")
     if not isinstance(obj, Mapping):
-        return _denied("cannot decode configuration: the request carries no object")
+        return _denied("cannot decode configuration: the request carries no object"), YAML_DECODE_ERROR
     raw_meta = obj.get("metadata")
     meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     if not meta.get("namespace") and request.get("namespace"):
         obj = {**obj, "metadata": {**meta, "namespace": request["namespace"]}}
     result = load_object(obj, "", system_namespace=system_namespace)
     if result.rejected:
-        return _denied(f"configuration is invalid: {result.rejected[0].error}")
+        return _denied(f"configuration is invalid: {result.rejected[0].error}"), INVALID_RESOURCE
     if not result.objects:
-        return {"allowed": True}  # not a kind pilotfish reads (by API group and kind)
+        return {"allowed": True}, ""  # not a kind pilotfish reads (by API group and kind)
     [read] = result.objects
     unknown = sorted(str(key) for key in obj if key not in TOP_LEVEL_FIELDS) if read.kind in ISTIO_KINDS else []
     if unknown:
         name = f"{read.meta.namespace}/{read.meta.name}".lstrip("/")
-        return _denied(f"unknown field {printable_path(repr(unknown[0]))} on {read.kind} resource {name}")
+        message = f"unknown field {printable_path(repr(unknown[0]))} on {read.kind} resource {name}"
+        return _denied(message), INVALID_RESOURCE  # istiod's checkFields reason
     # what pilotfish cannot honour yet reaches the user as kubectl's "Warning:" lines
     warnings = [w for o in result.objects for w in object_warnings(o)]
-    return {"allowed": True, **({"warnings": warnings} if warnings else {})}
+    return {"allowed": True, **({"warnings": warnings} if warnings else {})}, ""
 
 
 def _denied(message: str) -> dict[str, Any]:

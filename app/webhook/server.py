@@ -34,7 +34,7 @@ import dataclasses
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -43,7 +43,7 @@ from app.config.go_time import go_duration_seconds
 from app.inject.inputs import InjectionInputs
 from app.inject.native_sidecars import KubeletVersions
 from app.settings import split_address
-from app.webhook.admission import review_body, uid_in, undecodable
+from app.webhook.admission import OUTCOME, review_body, uid_in, undecodable
 from app.webhook.injection import BOUND_NODE, inject_review_body
 from app.workers import DeadlineExceeded, WorkerError, WorkerPool
 
@@ -105,6 +105,28 @@ class _Unreviewed(Exception):
     """A review that cannot be done: refused with this reason."""
 
 
+class AdmissionMetrics(Protocol):
+    """What the webhooks count, as istiod's validation server and injector do (app/telemetry/pilot.py
+    keeps them as galley_validation_* and sidecar_injection_*)."""
+
+    def validated(self, resource: Sequence[str], reason: str) -> None:
+        """A review of the (group, version, resource) passed ("") or failed for istiod's reason."""
+        ...
+
+    def validation_http_error(self, status: int) -> None:
+        """A validation request was answered with this HTTP error, not a review."""
+        ...
+
+    def injection_request(self, seconds: float) -> None:
+        """An injection request was answered (a review or an HTTP error) in ``seconds``."""
+        ...
+
+    def injection_outcome(self, *, answered: bool, failed: bool, skipped: bool) -> None:
+        """What it was: a review written (``answered``), refused or an HTTP error (``failed``),
+        a pod the policy skips (``skipped``)."""
+        ...
+
+
 # what a review runs in a worker: (the pool, the body, the deadline) -> the answer
 _Run = Callable[[WorkerPool, bytes, float], Awaitable[dict[str, Any]]]
 
@@ -118,17 +140,20 @@ class WebhookServer:
         pool: WorkerPool | None = None,
         injection: Callable[[], InjectionInputs] | None = None,
         nodes: Nodes | None = None,
+        metrics: AdmissionMetrics | None = None,
     ) -> None:
         """TLS with the context ``tls()`` gives at start (``file_context`` of the PEM files, or
         pilotfish's own certificate from its CA: certificate.py). ``pool``: where reviews are
         validated (by default, ``WORKERS`` processes of its own); ``injection``: what pods are
         injected with (None: no ``/inject``), in ``WORKERS`` processes of its own; ``nodes``:
         the kubelets native sidecars are decided by per pod (ENABLE_NATIVE_SIDECARS=auto; None:
-        the inputs' own ``native_sidecars``), also settable until the first review."""
+        the inputs' own ``native_sidecars``), also settable until the first review; ``metrics``:
+        told what each review was."""
         self._tls = tls
         self._injection = injection
         self.nodes = nodes
         self._system_namespace = system_namespace
+        self._metrics = metrics
         self._runner: web.AppRunner | None = None
         self._pool = pool
         self._own_pool = pool is None
@@ -205,7 +230,12 @@ class WebhookServer:
             native = dataclasses.replace(inputs, native_sidecars=kubelets.native_sidecars(node))
             return await _submit(pool, deadline, inject_review_body, body, native, path, node)
 
-        return await self._review(request, self._injecting, self._injection_bytes, run, "injection")
+        started = time.monotonic()
+        try:
+            return await self._review(request, self._injecting, self._injection_bytes, run, "injection")
+        finally:
+            if self._metrics is not None:
+                self._metrics.injection_request(time.monotonic() - started)
 
     async def _review(
         self, request: web.Request, slots: asyncio.Semaphore, held: BodyBytes, run: _Run, what: str
@@ -217,17 +247,17 @@ class WebhookServer:
             async with asyncio.timeout(budget):
                 prefix, body = await _read_body(request, MAX_REVIEW_BYTES, held)
         except TimeoutError:  # a slow sender holds what it sent no longer than a review may take
-            return _refused(f"not reviewed: the request body did not arrive within {budget:.1f}s", b"")
+            return self._refused(what, f"not reviewed: the request body did not arrive within {budget:.1f}s", b"")
         if body is None:
             reason = f"the request body is larger than {MAX_REVIEW_BYTES} bytes, the most an admission review can be"
-            return _refused(f"not reviewed: {reason}", prefix)
+            return self._refused(what, f"not reviewed: {reason}", prefix)
         try:
             try:
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     await slots.acquire()
             except TimeoutError:
                 busy = f"{MAX_REVIEWS_IN_FLIGHT} reviews were in progress for {budget:.1f}s"
-                return _refused(f"not reviewed: {busy}", prefix)
+                return self._refused(what, f"not reviewed: {busy}", prefix)
             try:
                 return await self._answer(request, body, prefix, deadline, budget, run, what)
             finally:
@@ -239,27 +269,54 @@ class WebhookServer:
         self, request: web.Request, body: bytes, prefix: bytes, deadline: float, budget: float, run: _Run, what: str
     ) -> web.Response:
         if not body:
-            return web.Response(status=400, text="no body found\n")
+            return self._http_error(what, 400, "no body found\n")
         if request.content_type != "application/json":
-            return web.Response(status=415, text="invalid Content-Type, want `application/json`\n")
+            return self._http_error(what, 415, "invalid Content-Type, want `application/json`\n")
         pool = self._injection_pool if what == "injection" else self._pool
         if pool is None:
-            return _refused("not reviewed: the webhook is stopping", prefix)
+            return self._refused(what, "not reviewed: the webhook is stopping", prefix)
         try:
             answer = await run(pool, body, deadline)
         except _Unreviewed as e:
-            return _refused(f"not reviewed: {e}", prefix)
+            return self._refused(what, f"not reviewed: {e}", prefix)
         except DeadlineExceeded:
-            return _refused(f"not reviewed: {what} did not finish within {budget:.1f}s", prefix)
+            return self._refused(what, f"not reviewed: {what} did not finish within {budget:.1f}s", prefix)
         except WorkerError as e:
             if self._pool is None:
-                return _refused("not reviewed: the webhook is stopping", prefix)
+                return self._refused(what, "not reviewed: the webhook is stopping", prefix)
             logger.error("admission review failed in its worker: %s", e)
-            return _refused(f"not reviewed: {what} failed ({e}); please report it", prefix)
+            return self._refused(what, f"not reviewed: {what} failed ({e}); please report it", prefix)
+        outcome = answer.pop(OUTCOME, None)
         response = answer.get("response", {})
         if not response.get("allowed"):
             logger.info("admission denied: %s", response.get("status", {}).get("message"))
+        if self._metrics is not None:
+            self._count(what, response, outcome)
         return web.json_response(answer)
+
+    def _count(self, what: str, response: Mapping[str, Any], outcome: Mapping[str, Any] | None) -> None:
+        assert self._metrics is not None
+        if what == "injection":
+            allowed = response.get("allowed") is True
+            skipped = allowed and "patch" not in response  # the policy left the pod as it is
+            self._metrics.injection_outcome(answered=True, failed=not allowed, skipped=skipped)
+        elif outcome is not None:
+            self._metrics.validated(outcome["resource"], outcome["reason"])
+
+    def _refused(self, what: str, message: str, prefix: bytes) -> web.Response:
+        """A review pilotfish could not do (too large, too slow, busy, a worker's failure): refused
+        with the reason, and for injection counted failed (istiod's handleError)."""
+        if what == "injection" and self._metrics is not None:
+            self._metrics.injection_outcome(answered=True, failed=True, skipped=False)
+        return _refused(message, prefix)
+
+    def _http_error(self, what: str, status: int, text: str) -> web.Response:
+        if self._metrics is not None:
+            if what == "injection":
+                self._metrics.injection_outcome(answered=False, failed=True, skipped=False)
+            else:
+                self._metrics.validation_http_error(status)
+        return web.Response(status=status, text=text)
 
 
 async def _submit(pool: WorkerPool, deadline: float, work: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:

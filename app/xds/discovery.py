@@ -109,20 +109,35 @@ class Discovery(Generic[S]):
     def push(self, request: PushRequest) -> Pushed:
         """Push ``request`` with its build on the caller's thread."""
         begun = self._begin(request)
-        served = self._publish(begun, begun.build())
-        return self._queued(begun, served, self._enqueue(served.streams, served.request))
+        try:
+            served = self._publish(begun, begun.build())
+            return self._queued(begun, served, self._enqueue(served.streams, served.request))
+        except Exception as e:
+            self._failed(begun, e)
+            raise
 
     async def fire(self, request: PushRequest) -> Pushed:
         """Push ``request`` (the Debouncer's fire); a full build runs in a worker thread."""
         begun = self._begin(request)
-        push = await asyncio.to_thread(begun.build) if begun.request.full else begun.build()
-        served = self._publish(begun, push)
-        queued = 0
-        for start in range(0, len(served.streams), _ENQUEUE_BATCH):
-            if start:
-                await asyncio.sleep(0)  # thousands of filter checks: the loop serves in between
-            queued += self._enqueue(served.streams[start : start + _ENQUEUE_BATCH], served.request)
-        return self._queued(begun, served, queued)
+        try:
+            push = await asyncio.to_thread(begun.build) if begun.request.full else begun.build()
+            served = self._publish(begun, push)
+            queued = 0
+            for start in range(0, len(served.streams), _ENQUEUE_BATCH):
+                if start:
+                    await asyncio.sleep(0)  # thousands of filter checks: the loop serves in between
+                queued += self._enqueue(served.streams[start : start + _ENQUEUE_BATCH], served.request)
+            return self._queued(begun, served, queued)
+        except Exception as e:
+            self._failed(begun, e)
+            raise
+
+    def _failed(self, begun: _Begun, error: Exception) -> None:
+        """The observer hears at once that nothing of the push will come (its trace would wait for
+        its timeout, and end unconverged without saying why)."""
+        if begun.trace is not None:
+            assert self._observer is not None
+            self._observer.push_failed(begun.trace, error)
 
     def _begin(self, request: PushRequest) -> _Begun:
         if self._full_next:

@@ -71,13 +71,18 @@ class PushObserver(StreamObserver[P_contra], Protocol[P_contra]):
         """The push was queued for this many streams; each will report ``proxy_pushed``."""
         ...
 
+    def push_failed(self, handle: Hashable, error: BaseException) -> None:
+        """Building or queueing the push raised ``error``: nothing of it will be sent."""
+        ...
+
 
 class XdsMetrics(Protocol):
     """What the transport counts (app/telemetry/pilot.py PilotMetrics keeps them as istiod's
     pilot_xds_* metrics)."""
 
-    def connected(self, istio_version: str, delta: int) -> None:
-        """A stream of a client of that version connected (1) or ended (-1)."""
+    def connected(self, node: str, istio_version: str, delta: int) -> None:
+        """A stream of the client ``node`` (its proxy id), of that version, connected (1) or
+        ended (-1)."""
         ...
 
     def sent(self, type_url: str, seconds: float, size: int) -> None:
@@ -85,7 +90,8 @@ class XdsMetrics(Protocol):
         ...
 
     def pushed_type(self, type_url: str, seconds: float) -> None:
-        """A push's response of the type took ``seconds`` to build and write."""
+        """A response of the type, pushed or answering a request (as istiod's pushXds times
+        both), took ``seconds`` to build and write."""
         ...
 
     def write_timeout(self) -> None:

@@ -97,6 +97,7 @@ class _Push(Generic[P]):
     done: asyncio.Future[None]
     dequeued: float  # when a push worker took it (monotonic)
     sent: list[AnyResponse] = field(default_factory=list)  # what the push wrote
+    writing: AnyResponse | None = None  # handed to gRPC, the write not returned yet
 
 
 _EOF = object()
@@ -205,7 +206,10 @@ class Stream(Generic[C, P]):
         try:
             if self.observer is not None and item.request.traces:
                 conn = self.connection
-                self.observer.proxy_pushed(conn.id, conn.client.id, item.request, item.dequeued, item.sent)
+                # a response the stream was given up (or ended) under is part of the push as the
+                # observer sees it: it was meant for the proxy, and no answer to it will come
+                sent = item.sent if item.writing is None else [*item.sent, item.writing]
+                self.observer.proxy_pushed(conn.id, conn.client.id, item.request, item.dequeued, sent)
         finally:
             item.done.set_result(None)
 
@@ -379,11 +383,15 @@ class XdsServer(Generic[C, P]):
                                 continue
                             if getattr(item, "type_url", "") == SECRET:
                                 await self._review_secrets(stream)
+                            began = time.perf_counter()
                             for resp in stream.connection.answers(item):
                                 await self._write(writer, resp)
+                                # istiod's pushXds times a request's answer as a push: built and written
+                                self._metrics.pushed_type(resp.type_url, time.perf_counter() - began)
                                 # a write gRPC takes at once does not suspend: the loop's other
                                 # work runs here before the next part of an answer is built
                                 await asyncio.sleep(0)
+                                began = time.perf_counter()
                             if self._observer is not None:
                                 self._answered(stream, item)
                         inbox.task_done()
@@ -458,7 +466,7 @@ class XdsServer(Generic[C, P]):
         if caller is not None:
             stream.identity = ",".join(caller.identities)
         self.streams[conn_id] = stream
-        self._metrics.connected(client.istio_version, 1)
+        self._metrics.connected(client.id, client.istio_version, 1)
         if self._on_connect is not None:
             self._on_connect(stream)
         protocol = "delta" if stream.connection.delta else "sotw"
@@ -480,17 +488,19 @@ class XdsServer(Generic[C, P]):
             return
         stream.closed = True
         self.streams.pop(stream.connection.id, None)
-        self._metrics.connected(stream.connection.client.istio_version, -1)
+        self._metrics.connected(stream.connection.client.id, stream.connection.client.istio_version, -1)
         self._on_disconnect(stream)
-        if self._observer is not None:
-            self._observer.disconnected(stream.connection.id)
-        # release workers waiting on pushes this stream will never write (or finish writing)
+        # release workers waiting on pushes this stream will never write (or finish writing);
+        # the observer hears what the one being written sent before it hears the stream ended,
+        # or it would wait for answers to it until its timeout
         if stream.writing is not None:
             stream.settle(stream.writing)
         while not stream.inbox.empty():
             item = stream.inbox.get_nowait()
             if isinstance(item, _Push):
                 stream.settle(item)
+        if self._observer is not None:
+            self._observer.disconnected(stream.connection.id)
         logger.info("xDS disconnected: %s", stream.connection.id)
 
     def _expired(self, stream: Stream[C, P]) -> None:
@@ -505,7 +515,9 @@ class XdsServer(Generic[C, P]):
                 stream.writing = item
                 connection = stream.connection
                 for resp in connection.on_push(item.request):
+                    item.writing = resp
                     written = await self._write(writer, resp)
+                    item.writing = None
                     item.sent.append(resp)
                     self._metrics.pushed_type(resp.type_url, connection.build_seconds.get(resp.type_url, 0.0) + written)
         finally:

@@ -97,3 +97,15 @@ def check_rejection_named(server: Pilotfish, envoy: Envoy, config_dir: ConfigDir
 
     span = wait_until(nack_span, "the NACK span in the trace")
     assert "DestinationRule default/app-ring" in span
+
+    def nacked_push() -> str | None:
+        """The ``pilotfish.push`` root the NACK ended (the console exporter's JSON of it)."""
+        log = server.log()
+        at = log.find('"pilotfish.push.nacked_proxies"')
+        begin = log.rfind('"name": "pilotfish.push"', 0, at)
+        return log[begin:at] if at >= 0 and begin >= 0 else None
+
+    # the push's trace arrives, over SotW as over Delta: ended by the NACK, an error naming it
+    root = wait_until(nacked_push, "the push's root span, ended by the NACK")
+    assert '"status_code": "ERROR"' in root and "rejected the push" in root, root
+    assert '"pilotfish.push.converged": false' in root, root

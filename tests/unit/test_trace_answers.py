@@ -108,7 +108,8 @@ async def runtime(tmp_path: Path, exported: InMemorySpanExporter) -> AsyncIterat
     settings = Settings(
         config_dir=config, xds_address="", http_address="127.0.0.1:0", debounce_after=0.01, file_debounce_ms=10
     )
-    async with running(settings, (PushTracer(provider.get_tracer("test"), TIMEOUT), provider.shutdown)) as rt:
+    tracing = (PushTracer(provider.get_tracer("test"), TIMEOUT), lambda _: provider.shutdown())
+    async with running(settings, tracing) as rt:
         yield rt
 
 

@@ -279,7 +279,7 @@ class Metrics:
         self.sent_types: list[str] = []
         self.nacks: list[tuple[str, str, int, tuple[Cause, ...]]] = []
 
-    def connected(self, istio_version: str, delta: int) -> None:
+    def connected(self, node: str, istio_version: str, delta: int) -> None:
         self.clients[istio_version] = self.clients.get(istio_version, 0) + delta
 
     def sent(self, type_url: str, seconds: float, size: int) -> None:

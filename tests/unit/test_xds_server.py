@@ -494,7 +494,11 @@ ISTIOD_METRICS = {
     "pilot_xds_rds_reject", "pilot_xds_write_timeout", "pilot_debounce_time", "pilot_pushcontext_init_seconds",
     "pilot_proxy_convergence_time", "pilot_proxy_queue_time", "pilot_xds_push_time", "pilot_xds_send_time",
     "pilot_xds_config_size_bytes", "pilot_virt_services", "pilot_total_xds_internal_errors",
-    "pilot_xds_expired_nonce", "pilot_k8s_cfg_events",
+    "pilot_xds_expired_nonce", "pilot_k8s_cfg_events", "pilot_k8s_reg_events", "istio_build",
+    # istiod's validation webhook and injector (the parser names counters without _total)
+    "galley_validation_passed", "galley_validation_failed", "galley_validation_http_error",
+    "sidecar_injection_requests", "sidecar_injection_success", "sidecar_injection_failure",
+    "sidecar_injection_skip", "sidecar_injection_time_seconds",
     # istiod's CA (security/pkg/server/ca/monitoring.go)
     "citadel_server_csr_count", "citadel_server_authentication_failure_count", "citadel_server_csr_sign_err_count",
     "citadel_server_success_cert_issuance_count",
@@ -551,8 +555,10 @@ async def test_metrics_move_with_what_happened(runtime: Runtime, channel: grpc.a
     assert after[("pilot_debounce_time_count", ())] == 1 and after[("pilot_pushcontext_init_seconds_count", ())] == 1
     assert after[("pilot_proxy_convergence_time_count", ())] == 1
     assert after[("pilot_proxy_queue_time_count", ())] == 1
-    # the push wrote one CDS response (the stream watches no EDS): its build + write time, its send
-    assert after[("pilot_xds_push_time_count", (("type", "cds"),))] == 1
+    # the push wrote one CDS response (the stream watches no EDS): its build + write time, its send;
+    # the request's answer was timed before it, as istiod's pushXds times both
+    assert before[("pilot_xds_push_time_count", (("type", "cds"),))] == 1
+    assert after[("pilot_xds_push_time_count", (("type", "cds"),))] == 2
     assert after[("pilot_xds_send_time_count", ())] == before[("pilot_xds_send_time_count", ())] + 1
     size = ("pilot_xds_config_size_bytes_count", (("type", CLUSTER),))
     assert after[size] == before[size] + 1
