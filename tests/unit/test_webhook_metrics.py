@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import ssl
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trustme
 from app.config.mesh import default_mesh_config
 from app.inject.inputs import InjectionInputs
 from app.telemetry.pilot import MAX_VALIDATED_RESOURCES, PilotMetrics
+from app.webhook.file_certificate import file_context
 from app.webhook.server import WebhookServer
 
 RULE = {
@@ -51,7 +53,8 @@ async def webhook(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext, Pi
     cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     inputs = InjectionInputs(None, None, default_mesh_config().SerializeToString(), native_sidecars=False)
     metrics = PilotMetrics()
-    server = WebhookServer(tmp_path / "tls.crt", tmp_path / "tls.key", injection=lambda: inputs, metrics=metrics)
+    tls = partial(file_context, tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = WebhookServer(tls, injection=lambda: inputs, metrics=metrics)
     await server.start("127.0.0.1:0")
     client = ssl.create_default_context()
     ca.configure_trust(client)
