@@ -421,6 +421,7 @@ def test_connection_pool_settings() -> None:
             "maxRetries": 14,
             "idleTimeout": "5s",
             "maxConcurrentStreams": 15,
+            "http2KeepAlive": {"interval": "30s", "timeout": "5s"},
         },
     }
     m = mesh(tcpKeepalive={"probes": 3, "time": "7s", "interval": "9s"})
@@ -442,10 +443,12 @@ def test_connection_pool_settings() -> None:
     assert common.max_requests_per_connection.value == 13
     assert common.max_connection_duration.seconds == 60
     assert opts.explicit_http_config.http2_protocol_options.max_concurrent_streams.value == 15
+    ping = opts.explicit_http_config.http2_protocol_options.connection_keepalive
+    assert (ping.interval.seconds, ping.timeout.seconds) == (30, 5)  # HTTP/2 PINGs (istiod http2KeepAlive)
 
 
 def test_tcp_idle_timeout_is_used_without_an_http_one_and_streams_only_limit_h2() -> None:
-    pool = {"tcp": {"idleTimeout": "30s"}, "http": {"maxConcurrentStreams": 4}}
+    pool = {"tcp": {"idleTimeout": "30s"}, "http": {"maxConcurrentStreams": 4, "http2KeepAlive": {"interval": "1s"}}}
     opts = http_options(default_of(build(HTTP, rule({"trafficPolicy": {"connectionPool": pool}}))))
     assert opts is not None
     assert opts.common_http_protocol_options.idle_timeout.seconds == 30

@@ -29,7 +29,7 @@ metadata: {name: reviews, namespace: shop}
 spec:
   host: reviews
   trafficPolicy:
-    connectionPool: {http: {http2KeepAlive: {interval: 30s, timeout: 5s}}}
+    retryBudget: {percent: 25, budgetInterval: 10s}
   subsets:
   - name: v1
     labels: {version: v1}
@@ -82,8 +82,8 @@ def test_a_rule_setting_fields_not_applied_loads_with_a_warning_per_field() -> N
     assert not result.rejected
     [rule] = result.objects
     assert istio_warnings(rule.spec) == [
-        "trafficPolicy.connectionPool.http.http2KeepAlive: accepted, not applied by pilotfish yet "
-        "(no HTTP/2 keepalive pings)",
+        "trafficPolicy.retryBudget.budgetInterval: accepted, not applied by pilotfish yet "
+        "(Envoy's default interval)",
         "subsets[0].trafficPolicy.loadBalancer.zoneAwareLbSetting: accepted, not applied by pilotfish yet "
         "(Envoy's zone-aware defaults)",
     ]
@@ -99,12 +99,12 @@ def test_the_webhook_admits_it_and_hands_the_warnings_to_kubectl() -> None:
     response = review(body)["response"]
     assert response["allowed"] is True
     assert [w.split(":")[0] for w in response["warnings"]] == [
-        "trafficPolicy.connectionPool.http.http2KeepAlive",
+        "trafficPolicy.retryBudget.budgetInterval",
         "subsets[0].trafficPolicy.loadBalancer.zoneAwareLbSetting",
     ]
 
 
 def test_a_rule_without_them_has_no_warning() -> None:
-    text = RULE.replace("http2KeepAlive: {interval: 30s, timeout: 5s}", "maxRetries: 3")
+    text = RULE.replace("budgetInterval: 10s", "minRetryConcurrency: 2")
     [rule] = load_documents(text, "r.yaml").objects
-    assert [w for w in istio_warnings(rule.spec) if "http2KeepAlive" in w] == []
+    assert [w for w in istio_warnings(rule.spec) if "budgetInterval" in w] == []

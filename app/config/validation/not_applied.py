@@ -16,19 +16,17 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from app.api import networking as net
-from app.api import security as sec
 
 # message full name -> field name -> what pilotfish does without it
 NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
     net.TrafficPolicy.DESCRIPTOR.full_name: {"tunnel": "no HTTP CONNECT tunneling clusters"},
     net.LoadBalancerSettings.DESCRIPTOR.full_name: {"zone_aware_lb_setting": "Envoy's zone-aware defaults"},
-    net.ConnectionPoolSettings.HTTPSettings.DESCRIPTOR.full_name: {"http2_keep_alive": "no HTTP/2 keepalive pings"},
+    # the Envoy API the data-plane-api Python package pins has no RetryBudget.budget_interval
     net.TrafficPolicy.RetryBudget.DESCRIPTOR.full_name: {"budget_interval": "Envoy's default interval"},
     net.ServerTLSSettings.DESCRIPTOR.full_name: {
         "ca_cert_credential_name": "the CA certificate comes from credentialName only",
         "insecure_skip_verify": "client certificates are verified",
     },
-    sec.JWTRule.DESCRIPTOR.full_name: {"space_delimited_claims": "only scope and permission are split on spaces"},
 }
 
 

@@ -177,6 +177,7 @@ def apply_connection_pool(
     max_requests_per_connection = 0
     max_concurrent_streams = 0
     max_connection_duration = None
+    keepalive = None
     if settings.HasField("http"):
         h = settings.http
         # zero means "unset" here: istiod cannot tell an explicit 0 from a default
@@ -190,6 +191,8 @@ def apply_connection_pool(
             idle_timeout = h.idle_timeout
         max_requests_per_connection = max(h.max_requests_per_connection, 0)
         max_concurrent_streams = max(h.max_concurrent_streams, 0)
+        if h.HasField("http2_keep_alive"):
+            keepalive = h.http2_keep_alive
     c.connect_timeout.CopyFrom(mesh.connect_timeout)
     if settings.HasField("tcp"):
         tcp = settings.tcp
@@ -209,6 +212,7 @@ def apply_connection_pool(
         or idle_timeout is not None
         or max_requests_per_connection
         or max_concurrent_streams
+        or keepalive is not None
     ):
         common = draft.http().common_http_protocol_options
         common.SetInParent()
@@ -221,6 +225,14 @@ def apply_connection_pool(
         if draft.is_http2 and max_concurrent_streams:
             h2 = draft.http().explicit_http_config.http2_protocol_options
             h2.max_concurrent_streams.value = max_concurrent_streams
+        if draft.is_http2 and keepalive is not None:
+            # HTTP/2 PINGs on the upstream connection (istiod: interval and timeout as written)
+            ping = draft.http().explicit_http_config.http2_protocol_options.connection_keepalive
+            ping.SetInParent()
+            if keepalive.HasField("interval"):
+                ping.interval.CopyFrom(keepalive.interval)
+            if keepalive.HasField("timeout"):
+                ping.timeout.CopyFrom(keepalive.timeout)
     if settings.HasField("http") and settings.http.use_client_protocol:
         set_use_downstream_protocol(draft)
 
