@@ -76,16 +76,34 @@ def rbac(*values: str) -> dict[str, dict[str, Any]]:
 def test_the_default_revisions_rules() -> None:
     kinds = rbac()
     # the default revision also serves Istio's base chart validator (istio.io/rev=default)
-    updates = webhook_updates(["istio-sidecar-injector"], ["istio-validator-istio-system", "istiod-default-validator"])
+    updates = webhook_updates(
+        ["istio-sidecar-injector", "istio-revision-tag-default"],
+        ["istio-validator-istio-system", "istiod-default-validator"],
+    )
     assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, *updates]
     assert kinds["Role"]["rules"] == ROLE_RULES
 
 
 def test_a_revisions_rules_name_its_own_webhook_configurations() -> None:
+    """Its own, and those ``istioctl tag set default --revision pilotfish`` points at it (the
+    default tag's injector and istiod-default-validator, relabelled with the revision), which
+    istiod's webhook patcher and validation controller keep patched as their revision's."""
     kinds = rbac("--set", "revision=pilotfish")
-    updates = webhook_updates(["istio-sidecar-injector-pilotfish"], ["istio-validator-pilotfish-istio-system"])
+    updates = webhook_updates(
+        ["istio-sidecar-injector-pilotfish", "istio-revision-tag-default"],
+        ["istio-validator-pilotfish-istio-system", "istiod-default-validator"],
+    )
     assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, *updates]
     assert kinds["ClusterRole"]["metadata"]["name"] == "pilotfish-pilotfish-istio-system"
+
+
+def test_a_revisions_tags_are_updated_by_name() -> None:
+    kinds = rbac("--set", "revision=pilotfish", "--set", "revisionTags={prod,default}")
+    updates = webhook_updates(
+        ["istio-sidecar-injector-pilotfish", "istio-revision-tag-prod", "istio-revision-tag-default"],
+        ["istio-validator-pilotfish-istio-system", "istiod-default-validator"],
+    )
+    assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, *updates]
 
 
 def test_without_the_ca_no_secret_is_created_and_no_webhook_configuration_updated() -> None:
@@ -105,10 +123,13 @@ def test_without_an_injector_only_the_validators_are_updated() -> None:
     assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, updates[1]]
 
 
-def test_a_revision_without_a_validator_updates_no_validating_configuration() -> None:
+def test_a_revision_without_its_validator_updates_only_the_default_one() -> None:
     kinds = rbac("--set", "revision=pilotfish", "--set", "global.configValidation=false")
     assert kinds["Role"]["rules"] == [CA_SECRET]  # no dry run either
+    # but the default revision's validator, once the default tag points at it
     assert kinds["ClusterRole"]["rules"] == [
         *CLUSTER_RULES,
-        webhook_updates(["istio-sidecar-injector-pilotfish"], [])[0],
+        *webhook_updates(
+            ["istio-sidecar-injector-pilotfish", "istio-revision-tag-default"], ["istiod-default-validator"]
+        ),
     ]
