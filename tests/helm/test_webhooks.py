@@ -236,3 +236,23 @@ def test_the_default_tag_of_a_revision_injects_what_the_default_revision_injects
     assert selecting({}, {"istio.io/rev": "prod"}) == ["rev.object.sidecar-injector.istio.io"]
     assert selecting({"istio.io/rev": "canary"}, {}) == []
     assert selecting({"istio.io/rev": "prod"}, {"sidecar.istio.io/inject": "false"}) == []
+
+
+def test_istios_base_chart_validator_moved_to_a_revision_is_that_revisions_to_patch() -> None:
+    """``helm upgrade istio-base --set defaultRevision=pilotfish`` (Istio's helm canary upgrade)
+    points the validator of unlabelled config at the revision's Service with its label: pilotfish
+    installed as that revision patches it (app/webhook/ca_bundle.ours), the RBAC naming it."""
+    docs = render("--set", "defaultRevision=pilotfish", chart=istio_chart("base"), release="istio-base")
+    [base] = [doc for doc in docs if doc["kind"] == "ValidatingWebhookConfiguration"]
+    ours = render("--set", "revision=pilotfish")
+    service = by_kind(ours)["Service"]["metadata"]
+    assert (
+        base["metadata"]["labels"]["istio.io/rev"] == by_kind(ours)["Deployment"]["metadata"]["labels"]["istio.io/rev"]
+    )
+    assert base["webhooks"][0]["clientConfig"]["service"]["name"] == service["name"]
+    [update] = [
+        rule
+        for rule in by_kind(ours)["ClusterRole"]["rules"]
+        if rule["resources"] == ["validatingwebhookconfigurations"] and "update" in rule["verbs"]
+    ]
+    assert base["metadata"]["name"] in update["resourceNames"]
