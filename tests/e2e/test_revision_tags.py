@@ -65,7 +65,7 @@ def calling(config: dict[str, Any], url: str) -> dict[str, Any]:
 def beside_istiod(kube: Cluster) -> Iterator[int]:
     """The revision's webhook configurations and Services as the chart renders them (the webhooks
     calling a free local port, returned), and Istio's base chart's default validator; deleted
-    after, with what istioctl wrote, so no other test meets them."""
+    after, with what istioctl wrote and the lock istiod's replica held, so no other test meets them."""
     port = free_port()
     ours = [
         calling(doc, f"https://127.0.0.1:{port}") if doc["kind"] in (MUTATING, VALIDATING) else doc
@@ -79,7 +79,8 @@ def beside_istiod(kube: Cluster) -> Iterator[int]:
         if doc["kind"] == VALIDATING
     ]
     made = [*ours, base, {"apiVersion": ADMISSION, "kind": MUTATING, "metadata": {"name": DEFAULT_TAG}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "istiod-revision-tag-default"}}]  # fmt: skip
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "istiod-revision-tag-default"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAMESPACE_CONTROLLER}}]  # fmt: skip
     if kube.get("v1", "Namespace", "", SYSTEM) is None:
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM}})
     try:
@@ -88,7 +89,7 @@ def beside_istiod(kube: Cluster) -> Iterator[int]:
     finally:
         for doc in made:
             try:
-                namespace = SYSTEM if doc["kind"] == "Service" else ""
+                namespace = SYSTEM if doc["kind"] in ("Service", "ConfigMap") else ""
                 kube.delete(doc.get("apiVersion", "v1"), doc["kind"], namespace, doc["metadata"]["name"])
             except ApiError as e:
                 if e.status != 404:
