@@ -44,8 +44,7 @@ class LegacyLease:
 
     holder: str
     duration: int  # leaseDurationSeconds
-    renew_time: str
-    resource_version: str
+    resource_version: str  # moves on every write: a renewal changes it
 
     @classmethod
     def of(cls, lease: dict[str, Any]) -> LegacyLease | None:
@@ -57,7 +56,6 @@ class LegacyLease:
         return cls(
             holder=str(spec.get("holderIdentity") or ""),
             duration=int(spec.get("leaseDurationSeconds") or 0),
-            renew_time=str(spec.get("renewTime") or ""),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
