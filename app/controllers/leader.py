@@ -24,6 +24,9 @@ contend for the same lock and exactly one of them writes.
 * Durations as istiod: a 30 s lease, renew deadline ttl/2, retry period ttl/4.
 * ``ReleaseOnCancel``: when the election is cancelled (shutdown) while leading, the lock is
   given up (empty holder, 1 s duration) so another replica takes over at once.
+* Before taking the lock, a Lease of its name that an earlier release of pilotfish leads by is
+  waited for until released or expired, then deleted (legacy_lease.py): a rolling upgrade from
+  those releases never has two leaders.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from app.controllers.legacy_lease import LegacyLeaseGuard
 from app.sources.kube.client import ApiCallError, KubeClient
 from app.supervise import supervise
 
@@ -140,6 +144,7 @@ class LeaderElection:
         self._on_change = on_change
         self._clock = clock
         self._path = f"/api/v1/namespaces/{namespace}/configmaps"
+        self._legacy = LegacyLeaseGuard(client, namespace, name, identity, clock=clock)
         self._runs: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._observed = LeaderElectionRecord()
         self._observed_at = 0.0
@@ -216,6 +221,8 @@ class LeaderElection:
         except ApiCallError as e:
             if e.status != 404:
                 return self._failed("read", e)
+            if not await self._legacy.clear():
+                return False
             try:
                 await self._client.call("POST", self._path, record.written_into({"metadata": {"name": self.name}}))
             except ApiCallError as e2:
@@ -237,6 +244,8 @@ class LeaderElection:
         if self._is_holder():
             record = LeaderElectionRecord(self.identity, duration, seen.acquire_time, now, seen.transitions, self._key)
         else:
+            if not await self._legacy.clear():
+                return False
             record = LeaderElectionRecord(self.identity, duration, now, now, seen.transitions + 1, self._key)
         try:
             await self._client.call("PUT", f"{self._path}/{self.name}", record.written_into(lease))

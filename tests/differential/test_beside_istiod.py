@@ -2,7 +2,9 @@
 one real API server: they contend for istiod's own leader election locks (ConfigMaps), so only
 one of them writes the root ConfigMaps and ServiceEntry addresses; pilotfish, not the default
 revision, leaves istiod's lock alone until ``istio-revision-tag-default`` names its revision,
-then takes it at once, and istiod does not take it back."""
+then takes it at once, and istiod does not take it back; once istiod is uninstalled (stopped, its
+chart's mesh ConfigMap ``istio`` deleted) pilotfish keeps the locks and writes the root ConfigMap
+of a namespace made after."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ async def test_one_lock_for_istiod_and_pilotfish_taken_by_the_default_revision(k
     system = kube.namespace("sys", {"team": team})
     kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "istio"}, "data": {"mesh": "{}"}},
                namespace=system)  # fmt: skip
-    with running_istiod(kube, system, tmp_path / "istiod"):
+    with running_istiod(kube, system, tmp_path / "istiod") as istiod:
         kube.wait_for("istiod holding its locks", lambda: holders(kube, system) == {("istiod-0", "default")}, 30)
         client = api_client(kube.admin_kubeconfig)
         made = Controllers(
@@ -67,6 +69,17 @@ async def test_one_lock_for_istiod_and_pilotfish_taken_by_the_default_revision(k
                         await asyncio.sleep(0.1)
                 assert holders(kube, system) == {("pilotfish-canary-0", "canary")}
                 await asyncio.sleep(8.0)  # istiod's retry period (30 s / 4): it does not take them back
+                assert holders(kube, system) == {("pilotfish-canary-0", "canary")}
+                assert made.leading() == {lock: True for lock in LOCKS}
+                # helm uninstall istiod: its pod goes (stopped off the loop: pilotfish runs on it),
+                # and its chart's mesh ConfigMap
+                await asyncio.to_thread(istiod.process.stop)
+                kube.delete("v1", "ConfigMap", system, "istio")
+                later = kube.namespace("later", {"team": team})
+                async with asyncio.timeout(15):
+                    while (written := kube.get("v1", "ConfigMap", later, "istio-ca-root-cert")) is None:
+                        await asyncio.sleep(0.1)
+                assert written["data"]["root-cert.pem"] == ROOT
                 assert holders(kube, system) == {("pilotfish-canary-0", "canary")}
                 assert made.leading() == {lock: True for lock in LOCKS}
         finally:

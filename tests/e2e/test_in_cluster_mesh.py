@@ -18,7 +18,12 @@ kubelet (tests/support/kubelet.py runs the pods the API server holds as local pr
 6. Istio's gateway chart (the module's manifests/charts/gateway) installed, its pod injected with
    the gateway template, serves a Gateway with a ``credentialName`` Secret; a sidecar whose service
    account may not list Secrets is refused one;
-7. deleting the leader's pod hands the Lease to the other replica, and writes resume.
+7. deleting the leader's pod hands the Lease to the other replica, and writes resume;
+8. ``helm upgrade`` with changed values while the proxies are connected: the Deployment rolls to
+   two new replicas (surge first, as the chart's strategy says), the old ones drain; the proxies
+   reconnect to the new ones and get a config change made after the roll; a pod restarted after
+   it is injected by the new replicas and issued a certificate of the same root (mTLS with the
+   server whose certificate an old replica issued); a new replica writes the root ConfigMaps.
 
 No iptables: the pods ask for ``sidecar.istio.io/interceptionMode: NONE`` (no istio-init is
 injected) and traffic reaches Envoy through listeners that bind, from Sidecar resources: the
@@ -71,8 +76,10 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_forever()
 """
 
 
-def render(chart: Path, release: str, namespace: str, values: dict[str, str]) -> list[dict[str, Any]]:
-    argv = [str(helm()), "template", release, str(chart), "--namespace", namespace]
+def render(
+    chart: Path, release: str, namespace: str, values: dict[str, str], *, upgrade: bool = False
+) -> list[dict[str, Any]]:
+    argv = [str(helm()), "template", release, str(chart), "--namespace", namespace, *(["--is-upgrade"] * upgrade)]
     for key, value in values.items():
         argv += ["--set", f"{key}={value}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
@@ -380,3 +387,60 @@ def test_the_mesh_installed_by_the_chart_injects_issues_and_carries_mtls(kube: C
         lambda: kube.get("v1", "ConfigMap", ns, "istio-ca-root-cert"), timeout=WAIT,
     )  # fmt: skip
     assert rewritten["data"]["root-cert.pem"].strip() == root.strip(), "the same root after the hand-over"
+
+    # 8. helm upgrade with changed values, proxies connected: the replicas roll. First the client's
+    # origination with a Secret it may not have (step 6) goes, so its traffic flows again
+    kube.delete("networking.istio.io/v1", "DestinationRule", ns, "shop-origination")
+    wait_until(lambda: from_client(client, server_host, "/before").backend == "server-app",
+               "mesh traffic from client to server again", timeout=WAIT)  # fmt: skip
+    old = {p["metadata"]["name"] for p in mesh.pilotfish_pods()}
+    upgrade = render(REPO / "charts" / "pilotfish", "pilotfish", SYSTEM,
+                     {**CHART_VALUES, "pilot.env.PILOT_DEBOUNCE_AFTER": "50ms"}, upgrade=True)  # fmt: skip
+    kube.apply(*upgrade, namespace=SYSTEM)
+    rolled = kube.wait_for("the Deployment to make 2 new pilotfish pods", lambda: n if len(
+        n := [p["metadata"]["name"] for p in mesh.pilotfish_pods() if p["metadata"]["name"] not in old]) == 2 else None,
+        timeout=WAIT)  # fmt: skip
+    new_replicas = [kubelet.ready(SYSTEM, name, timeout=WAIT) for name in rolled]
+    kube.wait_for("the old replicas gone", lambda: not old & {p["metadata"]["name"] for p in mesh.pilotfish_pods()},
+                  timeout=WAIT)  # fmt: skip
+    for replica in new_replicas:
+        [container] = replica.main
+        assert {"name": "PILOT_DEBOUNCE_AFTER", "value": "50ms"} in container.spec["env"]
+        wait_until(lambda r=replica: verify_with_root(r.ip, 15012, root, "istiod.istio-system.svc") is None,
+                   f"{replica.name} to serve a certificate of the same root", timeout=WAIT)  # fmt: skip
+    # the proxies reconnected to the new replicas: a change made now reaches the client's sidecar
+    kube.apply(f"""
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: server, namespace: {ns}}}
+spec:
+  hosts: [{server_host}]
+  http:
+  - headers: {{request: {{add: {{x-after-upgrade: rolled}}}}}}
+    route: [{{destination: {{host: {server_host}, port: {{number: {EGRESS_PORT}}}}}}}]
+""")
+
+    def rolled_header(pod: RunningPod) -> str | None:
+        reply = from_client(pod, server_host, "/rolled")
+        return {k.lower(): v for k, v in reply.body.get("headers", {}).items()}.get("x-after-upgrade")
+
+    wait_until(lambda: rolled_header(client) == "rolled", "the change made after the roll in the client's routes",
+               timeout=WAIT)  # fmt: skip
+    # a pod restarted after the upgrade: injected by the new replicas, a certificate of the same root
+    kube.delete("v1", "Pod", ns, client.name)
+    kube.wait_for(f"{client.name} gone", lambda: kube.get("v1", "Pod", ns, client.name) is None, timeout=WAIT)
+    restarted = mesh.app_pod(ns, "client")
+    reply = wait_until(
+        lambda: r if (r := from_client(restarted, server_host, "/restarted")).backend == "server-app" else None,
+        "mesh traffic from the restarted client", timeout=WAIT,
+    )  # fmt: skip
+    xfcc = {k.lower(): v for k, v in reply.body["headers"].items()}.get("x-forwarded-client-cert", "")
+    assert f"URI=spiffe://cluster.local/ns/{ns}/sa/client" in xfcc, xfcc
+    writer = wait_until(mesh.leader, "a new replica to hold the lock", timeout=WAIT)
+    assert writer in rolled
+    kube.delete("v1", "ConfigMap", ns, "istio-ca-root-cert")
+    rewritten = kube.wait_for(
+        f"the upgraded leader {writer} to write istio-ca-root-cert in {ns}",
+        lambda: kube.get("v1", "ConfigMap", ns, "istio-ca-root-cert"), timeout=WAIT,
+    )  # fmt: skip
+    assert rewritten["data"]["root-cert.pem"].strip() == root.strip()

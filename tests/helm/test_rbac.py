@@ -1,5 +1,5 @@
 """The chart's RBAC, listed exactly: reads for the informers (Nodes for native sidecars); writes
-only where pilotfish writes (the leader's Lease, istio-ca-root-cert ConfigMaps, ServiceEntry
+only where pilotfish writes (the Leases of earlier releases, deleted, istio-ca-root-cert ConfigMaps, ServiceEntry
 address status; the CA Secret; its own webhook configurations' caBundle, by name); TokenReviews
 and SubjectAccessReviews. Any widening shows up here as a diff."""
 
@@ -58,7 +58,14 @@ def webhook_updates(mutating: list[str], validating: list[str]) -> list[dict[str
 
 DRY_RUN = {"apiGroups": ["networking.istio.io"], "resources": ["gateways"], "verbs": ["create"]}
 CA_SECRET = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update"]}
-ROLE_RULES = [DRY_RUN, CA_SECRET]
+# the Leases of releases before the ConfigMap locks: read, deleted once stale, never taken
+LEGACY_LEASES = {
+    "apiGroups": ["coordination.k8s.io"],
+    "resources": ["leases"],
+    "resourceNames": ["istio-namespace-controller-election", "istio-ip-autoallocate"],
+    "verbs": ["get", "delete"],
+}
+ROLE_RULES = [LEGACY_LEASES, DRY_RUN, CA_SECRET]
 
 
 def rbac(*values: str) -> dict[str, dict[str, Any]]:
@@ -77,23 +84,41 @@ def rbac(*values: str) -> dict[str, dict[str, Any]]:
 def test_the_default_revisions_rules() -> None:
     kinds = rbac()
     # the default revision also serves Istio's base chart validator (istio.io/rev=default)
-    updates = webhook_updates(["istio-sidecar-injector"], ["istio-validator-istio-system", "istiod-default-validator"])
+    updates = webhook_updates(
+        ["istio-sidecar-injector", "istio-revision-tag-default"],
+        ["istio-validator-istio-system", "istiod-default-validator"],
+    )
     assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, *updates]
     assert kinds["Role"]["rules"] == ROLE_RULES
 
 
 def test_a_revisions_rules_name_its_own_webhook_configurations() -> None:
+    """Its own, and those ``istioctl tag set default --revision pilotfish`` points at it (the
+    default tag's injector and istiod-default-validator, relabelled with the revision), which
+    istiod's webhook patcher and validation controller keep patched as their revision's."""
     kinds = rbac("--set", "revision=pilotfish")
-    updates = webhook_updates(["istio-sidecar-injector-pilotfish"], ["istio-validator-pilotfish-istio-system"])
+    updates = webhook_updates(
+        ["istio-sidecar-injector-pilotfish", "istio-revision-tag-default"],
+        ["istio-validator-pilotfish-istio-system", "istiod-default-validator"],
+    )
     assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, *updates]
     assert kinds["ClusterRole"]["metadata"]["name"] == "pilotfish-pilotfish-istio-system"
+
+
+def test_a_revisions_tags_are_updated_by_name() -> None:
+    kinds = rbac("--set", "revision=pilotfish", "--set", "revisionTags={prod,default}")
+    updates = webhook_updates(
+        ["istio-sidecar-injector-pilotfish", "istio-revision-tag-prod", "istio-revision-tag-default"],
+        ["istio-validator-pilotfish-istio-system", "istiod-default-validator"],
+    )
+    assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, *updates]
 
 
 def test_without_the_ca_no_secret_is_created_and_no_webhook_configuration_updated() -> None:
     kinds = rbac(
         "--set", "pilot.ca.enabled=false", "--set", "webhook.certSecretName=tls", "--set", "webhook.caBundle=Q0E="
     )
-    assert kinds["Role"]["rules"] == []
+    assert kinds["Role"]["rules"] == [LEGACY_LEASES]
     # only the default revision's tag is read (the leader elections' priority)
     default_tag = {**WEBHOOK_READS, "resources": ["mutatingwebhookconfigurations"]}
     others = [rule for rule in CLUSTER_RULES if rule is not WEBHOOK_READS]
@@ -106,10 +131,13 @@ def test_without_an_injector_only_the_validators_are_updated() -> None:
     assert kinds["ClusterRole"]["rules"] == [*CLUSTER_RULES, updates[1]]
 
 
-def test_a_revision_without_a_validator_updates_no_validating_configuration() -> None:
+def test_a_revision_without_its_validator_updates_only_the_default_one() -> None:
     kinds = rbac("--set", "revision=pilotfish", "--set", "global.configValidation=false")
-    assert kinds["Role"]["rules"] == [CA_SECRET]  # no dry run either
+    assert kinds["Role"]["rules"] == [LEGACY_LEASES, CA_SECRET]  # no dry run either
+    # but the default revision's validator, once the default tag points at it
     assert kinds["ClusterRole"]["rules"] == [
         *CLUSTER_RULES,
-        webhook_updates(["istio-sidecar-injector-pilotfish"], [])[0],
+        *webhook_updates(
+            ["istio-sidecar-injector-pilotfish", "istio-revision-tag-default"], ["istiod-default-validator"]
+        ),
     ]

@@ -153,3 +153,106 @@ def test_istios_base_chart_validator_is_one_the_default_revision_serves_and_may_
         if rule["resources"] == ["validatingwebhookconfigurations"] and "update" in rule["verbs"]
     ]
     assert "istiod-default-validator" in update["resourceNames"]
+
+
+# --- revision tags ----------------------------------------------------------------------------
+
+TAGS = [
+    ("--set", "revision=pilotfish", "--set", "revisionTags={default,prod}"),
+    ("--set", "revisionTags={prod}"),
+    ("--set", "revision=pilotfish", "--set", "revisionTags={default}",
+     "--set", "sidecarInjectorWebhook.enableNamespacesByDefault=true"),
+]  # fmt: skip
+TAG_IDS = ["revision-default-and-prod", "default-revision-prod", "namespaces-by-default"]
+
+
+def tag_webhooks(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        doc["metadata"]["name"]: doc
+        for doc in docs
+        if doc["kind"] == "MutatingWebhookConfiguration" and "istio.io/tag" in doc["metadata"]["labels"]
+    }
+
+
+@pytest.mark.parametrize("values", TAGS, ids=TAG_IDS)
+def test_revision_tags_are_istiods_for_the_same_values(values: tuple[str, ...]) -> None:
+    """istiod's revisionTags (revision-tags-mwc.yaml): the same MutatingWebhookConfigurations,
+    named and labelled as istiod's (istioctl tag list reads those labels), with the same webhooks;
+    and the tag Services, reaching pilotfish's pods."""
+    ours, istiods = render(*values), render_istiod(*values)
+    mine, theirs = tag_webhooks(ours), tag_webhooks(istiods)
+    assert sorted(mine) == sorted(theirs) and mine
+    for name, config in mine.items():
+        for label in ("istio.io/tag", "istio.io/rev"):
+            assert config["metadata"]["labels"][label] == theirs[name]["metadata"]["labels"][label], (name, label)
+        assert [normalized(hook) for hook in config["webhooks"]] == [
+            normalized(hook) for hook in theirs[name]["webhooks"]
+        ], name
+    services = {doc["metadata"]["name"]: doc for doc in ours if doc["kind"] == "Service"}
+    istiod_services = {doc["metadata"]["name"]: doc for doc in istiods if doc["kind"] == "Service"}
+    pods = by_kind(ours)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    for name in (n for n in istiod_services if n.startswith("istiod-revision-tag-")):
+        service = services[name]
+        assert (
+            service["metadata"]["labels"]["istio.io/tag"] == istiod_services[name]["metadata"]["labels"]["istio.io/tag"]
+        )
+        assert (
+            service["metadata"]["labels"]["istio.io/rev"] == istiod_services[name]["metadata"]["labels"]["istio.io/rev"]
+        )
+        assert selects({"matchLabels": service["spec"]["selector"]}, pods)
+        assert {p["port"] for p in service["spec"]["ports"]} == {
+            p["port"] for p in istiod_services[name]["spec"]["ports"]
+        }
+
+
+def test_without_revision_tags_none_is_rendered() -> None:
+    docs = render("--set", "revision=pilotfish")
+    assert tag_webhooks(docs) == {}
+    assert [doc["metadata"]["name"] for doc in docs if doc["kind"] == "Service"] == ["istiod-pilotfish"]
+
+
+def test_the_default_tag_of_a_revision_injects_what_the_default_revision_injects() -> None:
+    """``--set revision=pilotfish --set revisionTags={default}``: namespaces labelled
+    istio-injection=enabled or istio.io/rev=default, and pods sidecar.istio.io/inject=true in
+    unlabelled namespaces, go to pilotfish through the tag's webhooks (istiod's own default
+    injector, deactivated by ``istioctl tag set default``, is istiod's business)."""
+    docs = render("--set", "revision=pilotfish", "--set", "revisionTags={default,prod}")
+    [default] = [doc for doc in docs if doc["metadata"].get("name") == "istio-revision-tag-default"]
+    hooks = [normalized(hook) for hook in default["webhooks"]]
+    assert {hook["clientConfig"]["service"]["name"] for hook in hooks} == {"istiod-pilotfish"}
+
+    def selecting(namespace: dict[str, str], pod: dict[str, str]) -> list[str]:
+        return [
+            hook["name"]
+            for doc in tag_webhooks(docs).values()
+            for hook in doc["webhooks"]
+            if selects(hook.get("namespaceSelector"), namespace) and selects(hook.get("objectSelector"), pod)
+        ]
+
+    assert selecting({"istio-injection": "enabled"}, {}) == ["namespace.sidecar-injector.istio.io"]
+    assert selecting({"istio.io/rev": "default"}, {}) == ["rev.namespace.sidecar-injector.istio.io"]
+    assert selecting({"istio.io/rev": "prod"}, {}) == ["rev.namespace.sidecar-injector.istio.io"]
+    assert selecting({}, {"sidecar.istio.io/inject": "true"}) == ["object.sidecar-injector.istio.io"]
+    assert selecting({}, {"istio.io/rev": "prod"}) == ["rev.object.sidecar-injector.istio.io"]
+    assert selecting({"istio.io/rev": "canary"}, {}) == []
+    assert selecting({"istio.io/rev": "prod"}, {"sidecar.istio.io/inject": "false"}) == []
+
+
+def test_istios_base_chart_validator_moved_to_a_revision_is_that_revisions_to_patch() -> None:
+    """``helm upgrade istio-base --set defaultRevision=pilotfish`` (Istio's helm canary upgrade)
+    points the validator of unlabelled config at the revision's Service with its label: pilotfish
+    installed as that revision patches it (app/webhook/ca_bundle.ours), the RBAC naming it."""
+    docs = render("--set", "defaultRevision=pilotfish", chart=istio_chart("base"), release="istio-base")
+    [base] = [doc for doc in docs if doc["kind"] == "ValidatingWebhookConfiguration"]
+    ours = render("--set", "revision=pilotfish")
+    service = by_kind(ours)["Service"]["metadata"]
+    assert (
+        base["metadata"]["labels"]["istio.io/rev"] == by_kind(ours)["Deployment"]["metadata"]["labels"]["istio.io/rev"]
+    )
+    assert base["webhooks"][0]["clientConfig"]["service"]["name"] == service["name"]
+    [update] = [
+        rule
+        for rule in by_kind(ours)["ClusterRole"]["rules"]
+        if rule["resources"] == ["validatingwebhookconfigurations"] and "update" in rule["verbs"]
+    ]
+    assert base["metadata"]["name"] in update["resourceNames"]

@@ -38,8 +38,10 @@ async def controllers(
     root: str | None = ROOT_1,
     ip: bool = True,
     revision: str = "",
+    kubeconfig: Path | None = None,
 ) -> AsyncIterator[Controllers]:
-    client = api_client(kube.admin_kubeconfig)
+    """Controllers of one replica, as the admin or with ``kubeconfig``'s credentials."""
+    client = api_client(kubeconfig or kube.admin_kubeconfig)
     made = Controllers(
         client,
         system_namespace=system,

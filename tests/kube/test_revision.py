@@ -15,9 +15,11 @@ from typing import Any
 
 from app.config.loader import mesh_configmap_name
 from app.config.objects import EventType
+from app.controllers.default_revision import DefaultRevisionWatcher
 from app.controllers.leader import NAMESPACE_CONTROLLER
 from app.sources.kube.client import api_client
 from app.sources.kube.source import KubeSource
+from tests.helm.rendering import render
 from tests.kube.common import next_events, serving, started
 from tests.kube.test_controllers import LEASE, controllers
 from tests.support.cluster import Cluster
@@ -54,8 +56,6 @@ async def test_a_revision_reads_its_own_mesh_configmap(kube: Cluster, pilotfish_
         kube.apply(mesh_map("istio", "4s"), namespace=system)  # the default revision's: not read
         kube.apply(mesh_map("istio-canary", "9s"), namespace=system)
         await eventually("the revision's mesh config", lambda: runtime.push_context().mesh.connect_timeout.seconds == 9)
-
-
 
 
 def lock_holder(kube: Cluster, system: str) -> tuple[str, str]:
@@ -124,3 +124,37 @@ async def test_a_revision_reads_istio_config_unlabelled_or_labelled_with_it(
         assert (went.type, went.obj.key.name) == (EventType.DELETE, "mine")
     finally:
         await source.close()
+
+
+async def test_the_charts_default_tag_makes_its_revision_the_default_as_istioctls_does(
+    kube: Cluster, pilotfish_kubeconfig: Path
+) -> None:
+    """``--set revisionTags={default}``: the chart's ``istio-revision-tag-default`` names the
+    revision as ``istioctl tag set default`` does (tests/e2e/test_revision_tags.py), so the
+    default-revision watcher (the elections' priority), with the chart's RBAC, reads it; removed,
+    there is no default."""
+    [tag] = [
+        doc
+        for doc in render("--set", "revision=stable", "--set", "revisionTags={default}")
+        if doc["kind"] == "MutatingWebhookConfiguration" and doc["metadata"]["name"] == "istio-revision-tag-default"
+    ]
+    client = api_client(pilotfish_kubeconfig)
+    watcher = DefaultRevisionWatcher(client)
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.sleep(1)
+        assert watcher.get() == ""
+        kube.apply(tag)
+        await eventually("the chart's tag read", lambda: watcher.get() == "stable")
+        kube.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-revision-tag-default")
+        await eventually("no default once it is gone", lambda: watcher.get() == "")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.close()
+        if kube.get(
+            "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-revision-tag-default"
+        ):
+            kube.delete(
+                "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-revision-tag-default"
+            )

@@ -45,7 +45,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -622,11 +622,14 @@ def install_istio_crds(cluster: Cluster) -> None:
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
-def chart_credentials(cluster: Cluster, kubeconfig: Path, namespace: str = "istio-system") -> Path:
-    """What charts/pilotfish gives pilotfish, and nothing more: its ServiceAccount and RBAC
-    objects applied, a TokenRequest token of that account, a kubeconfig with it."""
+def chart_credentials(
+    cluster: Cluster, kubeconfig: Path, namespace: str = "istio-system", values: Sequence[str] = ()
+) -> Path:
+    """What charts/pilotfish (rendered with helm's ``values`` arguments) gives pilotfish, and
+    nothing more: its ServiceAccount and RBAC objects applied, a TokenRequest token of that
+    account, a kubeconfig with it."""
     rendered = subprocess.run(
-        [str(helm()), "template", "pilotfish", str(REPO / "charts" / "pilotfish"), "--namespace", namespace],
+        [str(helm()), "template", "pilotfish", str(REPO / "charts" / "pilotfish"), "--namespace", namespace, *values],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     if rendered.returncode != 0:
