@@ -789,7 +789,7 @@ spec:
   - port: {{number: 9443, name: https-mutual, protocol: HTTPS}}
     hosts: ["m.example.com"]
     tls: {{mode: MUTUAL, serverCertificate: {cert}, privateKey: {key}, caCertificates: {cert},
-          subjectAltNames: [client.example.com], minProtocolVersion: TLSV1_3}}
+          subjectAltNames: [client.example.com], minProtocolVersion: TLSV1_3, insecureSkipVerify: true}}
   - port: {{number: 15443, name: https-mesh, protocol: HTTPS}}
     hosts: ["*"]
     tls: {{mode: ISTIO_MUTUAL}}
@@ -813,10 +813,13 @@ spec:
     validation = mutual.common_tls_context.validation_context
     assert validation.trusted_ca.filename == str(cert)
     assert [m.exact for m in validation.match_subject_alt_names] == ["client.example.com"]
+    # insecureSkipVerify: the client's certificate is asked for and taken unverified
+    assert validation.trust_chain_verification == validation.ACCEPT_UNTRUSTED
     assert mutual.common_tls_context.tls_params.tls_minimum_protocol_version == 4  # TLSv1_3
     mesh = tls_context(listeners["0.0.0.0_15443"].filter_chains[0]).common_tls_context
     assert [s.name for s in mesh.tls_certificate_sds_secret_configs] == ["default"]
     assert mesh.combined_validation_context.validation_context_sds_secret_config.name == "ROOTCA"
+    assert mesh.combined_validation_context.default_validation_context.trust_chain_verification == 0  # verified
     [cred_chain] = listeners["0.0.0.0_10443"].filter_chains
     cred = tls_context(cred_chain).common_tls_context
     [secret] = cred.tls_certificate_sds_secret_configs

@@ -25,7 +25,6 @@ NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
     net.TrafficPolicy.RetryBudget.DESCRIPTOR.full_name: {"budget_interval": "Envoy's default interval"},
     net.ServerTLSSettings.DESCRIPTOR.full_name: {
         "ca_cert_credential_name": "the CA certificate comes from credentialName only",
-        "insecure_skip_verify": "client certificates are verified",
     },
 }
 

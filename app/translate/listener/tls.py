@@ -99,7 +99,7 @@ def gateway_tls_context(
     if tls.mode == _TLS.ISTIO_MUTUAL:
         common.tls_certificate_sds_secret_configs.append(sds_secret_config(SDS_DEFAULT))
         if validate:
-            _sds_validation(common, list(tls.subject_alt_names), tls.ca_crl, sds_secret_config(SDS_ROOT))
+            _sds_validation(common, tls, sds_secret_config(SDS_ROOT))
     elif tls.credential_name or tls.credential_names:
         _credential_certs(common, tls)
     else:
@@ -135,14 +135,22 @@ def _apply_server_settings(out: tls_pb2.DownstreamTlsContext, tls: net.ServerTLS
 
 
 def _sds_validation(
-    common: tls_pb2.CommonTlsContext, sans: list[str], crl: str, root: secret_pb2.SdsSecretConfig
+    common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettings, root: secret_pb2.SdsSecretConfig
 ) -> None:
     combined = common.combined_validation_context
     combined.default_validation_context.SetInParent()
-    combined.default_validation_context.match_subject_alt_names.extend(exact_matchers(sans))
-    if crl:
-        combined.default_validation_context.crl.filename = crl
+    combined.default_validation_context.match_subject_alt_names.extend(exact_matchers(list(tls.subject_alt_names)))
+    if tls.ca_crl:
+        combined.default_validation_context.crl.filename = tls.ca_crl
+    _skip_verify(combined.default_validation_context, tls)
     combined.validation_context_sds_secret_config.CopyFrom(root)
+
+
+def _skip_verify(ctx: common_pb2.CertificateValidationContext, tls: net.ServerTLSSettings) -> None:
+    """``insecureSkipVerify``: a client certificate is asked for and accepted unverified (istiod
+    ApplyToCommonTLSContext's allowInsecure, ApplyCredentialSDSToServerCommonTLSContext)."""
+    if tls.insecure_skip_verify.value:
+        ctx.trust_chain_verification = common_pb2.CertificateValidationContext.ACCEPT_UNTRUSTED
 
 
 def _credential_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettings) -> None:
@@ -156,6 +164,7 @@ def _credential_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettin
         default.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
         default.verify_certificate_spki.extend(tls.verify_certificate_spki)
         default.verify_certificate_hash.extend(tls.verify_certificate_hash)
+        _skip_verify(default, tls)
         combined.validation_context_sds_secret_config.CopyFrom(credential_sds_secret_config(names[0] + SDS_CA_SUFFIX))
     elif len(tls.subject_alt_names) > 0:
         common.validation_context.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
@@ -173,10 +182,11 @@ def _file_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettings, va
         return
     if not tls.ca_certificates:
         # istiod falls back to the mesh root (ROOTCA) when no CA file is given
-        _sds_validation(common, list(tls.subject_alt_names), tls.ca_crl, sds_secret_config(SDS_ROOT))
+        _sds_validation(common, tls, sds_secret_config(SDS_ROOT))
         return
     ctx = common.validation_context
     ctx.trusted_ca.filename = tls.ca_certificates
     ctx.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
     if tls.ca_crl:
         ctx.crl.filename = tls.ca_crl
+    _skip_verify(ctx, tls)
