@@ -24,6 +24,7 @@ from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec,
 from app.config.labels import NETWORK_LABEL
 from app.config.objects import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import (
+    TRAFFIC_DISTRIBUTION_ANNOTATION,
     Endpoint,
     HealthStatus,
     Protocol,
@@ -325,11 +326,14 @@ class KubeController:
         if obj.kind is Kind.POD:
             return self._on_pod(obj, deleted)
         if obj.kind is Kind.NAMESPACE:
+            before = self.namespace_annotations(obj.meta.name).get(TRAFFIC_DISTRIBUTION_ANNOTATION, "")
             if deleted:
                 self._namespaces.pop(obj.meta.name, None)
             else:
                 self._namespaces[obj.meta.name] = obj
-            return self._on_namespace(obj.meta.name)
+            after = self.namespace_annotations(obj.meta.name).get(TRAFFIC_DISTRIBUTION_ANNOTATION, "")
+            # the one annotation of a namespace its Services read: most namespace events change nothing
+            return self._on_namespace(obj.meta.name) if after != before else Changes()
         return Changes()
 
     def namespace_annotations(self, namespace: str) -> Mapping[str, str]:
