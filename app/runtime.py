@@ -312,6 +312,8 @@ class Runtime:
         if previous is None or previous.root_pem != ca.root_pem:
             logger.info("CA: the mesh root changed")
             self.root_changed(ca.root_pem)
+        if self.controllers is not None:
+            self.controllers.set_crl(ca.crl_pem)  # every namespace's istio-ca-crl
 
     async def _rotate_root(self) -> None:
         """istiod's self-signed root rotator on the CA Secret (app/security/ca_store.py)."""
@@ -378,6 +380,8 @@ class Runtime:
             if self.settings.kube_controllers:
                 self.controllers = self._controllers(client)
                 self.on_root_changed(self.controllers.set_root)
+                if self.ca is not None:
+                    self.controllers.set_crl(self.ca.crl_pem)
             if self.webhook is not None and self.settings.native_sidecars is NativeSidecarMode.AUTO:
                 self._nodes = self.webhook.nodes = NodeInformer(client)
             if self.webhook is not None and self.settings.webhook_cert is None:
@@ -513,6 +517,7 @@ class Runtime:
             ipv4_prefix=settings.ip_autoallocate_ipv4_prefix,
             ipv6_prefix=settings.ip_autoallocate_ipv6_prefix,
             on_leading=self.metrics.leader_status,
+            crl_configmap=settings.crl_configmap if settings.ca_crl else None,
         )
 
     async def _watch_config(self, source: Source) -> None:

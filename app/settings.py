@@ -108,6 +108,9 @@ class Settings:
     leader_lease_duration: float = 30.0
     # this replica in the locks: POD_NAME, as istiod; else unknown-HOST-PID
     leader_identity: str = ""
+    # PILOT_ENABLE_CA_CRL and PILOT_CRL_CONFIGMAP: the CA's CRL in every namespace's istio-ca-crl
+    ca_crl: bool = True
+    crl_configmap: str = "istio-ca-crl"
     ip_autoallocate_ipv4_prefix: str = "240.240.0.0/16"  # PILOT_IP_AUTOALLOCATE_IPV4_PREFIX
     ip_autoallocate_ipv6_prefix: str = "2001:2::/48"  # PILOT_IP_AUTOALLOCATE_IPV6_PREFIX
 
@@ -127,6 +130,8 @@ class Settings:
             ("kube_controllers", "PILOTFISH_KUBE_CONTROLLERS", _boolean),
             ("leader_election", "ENABLE_LEADER_ELECTION", _boolean),
             ("leader_lease_duration", "PILOTFISH_LEADER_LEASE_DURATION", _lease_seconds),
+            ("ca_crl", "PILOT_ENABLE_CA_CRL", _boolean),
+            ("crl_configmap", "PILOT_CRL_CONFIGMAP", _configmap_name),
             ("ip_autoallocate_ipv4_prefix", "PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", _prefix),
             ("ip_autoallocate_ipv6_prefix", "PILOT_IP_AUTOALLOCATE_IPV6_PREFIX", _prefix),
             ("multi_root_mesh", "ISTIO_MULTIROOT_MESH", _boolean),
@@ -209,6 +214,16 @@ def _positive_int(key: str, text: str) -> int:
     if number is None or number < 1:
         raise SettingsError(f"{key}={text!r}: want a positive integer")
     return number
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _configmap_name(key: str, text: str) -> str:
+    name = text.strip()
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        raise SettingsError(f"{key}={text!r}: want a ConfigMap name (a DNS subdomain)")
+    return name
 
 
 def _lease_seconds(key: str, text: str) -> float:

@@ -20,7 +20,7 @@ from app.config.mesh import MeshConfig
 from app.controllers.default_revision import DefaultRevisionWatcher
 from app.controllers.ip_allocate_controller import IPAllocateController
 from app.controllers.leader import DEFAULT_KEY, IP_AUTOALLOCATE_CONTROLLER, NAMESPACE_CONTROLLER, LeaderElection
-from app.controllers.namespace_controller import NamespaceController
+from app.controllers.namespace_controller import CA_CRL_CONFIGMAP, NamespaceController
 from app.controllers.namespaces import NamespaceFilter
 from app.sources.kube.client import KubeClient
 from app.supervise import supervise
@@ -49,13 +49,14 @@ class Controllers:
         ipv4_prefix: str,
         ipv6_prefix: str,
         on_leading: Callable[[str, bool], None] | None = None,
+        crl_configmap: str | None = CA_CRL_CONFIGMAP,
     ) -> None:
         """``identity``: this replica in the leases (istiod's POD_NAME); ``revision``: its
         control-plane revision ("" for none), the leases' holder key; ``on_leading(lock,
         leading)`` is told when this replica starts or stops leading a lock. Raises ValueError
         for an allocation prefix that is not one."""
         self.namespaces = NamespaceFilter(client, selectors)
-        self.namespace_controller = NamespaceController(client, self.namespaces, root)
+        self.namespace_controller = NamespaceController(client, self.namespaces, root, crl_configmap=crl_configmap)
         runs: list[tuple[str, str, Callable[[], Any]]] = [
             (NAMESPACE_CONTROLLER, "namespace controller", self.namespace_controller.run)
         ]
@@ -87,6 +88,10 @@ class Controllers:
     def set_root(self, pem: str) -> None:
         """The CA's root changed: every namespace's ``istio-ca-root-cert`` follows (when leading)."""
         self.namespace_controller.set_root(pem)
+
+    def set_crl(self, pem: str) -> None:
+        """The CA's CRL changed: every namespace's ``istio-ca-crl`` follows (when leading)."""
+        self.namespace_controller.set_crl(pem)
 
     def set_selectors(self, selectors: Sequence[Mapping[str, Any]]) -> None:
         """The mesh config's discoverySelectors changed."""

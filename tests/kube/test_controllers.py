@@ -25,6 +25,7 @@ from tests.support.runtime import running
 
 ROOT_1 = "-----BEGIN CERTIFICATE-----\nroot one\n-----END CERTIFICATE-----\n"
 ROOT_2 = "-----BEGIN CERTIFICATE-----\nroot two\n-----END CERTIFICATE-----\n"
+CRL = "-----BEGIN X509 CRL-----\nrevoked\n-----END X509 CRL-----\n"
 LEASE = 2.0
 
 
@@ -75,6 +76,11 @@ async def eventually(what: str, check: Callable[[], Any], timeout: float = 30.0)
         await asyncio.sleep(0.1)
 
 
+def crl(kube: Cluster, ns: str) -> str | None:
+    cm = kube.get("v1", "ConfigMap", ns, "istio-ca-crl")
+    return None if cm is None else (cm.get("data") or {}).get("ca-crl.pem", "")
+
+
 def root_cert(kube: Cluster, ns: str) -> str | None:
     cm = kube.get("v1", "ConfigMap", ns, "istio-ca-root-cert")
     return None if cm is None else (cm.get("data") or {}).get("root-cert.pem")
@@ -91,6 +97,13 @@ async def test_root_cert_in_selected_namespaces_kept_and_following_the_root(kube
         cm = kube.get("v1", "ConfigMap", a, "istio-ca-root-cert")
         assert cm is not None and cm["metadata"]["labels"] == {"istio.io/config": "true"}
         assert kube.get("v1", "ConfigMap", other, "istio-ca-root-cert") is None  # not selected
+        # istio-ca-crl beside it (PILOT_ENABLE_CA_CRL), empty while the CA has no CRL, as istiod's
+        await eventually("a's CRL ConfigMap", lambda: crl(kube, a) is not None)
+        assert crl(kube, a) == ""
+        made.set_crl(CRL)
+        for ns in (system, a, b):
+            await eventually(f"{ns}'s CRL", lambda ns=ns: crl(kube, ns) == CRL)
+        assert crl(kube, other) is None
         record = lock_record(kube, system, NAMESPACE_CONTROLLER)  # a ConfigMap lock, as istiod's
         assert (record.holder, record.duration, record.key) == ("replica-a", 2, "default")
 
