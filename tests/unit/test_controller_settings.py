@@ -35,6 +35,7 @@ def test_environment() -> None:
         ("PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", "2001:2::/48", "not an IPv4 prefix"),
         # what str.isdigit lets through and int() then refuses: a clear error, not a traceback
         ("PILOT_PUSH_THROTTLE", "\u00b2", "want a positive integer"),
+        ("PILOT_CRL_CONFIGMAP", "Not_A_Name", "want a ConfigMap name"),
         ("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "\u00b2", "want a whole percentage"),
         ("PILOT_DEBOUNCE_AFTER", "\u0663s", "want a duration"),
         ("PILOT_DEBOUNCE_AFTER", "1" * 16_000, "out of range"),
