@@ -24,7 +24,7 @@ targets, so generators never read live state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.config.host import is_ip_address
 from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind
@@ -103,6 +103,23 @@ class RegistrySnapshot:
                 if port is not None:
                     out.append((svc, port, ep))
         return out
+
+
+@dataclass(slots=True)
+class _IpMoves:
+    """The shards an IP stops or starts serving in one settle, applied to the IP index at once:
+    one new set per IP, not one per shard (an IP in 256 shards copied its set 256 times)."""
+
+    added: dict[str, set[ServiceKey]] = field(default_factory=dict)
+    removed: dict[str, set[ServiceKey]] = field(default_factory=dict)
+
+    def apply(self, keys_by_ip: dict[str, frozenset[ServiceKey]]) -> None:
+        for ip in self.added.keys() | self.removed.keys():
+            keys = (keys_by_ip.get(ip, frozenset()) - self.removed.get(ip, set())) | self.added.get(ip, set())
+            if keys:
+                keys_by_ip[ip] = frozenset(keys)
+            else:
+                keys_by_ip.pop(ip, None)
 
 
 class ServiceRegistry:
@@ -196,10 +213,20 @@ class ServiceRegistry:
         self._snapshot = None
         identities: set[ServiceKey] = set()
         target_ips: set[str] = set()
+        moves = _IpMoves()
+        # shards often hold one tuple (every host of a ServiceEntry): each is read once
+        read: dict[int, tuple[tuple[Endpoint, ...], frozenset[str], _TargetSig]] = {}
         for key in changes.endpoints:
-            if self._reindex_identities(key):
+            endpoints = self._index.endpoints(*key)
+            found = read.get(id(endpoints))
+            if found is None or found[0] is not endpoints:
+                accounts = frozenset(ep.service_account for ep in endpoints if ep.service_account)
+                targets = frozenset((ep.address, ep.service_port_name, ep.port) for ep in endpoints)
+                found = read[id(endpoints)] = (endpoints, accounts, targets)
+            if self._reindex_identities(key, found[1]):
                 identities.add(key)
-            target_ips |= self._reindex_targets(key)
+            target_ips |= self._reindex_targets(key, found[2], moves)
+        moves.apply(self._keys_by_ip)
         return RegistryDelta(
             frozenset(services_changed),
             frozenset(changes.endpoints),
@@ -208,9 +235,8 @@ class ServiceRegistry:
             relabeled,
         )
 
-    def _reindex_identities(self, key: ServiceKey) -> bool:
+    def _reindex_identities(self, key: ServiceKey, new: frozenset[str]) -> bool:
         """Record the shard's service accounts; True when they changed."""
-        new = frozenset(ep.service_account for ep in self._index.endpoints(*key) if ep.service_account)
         if new == self._identities.get(key, frozenset()):
             return False
         if new:
@@ -219,11 +245,9 @@ class ServiceRegistry:
             self._identities.pop(key, None)
         return True
 
-    def _reindex_targets(self, key: ServiceKey) -> set[str]:
-        """Re-read the IPs a shard serves; returns the IPs whose targets in it changed."""
-        new: _TargetSig = frozenset(
-            (ep.address, ep.service_port_name, ep.port) for ep in self._index.endpoints(*key)
-        )
+    def _reindex_targets(self, key: ServiceKey, new: _TargetSig, moves: _IpMoves) -> set[str]:
+        """Record the IPs a shard serves (their moves in ``moves``); returns the IPs whose
+        targets in it changed."""
         old = self._targets_by_key.get(key, frozenset())
         if new == old:
             return set()
@@ -231,13 +255,9 @@ class ServiceRegistry:
         old_ips = {ip for ip, _, _ in old}
         new_ips = {ip for ip, _, _ in new}
         for ip in old_ips - new_ips:
-            keys = self._keys_by_ip[ip] - {key}
-            if keys:
-                self._keys_by_ip[ip] = keys
-            else:
-                del self._keys_by_ip[ip]
+            moves.removed.setdefault(ip, set()).add(key)
         for ip in new_ips - old_ips:
-            self._keys_by_ip[ip] = self._keys_by_ip.get(ip, frozenset()) | {key}
+            moves.added.setdefault(ip, set()).add(key)
         if new:
             self._targets_by_key[key] = new
         else:
