@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
 
-from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec
+from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec, SliceEndpoint
 from app.config.labels import NETWORK_LABEL
 from app.config.objects import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import (
@@ -201,6 +201,19 @@ def convert_service(obj: ConfigObject, domain_suffix: str) -> Service:
 
 
 _NO_POD = Workload("", "", "", EMPTY_LABELS, EMPTY_PORTS)
+
+
+def _slice_health(sep: SliceEndpoint, svc: Service) -> HealthStatus:
+    """istiod endpointHealthStatus: a condition not set reads as true, so an endpoint not ready
+    whose slice does not say it is not terminating is terminating (as the endpointslice
+    mirroring controller writes an Endpoints' notReadyAddresses); it drains only for a Service
+    with persistent sessions, while still serving."""
+    if sep.ready:
+        return HealthStatus.HEALTHY
+    terminating = sep.terminating is not False
+    if svc.supports_draining_endpoints and sep.serving is not False and terminating:
+        return HealthStatus.DRAINING
+    return HealthStatus.TERMINATING if terminating else HealthStatus.UNHEALTHY
 
 
 def _slice_view(pod: Workload | None) -> tuple[object, ...] | None:
@@ -446,17 +459,15 @@ class KubeController:
         ports = [p for p in spec.ports if p.name in names]
         out: list[Endpoint] = []
         for sep in spec.endpoints:
-            if sep.ready:
-                health = HealthStatus.HEALTHY
-            elif sep.terminating:
-                health = HealthStatus.DRAINING
-            else:
-                health = HealthStatus.UNHEALTHY
+            health = _slice_health(sep, svc)
             pod_name = sep.target_name if sep.target_kind == "Pod" else ""
             pod_ns = sep.target_namespace or ns
-            # the Pod (if known) gives labels, identity, sidecar and locality (never the slice's
-            # zone: istiod's EndpointBuilder reads none); the slice gives health
-            pod = self._pod_workloads.get((pod_ns, pod_name), _NO_POD) if pod_name else _NO_POD
+            # the Pod gives labels, identity, sidecar and locality (never the slice's zone:
+            # istiod's EndpointBuilder reads none); the slice gives health. An endpoint naming a
+            # Pod not known (yet) is left out until it comes, as istiod's getPod leaves it
+            pod = self._pod_workloads.get((pod_ns, pod_name)) if pod_name else _NO_POD
+            if pod is None:
+                continue
             for address in sep.addresses:
                 for p in ports:
                     out.append(

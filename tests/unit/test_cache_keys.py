@@ -43,7 +43,7 @@ from app.xds.push_request import PushRequest
 from app.xds.resource import Resource, encode
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER
 from app.xds.watch import WatchedResource
-from tests.support.mesh import config_doc, endpoint_slice, kube_pod, kube_service, slice_endpoint
+from tests.support.mesh import UNREADY, config_doc, endpoint_slice, kube_pod, kube_service, slice_endpoint
 
 ROOT = "istio-system"
 WEB = "web.a.svc.cluster.local"
@@ -589,7 +589,7 @@ def test_a_rule_setting_min_health_percent_rebuilds_the_assignments_without_unre
         "db",
         DB_SLICE_PORTS,
         slice_endpoint("10.0.2.1", "db-0", namespace="b"),
-        slice_endpoint("10.0.2.2", "db-1", "{ready: false}", namespace="b"),
+        slice_endpoint("10.0.2.2", "db-1", UNREADY, namespace="b"),
         namespace="b",
     )
     mesh = Mesh(BASE, DB_OUTLIER, db_1_unready)
