@@ -34,6 +34,7 @@ from app.model.push_context import PushContext
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.discovery import Discovery
+from app.xds.generators import endpoints as eds_generator
 from app.xds.generators import state as generator_state
 from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
 from app.xds.mesh_source import MeshSource
@@ -739,3 +740,34 @@ def test_forced_and_everything_changed_requests_push_everyone() -> None:
         assert proxy_needs_push(proxies["scoped"], request, scope, scope)
     unrelated = PushRequest(full=True, configs_updated=frozenset({ConfigKey(Kind.DESTINATION_RULE, "b", "db")}))
     assert not proxy_needs_push(proxies["scoped"], unrelated, scope, scope)
+
+
+def test_the_hosts_of_a_service_entry_share_one_assignment_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts whose assignments differ only in their names are built once per class and
+    snapshot (the name a prefix to the same bytes), byte for byte what plain generation builds;
+    a rule on one host sets its assignments apart."""
+    hosts = [f"h{i}.wide.example" for i in range(30)]
+    endpoints = "".join(f"\n  - {{address: 10.7.0.{i}, locality: r{i % 2}/z1}}" for i in range(1, 60))
+    entry = f"""
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: wide, namespace: c}}
+spec:
+  hosts: [{", ".join(hosts)}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{number: 80, name: http, protocol: HTTP}}]
+  endpoints:{endpoints}
+"""
+    subsets = rule("h3", "c", f"host: {hosts[3]}\nsubsets: [{{name: r0, labels: {{}}}}]")
+    mesh = Mesh(entry, subsets, verify=False)
+    built: list[str] = []
+    real = eds_generator.build_assignment
+    monkeypatch.setattr(eds_generator, "build_assignment", lambda name, *rest: built.append(name) or real(name, *rest))
+    client = proxy("client.c", "10.0.9.1", locality="r1/z1")
+    got = mesh.assignments(client)
+    wide = {n: r for n, r in got.items() if n.endswith(".wide.example")}
+    assert len(wide) == 31 and len(built) == 3  # the plain hosts once, h3 once, its subset once
+    names = eds_cluster_names(generate_clusters(client, mesh.push))
+    want = {a.cluster_name: encode(a.cluster_name, a) for a in generate_endpoints(client, mesh.push, names)}
+    assert {n: r.entry for n, r in wide.items()} == {n: want[n].entry for n in wide}
