@@ -250,13 +250,10 @@ def _merge_slices(
     return tuple(out)
 
 
-def _pod_refs(namespace: str, spec: EndpointSliceSpec) -> set[ObjectKey]:
-    """The (namespace, name) of every Pod a slice's endpoints point at."""
-    return {
-        (ep.target_namespace or namespace, ep.target_name)
-        for ep in spec.endpoints
-        if ep.target_kind == "Pod" and ep.target_name
-    }
+def _pod_refs(spec: EndpointSliceSpec) -> set[ObjectKey]:
+    """The (namespace, name) of every Pod a slice's endpoints point at (as their targetRefs say)."""
+    pods = (ep for ep in spec.endpoints if ep.target_kind == "Pod" and ep.target_name)
+    return {(ep.target_namespace, ep.target_name) for ep in pods}
 
 
 class KubeController:
@@ -424,7 +421,7 @@ class KubeController:
 
     def _link_slice(self, skey: ObjectKey, obj: ConfigObject) -> None:
         self._slices_by_service.setdefault((skey[0], obj.spec.service_name), set()).add(skey[1])
-        for pkey in _pod_refs(skey[0], obj.spec):
+        for pkey in _pod_refs(obj.spec):
             self._slices_by_pod.setdefault(pkey, set()).add(skey)
 
     def _unlink_slice(self, skey: ObjectKey, obj: ConfigObject) -> None:
@@ -438,7 +435,7 @@ class KubeController:
             names.discard(skey[1])
             if not names:
                 del self._slices_by_service[okey]
-        for pkey in _pod_refs(skey[0], spec):
+        for pkey in _pod_refs(spec):
             refs = self._slices_by_pod.get(pkey)
             if refs is not None:
                 refs.discard(skey)
@@ -460,12 +457,14 @@ class KubeController:
         out: list[Endpoint] = []
         for sep in spec.endpoints:
             health = _slice_health(sep, svc)
-            pod_name = sep.target_name if sep.target_kind == "Pod" else ""
+            named = sep.target_kind == "Pod"
+            pod_name = sep.target_name if named else ""
             pod_ns = sep.target_namespace or ns
             # the Pod gives labels, identity, sidecar and locality (never the slice's zone:
             # istiod's EndpointBuilder reads none); the slice gives health. An endpoint naming a
-            # Pod not known (yet) is left out until it comes, as istiod's getPod leaves it
-            pod = self._pod_workloads.get((pod_ns, pod_name)) if pod_name else _NO_POD
+            # Pod not known (yet) is left out until it comes, as istiod's getPod leaves it (by
+            # the targetRef's own namespace: one that names none names no Pod)
+            pod = self._pod_workloads.get((sep.target_namespace, pod_name)) if named else _NO_POD
             if pod is None:
                 continue
             for address in sep.addresses:

@@ -492,3 +492,11 @@ def test_a_slice_endpoint_naming_a_pod_of_another_namespace_waits_for_that_pod()
     add(reg, POD_V1.replace("namespace: default", "namespace: other"))
     assert reg.endpoints(HOST, "default")[0].address == "10.0.0.1"
     assert reg.endpoints(HOST, "default")[0].namespace == "other"
+
+
+def test_a_slice_endpoint_whose_target_ref_names_no_namespace_names_no_pod() -> None:
+    # istiod getPod looks the Pod up by the targetRef's own namespace, "" here: none
+    reg = ServiceRegistry()
+    bare = SLICE.replace("name: reviews-v1, namespace: default", "name: reviews-v1")
+    add(reg, SERVICE + "---" + POD_V1 + "---" + POD_V2 + "---" + bare)
+    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.2", "10.0.0.3"]
