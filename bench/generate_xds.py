@@ -68,7 +68,8 @@ spec:
     timeout: 5s
 """
 _ENDPOINT = (
-    "- {{addresses: [10.{c}.{a}.{b}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: p-{i}-{k}}}}}\n"
+    "- {{addresses: [10.{c}.{a}.{b}], conditions: {{ready: true}},"
+    " targetRef: {{kind: Pod, name: p-{i}-{k}, namespace: ns-{ns}}}}}\n"
 )
 _POD = """apiVersion: v1
 kind: Pod
@@ -92,7 +93,7 @@ def make_yaml(services: int) -> str:
         ns, a, b = i % 20, i >> 8, i & 255
         endpoints = ""
         for k in range(3):
-            endpoints += _ENDPOINT.format(i=i, k=k, a=a, b=b, c=10 + k)
+            endpoints += _ENDPOINT.format(i=i, k=k, a=a, b=b, c=10 + k, ns=ns)
             docs.append(_POD.format(i=i, k=k, ns=ns, v=k % 2 + 1, a=a, b=b, c=10 + k))
         docs.append(_SERVICE.format(i=i, ns=ns, a=a, b=b, endpoints=endpoints))
     return "---\n".join(docs)

@@ -42,7 +42,9 @@ addressType: IPv4
 ports: [{{name: http, port: 8080}}, {{name: tcp-db, port: 5432}}]
 endpoints:
 {endpoints}"""
-_ENDPOINT = "- {{addresses: [{ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: {pod}}}}}\n"
+_ENDPOINT = (
+    "- {{addresses: [{ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: {pod}, namespace: {ns}}}}}\n"
+)
 _POD = """apiVersion: v1
 kind: Pod
 metadata: {{name: {pod}, namespace: {ns}, labels: {{app: svc-{i}, version: {version}}}}}
@@ -270,7 +272,7 @@ class Mesh:
             if i in self.deleted:
                 continue
             pods = [pod(i, k, ns) for k in range(PODS_PER_SERVICE + self.extra_pods.get(i, 0))]
-            endpoints = "".join(_ENDPOINT.format(ip=p.ip, pod=p.name) for p in pods)
+            endpoints = "".join(_ENDPOINT.format(ip=p.ip, pod=p.name, ns=ns) for p in pods)
             docs.append(_SERVICE.format(i=i, ns=ns, a=i >> 8, b=i & 255, endpoints=endpoints))
             docs.extend(_POD.format(i=i, ns=ns, pod=p.name, version=p.labels["version"], ip=p.ip) for p in pods)
         return "---\n".join(docs)

@@ -86,9 +86,9 @@ class EndpointSlicePort:
 @dataclass(frozen=True, slots=True)
 class SliceEndpoint:
     addresses: tuple[str, ...]
-    ready: bool
-    serving: bool
-    terminating: bool
+    ready: bool  # an unset condition reads as ready, as in istiod's endpointHealthStatus
+    serving: bool | None  # None: the condition is not set
+    terminating: bool | None
     target_kind: str = ""
     target_name: str = ""
     target_namespace: str = ""
@@ -154,6 +154,10 @@ def _bool(obj: Any, path: str, default: bool) -> bool:
     if not isinstance(obj, bool):
         raise FieldError(path, f"expected true or false, got {type_name(obj)}")
     return obj
+
+
+def _optional_bool(obj: Any, path: str) -> bool | None:
+    return None if obj is None else _bool(obj, path, False)
 
 
 def _port(obj: Any, path: str, *, required: bool = True) -> int:
@@ -336,8 +340,8 @@ def _parse_endpoint_slice(body: Mapping[str, Any], labels: Mapping[str, str]) ->
             SliceEndpoint(
                 addresses=addrs,
                 ready=ready,
-                serving=_bool(cond.get("serving"), f"{p}.conditions.serving", ready),
-                terminating=_bool(cond.get("terminating"), f"{p}.conditions.terminating", False),
+                serving=_optional_bool(cond.get("serving"), f"{p}.conditions.serving"),
+                terminating=_optional_bool(cond.get("terminating"), f"{p}.conditions.terminating"),
                 target_kind=_str(target.get("kind"), f"{p}.targetRef.kind"),
                 target_name=_str(target.get("name"), f"{p}.targetRef.name"),
                 target_namespace=_str(target.get("namespace"), f"{p}.targetRef.namespace"),

@@ -134,6 +134,11 @@ class ServicePort:
     protocol: Protocol
 
 
+# the Service labels that opt in to persistent sessions (istiod PERSISTENT_SESSION_LABEL and
+# PERSISTENT_SESSION_HEADER_LABEL, their defaults)
+PERSISTENT_SESSION_LABELS = ("istio.io/persistent-session", "istio.io/persistent-session-header")
+
+
 @dataclass(frozen=True, slots=True)
 class Service:
     hostname: str
@@ -173,6 +178,12 @@ class Service:
                 return p
         return None
 
+    @property
+    def supports_draining_endpoints(self) -> bool:
+        """istiod Service.SupportsDrainingEndpoints: it opts in to persistent sessions, so its
+        terminating endpoints stay, draining."""
+        return any(self.labels.get(k) for k in PERSISTENT_SESSION_LABELS)
+
     def with_ports_of(self, other: Service) -> Service:
         """This service with the ports of ``other`` whose numbers it lacks appended (itself when none)."""
         extra = tuple(p for p in other.ports if self.port_by_number(p.port) is None)
@@ -190,6 +201,8 @@ class HealthStatus(enum.Enum):
     HEALTHY = "HEALTHY"
     UNHEALTHY = "UNHEALTHY"
     DRAINING = "DRAINING"
+    # shutting down without persistent sessions (istiod model.Terminating): never sent
+    TERMINATING = "TERMINATING"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
 
-from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec
+from app.config.kube import EndpointSliceSpec, KubeServicePort, KubeServiceSpec, PodSpec, SliceEndpoint
 from app.config.labels import NETWORK_LABEL
 from app.config.objects import EMPTY_LABELS, ConfigEvent, ConfigObject, EventType, Kind
 from app.model.service import (
@@ -210,6 +210,19 @@ def convert_service(
 _NO_POD = Workload("", "", "", EMPTY_LABELS, EMPTY_PORTS)
 
 
+def _slice_health(sep: SliceEndpoint, svc: Service) -> HealthStatus:
+    """istiod endpointHealthStatus: a condition not set reads as true, so an endpoint not ready
+    whose slice does not say it is not terminating is terminating (as the endpointslice
+    mirroring controller writes an Endpoints' notReadyAddresses); it drains only for a Service
+    with persistent sessions, while still serving."""
+    if sep.ready:
+        return HealthStatus.HEALTHY
+    terminating = sep.terminating is not False
+    if svc.supports_draining_endpoints and sep.serving is not False and terminating:
+        return HealthStatus.DRAINING
+    return HealthStatus.TERMINATING if terminating else HealthStatus.UNHEALTHY
+
+
 def _slice_view(pod: Workload | None) -> tuple[object, ...] | None:
     """What ``KubeController._build_slice`` takes from a Pod for the endpoints that name it."""
     if pod is None:
@@ -247,13 +260,10 @@ def _merge_slices(
     return tuple(out)
 
 
-def _pod_refs(namespace: str, spec: EndpointSliceSpec) -> set[ObjectKey]:
-    """The (namespace, name) of every Pod a slice's endpoints point at."""
-    return {
-        (ep.target_namespace or namespace, ep.target_name)
-        for ep in spec.endpoints
-        if ep.target_kind == "Pod" and ep.target_name
-    }
+def _pod_refs(spec: EndpointSliceSpec) -> set[ObjectKey]:
+    """The (namespace, name) of every Pod a slice's endpoints point at (as their targetRefs say)."""
+    pods = (ep for ep in spec.endpoints if ep.target_kind == "Pod" and ep.target_name)
+    return {(ep.target_namespace, ep.target_name) for ep in pods}
 
 
 class KubeController:
@@ -444,7 +454,7 @@ class KubeController:
 
     def _link_slice(self, skey: ObjectKey, obj: ConfigObject) -> None:
         self._slices_by_service.setdefault((skey[0], obj.spec.service_name), set()).add(skey[1])
-        for pkey in _pod_refs(skey[0], obj.spec):
+        for pkey in _pod_refs(obj.spec):
             self._slices_by_pod.setdefault(pkey, set()).add(skey)
 
     def _unlink_slice(self, skey: ObjectKey, obj: ConfigObject) -> None:
@@ -458,7 +468,7 @@ class KubeController:
             names.discard(skey[1])
             if not names:
                 del self._slices_by_service[okey]
-        for pkey in _pod_refs(skey[0], spec):
+        for pkey in _pod_refs(spec):
             refs = self._slices_by_pod.get(pkey)
             if refs is not None:
                 refs.discard(skey)
@@ -479,17 +489,17 @@ class KubeController:
         ports = [p for p in spec.ports if p.name in names]
         out: list[Endpoint] = []
         for sep in spec.endpoints:
-            if sep.ready:
-                health = HealthStatus.HEALTHY
-            elif sep.terminating:
-                health = HealthStatus.DRAINING
-            else:
-                health = HealthStatus.UNHEALTHY
-            pod_name = sep.target_name if sep.target_kind == "Pod" else ""
+            health = _slice_health(sep, svc)
+            named = sep.target_kind == "Pod"
+            pod_name = sep.target_name if named else ""
             pod_ns = sep.target_namespace or ns
-            # the Pod (if known) gives labels, identity, sidecar and locality (never the slice's
-            # zone: istiod's EndpointBuilder reads none); the slice gives health
-            pod = self._pod_workloads.get((pod_ns, pod_name), _NO_POD) if pod_name else _NO_POD
+            # the Pod gives labels, identity, sidecar and locality (never the slice's zone:
+            # istiod's EndpointBuilder reads none); the slice gives health. An endpoint naming a
+            # Pod not known (yet) is left out until it comes, as istiod's getPod leaves it (by
+            # the targetRef's own namespace: one that names none names no Pod)
+            pod = self._pod_workloads.get((sep.target_namespace, pod_name)) if named else _NO_POD
+            if pod is None:
+                continue
             for address in sep.addresses:
                 for p in ports:
                     out.append(

@@ -24,7 +24,7 @@ targets, so generators never read live state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.config.host import is_ip_address
 from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind
@@ -73,8 +73,26 @@ class RegistryDelta:
 EMPTY_DELTA = RegistryDelta()
 
 ServiceTarget = tuple[Service, ServicePort, Endpoint]
-# per shard: which (IP, endpoint port name, target port) it serves; a change is a target change
-_TargetSig = frozenset[tuple[str, str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Targets:
+    """What a shard serves, for the IP index: (IP, endpoint port name, target port) triples (a
+    change of them is a target change), their IPs, and those of them that are addresses (a DNS
+    name is no proxy's)."""
+
+    triples: frozenset[tuple[str, str, int]]
+    ips: frozenset[str]
+    addresses: frozenset[str]
+
+
+_NO_TARGETS = _Targets(frozenset(), frozenset(), frozenset())
+
+
+def _targets(endpoints: tuple[Endpoint, ...]) -> _Targets:
+    triples = frozenset((ep.address, ep.service_port_name, ep.port) for ep in endpoints)
+    ips = frozenset(ip for ip, _, _ in triples)
+    return _Targets(triples, ips, frozenset(filter(is_ip_address, ips)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +123,46 @@ class RegistrySnapshot:
         return out
 
 
+@dataclass(slots=True)
+class _IpMoves:
+    """The IPs shards start or stop serving in one settle, applied to the IP index at once, one
+    new set per IP (an IP in 256 shards copied its set once per shard), and by IP set: the
+    shards holding one tuple (the hosts of a ServiceEntry) share theirs, so 256 shards of 4,096
+    IPs are one group of moves, not 1M."""
+
+    added: dict[int, tuple[frozenset[str], set[ServiceKey]]] = field(default_factory=dict)
+    removed: dict[int, tuple[frozenset[str], set[ServiceKey]]] = field(default_factory=dict)
+
+    def move(self, key: ServiceKey, old: frozenset[str], new: frozenset[str]) -> None:
+        if old is new:
+            return
+        for ips, by_set in ((new - old if old else new, self.added), (old - new if new else old, self.removed)):
+            if ips:
+                by_set.setdefault(id(ips), (ips, set()))[1].add(key)
+
+    def apply(self, keys_by_ip: dict[str, frozenset[ServiceKey]]) -> None:
+        added = _by_ip(self.added)
+        removed = _by_ip(self.removed)
+        for ip in added.keys() | removed.keys():
+            keys = (keys_by_ip.get(ip, frozenset()) - removed.get(ip, set())) | added.get(ip, set())
+            if keys:
+                keys_by_ip[ip] = frozenset(keys)
+            else:
+                keys_by_ip.pop(ip, None)
+
+
+def _by_ip(groups: Mapping[int, tuple[frozenset[str], set[ServiceKey]]]) -> dict[str, set[ServiceKey]]:
+    out: dict[str, set[ServiceKey]] = {}
+    for ips, keys in groups.values():
+        for ip in ips:
+            found = out.get(ip)
+            if found is None:
+                out[ip] = set(keys)
+            else:
+                found |= keys
+    return out
+
+
 class ServiceRegistry:
     """Kubernetes + ServiceEntry registries behind one synchronous, I/O-free interface."""
 
@@ -117,7 +175,7 @@ class ServiceRegistry:
         self._entries = ServiceEntryController(self._index, trust_domain=trust_domain, nodes=self._nodes)
         self._services: dict[ServiceKey, Service] = {}
         self._sorted: tuple[Service, ...] | None = ()
-        self._targets_by_key: dict[ServiceKey, _TargetSig] = {}
+        self._targets_by_key: dict[ServiceKey, _Targets] = {}
         self._keys_by_ip: dict[str, frozenset[ServiceKey]] = {}
         self._identities: dict[ServiceKey, frozenset[str]] = {}
         self._snapshot: RegistrySnapshot | None = None
@@ -196,10 +254,23 @@ class ServiceRegistry:
         self._snapshot = None
         identities: set[ServiceKey] = set()
         target_ips: set[str] = set()
+        moves = _IpMoves()
+        # shards often hold one tuple (every host of a ServiceEntry): each is read once
+        read: dict[int, tuple[tuple[Endpoint, ...], frozenset[str], _Targets]] = {}
+        ips_seen: set[int] = set()  # target IP sets already in target_ips
         for key in changes.endpoints:
-            if self._reindex_identities(key):
+            endpoints = self._index.endpoints(*key)
+            found = read.get(id(endpoints))
+            if found is None or found[0] is not endpoints:
+                accounts = frozenset(ep.service_account for ep in endpoints if ep.service_account)
+                found = read[id(endpoints)] = (endpoints, accounts, _targets(endpoints))
+            if self._reindex_identities(key, found[1]):
                 identities.add(key)
-            target_ips |= self._reindex_targets(key)
+            changed = self._reindex_targets(key, found[2], moves)
+            if id(changed) not in ips_seen:
+                ips_seen.add(id(changed))
+                target_ips |= changed
+        moves.apply(self._keys_by_ip)
         return RegistryDelta(
             frozenset(services_changed),
             frozenset(changes.endpoints),
@@ -208,9 +279,8 @@ class ServiceRegistry:
             relabeled,
         )
 
-    def _reindex_identities(self, key: ServiceKey) -> bool:
+    def _reindex_identities(self, key: ServiceKey, new: frozenset[str]) -> bool:
         """Record the shard's service accounts; True when they changed."""
-        new = frozenset(ep.service_account for ep in self._index.endpoints(*key) if ep.service_account)
         if new == self._identities.get(key, frozenset()):
             return False
         if new:
@@ -219,26 +289,20 @@ class ServiceRegistry:
             self._identities.pop(key, None)
         return True
 
-    def _reindex_targets(self, key: ServiceKey) -> set[str]:
-        """Re-read the IPs a shard serves; returns the IPs whose targets in it changed."""
-        new: _TargetSig = frozenset(
-            (ep.address, ep.service_port_name, ep.port) for ep in self._index.endpoints(*key)
-        )
-        old = self._targets_by_key.get(key, frozenset())
-        if new == old:
-            return set()
-        changed = {ip for ip, _, _ in new ^ old if is_ip_address(ip)}  # not a DNS name: no proxy has it
-        old_ips = {ip for ip, _, _ in old}
-        new_ips = {ip for ip, _, _ in new}
-        for ip in old_ips - new_ips:
-            keys = self._keys_by_ip[ip] - {key}
-            if keys:
-                self._keys_by_ip[ip] = keys
-            else:
-                del self._keys_by_ip[ip]
-        for ip in new_ips - old_ips:
-            self._keys_by_ip[ip] = self._keys_by_ip.get(ip, frozenset()) | {key}
-        if new:
+    def _reindex_targets(self, key: ServiceKey, new: _Targets, moves: _IpMoves) -> frozenset[str]:
+        """Record the IPs a shard serves (their moves in ``moves``); returns the addresses whose
+        targets in it changed (all of a shard that comes or goes: the very set it holds)."""
+        old = self._targets_by_key.get(key, _NO_TARGETS)
+        if new.triples == old.triples:
+            return frozenset()
+        if not old.triples:
+            changed = new.addresses
+        elif not new.triples:
+            changed = old.addresses
+        else:
+            changed = frozenset(ip for ip, _, _ in new.triples ^ old.triples) & (new.addresses | old.addresses)
+        moves.move(key, old.ips, new.ips)
+        if new.triples:
             self._targets_by_key[key] = new
         else:
             self._targets_by_key.pop(key, None)

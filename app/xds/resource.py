@@ -35,6 +35,15 @@ class Resource:
 def encode(name: str, msg: Message) -> Resource:
     body = any_pb2.Any()
     body.Pack(msg, deterministic=True)
+    return _encoded(name, body)
+
+
+def encode_serialized(name: str, type_url: str, value: bytes) -> Resource:
+    """A resource whose message is already serialized (deterministically): ``value``."""
+    return _encoded(name, any_pb2.Any(type_url=type_url, value=value))
+
+
+def _encoded(name: str, body: any_pb2.Any) -> Resource:
     version = hashlib.blake2b(body.value, digest_size=8).hexdigest()
     # discovery.v3.Resource: resource (2) first, so its encoding is also a SotW element
     element = field_bytes(2, body.SerializeToString(deterministic=True))

@@ -282,7 +282,11 @@ def add_app_pod(mesh: Mesh) -> None:
     )
     pods = {**PODS, NEW_POD: NEW_POD_ADDRESS}
     endpoints = [
-        {"addresses": [address], "conditions": {"ready": True}, "targetRef": {"kind": "Pod", "name": f"app-{name}"}}
+        {
+            "addresses": [address],
+            "conditions": {"ready": True},
+            "targetRef": {"kind": "Pod", "name": f"app-{name}", "namespace": "default"},
+        }
         for name, address in pods.items()
     ]
     mesh.config.render(

@@ -42,3 +42,16 @@ def test_managed_fields_are_not_kept() -> None:
     assert "managedFields" in applied["metadata"]  # the object given is left as it is
     bare = {"kind": "Pod", "metadata": {"name": "a"}}
     assert without_managed_fields(bare) is bare
+
+
+def test_a_relist_takes_an_unchanged_resource_version_as_no_change_without_comparing() -> None:
+    """One resourceVersion is one write: a relist of many unchanged objects compares versions
+    only (here the listed copy differs, which only a comparison of the objects would see)."""
+    def pod(name: str, phase: str, version: str) -> dict[str, Any]:
+        made = obj("Pod", {"phase": phase}, version)
+        return {**made, "metadata": {**made["metadata"], "name": name}}
+
+    store = Store()
+    store.relist([pod("a", "Pending", "7"), pod("b", "Pending", "8")])
+    changed = store.relist([pod("a", "Running", "7"), pod("b", "Running", "9")])
+    assert [(d.change, d.obj["metadata"]["name"]) for d in changed] == [(EventType.UPDATE, "b")]

@@ -149,6 +149,11 @@ endpoints:{"".join(endpoints)}
 """
 
 
+# an unready pod's endpoint as the endpointslice controller writes it: every condition set (one
+# not set reads as true in istiod, so ``{ready: false}`` alone is a terminating endpoint)
+UNREADY = "{ready: false, serving: false, terminating: false}"
+
+
 def slice_endpoint(ip: str, pod: str, conditions: str = "{ready: true}", *, namespace: str = "default") -> str:
     """One endpoint of an EndpointSlice: ``ip``, backed by Pod ``pod``."""
     return f"""

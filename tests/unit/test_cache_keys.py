@@ -34,6 +34,7 @@ from app.model.push_context import PushContext
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.discovery import Discovery
+from app.xds.generators import endpoints as eds_generator
 from app.xds.generators import state as generator_state
 from app.xds.generators.reference import generate_clusters, generate_endpoints, generate_listeners
 from app.xds.mesh_source import MeshSource
@@ -43,7 +44,7 @@ from app.xds.push_request import PushRequest
 from app.xds.resource import Resource, encode
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER
 from app.xds.watch import WatchedResource
-from tests.support.mesh import config_doc, endpoint_slice, kube_pod, kube_service, slice_endpoint
+from tests.support.mesh import UNREADY, config_doc, endpoint_slice, kube_pod, kube_service, slice_endpoint
 
 ROOT = "istio-system"
 WEB = "web.a.svc.cluster.local"
@@ -589,7 +590,7 @@ def test_a_rule_setting_min_health_percent_rebuilds_the_assignments_without_unre
         "db",
         DB_SLICE_PORTS,
         slice_endpoint("10.0.2.1", "db-0", namespace="b"),
-        slice_endpoint("10.0.2.2", "db-1", "{ready: false}", namespace="b"),
+        slice_endpoint("10.0.2.2", "db-1", UNREADY, namespace="b"),
         namespace="b",
     )
     mesh = Mesh(BASE, DB_OUTLIER, db_1_unready)
@@ -739,3 +740,34 @@ def test_forced_and_everything_changed_requests_push_everyone() -> None:
         assert proxy_needs_push(proxies["scoped"], request, scope, scope)
     unrelated = PushRequest(full=True, configs_updated=frozenset({ConfigKey(Kind.DESTINATION_RULE, "b", "db")}))
     assert not proxy_needs_push(proxies["scoped"], unrelated, scope, scope)
+
+
+def test_the_hosts_of_a_service_entry_share_one_assignment_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts whose assignments differ only in their names are built once per class and
+    snapshot (the name a prefix to the same bytes), byte for byte what plain generation builds;
+    a rule on one host sets its assignments apart."""
+    hosts = [f"h{i}.wide.example" for i in range(30)]
+    endpoints = "".join(f"\n  - {{address: 10.7.0.{i}, locality: r{i % 2}/z1}}" for i in range(1, 60))
+    entry = f"""
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: wide, namespace: c}}
+spec:
+  hosts: [{", ".join(hosts)}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{number: 80, name: http, protocol: HTTP}}]
+  endpoints:{endpoints}
+"""
+    subsets = rule("h3", "c", f"host: {hosts[3]}\nsubsets: [{{name: r0, labels: {{}}}}]")
+    mesh = Mesh(entry, subsets, verify=False)
+    built: list[str] = []
+    real = eds_generator.build_assignment
+    monkeypatch.setattr(eds_generator, "build_assignment", lambda name, *rest: built.append(name) or real(name, *rest))
+    client = proxy("client.c", "10.0.9.1", locality="r1/z1")
+    got = mesh.assignments(client)
+    wide = {n: r for n, r in got.items() if n.endswith(".wide.example")}
+    assert len(wide) == 31 and len(built) == 3  # the plain hosts once, h3 once, its subset once
+    names = eds_cluster_names(generate_clusters(client, mesh.push))
+    want = {a.cluster_name: encode(a.cluster_name, a) for a in generate_endpoints(client, mesh.push, names)}
+    assert {n: r.entry for n, r in wide.items()} == {n: want[n].entry for n in wide}

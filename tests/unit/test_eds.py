@@ -19,6 +19,7 @@ from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.xds.generators.reference import generate_clusters, generate_endpoints
 from tests.support.envoy import agent_bootstrap, validate_bootstrap
 from tests.support.mesh import (
+    UNREADY,
     config_doc,
     endpoint_slice,
     kube_pod,
@@ -55,7 +56,7 @@ REVIEWS_WORKLOADS = (
         slice_endpoint("10.1.0.2", "reviews-v2"),
         slice_endpoint("10.1.0.3", "reviews-v3"),
         slice_endpoint("10.1.0.4", "reviews-eu"),
-        slice_endpoint("10.1.0.5", "reviews-down", "{ready: false}"),
+        slice_endpoint("10.1.0.5", "reviews-down", UNREADY),
         slice_endpoint("10.1.0.6", "reviews-old", "{ready: false, terminating: true}"),
     )
 )

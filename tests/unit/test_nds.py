@@ -15,7 +15,7 @@ from app.model.features import Features
 from app.model.proxy import Proxy, build_proxy
 from app.model.push_context import PushContext
 from app.translate.name_table import build_name_table
-from tests.support.mesh import config_doc, endpoint_slice, kube_service, push_context, slice_endpoint
+from tests.support.mesh import UNREADY, config_doc, endpoint_slice, kube_service, push_context, slice_endpoint
 
 
 def table(push: PushContext, proxy: Proxy) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def test_headless_service_pods_and_their_subdomain_records() -> None:
 def test_headless_service_skips_unready_endpoints_unless_publish_not_ready_addresses() -> None:
     pods = (pod("db-0", "10.1.0.1"), pod("db-1", "10.1.0.2", ready=False))
     eps = endpoint_slice(
-        "db", SLICE_PORTS, slice_endpoint("10.1.0.1", "db-0"), slice_endpoint("10.1.0.2", "db-1", "{ready: false}")
+        "db", SLICE_PORTS, slice_endpoint("10.1.0.1", "db-0"), slice_endpoint("10.1.0.2", "db-1", UNREADY)
     )
     push = push_context(headless(), *pods, eps)
     assert table(push, sidecar())["db.default.svc.cluster.local"]["ips"] == ["10.1.0.1"]
@@ -270,10 +270,14 @@ def test_headless_endpoint_change_is_a_service_change_for_tcp_ports_and_a_dns_na
     # endpointslice.go: a headless service's endpoints are a full push; an HTTP-only one pushes
     # only its DNS name (kind.DNSName, istio issue 48207)
     env = Environment()
-    apply(env, headless() + headless("web", "[{name: http, port: 80}]").replace("app: db", "app: web"))
+    web = headless("web", "[{name: http, port: 80}]").replace("app: db", "app: web")
+    pods = pod("db-0", "10.1.0.1") + pod("web-0", "10.1.0.2") + pod("web-1", "10.1.0.3")
+    apply(env, headless() + web + pods)
     tcp = apply(env, endpoint_slice("db", SLICE_PORTS, slice_endpoint("10.1.0.1", "db-0")))
     assert tcp == {ConfigKey(Kind.SERVICE, "default", "db.default.svc.cluster.local")}
-    http = apply(env, endpoint_slice("web", "[{name: http, port: 80}]", slice_endpoint("10.1.0.2", "web-0")))
+    web_0 = slice_endpoint("10.1.0.2", "web-0")
+    apply(env, endpoint_slice("web", "[{name: http, port: 80}]", web_0))  # its service account: CDS too
+    http = apply(env, endpoint_slice("web", "[{name: http, port: 80}]", web_0, slice_endpoint("10.1.0.3", "web-1")))
     assert http == {ConfigKey(Kind.DNS_NAME, "default", "web.default.svc.cluster.local")}
 
 

@@ -58,7 +58,7 @@ endpoints:
   conditions: {ready: false, terminating: true}
   targetRef: {kind: Pod, name: reviews-v2, namespace: default}
 - addresses: [10.0.0.3]
-  conditions: {ready: false}
+  conditions: {ready: false, serving: false, terminating: false}
   zone: z3
 """
 
@@ -226,7 +226,7 @@ def test_slice_endpoints_carry_pod_data() -> None:
                 }
             ),
             locality="eu-central/eu-central-1a",  # its Node's (istiod getPodLocality)
-            health=HealthStatus.DRAINING,
+            health=HealthStatus.TERMINATING,  # no persistent sessions: never sent
             service_account="spiffe://cluster.local/ns/default/sa/default",
             namespace="default",
             workload_name="reviews-v2",
@@ -250,10 +250,11 @@ def test_slice_before_service_and_pod_fills_in_later() -> None:
     assert reg.endpoints(HOST, "default") == ()
     delta = add(reg, SERVICE)
     assert services_and_shards(delta) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
-    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
-    assert reg.endpoints(HOST, "default")[0].labels == {}
+    # the endpoints naming a Pod not known yet wait for it (istiod getPod); 10.0.0.3 names none
+    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.3"]
     delta = add(reg, POD_V1)
     assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
+    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.1", "10.0.0.3"]
     assert reg.endpoints(HOST, "default")[0].workload_name == "reviews-v1"
     assert reg.endpoints(HOST, "default")[0].tls_mode == "istio"
 
@@ -320,26 +321,26 @@ def test_pod_not_referenced_by_a_slice_changes_no_endpoint_only_its_proxys_label
 
 def test_slice_edit_changes_endpoints_only() -> None:
     reg = ServiceRegistry()
-    add(reg, SERVICE + "---" + SLICE)
-    delta = update(reg, SLICE.replace("conditions: {ready: false}\n", "conditions: {ready: true}\n"))
+    add(reg, SERVICE + "---" + POD_V1 + "---" + POD_V2 + "---" + SLICE)
+    delta = update(reg, SLICE.replace("{ready: false, serving: false, terminating: false}", "{ready: true}"))
     assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default")[2].health is HealthStatus.HEALTHY
 
 
 def test_two_slices_merge_and_deduplicate() -> None:
     reg = ServiceRegistry()
-    add(reg, SERVICE + "---" + SLICE)
+    add(reg, SERVICE + "---" + POD_V1 + "---" + POD_V2 + "---" + SLICE)
     second = (
         SLICE.replace("name: reviews-abc", "name: reviews-xyz")
         .replace("10.0.0.1", "10.0.0.9")
-        .replace("conditions: {ready: false}\n", "conditions: {ready: true}\n")
+        .replace("{ready: false, serving: false, terminating: false}", "{ready: true}")
     )
     add(reg, second)
     eps = reg.endpoints(HOST, "default")
     # 10.0.0.2 and 10.0.0.3 appear in both slices once each; 10.0.0.3 is ready in the second
     assert [(e.address, e.health) for e in eps] == [
         ("10.0.0.1", HealthStatus.HEALTHY),
-        ("10.0.0.2", HealthStatus.DRAINING),
+        ("10.0.0.2", HealthStatus.TERMINATING),
         ("10.0.0.3", HealthStatus.HEALTHY),
         ("10.0.0.9", HealthStatus.HEALTHY),
     ]
@@ -347,7 +348,7 @@ def test_two_slices_merge_and_deduplicate() -> None:
 
 def test_disjoint_slices_concatenate_in_slice_name_order() -> None:
     reg = ServiceRegistry()
-    add(reg, SERVICE + "---" + SLICE)
+    add(reg, SERVICE + "---" + POD_V1 + "---" + POD_V2 + "---" + SLICE)
     first = SLICE.replace("name: reviews-abc", "name: reviews-aaa")
     for old, new in (("10.0.0.1", "10.0.1.1"), ("10.0.0.2", "10.0.1.2"), ("10.0.0.3", "10.0.1.3")):
         first = first.replace(old, new)
@@ -385,7 +386,7 @@ def test_annotation_only_service_update_is_no_change() -> None:
 
 def test_deletes() -> None:
     reg = ServiceRegistry()
-    add(reg, SERVICE + "---" + POD_V1 + "---" + SLICE)
+    add(reg, SERVICE + "---" + POD_V1 + "---" + POD_V2 + "---" + SLICE)
     delta = delete(reg, SLICE)
     assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
     assert reg.endpoints(HOST, "default") == ()
@@ -399,11 +400,10 @@ def test_deletes() -> None:
     # the slice is still known: the Service coming back brings its endpoints back
     assert services_and_shards(add(reg, SERVICE)) == RegistryDelta(frozenset({KEY}), frozenset({KEY}))
     assert len(reg.endpoints(HOST, "default")) == 3
-    # a Pod delete drops its data from the endpoint
+    # a Pod delete takes the endpoint naming it (it waits for the Pod again, as istiod's getPod)
     delta = delete(reg, POD_V1)
     assert services_and_shards(delta) == RegistryDelta(endpoints_changed=frozenset({KEY}))
-    assert reg.endpoints(HOST, "default")[0].workload_name == "reviews-v1"  # from targetRef
-    assert reg.endpoints(HOST, "default")[0].service_account == ""
+    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.2", "10.0.0.3"]
 
 
 def test_service_targets() -> None:
@@ -456,3 +456,48 @@ spec: {host: reviews}
 )
 def test_kube_port_protocol(name: str, protocol: str, app_protocol: str, expected: Protocol) -> None:
     assert kube_port_protocol(KubeServicePort(name, 80, protocol, 80, app_protocol)) is expected
+
+
+@pytest.mark.parametrize(
+    ("conditions", "persistent", "health"),
+    [
+        ("{}", False, HealthStatus.HEALTHY),  # no condition: ready
+        ("{ready: false, serving: false, terminating: false}", False, HealthStatus.UNHEALTHY),  # an unready pod
+        # a condition not set reads as true: not ready and not said to be not terminating is
+        # terminating (as the mirroring controller writes an Endpoints' notReadyAddresses)
+        ("{ready: false}", False, HealthStatus.TERMINATING),
+        ("{ready: false, terminating: true}", False, HealthStatus.TERMINATING),
+        ("{ready: false}", True, HealthStatus.DRAINING),  # persistent sessions: drains while serving
+        ("{ready: false, serving: true, terminating: true}", True, HealthStatus.DRAINING),
+        ("{ready: false, serving: false, terminating: true}", True, HealthStatus.TERMINATING),
+        ("{ready: false, terminating: false}", True, HealthStatus.UNHEALTHY),
+    ],
+)
+def test_slice_endpoint_health_as_istiod_reads_the_conditions(
+    conditions: str, persistent: bool, health: HealthStatus
+) -> None:
+    """istiod endpointHealthStatus; a terminating endpoint is never sent, even to count as
+    unhealthy (filterIstioEndpoint)."""
+    reg = ServiceRegistry()
+    service = SERVICE.replace("labels: {app: reviews}", "labels: {app: reviews, istio.io/persistent-session: c}")
+    edited = SLICE.replace("{ready: false, serving: false, terminating: false}", conditions)
+    add(reg, (service if persistent else SERVICE) + "---" + edited)
+    assert reg.endpoints(HOST, "default")[-1].health is health
+
+
+def test_a_slice_endpoint_naming_a_pod_of_another_namespace_waits_for_that_pod() -> None:
+    reg = ServiceRegistry()
+    elsewhere = SLICE.replace("name: reviews-v1, namespace: default", "name: reviews-v1, namespace: other")
+    add(reg, SERVICE + "---" + POD_V1 + "---" + elsewhere)
+    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.3"]  # default/reviews-v1 is not it
+    add(reg, POD_V1.replace("namespace: default", "namespace: other"))
+    assert reg.endpoints(HOST, "default")[0].address == "10.0.0.1"
+    assert reg.endpoints(HOST, "default")[0].namespace == "other"
+
+
+def test_a_slice_endpoint_whose_target_ref_names_no_namespace_names_no_pod() -> None:
+    # istiod getPod looks the Pod up by the targetRef's own namespace, "" here: none
+    reg = ServiceRegistry()
+    bare = SLICE.replace("name: reviews-v1, namespace: default", "name: reviews-v1")
+    add(reg, SERVICE + "---" + POD_V1 + "---" + POD_V2 + "---" + bare)
+    assert [e.address for e in reg.endpoints(HOST, "default")] == ["10.0.0.2", "10.0.0.3"]

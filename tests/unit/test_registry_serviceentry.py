@@ -523,3 +523,51 @@ spec:
     assert reg.endpoints("uds.local", "local") == (
         Endpoint("/var/run/app.sock", 0, "http", namespace="local", workload_name="uds-0", health=HealthStatus.UNKNOWN),
     )
+
+
+def test_the_hosts_of_an_entry_share_its_endpoints_converted_once() -> None:
+    """An entry's workload endpoints are the same for each of its hosts: every host of an entry
+    alone on it holds the one tuple (256 hosts x 4,096 endpoints, within the CRD's bounds, were
+    1M Endpoints built and held, 23 s on the event loop), and the IP index still names each."""
+    hosts = [f"h{i}.example.com" for i in range(40)]
+    endpoints = "".join(f"\n  - address: 10.2.{i // 250}.{i % 250}" for i in range(500))
+    entry = f"""
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: wide, namespace: shop}}
+spec:
+  hosts: [{", ".join(hosts)}]
+  resolution: STATIC
+  ports: [{{number: 80, name: http, protocol: HTTP}}]
+  endpoints:{endpoints}
+"""
+    reg = ServiceRegistry()
+    add(reg, entry)
+    held = {id(reg.endpoints(h, "shop")) for h in hosts}
+    assert len(held) == 1 and len(reg.endpoints(hosts[0], "shop")) == 500
+    assert sorted(t[0].hostname for t in reg.service_targets("10.2.1.7")) == sorted(hosts)
+    # another entry on one of the hosts: that host merges both, the rest still share
+    add(reg, STATIC_SE.replace("pay.example.com", hosts[3]))
+    assert len(reg.endpoints(hosts[3], "shop")) == 500 + 6  # its 2 endpoints on 3 ports
+    assert len({id(reg.endpoints(h, "shop")) for h in hosts if h != hosts[3]}) == 1
+    update(reg, entry.replace("10.2.1.7", "10.2.9.9"))
+    assert reg.service_targets("10.2.1.7") == []
+    assert len(reg.service_targets("10.2.9.9")) == 40
+
+
+def test_dns_entry_endpoints_are_each_hosts_own() -> None:
+    reg = ServiceRegistry()
+    add(
+        reg,
+        """
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: dns, namespace: shop}
+spec:
+  hosts: [a.example.com, b.example.com]
+  resolution: DNS
+  ports: [{number: 80, name: http, protocol: HTTP}]
+""",
+    )
+    assert [e.address for e in reg.endpoints("a.example.com", "shop")] == ["a.example.com"]
+    assert [e.address for e in reg.endpoints("b.example.com", "shop")] == ["b.example.com"]

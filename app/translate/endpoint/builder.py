@@ -40,7 +40,6 @@ from app.translate.metadata import ISTIO_METADATA_KEY
 TRANSPORT_SOCKET_MATCH_KEY = "envoy.transport_socket_match"
 DRAINING_LABEL = "istio.io/draining"  # PILOT_DRAINING_LABEL default
 # PILOT_PERSISTENT_SESSION_LABEL / _HEADER_LABEL defaults: such services still get draining endpoints
-PERSISTENT_SESSION_LABELS = ("istio.io/persistent-session", "istio.io/persistent-session-header")
 MAX_UINT32 = 2**32 - 1
 _TLS = net.ClientTLSSettings
 _HEALTH = {
@@ -101,8 +100,10 @@ def is_sent(ep: Endpoint, service: Service, send_unhealthy: bool) -> bool:
         return False  # would need a network gateway to stand in for it
     if ep.health is HealthStatus.UNHEALTHY and not send_unhealthy:
         return False
+    if ep.health is HealthStatus.TERMINATING:  # not even to count as unhealthy
+        return False
     if is_draining(ep):
-        return any(service.labels.get(k) for k in PERSISTENT_SESSION_LABELS)
+        return service.supports_draining_endpoints
     return True
 
 
