@@ -165,12 +165,14 @@ class EndpointGenerator:
         unnamed = cls.part(_Unnamed, _Unnamed).by_inputs
 
         def build() -> Resource:
-            # what the assignment reads but its name: the name's subset and SNI-DNAT prefix, the
-            # service's namespace (an endpoint's default) and persistent-session opt-in, and the
-            # rest of ``key``; checked against a plain build in assertion mode
+            # what the assignment reads but its name: the name's subset and SNI-DNAT prefix, what
+            # it reads of the service (its namespace, an endpoint's default; its persistent-session
+            # opt-in, resolution, ports and traffic distribution), and the rest of ``key``;
+            # checked against a plain build in assertion mode
             parsed = parse_cluster_name(name)
-            inputs = (key[2], service.namespace, service.supports_draining_endpoints, parsed.subset,
-                      parsed.sni_dnat, *key[4:])  # fmt: skip
+            inputs = (key[2], service.namespace, service.supports_draining_endpoints, service.resolution,
+                      service.ports, service.traffic_distribution, parsed.subset, parsed.sni_dnat,
+                      *key[4:])  # fmt: skip
             found = unnamed.get(inputs)
             if found is None:
                 built = build_assignment(name, narrowed, mesh, target, endpoints)
