@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from app.config.host import is_ip_address
 from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind
 from app.model.proxy import Proxy
-from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
+from app.model.service import TRAFFIC_DISTRIBUTION_ANNOTATION, Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
 from app.registry.locality import NodeLocalities, ObjectKey
@@ -172,7 +172,12 @@ class ServiceRegistry:
         self._kube = KubeController(
             self._index, domain_suffix=domain_suffix, trust_domain=trust_domain, nodes=self._nodes
         )
-        self._entries = ServiceEntryController(self._index, trust_domain=trust_domain, nodes=self._nodes)
+        self._entries = ServiceEntryController(
+            self._index,
+            trust_domain=trust_domain,
+            nodes=self._nodes,
+            namespace_annotations=self._kube.namespace_annotations,
+        )
         self._services: dict[ServiceKey, Service] = {}
         self._sorted: tuple[Service, ...] | None = ()
         self._targets_by_key: dict[ServiceKey, _Targets] = {}
@@ -182,6 +187,9 @@ class ServiceRegistry:
 
     # --- events ----------------------------------------------------------------------------
 
+    def _namespace_distribution(self, namespace: ConfigObject) -> str:
+        return self._kube.namespace_annotations(namespace.meta.name).get(TRAFFIC_DISTRIBUTION_ANNOTATION, "")
+
     def apply(self, event: ConfigEvent) -> RegistryDelta:
         kind = event.obj.kind
         if kind is Kind.NODE:
@@ -190,7 +198,11 @@ class ServiceRegistry:
             return EMPTY_DELTA
         changes = Changes()
         if kind in _KUBE_KINDS:
+            distribution = self._namespace_distribution(event.obj) if kind is Kind.NAMESPACE else None
             changes.update(self._kube.apply(event))
+            if distribution is not None and distribution != self._namespace_distribution(event.obj):
+                # the namespace's traffic distribution is its ServiceEntries' too
+                changes.update(self._entries.convert_namespace(event.obj.meta.name))
             if kind is Kind.SERVICE:
                 for key in changes.services:
                     selecting = self._workload_selecting_service(key)

@@ -14,7 +14,7 @@ endpoints go into the Kubernetes Service's shard under their own source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 from types import MappingProxyType
@@ -96,7 +96,9 @@ def _allocated(obj: ConfigObject) -> Mapping[str, tuple[str, ...]]:
     return {host: tuple(found[v6] for v6 in (False, True) if v6 in found) for host, found in by_host.items()}
 
 
-def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
+def convert_service_entry(
+    obj: ConfigObject, namespace_annotations: Mapping[str, str] = EMPTY_LABELS
+) -> tuple[Service, ...]:
     """One Service per host (istiod's convertServices)."""
     se: net.ServiceEntry = obj.spec
     meta = obj.meta
@@ -126,8 +128,7 @@ def convert_service_entry(obj: ConfigObject) -> tuple[Service, ...]:
             service_accounts=tuple(se.subject_alt_names),
             creation_timestamp=meta.creation_timestamp,
             auto_addresses=allocated.get(host, ()),
-            # its own annotation only: a namespace's is read for Kubernetes Services alone here
-            traffic_distribution=traffic_distribution("", meta.annotations, EMPTY_LABELS),
+            traffic_distribution=traffic_distribution("", meta.annotations, namespace_annotations),
         )
         for host in se.hosts
     )
@@ -191,10 +192,17 @@ class ServiceEntryController:
     """Istio ServiceEntry / WorkloadEntry objects (and Pods) in; Services and endpoint shards out."""
 
     def __init__(
-        self, index: EndpointIndex, *, trust_domain: str = "cluster.local", nodes: NodeLocalities | None = None
+        self,
+        index: EndpointIndex,
+        *,
+        trust_domain: str = "cluster.local",
+        nodes: NodeLocalities | None = None,
+        namespace_annotations: Callable[[str], Mapping[str, str]] = lambda _: EMPTY_LABELS,
     ) -> None:
-        """``nodes``: the Nodes' localities (its pods'), shared with the registry that records them."""
+        """``nodes``: the Nodes' localities (its pods'), shared with the registry that records them;
+        ``namespace_annotations``: a namespace's (its traffic distribution is its entries')."""
         self._index = index
+        self._namespace_annotations = namespace_annotations
         self.trust_domain = trust_domain
         self._nodes = nodes if nodes is not None else NodeLocalities()
         self._pods_by_node = PodsByNode()
@@ -243,6 +251,16 @@ class ServiceEntryController:
             return self._on_workload(self._pods, ns, name, pod, kube_selectable=False)
         return Changes()
 
+    def convert_namespace(self, namespace: str) -> Changes:
+        """The namespace's annotations changed: its entries whose Services read them differently
+        (their traffic distribution) are taken again."""
+        changes = Changes()
+        annotations = self._namespace_annotations(namespace)
+        for (ns, _), obj in list(self._entries.items()):
+            if ns == namespace and convert_service_entry(obj, annotations) != self._entry_services[(ns, obj.meta.name)]:
+                changes.update(self._on_entry(obj, deleted=False))
+        return changes
+
     def relocate(self, node: str) -> Changes:
         """The pods on ``node`` that read its locality take the one it has now."""
         locality = self._nodes.locality(node)
@@ -289,7 +307,7 @@ class ServiceEntryController:
             self._entries.pop(ekey, None)
         else:
             self._entries[ekey] = obj
-            services = convert_service_entry(obj)
+            services = convert_service_entry(obj, self._namespace_annotations(ns))
             self._entry_services[ekey] = services
             for svc in services:
                 hosts.add(svc.key)

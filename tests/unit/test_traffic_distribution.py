@@ -18,6 +18,7 @@ from app.model.push_context import PushContext
 from app.model.service import TrafficDistribution, traffic_distribution
 from app.registry.endpoint_index import EndpointIndex
 from app.registry.kube import KubeController
+from app.registry.registry import ServiceRegistry
 from app.xds.generators.reference import generate_clusters
 from tests.support.mesh import push_context
 from tests.unit.test_eds import KUBE, PROXY, REVIEWS, REVIEWS_WORKLOADS, dr, one, priorities, reviews_service
@@ -120,3 +121,28 @@ def test_a_namespace_event_converts_its_services_again() -> None:
     changes = kube.apply(ConfigEvent(EventType.ADD, ns))
     assert changes.services == {(REVIEWS, "default")}
     assert kube.service(REVIEWS, "default").traffic_distribution is SAME_NODE  # type: ignore[union-attr]
+
+
+def test_a_service_entry_takes_its_own_annotation_else_its_namespaces() -> None:
+    entry = """apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api, namespace: default%s}
+spec:
+  hosts: [api.example.com]
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.2.0.1}]
+"""
+    reg = ServiceRegistry()
+    reg.apply(ConfigEvent(EventType.ADD, load_documents(entry % "", "se.yaml").objects[0]))
+    assert reg.service("api.example.com", "default").traffic_distribution is TrafficDistribution.ANY  # type: ignore[union-attr]
+    ns = load_documents(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: default, annotations: "
+        "{networking.istio.io/traffic-distribution: PreferClose}}\n", "ns.yaml"
+    ).objects[0]
+    delta = reg.apply(ConfigEvent(EventType.ADD, ns))  # the namespace's annotation comes later
+    assert ("api.example.com", "default") in delta.services_changed
+    assert reg.service("api.example.com", "default").traffic_distribution is SAME_ZONE  # type: ignore[union-attr]
+    own = entry % ", annotations: {networking.istio.io/traffic-distribution: PreferSameNode}"
+    reg.apply(ConfigEvent(EventType.UPDATE, load_documents(own, "se.yaml").objects[0]))
+    assert reg.service("api.example.com", "default").traffic_distribution is SAME_NODE  # type: ignore[union-attr]
