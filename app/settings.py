@@ -126,7 +126,7 @@ class Settings:
             ("cache_assert", "PILOTFISH_CACHE_ASSERT", _boolean),
             ("gc_freeze", "PILOTFISH_GC_FREEZE", _boolean),
             ("gc_sweep_interval", "PILOTFISH_GC_SWEEP_INTERVAL", parse_seconds),
-            ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", parse_seconds),
+            ("trace_timeout", "PILOTFISH_TRACE_TIMEOUT", _positive_seconds),
             ("kube_controllers", "PILOTFISH_KUBE_CONTROLLERS", _boolean),
             ("leader_election", "ENABLE_LEADER_ELECTION", _boolean),
             ("leader_lease_duration", "PILOTFISH_LEADER_LEASE_DURATION", _lease_seconds),
@@ -175,6 +175,13 @@ def parse_seconds(key: str, text: str) -> float:
     if seconds > _MAX_GO_SECONDS:
         raise SettingsError(f"{key}={text[:64]!r}: out of range (Go's durations end at 292 years)")
     return float(seconds)
+
+
+def _positive_seconds(key: str, text: str) -> float:
+    seconds = parse_seconds(key, text)
+    if seconds <= 0:
+        raise SettingsError(f"{key}={text!r}: want a duration above zero")
+    return seconds
 
 
 def _interval(key: str, text: str) -> float:

@@ -36,6 +36,7 @@ def test_environment() -> None:
         # what str.isdigit lets through and int() then refuses: a clear error, not a traceback
         ("PILOT_PUSH_THROTTLE", "\u00b2", "want a positive integer"),
         ("PILOT_CRL_CONFIGMAP", "Not_A_Name", "want a ConfigMap name"),
+        ("PILOTFISH_TRACE_TIMEOUT", "0s", "above zero"),  # every trace would end unconverged at once
         ("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "\u00b2", "want a whole percentage"),
         ("PILOT_DEBOUNCE_AFTER", "\u0663s", "want a duration"),
         ("PILOT_DEBOUNCE_AFTER", "1" * 16_000, "out of range"),
