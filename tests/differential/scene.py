@@ -34,8 +34,9 @@ POD_SUBNET = ipaddress.IPv4Network("10.244.0.0/16")  # pod addresses: never dial
 TRUST_DOMAIN = "cluster.local"
 # what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
 # values: meshConfig defaults); rootNamespace and the selector are added per scene, access logs
-# as the demo profile sets them, and two ext_authz providers for data/features.yaml's CUSTOM
-# policy (its ServiceEntry ext-authz)
+# (the demo profile's file, and default providers: istiod's built-in one and a JSON one, which
+# take its place), and two ext_authz providers for data/features.yaml's CUSTOM policy (its
+# ServiceEntry ext-authz)
 MESH = """\
 defaultConfig:
   discoveryAddress: istiod.{system}.svc:15012
@@ -45,7 +46,14 @@ trustDomain: cluster.local
 enablePrometheusMerge: true
 discoverySelectors:
 - matchLabels: {{{label}: '{token}'}}
+defaultProviders:
+  accessLogging: [envoy, audit-json]
 extensionProviders:
+- name: audit-json
+  envoyFileAccessLog:
+    path: /dev/stderr
+    logFormat:
+      labels: {{code: "%RESPONSE_CODE%", route: "%ROUTE_NAME%"}}
 - name: ext-authz-grpc
   envoyExtAuthzGrpc:
     service: ext-authz.example.com

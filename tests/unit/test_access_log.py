@@ -117,3 +117,27 @@ def test_every_listener_connection_manager_and_tcp_proxy_logs_but_the_blackholes
     assert any("8080" in p and "http_connection_manager" in p for p in places)  # the gateway's
     assert any("5432" in p and "tcp_proxy" in p for p in places)
     assert all(n == 0 for n in _logs_by_place("").values())
+
+
+def test_default_providers_name_the_file_logs_in_place_of_access_log_file() -> None:
+    """defaultProviders.accessLogging (no Telemetry resource): istiod's built-in ``envoy``
+    provider formats as the mesh config says; another file provider by its own path and format
+    (labels as JSON, omitEmptyValues); sorted by name; the gRPC and OpenTelemetry services not yet."""
+    mesh = {
+        "accessLogFile": "/dev/ignored",  # the providers rule when named
+        "accessLogEncoding": "JSON",
+        "defaultProviders": {"accessLogging": ["envoy", "audit", "otel"]},
+        "extensionProviders": [
+            {"name": "audit", "envoyFileAccessLog": {"path": "/var/log/audit.log", "omitEmptyValues": True,
+                                                    "logFormat": {"labels": {"code": "%RESPONSE_CODE%"}}}},
+            {"name": "otel", "envoyOtelAls": {"service": "otel.example.com", "port": 4317}},
+        ],
+    }  # fmt: skip
+    audit = file_log(jsonFormat={"code": "%RESPONSE_CODE%"}, jsonFormatOptions={}, omitEmptyValues=True)
+    audit["typedConfig"]["path"] = "/var/log/audit.log"
+    assert logged(mesh) == [audit, file_log(jsonFormat=JSON_FORMAT, jsonFormatOptions={})]
+    text = {"defaultProviders": {"accessLogging": ["audit"]},
+            "extensionProviders": [{"name": "audit", "envoyFileAccessLog": {"logFormat": {"text": "%RESPONSE_CODE%"}}}]}
+    [one] = logged(text, listener=True)
+    assert one["typedConfig"]["path"] == "/dev/stdout" and one["filter"] == {"responseFlagFilter": {"flags": ["NR"]}}
+    assert one["typedConfig"]["logFormat"]["textFormatSource"]["inlineString"] == "%RESPONSE_CODE%\n"

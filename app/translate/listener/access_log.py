@@ -1,14 +1,18 @@
-"""Envoy access logs from the mesh config's ``accessLogFile``, ``accessLogEncoding`` and
-``accessLogFormat``, as istiod writes them when no Telemetry resource configures logging
-(pilot/pkg/networking/core/accesslog.go, pilot/pkg/model/telemetry_logging.go
-FileAccessLogFromMeshConfig): on every HTTP connection manager and tcp_proxy, and for the
+"""Envoy access logs from the mesh config, as istiod writes them when no Telemetry resource
+configures logging (pilot/pkg/networking/core/accesslog.go, pilot/pkg/model/telemetry.go
+mergeLogs, telemetry_logging.go): on every HTTP connection manager and tcp_proxy, and for the
 connections no filter chain takes (response flag NR) on the virtual, inbound and gateway
-listeners (not a sidecar's outbound ones) unless ``disableEnvoyListenerLog``."""
+listeners (not a sidecar's outbound ones) unless ``disableEnvoyListenerLog``.
+
+With ``defaultProviders.accessLogging`` the providers it names log (its file providers; the
+gRPC and OpenTelemetry access log services are not built yet), sorted by name; without it,
+``accessLogFile`` with ``accessLogEncoding`` and ``accessLogFormat`` (FileAccessLogFromMeshConfig)."""
 
 from __future__ import annotations
 
 import functools
 import json
+from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
@@ -19,6 +23,7 @@ from google.protobuf import json_format
 from app.api.mesh import MeshConfig
 
 FILE_ACCESS_LOG = "envoy.access_loggers.file"
+BUILTIN_PROVIDER = "envoy"  # istiod's default extension provider: a file log to /dev/stdout
 # istiod EnvoyTextLogFormat: Istio's text format since 1.9
 TEXT_FORMAT = (
     '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE% %RESPONSE_FLAGS% '
@@ -60,25 +65,60 @@ _JSON = MeshConfig.AccessLogEncoding.JSON
 
 
 def access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
-    """What every HTTP connection manager and tcp_proxy logs (none without ``accessLogFile``)."""
-    if not mesh.access_log_file:
-        return ()
-    return (_file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format, False),)
+    """What every HTTP connection manager and tcp_proxy logs."""
+    return _logs(mesh, listener=False)
 
 
 def listener_access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
     """A listener's own log: only connections no filter chain matched (NR)."""
-    if not mesh.access_log_file or mesh.disable_envoy_listener_log:
+    if mesh.disable_envoy_listener_log:
         return ()
-    return (_file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format, True),)
+    return _logs(mesh, listener=True)
 
+
+def _logs(mesh: MeshConfig, *, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
+    defaults = mesh.default_providers.access_logging
+    if not defaults:
+        if not mesh.access_log_file:
+            return ()
+        return (_file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format, listener),)
+    # fetchProvider: the first provider of each name, matched in any case; mergeLogs keeps a set
+    providers = mesh.extension_providers
+    found = [next((p for p in providers if p.name.lower() == name.lower()), None) for name in set(defaults)]
+    out = []
+    for provider in sorted((p for p in found if p is not None), key=lambda p: p.name):
+        if provider.WhichOneof("provider") != "envoy_file_access_log":
+            continue  # the gRPC and OpenTelemetry access log services: not yet
+        file = provider.envoy_file_access_log
+        if provider.name == BUILTIN_PROVIDER and not file.HasField("log_format") and not file.omit_empty_values:
+            # the built-in provider formats as the mesh config says (telemetryAccessLog)
+            log = _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, listener)
+        else:
+            log = _provider_access_log(file.SerializeToString(deterministic=True), listener)
+        out.append(log)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=8)
+def _provider_access_log(serialized: bytes, listener: bool) -> accesslog_pb2.AccessLog:
+    """fileAccessLogFromTelemetry: an envoyFileAccessLog provider's path (/dev/stdout unset),
+    text or labels (JSON) format, and omitEmptyValues."""
+    file = MeshConfig.ExtensionProvider.EnvoyFileAccessLogProvider.FromString(serialized)
+    log_format = substitution_format_string_pb2.SubstitutionFormatString(omit_empty_values=file.omit_empty_values)
+    kind = file.log_format.WhichOneof("log_format") if file.HasField("log_format") else None
+    if kind == "labels":
+        labels = json_format.MessageToDict(file.log_format.labels)
+        _json_format(log_format, labels or JSON_FORMAT)
+    else:
+        _text_format(log_format, file.log_format.text if kind == "text" else "")
+    return _access_log(file.path or "/dev/stdout", log_format, listener)
 
 @functools.lru_cache(maxsize=8)
 def _file_access_log(path: str, encoding: int, text: str, listener: bool) -> accesslog_pb2.AccessLog:
     """FileAccessLogFromMeshConfig (shared: callers copy it into the message they build)."""
     log_format = substitution_format_string_pb2.SubstitutionFormatString()
     if encoding == _JSON:
-        fields = JSON_FORMAT
+        fields: dict[str, Any] = JSON_FORMAT
         if text:
             try:
                 parsed = json.loads(text)
@@ -86,17 +126,35 @@ def _file_access_log(path: str, encoding: int, text: str, listener: bool) -> acc
                 parsed = None  # istiod logs the error and keeps its default format
             if isinstance(parsed, dict):
                 fields = parsed
-        json_format.ParseDict(fields, log_format.json_format)
-        log_format.json_format_options.SetInParent()  # sort_properties false, as istiod sets it
-        uses_req_without_query = any(_REQ_WITHOUT_QUERY in str(v) for v in fields.values() if isinstance(v, str))
+        _json_format(log_format, fields)
     else:
-        # "Istio will insert a newline on all formats (if missing)"
-        inline = (text if text.endswith("\n") else text + "\n") if text else TEXT_FORMAT
-        log_format.text_format_source.CopyFrom(base_pb2.DataSource(inline_string=inline))
-        uses_req_without_query = _REQ_WITHOUT_QUERY in inline
-    if uses_req_without_query:
-        formatter = log_format.formatters.add(name="envoy.formatter.req_without_query")
-        formatter.typed_config.Pack(req_without_query_pb2.ReqWithoutQuery())
+        _text_format(log_format, text)
+    return _access_log(path, log_format, listener)
+
+
+def _text_format(log_format: substitution_format_string_pb2.SubstitutionFormatString, text: str) -> None:
+    # "Istio will insert a newline on all formats (if missing)"
+    inline = (text if text.endswith("\n") else text + "\n") if text else TEXT_FORMAT
+    log_format.text_format_source.CopyFrom(base_pb2.DataSource(inline_string=inline))
+    if _REQ_WITHOUT_QUERY in inline:
+        _add_req_without_query(log_format)
+
+
+def _json_format(log_format: substitution_format_string_pb2.SubstitutionFormatString, fields: dict[str, Any]) -> None:
+    json_format.ParseDict(fields, log_format.json_format)
+    log_format.json_format_options.SetInParent()  # sort_properties false, as istiod sets it
+    if any(_REQ_WITHOUT_QUERY in v for v in fields.values() if isinstance(v, str)):
+        _add_req_without_query(log_format)
+
+
+def _add_req_without_query(log_format: substitution_format_string_pb2.SubstitutionFormatString) -> None:
+    formatter = log_format.formatters.add(name="envoy.formatter.req_without_query")
+    formatter.typed_config.Pack(req_without_query_pb2.ReqWithoutQuery())
+
+
+def _access_log(
+    path: str, log_format: substitution_format_string_pb2.SubstitutionFormatString, listener: bool
+) -> accesslog_pb2.AccessLog:
     out = accesslog_pb2.AccessLog(name=FILE_ACCESS_LOG)
     out.typed_config.Pack(file_pb2.FileAccessLog(path=path, log_format=log_format))
     if listener:
