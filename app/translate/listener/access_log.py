@@ -113,6 +113,7 @@ def _provider_access_log(serialized: bytes, listener: bool) -> accesslog_pb2.Acc
         _text_format(log_format, file.log_format.text if kind == "text" else "")
     return _access_log(file.path or "/dev/stdout", log_format, listener)
 
+
 @functools.lru_cache(maxsize=8)
 def _file_access_log(path: str, encoding: int, text: str, listener: bool) -> accesslog_pb2.AccessLog:
     """FileAccessLogFromMeshConfig (shared: callers copy it into the message they build)."""
