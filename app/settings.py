@@ -16,6 +16,7 @@ from typing import Any
 
 from app.config.go_strconv import go_int
 from app.config.go_time import go_duration_seconds
+from app.config.objects import is_object_name
 from app.errors import SettingsError
 from app.inject.native_sidecars import NativeSidecarMode, native_sidecar_mode
 from app.model.features import Features
@@ -223,12 +224,9 @@ def _positive_int(key: str, text: str) -> int:
     return number
 
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-
-
 def _configmap_name(key: str, text: str) -> str:
     name = text.strip()
-    if not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_object_name(name):
         raise SettingsError(f"{key}={text!r}: want a ConfigMap name (a DNS subdomain)")
     return name
 

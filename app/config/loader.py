@@ -24,7 +24,7 @@ import yaml
 from app.config.host import is_ip_address
 from app.config.kube import parse_kube_spec, string_map
 from app.config.mesh import parse_mesh_config
-from app.config.objects import ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta
+from app.config.objects import DNS_LABEL_TEXT, ISTIO_KINDS, ConfigKey, ConfigObject, Kind, ObjectMeta, is_object_name
 from app.config.schema import printable_path, type_name
 from app.config.validation.fields import quoted
 from app.config.validation.spec import parse_istio_spec
@@ -67,11 +67,8 @@ MESH_CONFIGMAP_NAME = "istio"  # the default revision's
 MESH_CONFIGMAP_KEY = "mesh"
 MESH_OBJECT_NAME = "mesh"
 MESH_KEY = ConfigKey(Kind.MESH_CONFIG, "", MESH_OBJECT_NAME)
-# object names as the API server has them: a namespace is a DNS label, a name a DNS subdomain
-_DNS_LABEL_TEXT = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
-_DNS_LABEL = re.compile(_DNS_LABEL_TEXT)
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL_TEXT}(?:\.{_DNS_LABEL_TEXT})*")
-_MAX_NAME, _MAX_NAMESPACE = 253, 63
+_DNS_LABEL = re.compile(DNS_LABEL_TEXT)  # a namespace's name
+_MAX_NAMESPACE = 63
 # namespaces already found valid: a few, named by many objects (bounded: names are input)
 _NAMESPACES_SEEN: set[str] = set()
 _NAMESPACES_SEEN_MAX = 4096
@@ -285,7 +282,7 @@ def _load_document(
         err = ConfigError(source, kind, "", "metadata.name", "is required")
         result.rejected.append(Rejection(None, err))
         return
-    if len(name) > _MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(name):  # as the API server has names
+    if not is_object_name(name):
         reason = f"{quoted(name)} is not a valid name (lower-case letters, digits, '-' and '.')"
         result.rejected.append(Rejection(None, ConfigError(source, kind, "", "metadata.name", reason)))
         return

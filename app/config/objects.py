@@ -8,12 +8,22 @@ a frozen dataclass for Kubernetes kinds (app/config/kube.py).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
+# object names as the API server has them: a namespace is a DNS label, a name a DNS subdomain
+DNS_LABEL_TEXT = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{DNS_LABEL_TEXT}(?:\.{DNS_LABEL_TEXT})*")
+MAX_NAME = 253
+
+
+def is_object_name(name: str) -> bool:
+    """A name the API server takes for an object: a DNS subdomain of at most 253 characters."""
+    return len(name) <= MAX_NAME and _DNS_SUBDOMAIN.fullmatch(name) is not None
 
 
 class Kind(enum.StrEnum):
