@@ -57,11 +57,14 @@ class Changes:
     services: set[ServiceKey] = field(default_factory=set)
     endpoints: set[ServiceKey] = field(default_factory=set)
     relabeled: set[ObjectKey] = field(default_factory=set)
+    # namespaces whose traffic-distribution annotation changed: their ServiceEntries read it too
+    distribution_namespaces: set[str] = field(default_factory=set)
 
     def update(self, other: Changes) -> None:
         self.services |= other.services
         self.endpoints |= other.endpoints
         self.relabeled |= other.relabeled
+        self.distribution_namespaces |= other.distribution_namespaces
 
 
 # --- workloads: what a Pod or WorkloadEntry contributes to every endpoint it backs ---------
@@ -353,7 +356,7 @@ class KubeController:
     def _on_namespace(self, namespace: str) -> Changes:
         """Its Services, converted again: the namespace's traffic-distribution annotation is
         theirs when they set none (istiod's Namespaces-TrafficDistribution handler)."""
-        changes = Changes()
+        changes = Changes(distribution_namespaces={namespace})
         annotations = self.namespace_annotations(namespace)
         for (ns, _), obj in self._service_objs.items():
             if ns != namespace:

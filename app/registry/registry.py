@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from app.config.host import is_ip_address
 from app.config.objects import ConfigEvent, ConfigObject, EventType, Kind
 from app.model.proxy import Proxy
-from app.model.service import TRAFFIC_DISTRIBUTION_ANNOTATION, Endpoint, Protocol, Resolution, Service, ServicePort
+from app.model.service import Endpoint, Protocol, Resolution, Service, ServicePort
 from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
 from app.registry.locality import NodeLocalities, ObjectKey
@@ -187,9 +187,6 @@ class ServiceRegistry:
 
     # --- events ----------------------------------------------------------------------------
 
-    def _namespace_distribution(self, namespace: ConfigObject) -> str:
-        return self._kube.namespace_annotations(namespace.meta.name).get(TRAFFIC_DISTRIBUTION_ANNOTATION, "")
-
     def apply(self, event: ConfigEvent) -> RegistryDelta:
         kind = event.obj.kind
         if kind is Kind.NODE:
@@ -198,11 +195,10 @@ class ServiceRegistry:
             return EMPTY_DELTA
         changes = Changes()
         if kind in _KUBE_KINDS:
-            distribution = self._namespace_distribution(event.obj) if kind is Kind.NAMESPACE else None
-            changes.update(self._kube.apply(event))
-            if distribution is not None and distribution != self._namespace_distribution(event.obj):
-                # the namespace's traffic distribution is its ServiceEntries' too
-                changes.update(self._entries.convert_namespace(event.obj.meta.name))
+            kube_changes = self._kube.apply(event)
+            changes.update(kube_changes)
+            for namespace in kube_changes.distribution_namespaces:
+                changes.update(self._entries.convert_namespace(namespace))
             if kind is Kind.SERVICE:
                 for key in changes.services:
                     selecting = self._workload_selecting_service(key)
