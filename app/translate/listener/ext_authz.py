@@ -59,13 +59,39 @@ _EXT_AUTHZ_KINDS = ("envoy_ext_authz_http", "envoy_ext_authz_grpc")
 
 @dataclass(frozen=True, slots=True)
 class ResolvedProvider:
-    """One provider a workload's CUSTOM policies name: its ext_authz filters (the network one
-    for a gRPC provider only), or why it cannot be used."""
+    """One provider a workload's CUSTOM policies name: the mesh config's provider and the
+    service it calls, or why it cannot be used. Resolved at every push (cheap: lookups); its
+    filters are built only when the listeners are."""
 
     name: str
-    http: http_ext_authz_pb2.ExtAuthz | None = None
-    tcp: network_ext_authz_pb2.ExtAuthz | None = None
+    provider: _Provider | None = None  # None: not usable (``error``)
+    hostname: str = ""
+    cluster: str = ""
     error: str = ""
+
+    @property
+    def http(self) -> http_ext_authz_pb2.ExtAuthz | None:
+        """The HTTP ext_authz filter's config; None for a provider that cannot be used."""
+        if self.provider is None:
+            return None
+        if self.provider.WhichOneof("provider") == "envoy_ext_authz_http":
+            config = self.provider.envoy_ext_authz_http
+            status, _ = _status_on_error(config.status_on_error)
+            return _http_config(self.hostname, self.cluster, status, config, self.name)
+        return self._grpc()[0]
+
+    @property
+    def tcp(self) -> network_ext_authz_pb2.ExtAuthz | None:
+        """The network ext_authz filter's config: a gRPC provider's only."""
+        if self.provider is None or self.provider.WhichOneof("provider") != "envoy_ext_authz_grpc":
+            return None
+        return self._grpc()[1]
+
+    def _grpc(self) -> tuple[http_ext_authz_pb2.ExtAuthz, network_ext_authz_pb2.ExtAuthz]:
+        assert self.provider is not None
+        config = self.provider.envoy_ext_authz_grpc
+        status, _ = _status_on_error(config.status_on_error)
+        return _grpc_config(self.hostname, self.cluster, status, config, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,17 +140,14 @@ def _resolve(
     hostname, cluster, error = _lookup_cluster(config.service, config.port, by_hostname)
     if error:
         errors.append(error)
-    status, error = _status_on_error(config.status_on_error)
+    _, error = _status_on_error(config.status_on_error)
     if error:
         errors.append(error)
     if http is not None:
         errors.extend(_http_errors(http))
     if errors:
         return ResolvedProvider(name, error=f"failed to parse extension provider {name!r}: {'; '.join(errors)}")
-    if http is not None:
-        return ResolvedProvider(name, http=_http_config(hostname, cluster, status, http, name))
-    built, tcp = _grpc_config(hostname, cluster, status, provider.envoy_ext_authz_grpc, name)
-    return ResolvedProvider(name, http=built, tcp=tcp)
+    return ResolvedProvider(name, provider, hostname, cluster)
 
 
 def _lookup_cluster(
@@ -323,14 +346,15 @@ def custom_http_filters(custom: CustomAuthz) -> list[hcm_pb2.HttpFilter]:
     """The CUSTOM filters of a workload's HTTP chains, first among its HTTP filters."""
     out = []
     for provider, rules, dry_run in _by_provider(custom, tcp=False):
-        if not _usable(custom, provider) or provider.http is None:
+        ext_authz = provider.http if _usable(custom, provider) else None
+        if ext_authz is None:
             out.append(hcm_pb2.HttpFilter(name=HTTP_RBAC, typed_config=pack(http_rbac_pb2.RBAC(rules=_bad(rules)))))
             continue
         rbac = http_rbac_pb2.RBAC(shadow_rules=rules, shadow_rules_stat_prefix=SHADOW_STAT_PREFIX)
         if dry_run is not None and len(dry_run.policies):
             rbac.rules.CopyFrom(dry_run)
         out.append(hcm_pb2.HttpFilter(name=HTTP_RBAC, typed_config=pack(rbac)))
-        out.append(hcm_pb2.HttpFilter(name=HTTP_EXT_AUTHZ, typed_config=pack(provider.http)))
+        out.append(hcm_pb2.HttpFilter(name=HTTP_EXT_AUTHZ, typed_config=pack(ext_authz)))
     return out
 
 
@@ -343,7 +367,8 @@ def custom_network_filters(custom: CustomAuthz) -> list[lc.Filter]:
             bad = network_rbac_pb2.RBAC(rules=_bad(rules), stat_prefix=TCP_STAT_PREFIX)
             out.append(lc.Filter(name=NETWORK_RBAC, typed_config=pack(bad)))
             continue
-        if provider.tcp is None:
+        ext_authz = provider.tcp
+        if ext_authz is None:
             continue
         rbac = network_rbac_pb2.RBAC(
             shadow_rules=rules, stat_prefix=TCP_STAT_PREFIX, shadow_rules_stat_prefix=SHADOW_STAT_PREFIX
@@ -351,5 +376,5 @@ def custom_network_filters(custom: CustomAuthz) -> list[lc.Filter]:
         if dry_run is not None and len(dry_run.policies):
             rbac.rules.CopyFrom(dry_run)
         out.append(lc.Filter(name=NETWORK_RBAC, typed_config=pack(rbac)))
-        out.append(lc.Filter(name=NETWORK_EXT_AUTHZ, typed_config=pack(provider.tcp)))
+        out.append(lc.Filter(name=NETWORK_EXT_AUTHZ, typed_config=pack(ext_authz)))
     return out
