@@ -10,7 +10,6 @@ gRPC and OpenTelemetry access log services are not built yet), sorted by name; w
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -65,18 +64,40 @@ _JSON = MeshConfig.AccessLogEncoding.JSON
 
 
 def access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
-    """What every HTTP connection manager and tcp_proxy logs."""
-    return _logs(mesh, listener=False)
+    """What every HTTP connection manager and tcp_proxy logs (messages shared by every caller,
+    which copies them into what it builds)."""
+    return _FOR_MESH.get(mesh, listener=False)
 
 
 def listener_access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
     """A listener's own log: only connections no filter chain matched (NR)."""
     if mesh.disable_envoy_listener_log:
         return ()
-    return _logs(mesh, listener=True)
+    return _FOR_MESH.get(mesh, listener=True)
 
 
-def _logs(mesh: MeshConfig, *, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
+class _ForMesh:
+    """The logs of the mesh config asked last (by identity: a snapshot's config is replaced,
+    never edited), so the listeners of a push do not look the providers up again each. One
+    (mesh, logs) pair is swapped whole, so a thread building for another mesh cannot mix them."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[MeshConfig | None, dict[bool, tuple[accesslog_pb2.AccessLog, ...]]] = (None, {})
+
+    def get(self, mesh: MeshConfig, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
+        entry = self._entry
+        if entry[0] is not mesh:
+            entry = self._entry = (mesh, {})
+        found = entry[1].get(listener)
+        if found is None:
+            found = entry[1][listener] = _build_logs(mesh, listener=listener)
+        return found
+
+
+_FOR_MESH = _ForMesh()
+
+
+def _build_logs(mesh: MeshConfig, *, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
     defaults = mesh.default_providers.access_logging
     if not defaults:
         if not mesh.access_log_file:
@@ -94,16 +115,16 @@ def _logs(mesh: MeshConfig, *, listener: bool) -> tuple[accesslog_pb2.AccessLog,
             # the built-in provider formats as the mesh config says (telemetryAccessLog)
             log = _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, listener)
         else:
-            log = _provider_access_log(file.SerializeToString(deterministic=True), listener)
+            log = _provider_access_log(file, listener)
         out.append(log)
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=8)
-def _provider_access_log(serialized: bytes, listener: bool) -> accesslog_pb2.AccessLog:
+def _provider_access_log(
+    file: MeshConfig.ExtensionProvider.EnvoyFileAccessLogProvider, listener: bool
+) -> accesslog_pb2.AccessLog:
     """fileAccessLogFromTelemetry: an envoyFileAccessLog provider's path (/dev/stdout unset),
     text or labels (JSON) format, and omitEmptyValues."""
-    file = MeshConfig.ExtensionProvider.EnvoyFileAccessLogProvider.FromString(serialized)
     log_format = substitution_format_string_pb2.SubstitutionFormatString(omit_empty_values=file.omit_empty_values)
     kind = file.log_format.WhichOneof("log_format") if file.HasField("log_format") else None
     if kind == "labels":
@@ -114,9 +135,8 @@ def _provider_access_log(serialized: bytes, listener: bool) -> accesslog_pb2.Acc
     return _access_log(file.path or "/dev/stdout", log_format, listener)
 
 
-@functools.lru_cache(maxsize=8)
 def _file_access_log(path: str, encoding: int, text: str, listener: bool) -> accesslog_pb2.AccessLog:
-    """FileAccessLogFromMeshConfig (shared: callers copy it into the message they build)."""
+    """FileAccessLogFromMeshConfig."""
     log_format = substitution_format_string_pb2.SubstitutionFormatString()
     if encoding == _JSON:
         fields: dict[str, Any] = JSON_FORMAT
