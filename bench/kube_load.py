@@ -38,6 +38,7 @@ from bench.fleet import Fleet
 from bench.kube_mesh import KubeMesh
 from bench.mesh import CHANGED_SERVICE, DELETED_SERVICE, sidecars
 from bench.processes import ServerProcess, istiod_env, log_warnings, start_pilotfish
+from bench.profile import Profiler
 from bench.recording import Recorder, Recording
 from bench.scenarios import SCOPED, Run, churn, namespace_groups, push, storm_then
 from tests.differential.istiod import running_istiod
@@ -81,16 +82,20 @@ def istiod_server(mesh: KubeMesh, work: Path) -> Iterator[Started]:
 
 
 async def control_plane_run(
-    args: argparse.Namespace, mesh: KubeMesh, started: Started, recording: Recording | None
+    args: argparse.Namespace,
+    mesh: KubeMesh,
+    started: Started,
+    recording: Recording | None,
+    profiler: Profiler | None = None,
 ) -> Figures:
     """The fleet against a ready server reading ``mesh``'s cluster: the storm, then the scenarios
-    asked for, each change made through the API server."""
+    asked for, each change made through the API server; ``profiler`` records the server in each."""
     server = started.server
     figures: Figures = {"start": {"ready_s": started.ready_s, "cpu_s": started.cpu_at_ready_s}}
     recorder = Recorder(recording) if recording is not None else None
     identities = sidecars(mesh.spec, args.proxies, args.agents, istio_version())
     async with Fleet(identities, args.protocol, server.xds_address, recorder) as fleet:
-        run = Run(fleet, server, args.timeout, recorder)
+        run = Run(fleet, server, args.timeout, recorder, profiler)
         scoped = any(n in args.scenarios for n in SCOPED)
         figures.update(
             await storm_then(

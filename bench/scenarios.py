@@ -29,6 +29,7 @@ from bench.envoy import SimulatedEnvoy
 from bench.figures import percentiles, received, stream_errors
 from bench.fleet import Fleet
 from bench.processes import ServerProcess
+from bench.profile import Profiler
 from bench.recording import Recorder
 
 # a DestinationRule change and an endpoint added, in the changed service's namespace only
@@ -45,6 +46,7 @@ class Run:
     server: ServerProcess
     timeout: float
     recorder: Recorder | None = None
+    profiler: Profiler | None = None  # py-spy on the server during each scenario
 
 
 def namespace_groups(envoys: Sequence[SimulatedEnvoy], namespace: str) -> dict[str, list[SimulatedEnvoy]]:
@@ -164,13 +166,21 @@ async def storm_then(
 ) -> dict[str, object]:
     """The connect storm, then the ``wanted`` scenarios in order; none after a storm that did
     not complete (they would measure its backlog)."""
-    figures: dict[str, object] = {"storm": await connect_storm(run)}
-    storm = figures["storm"]
-    assert isinstance(storm, Mapping)
+    storm = await _profiled(run, "storm", lambda: connect_storm(run))
+    figures: dict[str, object] = {"storm": storm}
     if storm["timed_out"]:
         figures["skipped"] = "the connect storm did not complete; later scenarios would measure its backlog"
         return figures
     for name, scenario in scenarios.items():
         if wanted(name):
-            figures[name] = await scenario()
+            figures[name] = await _profiled(run, name, scenario)
     return figures
+
+
+async def _profiled(run: Run, name: str, scenario: Callable[[], Awaitable[dict[str, object]]]) -> dict[str, object]:
+    if run.profiler is None:
+        return await scenario()
+    profile: dict[str, object] = {}
+    async with run.profiler.scenario(run.server.popen.pid, name, profile):
+        figures = await scenario()
+    return {**figures, **profile}

@@ -95,6 +95,7 @@ from bench.processes import (
     start_pilotfish,
     stop_otlp_sink,
 )
+from bench.profile import Profiler
 from bench.recording import Recorder, Recording
 from bench.scenarios import SCOPED, Run, Trigger, churn, connect_storm, namespace_groups, push, storm_then
 from tests.support.cluster import Cluster, running_cluster
@@ -119,7 +120,7 @@ async def pilotfish_run(args: argparse.Namespace, spec: MeshSpec, recording: Rec
         recorder = Recorder(recording)
         identities = sidecars(spec, args.proxies, args.agents)
         async with Fleet(identities, args.protocol, server.xds_address, recorder) as fleet:
-            run = Run(fleet, server, args.timeout, recorder)
+            run = Run(fleet, server, args.timeout, recorder, _profiler(args, work.name))
             figures.update(
                 await storm_then(run, _pilotfish_scenarios(run, mesh, spec), lambda name: name in args.scenarios)
             )
@@ -233,7 +234,8 @@ async def kube_benchmark(args: argparse.Namespace, kube: Cluster, system: str, w
     for n in range(args.repeat):  # alternated, so a slow spell of the machine falls on both
         repeat: dict[str, Figures] = {}
         with pilotfish_server(args.server_root, mesh, work / f"pilotfish{n}") as server:
-            repeat["pilotfish"] = await control_plane_run(args, mesh, server, recording if n == 0 else None)
+            profiler = _profiler(args, f"pilotfish{n}")
+            repeat["pilotfish"] = await control_plane_run(args, mesh, server, recording if n == 0 else None, profiler)
         await asyncio.to_thread(mesh.reset)
         with istiod_server(mesh, work / f"istiod{n}") as server:
             repeat["istiod"] = await control_plane_run(args, mesh, server, None)
@@ -277,6 +279,11 @@ def floor_ratios(measured: Mapping[str, object], floor: Mapping[str, object]) ->
         for name in ("storm", *FLOOR_PUSHES, *SCOPED)
         if name in measured and name in floor
     }
+
+
+def _profiler(args: argparse.Namespace, label: str) -> Profiler | None:
+    """py-spy on a pilotfish run's scenarios, with ``--profile``."""
+    return Profiler(args.profile, label) if args.profile is not None else None
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -437,6 +444,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--repeat", type=int, default=1, help="--kube: run pilotfish and istiod N times, alternated; medians reported"
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy on pilotfish in each scenario, recorded in this directory (bench/profile)"
     )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per scenario (default 180)")
     parser.add_argument("--server-root", type=Path, default=BENCH_ROOT, help="the pilotfish checkout to run")
