@@ -5,6 +5,9 @@ Library errors are mapped to these at the edges, so callers handle a few types o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class PilotfishError(Exception):
     """Base of every error pilotfish raises on purpose."""
@@ -47,3 +50,16 @@ class FieldError(PilotfishError):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}" if field else reason)
+
+
+class ListenError(PilotfishError):
+    """An address the server was told to serve on cannot be listened on (in use, not local)."""
+
+
+@contextmanager
+def listening(what: str, address: object) -> Iterator[None]:
+    """Binding ``what``'s port: an OSError becomes one line naming the port and the address."""
+    try:
+        yield
+    except OSError as e:
+        raise ListenError(f"{what}: cannot listen on {address}: {e.strerror or e}") from None

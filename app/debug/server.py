@@ -35,7 +35,7 @@ from aiohttp import web
 from app.config.objects import ConfigObject
 from app.debug.dump import dump_served, scope_json
 from app.environment import Environment
-from app.errors import ConfigError, PilotfishError, SettingsError
+from app.errors import ConfigError, PilotfishError, SettingsError, listening
 from app.model.push_context import PushContext
 from app.settings import split_address
 from app.xds.explain import NotServed, type_url_of
@@ -132,7 +132,8 @@ class DebugServer:
         host, port = split_address(address)
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        with listening("HTTP", address):
+            await web.TCPSite(self._runner, host, port).start()
         self.port = self._runner.addresses[0][1]
         logger.info("HTTP serving on %s:%d", host, self.port)
 

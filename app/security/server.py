@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from app.api import ca as ca_pb2
+from app.errors import listening
 from app.security.authn import Caller, TokenAuthenticator, bearer_token, uri_sans
 from app.security.ca import CaError, CertificateAuthority, spiffe_id
 from app.security.tls import TlsStream
@@ -197,7 +198,8 @@ class SecurePort:
     async def start(self, address: tuple[str, int], inner: tuple[str, int]) -> None:
         self._inner = inner
         # plain TCP: TLS starts per connection, once it is admitted (a refusal costs no handshake)
-        self._server = await asyncio.start_server(self._accept, address[0], address[1], limit=_CHUNK)
+        with listening("secure xDS", f"{address[0]}:{address[1]}"):
+            self._server = await asyncio.start_server(self._accept, address[0], address[1], limit=_CHUNK)
         self.port = self._server.sockets[0].getsockname()[1]
         self._renewing = asyncio.create_task(self._renew_forever(), name="serving-cert-renewal")
         logger.info(

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from app.config.go_time import go_duration_seconds
+from app.errors import listening
 from app.inject.inputs import InjectionInputs
 from app.inject.native_sidecars import KubeletVersions
 from app.settings import split_address
@@ -182,7 +183,8 @@ class WebhookServer:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         host, port = split_address(address)
-        await web.TCPSite(self._runner, host, port, ssl_context=context).start()
+        with listening("webhook", address):
+            await web.TCPSite(self._runner, host, port, ssl_context=context).start()
         self.port = self._runner.addresses[0][1]
         logger.info("admission webhook serving on %s:%d", host, self.port)
 

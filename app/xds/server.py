@@ -47,6 +47,7 @@ import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError, Message
 
+from app.errors import ListenError
 from app.security.authn import Caller, SecretAccess, SpiffeId
 from app.security.server import Authenticator
 from app.xds.connection import Connection, Session
@@ -306,14 +307,21 @@ class XdsServer(Generic[C, P]):
             ("grpc.server.max_pending_requests", 20_000),
             ("grpc.server.max_pending_requests_hard_limit", 40_000),
             ("grpc.server_max_unrequested_time_in_server", 300),
+            # gRPC core binds with SO_REUSEPORT unless told not to: a second control plane
+            # started on this address would silently take half of the new streams (with its
+            # own config) instead of failing to listen, as istiod does
+            ("grpc.so_reuseport", 0),
         ]
         inner_port = 0
         if address:
             plaintext = grpc.aio.server(options=options)
             plaintext.add_generic_rpc_handlers(self.handlers())
-            self.port = plaintext.add_insecure_port(address)
+            try:
+                self.port = plaintext.add_insecure_port(address)
+            except RuntimeError:  # gRPC's "Failed to bind", without the reason
+                self.port = 0
             if self.port == 0:
-                raise OSError(f"xDS: cannot listen on {address}")
+                raise ListenError(f"xDS: cannot listen on {address}: the address is in use or not local")
             self._servers.append(plaintext)
         if inner:
             relayed = grpc.aio.server(options=options)
