@@ -238,6 +238,11 @@ class Mesh:
         self.deleted.add(service)
         return self._replace(service, "services.yaml", self._services)
 
+    def add_mesh_policy(self) -> float:
+        """An ALLOW AuthorizationPolicy in the root namespace: every sidecar's inbound listeners
+        get its RBAC filter (a mesh-wide policy change: each proxy rebuilds its own listeners)."""
+        return self._write_file(0, "mesh-policy.yaml", _MESH_POLICY)
+
     def add_sidecars(self) -> float:
         """One Sidecar per namespace (``./*``, ``istio-system/*``): every proxy's scope shrinks to
         its namespace; returns when the last file was written."""
@@ -288,6 +293,15 @@ class Mesh:
         return "---\n".join(
             virtual_service(i, f"ns-{n}") for i in self.spec.services_in(n) if self.spec.has_traffic_rules(i)
         )
+
+
+_MESH_POLICY = """apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: mesh-allow, namespace: istio-system}
+spec:
+  action: ALLOW
+  rules: [{to: [{operation: {methods: [GET, POST]}}]}]
+"""
 
 
 # one object of the mesh as YAML text: the files above and the Kubernetes mode (bench/kube_mesh.py)

@@ -5,7 +5,8 @@ process and the transport dominate on a 2-core machine; this one isolates the se
 the mesh of bench/mesh.py is loaded through the FileSource into an Environment, N sidecars
 connect as Delta (or SotW) ADS ``Connection``s subscribing as Envoy does (CDS and LDS wildcard,
 EDS for the EDS clusters, RDS for the listeners' route names, every response ACKed), and each
-scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, a Service deleted,
+scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, a Service deleted, a
+root-namespace AuthorizationPolicy added,
 then, without ``--sidecars``, one Sidecar per namespace added) changes files, pushes the change
 through the runtime's ``Discovery`` (PushContext rebuilt and served, cache invalidated), and hands
 the push to every connection, filtered first as the server does (``unaffected``). Reported per
@@ -244,6 +245,7 @@ def main() -> None:
             "endpoint-add": lambda: mesh.add_endpoint(changed),
             "service-entry-add": mesh.add_service_entry,
             "service-delete": lambda: mesh.delete_service(DELETED_SERVICE),
+            "mesh-policy": mesh.add_mesh_policy,
         }
         if not args.sidecars:  # last: every proxy's scope shrinks to its namespace
             scenarios["sidecar-add"] = mesh.add_sidecars

@@ -34,7 +34,19 @@ from app.xds.watch import WatchedResource
 # a scope-wide listener and what it was built from: the inputs value a snapshot first built it
 # from, kept as the key while later snapshots find an equal one (one value, not one per snapshot)
 _Built = tuple[ScopeListenerInputs, Resource]
-_NONE: Mapping[ScopeListenerInputs, _Built] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Earlier:
+    """A lineage's scope-wide listeners as a snapshot built them: by what each is built from
+    (for equal inputs later), by name, and that snapshot's version."""
+
+    built: Mapping[ScopeListenerInputs, _Built]
+    by_name: Mapping[str, Resource]
+    version: int
+
+
+_NONE = _Earlier({}, {}, -1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,17 +71,20 @@ class ClassListeners:
     """A class's scope-wide listeners in one snapshot, by name (sorted; a name built twice keeps
     the first), and the same by what each is built from."""
 
-    earlier: Mapping[ScopeListenerInputs, _Built]  # its lineage's in an earlier snapshot, until built
-    by_name: dict[str, Resource] | None = None
-    by_inputs: dict[ScopeListenerInputs, _Built] = field(default_factory=dict)
+    earlier: _Earlier  # its lineage's in an earlier snapshot, until built
+    by_name: Mapping[str, Resource] | None = None
+    by_inputs: Mapping[ScopeListenerInputs, _Built] = field(default_factory=dict)
+    version: int = -1  # the snapshot they were built in
 
-    def reusable(self) -> Mapping[ScopeListenerInputs, _Built]:
-        return self.by_inputs or self.earlier
+    def reusable(self) -> _Earlier:
+        if self.by_name is None:
+            return self.earlier
+        return _Earlier(self.by_inputs, self.by_name, self.version)
 
 
 def _class_listeners(cls: ProxyClass) -> ClassListeners:
     earlier = cls.inherit(ClassListeners, _NONE)
-    assert isinstance(earlier, Mapping)
+    assert isinstance(earlier, _Earlier)
     return ClassListeners(earlier)
 
 
@@ -131,15 +146,21 @@ class ListenerGenerator:
         cls = state.proxy_class(proxy)
         sets = cls.part(ClassListeners, lambda: _class_listeners(cls))
         if sets.by_name is None:
-            built: dict[str, Resource] = {}
-            for inputs in scope_listener_inputs(cls.traits.scope_proxy, push, cls.scope):
-                found = sets.earlier.get(inputs)
-                if found is None:
-                    listener = build_scope_listener(inputs)
-                    found = (inputs, encode(listener.name, listener))
-                sets.by_inputs[found[0]] = found
-                built.setdefault(found[1].name, found[1])
-            sets.by_name = {name: built[name] for name in sorted(built)}
+            earlier = sets.earlier
+            if earlier.version == push.version - 1 and state.unchanged_since_parent(cls):
+                sets.by_inputs, sets.by_name = earlier.built, earlier.by_name  # nothing planned again
+            else:
+                by_inputs: dict[ScopeListenerInputs, _Built] = {}
+                built: dict[str, Resource] = {}
+                for inputs in scope_listener_inputs(cls.traits.scope_proxy, push, cls.scope):
+                    found = earlier.built.get(inputs)
+                    if found is None:
+                        listener = build_scope_listener(inputs)
+                        found = (inputs, encode(listener.name, listener))
+                    by_inputs[found[0]] = found
+                    built.setdefault(found[1].name, found[1])
+                sets.by_inputs, sets.by_name = by_inputs, {name: built[name] for name in sorted(built)}
+            sets.version = push.version
             # what is not reused now never will be: the mapping would hold a third generation
             # of inputs (a 1,000-service mesh's 50 classes: 50,000 values, ~50 MB) for nothing
             sets.earlier = _NONE

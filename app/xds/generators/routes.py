@@ -24,7 +24,8 @@ from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.resource import Resource, encode
 from app.xds.watch import WatchedResource
 
-_Built = tuple[SidecarRouteInputs, Resource]
+# a route configuration, what it was built from, and the snapshot it was last built or kept in
+_Built = tuple[SidecarRouteInputs, Resource, int]
 _NONE: Mapping[str, _Built] = {}
 _CATCH_ALL = frozenset((ALLOW_ANY_NAME, BLOCK_ALL_NAME))
 
@@ -35,13 +36,15 @@ class ClassRoutes:
 
     # its lineage's in earlier snapshots, by name, until rebuilt here (then the earlier one goes)
     earlier: dict[str, _Built]
+    version: int  # the snapshot's
     routes: dict[str, Resource] = field(default_factory=dict)
     inputs: dict[str, SidecarRouteInputs] = field(default_factory=dict)
 
     def reusable(self) -> Mapping[str, _Built]:
         if not self.inputs:
             return self.earlier
-        return {**self.earlier, **{name: (inputs, self.routes[name]) for name, inputs in self.inputs.items()}}
+        built = {name: (inputs, self.routes[name], self.version) for name, inputs in self.inputs.items()}
+        return {**self.earlier, **built}
 
 
 @dataclass(slots=True)
@@ -60,10 +63,10 @@ class _RuleViews:
         return found
 
 
-def _class_routes(cls: ProxyClass) -> ClassRoutes:
+def _class_routes(cls: ProxyClass, version: int) -> ClassRoutes:
     earlier = cls.inherit(ClassRoutes, _NONE)
     assert isinstance(earlier, Mapping)
-    return ClassRoutes(dict(earlier))  # a copy of its own: names are dropped from it as built
+    return ClassRoutes(dict(earlier), version)  # a copy of its own: names are dropped from it as built
 
 
 class RouteGenerator(WholeTypeOnly):
@@ -77,8 +80,10 @@ class RouteGenerator(WholeTypeOnly):
             return [encode(r.name, r) for r in gateway_routes(proxy, push, names)]
         cls = state.proxy_class(proxy)
         scope = cls.scope
-        sets = cls.part(ClassRoutes, lambda: _class_routes(cls))
+        sets = cls.part(ClassRoutes, lambda: _class_routes(cls, push.version))
         views = state.part(_RuleViews, _RuleViews)
+        # what the lineage built in the snapshot just replaced holds as it is
+        parent_built = push.version - 1 if state.unchanged_since_parent(cls) else None
 
         def allocates(p: Proxy) -> bool:
             return consumes_allocated(p, push.features)
@@ -87,10 +92,13 @@ class RouteGenerator(WholeTypeOnly):
             """The configuration, and whether the class keeps it (and its inputs, for the next
             snapshot): not one with no virtual host but the catch-all (a name that is no port,
             or a port or host no service or VirtualService of the scope is on)."""
+            earlier = sets.earlier.pop(name, None)
+            if earlier is not None and earlier[2] == parent_built:
+                sets.inputs[name] = earlier[0]
+                return earlier[1], True
             inputs = sidecar_route_inputs(
                 cls.traits.scope_proxy, push.mesh, scope, name, views.view, allocates(cls.traits.scope_proxy)
             )
-            earlier = sets.earlier.pop(name, None)
             if earlier is not None and earlier[0] == inputs:
                 sets.inputs[name] = inputs
                 return earlier[1], True
