@@ -27,6 +27,7 @@ _STORE_KINDS = frozenset(
         Kind.AUTHORIZATION_POLICY,
         Kind.REQUEST_AUTHENTICATION,
         Kind.PROXY_CONFIG,
+        Kind.TELEMETRY,
         Kind.MESH_CONFIG,
         Kind.SECRET,
     }
