@@ -133,6 +133,7 @@ class Environment:
             peer_authentications=self.store.list(Kind.PEER_AUTHENTICATION),
             authorization_policies=self.store.list(Kind.AUTHORIZATION_POLICY),
             request_authentications=self.store.list(Kind.REQUEST_AUTHENTICATION),
+            telemetries=self.store.list(Kind.TELEMETRY),
             secrets=self.store.list(Kind.SECRET),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,

@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import json_format
 
 from app.config.mesh import parse_mesh_config
+from app.model.telemetry import CLIENT, Telemetries
 from app.translate.listener.access_log import JSON_FORMAT, TEXT_FORMAT, access_logs, listener_access_logs
 from app.xds.generators.reference import generate_listeners
 from tests.support.mesh import kube_pod, kube_service, push_context, router_proxy, sidecar_proxy
@@ -18,7 +19,8 @@ from tests.support.mesh import kube_pod, kube_service, push_context, router_prox
 
 def logged(mesh: dict[str, Any], listener: bool = False) -> list[dict[str, Any]]:
     parsed = parse_mesh_config(mesh)
-    logs = listener_access_logs(parsed) if listener else access_logs(parsed)
+    selection = Telemetries.build((), parsed).access_logging("default", {}, CLIENT)  # no Telemetry
+    logs = listener_access_logs(parsed, selection) if listener else access_logs(parsed, selection)
     return [json_format.MessageToDict(log) for log in logs]
 
 

@@ -31,7 +31,6 @@ NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
         # istiod's stats filter (istio.stats) is Istio-proxy-only: pilotfish builds none
         "metrics": "no Istio stats filter: an upstream Envoy has none",
         "tracing": "tracing follows the mesh config",
-        "access_logging": "access logs follow the mesh config",
     },
 }
 

@@ -1,12 +1,18 @@
-"""Envoy access logs from the mesh config, as istiod writes them when no Telemetry resource
-configures logging (pilot/pkg/networking/core/accesslog.go, pilot/pkg/model/telemetry.go
-mergeLogs, telemetry_logging.go): on every HTTP connection manager and tcp_proxy, and for the
-connections no filter chain takes (response flag NR) on the virtual, inbound and gateway
-listeners (not a sidecar's outbound ones) unless ``disableEnvoyListenerLog``.
+"""Envoy access logs as istiod writes them (pilot/pkg/networking/core/accesslog.go,
+pilot/pkg/model/telemetry.go AccessLogging, telemetry_logging.go): on every HTTP connection
+manager and tcp_proxy, and for the connections no filter chain takes (response flag NR) on the
+virtual, inbound and gateway listeners (not a sidecar's outbound ones) unless
+``disableEnvoyListenerLog``.
 
-With ``defaultProviders.accessLogging`` the providers it names log (its file providers; the
-gRPC and OpenTelemetry access log services are not built yet), sorted by name; without it,
-``accessLogFile`` with ``accessLogEncoding`` and ``accessLogFormat`` (FileAccessLogFromMeshConfig)."""
+What logs is the ``LogSelection`` of the listener's class (app/model/telemetry.py: the
+Telemetry resources that apply, else ``defaultProviders.accessLogging``): each provider it names
+that the mesh config defines (extensionProviders, names matched in any case), sorted by name,
+but the disabled ones; a provider's filter expression becomes a CEL extension filter (after NR
+on a listener's log). File providers (envoyFileAccessLog) are built; the gRPC and OpenTelemetry
+access log services (envoyHttpAls, envoyTcpAls, envoyOtelAls) are not yet: they count as
+selected, so the mesh config's file log does not stand in, but log nothing. When the selection
+finds no provider, ``accessLogFile`` with ``accessLogEncoding`` and ``accessLogFormat``
+(FileAccessLogFromMeshConfig), as istiod falls back when AccessLogging gives no config."""
 
 from __future__ import annotations
 
@@ -16,13 +22,17 @@ from typing import Any
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
 from envoy.extensions.access_loggers.file.v3 import file_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb2
 from google.protobuf import json_format
 
 from app.api.mesh import MeshConfig
+from app.model.telemetry import LogSelection
 
 FILE_ACCESS_LOG = "envoy.access_loggers.file"
+CEL_FILTER = "envoy.access_loggers.extension_filters.cel"
 BUILTIN_PROVIDER = "envoy"  # istiod's default extension provider: a file log to /dev/stdout
+_LOG_PROVIDERS = frozenset({"envoy_file_access_log", "envoy_http_als", "envoy_tcp_als", "envoy_otel_als"})
 # istiod EnvoyTextLogFormat: Istio's text format since 1.9
 TEXT_FORMAT = (
     '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE% %RESPONSE_FLAGS% '
@@ -61,63 +71,94 @@ JSON_FORMAT = {
 }
 _REQ_WITHOUT_QUERY = "%REQ_WITHOUT_QUERY"
 _JSON = MeshConfig.AccessLogEncoding.JSON
+_Logs = tuple[accesslog_pb2.AccessLog, ...]
 
 
-def access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
-    """What every HTTP connection manager and tcp_proxy logs (messages shared by every caller,
-    which copies them into what it builds)."""
-    return _FOR_MESH.get(mesh, listener=False)
+def access_logs(mesh: MeshConfig, logs: LogSelection) -> _Logs:
+    """What every HTTP connection manager and tcp_proxy of a listener class logs (messages
+    shared by every caller, which copies them into what it builds)."""
+    return _FOR_MESH.get(mesh, logs, listener=False)
 
 
-def listener_access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
+def listener_access_logs(mesh: MeshConfig, logs: LogSelection) -> _Logs:
     """A listener's own log: only connections no filter chain matched (NR)."""
     if mesh.disable_envoy_listener_log:
         return ()
-    return _FOR_MESH.get(mesh, listener=True)
+    return _FOR_MESH.get(mesh, logs, listener=True)
 
 
 class _ForMesh:
-    """The logs of the mesh config asked last (by identity: a snapshot's config is replaced,
-    never edited), so the listeners of a push do not look the providers up again each. One
-    (mesh, logs) pair is swapped whole, so a thread building for another mesh cannot mix them."""
+    """The logs built for the mesh config asked last (by identity: a snapshot's config is
+    replaced, never edited), by selection, so the listeners of a push do not look the providers
+    up again each. One (mesh, logs) pair is swapped whole, so a thread building for another mesh
+    cannot mix them."""
 
     def __init__(self) -> None:
-        self._entry: tuple[MeshConfig | None, dict[bool, tuple[accesslog_pb2.AccessLog, ...]]] = (None, {})
+        self._entry: tuple[MeshConfig | None, dict[tuple[LogSelection, bool], _Logs]] = (None, {})
 
-    def get(self, mesh: MeshConfig, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
+    def get(self, mesh: MeshConfig, logs: LogSelection, listener: bool) -> _Logs:
         entry = self._entry
         if entry[0] is not mesh:
             entry = self._entry = (mesh, {})
-        found = entry[1].get(listener)
+        found = entry[1].get((logs, listener))
         if found is None:
-            found = entry[1][listener] = _build_logs(mesh, listener=listener)
+            found = entry[1][logs, listener] = _build_logs(mesh, logs, listener=listener)
         return found
 
 
 _FOR_MESH = _ForMesh()
 
 
-def _build_logs(mesh: MeshConfig, *, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
-    defaults = mesh.default_providers.access_logging
-    if not defaults:
+def _build_logs(mesh: MeshConfig, logs: LogSelection, *, listener: bool) -> _Logs:
+    # Telemetries.AccessLogging: fetchProvider (the first of a name, in any case), providers
+    # that log, sorted by their own names (the sort is stable: the selection's order breaks ties)
+    providers = mesh.extension_providers
+    found = []
+    for choice in logs:
+        provider = next((p for p in providers if p.name.lower() == choice.name.lower()), None)
+        if provider is not None and provider.WhichOneof("provider") in _LOG_PROVIDERS:
+            found.append((provider, choice))
+    found.sort(key=lambda pair: pair[0].name)
+    if not found:  # setHTTPAccessLog and the others: the mesh config's file log
         if not mesh.access_log_file:
             return ()
         return (_file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format, listener),)
-    # fetchProvider: the first provider of each name, matched in any case; mergeLogs keeps a set
-    providers = mesh.extension_providers
-    found = [next((p for p in providers if p.name.lower() == name.lower()), None) for name in set(defaults)]
     out = []
-    for provider in sorted((p for p in found if p is not None), key=lambda p: p.name):
-        if provider.WhichOneof("provider") != "envoy_file_access_log":
-            continue  # the gRPC and OpenTelemetry access log services: not yet
+    for provider, choice in found:
+        if choice.disabled or provider.WhichOneof("provider") != "envoy_file_access_log":
+            continue  # disabled; or a gRPC / OpenTelemetry access log service: not built yet
         file = provider.envoy_file_access_log
         if provider.name == BUILTIN_PROVIDER and not file.HasField("log_format") and not file.omit_empty_values:
             # the built-in provider formats as the mesh config says (telemetryAccessLog)
-            log = _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, listener)
+            log = _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, False)
         else:
-            log = _provider_access_log(file, listener)
+            log = _provider_access_log(file, False)
+        _set_filter(log, listener, choice.filter)
         out.append(log)
     return tuple(out)
+
+
+def _set_filter(log: accesslog_pb2.AccessLog, listener: bool, expression: str | None) -> None:
+    """buildAccessLogFromTelemetry: NR on a listener's log, then the provider's CEL filter; two
+    are ANDed."""
+    filters = []
+    if listener:
+        filters.append(_no_route_filter())
+    if expression is not None:
+        cel = accesslog_pb2.AccessLogFilter()
+        cel.extension_filter.name = CEL_FILTER
+        cel.extension_filter.typed_config.Pack(cel_pb2.ExpressionFilter(expression=expression))
+        filters.append(cel)
+    if len(filters) == 1:
+        log.filter.CopyFrom(filters[0])
+    elif filters:
+        log.filter.and_filter.filters.extend(filters)
+
+
+def _no_route_filter() -> accesslog_pb2.AccessLogFilter:
+    out = accesslog_pb2.AccessLogFilter()
+    out.response_flag_filter.flags.append("NR")
+    return out
 
 
 def _provider_access_log(
@@ -179,6 +220,5 @@ def _access_log(
     out = accesslog_pb2.AccessLog(name=FILE_ACCESS_LOG)
     out.typed_config.Pack(file_pb2.FileAccessLog(path=path, log_format=log_format))
     if listener:
-        out.filter.response_flag_filter.flags.append("NR")
+        out.filter.CopyFrom(_no_route_filter())
     return out
-

@@ -19,6 +19,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from app.model.authz import WorkloadPolicies
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
+from app.model.telemetry import CLIENT, SERVER
 from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, resolve_custom
@@ -39,7 +40,8 @@ def scope_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarSco
         return []
     ctx = _context(proxy, push, scope)
     egress = egress_proxy_cluster(scope.sidecar)
-    context = ListenerContext.of(proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated)
+    logs = ctx.logs
+    context = ListenerContext.of(proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated, logs)
     endpoints = push.endpoints
     inputs: list[ScopeListenerInputs] = []
     inputs.extend(
@@ -76,6 +78,7 @@ def inbound_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarS
         authz,
         push.request_authentications.for_workload(proxy.namespace, proxy.labels),
         sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features),
+        push.telemetries.access_logging(proxy.namespace, proxy.labels, SERVER),
         _custom(push, authz),
     )
 
@@ -111,4 +114,6 @@ def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> Ou
     # rules are looked up on demand: only TCP chains read them
     rules = ProxyDestinationRules(proxy, scope)
     allocated = consumes_allocated(proxy, push.features)
-    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, allocated)
+    # outbound and gateway listeners log as istiod's CLIENT mode (workloadMode)
+    logs = push.telemetries.access_logging(proxy.namespace, proxy.labels, CLIENT)
+    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, logs, allocated)
