@@ -249,6 +249,7 @@ TRAFFIC_POLICY = DATA / "traffic-policy.yaml"
 SCOPED = DATA / "scoped.yaml"
 GATEWAY = DATA / "gateway.yaml"
 FEATURES = DATA / "features.yaml"
+TELEMETRY = DATA / "telemetry.yaml"
 
 
 def deployments() -> tuple[str, ...]:
@@ -418,6 +419,17 @@ def _service(scene: Scene, doc: dict[str, Any], namespace: str, left_out: list[s
 
 
 SAMPLES = ("httpbin/httpbin.yaml", "helloworld/helloworld.yaml")
+
+
+def telemetry(scene: Scene, namespaces: Mapping[str, str]) -> None:
+    """data/telemetry.yaml: each Telemetry in the namespace its ``${NAME}`` placeholder names
+    (ROOT: the root namespace; the others as ``namespaces`` gives them)."""
+    text = TELEMETRY.read_text()
+    for name, namespace in {"ROOT": scene.system, **namespaces}.items():
+        text = text.replace(f"${{{name}}}", namespace)
+    for doc in yaml.safe_load_all(text):
+        if doc:
+            scene.kube.apply(doc)
 
 
 def samples(scene: Scene) -> str:
