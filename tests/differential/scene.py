@@ -35,8 +35,8 @@ TRUST_DOMAIN = "cluster.local"
 # what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
 # values: meshConfig defaults); rootNamespace and the selector are added per scene, access logs
 # (the demo profile's file, and default providers: istiod's built-in one and a JSON one, which
-# take its place), and two ext_authz providers for data/features.yaml's CUSTOM policy (its
-# ServiceEntry ext-authz)
+# take its place), two ext_authz providers for data/features.yaml's CUSTOM policy (its
+# ServiceEntry ext-authz) and two access log services on that ServiceEntry (data/telemetry.yaml)
 MESH = """\
 defaultConfig:
   discoveryAddress: istiod.{system}.svc:15012
@@ -54,6 +54,17 @@ extensionProviders:
     path: /dev/stderr
     logFormat:
       labels: {{code: "%RESPONSE_CODE%", route: "%ROUTE_NAME%"}}
+- name: otel-als
+  envoyOtelAls:
+    service: ext-authz.example.com
+    port: 9000
+    logFormat:
+      labels: {{code: "%RESPONSE_CODE%", path: "%REQ_WITHOUT_QUERY(:PATH)%"}}
+- name: http-als
+  envoyHttpAls:
+    service: ext-authz.example.com
+    port: 8000
+    additionalRequestHeadersToLog: [x-request-id]
 - name: ext-authz-grpc
   envoyExtAuthzGrpc:
     service: ext-authz.example.com

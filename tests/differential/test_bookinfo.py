@@ -90,10 +90,13 @@ def planes(
         chart_role(kube_cluster, scene.system)  # pilotfish keeps its CA root in the system namespace
         bookinfo_namespace = bookinfo(scene)
         traffic_namespace = traffic_policy(scene)
-        scoped(scene, bookinfo_namespace)
+        scoped_namespace = scoped(scene, bookinfo_namespace)
         gateway(scene, bookinfo_namespace)
         features_namespace = features(scene, bookinfo_namespace)
-        telemetry(scene, {"BOOKINFO": bookinfo_namespace, "FEATURES": features_namespace, "TRAFFIC": traffic_namespace})
+        telemetry(scene, {
+            "BOOKINFO": bookinfo_namespace, "FEATURES": features_namespace, "TRAFFIC": traffic_namespace,
+            "SCOPED": scoped_namespace,
+        })  # fmt: skip
         samples(scene)
         left_out = project_config_sets(scene) + istio_testdata(scene)
         args = ("--system-namespace", scene.system)
@@ -198,6 +201,17 @@ TELEMETRY = [
     ("productpage-v1", ('"path": "/dev/stderr"', "request.path.startsWith('/api')"), ()),
     # web: its namespace's audit-json with a filter outbound, envoy inbound (SERVER)
     ("web", ("response.code >= 400", "envoy.access_loggers.extension_filters.cel", '"path": "/dev/stdout"'), ()),
+    # sleep: the access log services of its namespace's Telemetry, on the ServiceEntry ext-authz
+    (
+        "sleep",
+        (
+            "envoy.access_loggers.open_telemetry",
+            "outbound|9000||ext-authz.example.com",
+            "envoy.access_loggers.http_grpc",
+            "outbound|8000||ext-authz.example.com",
+        ),
+        (),
+    ),
     # the gateway: the root namespace's envoy only, not defaultProviders' audit-json beside it
     ("istio-ingressgateway", ('"path": "/dev/stdout"',), ('"path": "/dev/stderr"',)),
 ]

@@ -18,7 +18,7 @@ from app.config.loader import load_documents
 from app.config.mesh import parse_mesh_config
 from app.model.proxy import Proxy
 from app.model.telemetry import CLIENT, SERVER, LogProvider, Telemetries
-from app.translate.listener.access_log import CEL_FILTER
+from app.translate.listener.access_log import CEL_FILTER, TEXT_FORMAT
 from app.xds.generators.reference import generate_listeners
 from app.xds.type_urls import LISTENER
 from tests.support.bookinfo_mesh import Mesh
@@ -33,7 +33,28 @@ extensionProviders:
 - {name: audit, envoyFileAccessLog: {path: /var/log/audit.log}}
 - {name: json, envoyFileAccessLog: {path: /dev/stdout, logFormat: {labels: {code: "%RESPONSE_CODE%"}}}}
 - {name: zipkin, zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}}
+- name: otel
+  envoyOtelAls:
+    service: otel-collector.observability.svc.cluster.local
+    port: 4317
+    logFormat: {labels: {code: "%RESPONSE_CODE%", path: "%REQ_WITHOUT_QUERY(:PATH)%"}}
+- name: http-als
+  envoyHttpAls:
+    service: observability/als.observability.svc.cluster.local
+    port: 9000
+    logName: web
+    additionalRequestHeadersToLog: [x-id]
+- {name: tcp-als, envoyTcpAls: {service: als.observability.svc.cluster.local, port: 9001}}
+- {name: lost-als, envoyTcpAls: {service: nowhere.example.com, port: 1}}
 """
+COLLECTORS = kube_service(
+    "otel-collector", "[{name: grpc, port: 4317}]", namespace="observability", cluster_ip="10.96.9.1"
+) + kube_service(
+    "als",
+    "[{name: grpc-http, port: 9000}, {name: grpc-tcp, port: 9001}]",
+    namespace="observability",
+    cluster_ip="10.96.9.2",
+)
 SCENE = (
     kube_service("web", "[{name: http, port: 80, targetPort: 8080}, {name: tcp, port: 5432}]", namespace="shop",
                  cluster_ip="10.96.0.5", selector="app: web")
@@ -63,9 +84,9 @@ def logging(*providers: str, **entry: Any) -> dict[str, Any]:
     return {"accessLogging": [{"providers": [{"name": p} for p in providers], **entry}]}
 
 
-def _places(proxy: Proxy, *telemetries: str, mesh: str = MESH) -> dict[str, list[dict[str, Any]]]:
+def _places(proxy: Proxy, *docs: str, mesh: str = MESH) -> dict[str, list[dict[str, Any]]]:
     """Each listener's own access logs, and each HCM's and tcp_proxy's, by where they are."""
-    push = push_context(SCENE, *telemetries, mesh=mesh)
+    push = push_context(SCENE, *docs, mesh=mesh)
     found: dict[str, list[dict[str, Any]]] = {}
     for lst in generate_listeners(proxy, push):
         doc = json_format.MessageToDict(lst)
@@ -79,7 +100,7 @@ def _places(proxy: Proxy, *telemetries: str, mesh: str = MESH) -> dict[str, list
 
 
 def _paths(logs: list[dict[str, Any]]) -> list[str]:
-    return [log["typedConfig"]["path"] for log in logs]
+    return [log["typedConfig"].get("path", log["name"]) for log in logs]
 
 
 def _by_direction(places: dict[str, list[dict[str, Any]]]) -> dict[str, set[tuple[str, ...]]]:
@@ -177,6 +198,55 @@ def test_merge_logs_as_istiod() -> None:
     assert merged(("shop", logging("a")), ("shop", selecting), labels={"app": "web"}) == (
         LogProvider("c", False, None),
     )
+
+
+def _service(log: dict[str, Any]) -> tuple[str, str]:
+    grpc = log["typedConfig"]["commonConfig"]["grpcService"]["envoyGrpc"]
+    return grpc["clusterName"], grpc["authority"]
+
+
+def test_access_log_services_log_to_their_cluster_once_their_service_is_found() -> None:
+    """istiod telemetryAccessLog: envoyOtelAls, envoyHttpAls and envoyTcpAls by the cluster
+    LookupCluster finds (``NAMESPACE/HOST`` or a host one namespace has); one whose service is
+    not found logs nothing, and with nothing else found the mesh config's file stands in."""
+    selected = telemetry("als", "shop", logging("otel", "http-als", "tcp-als", "lost-als"))
+    places = _places(WEB, COLLECTORS, selected)
+    [hcm] = [v for k, v in places.items() if k.endswith(HCM)][:1]
+    assert [log["name"] for log in hcm] == [
+        "envoy.access_loggers.http_grpc", "envoy.access_loggers.open_telemetry", "envoy.tcp_grpc_access_log",
+    ]  # sorted by provider name: http-als, otel, tcp-als  # fmt: skip
+    http, otel, tcp = hcm
+    assert _service(http) == (
+        "outbound|9000||als.observability.svc.cluster.local",
+        "als.observability.svc.cluster.local",
+    )
+    assert http["typedConfig"]["commonConfig"]["logName"] == "web"
+    assert http["typedConfig"]["commonConfig"]["filterStateObjectsToLog"] == ["upstream_peer", "downstream_peer"]
+    assert http["typedConfig"]["additionalRequestHeadersToLog"] == ["x-id"]
+    assert tcp["typedConfig"]["commonConfig"]["logName"] == "tcp_envoy_accesslog"
+    assert _service(tcp)[0] == "outbound|9001||als.observability.svc.cluster.local"
+    collector = "otel-collector.observability.svc.cluster.local"
+    assert otel["typedConfig"] == {
+        "@type": "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig",
+        "commonConfig": {
+            "logName": "otel_envoy_accesslog",
+            "grpcService": {"envoyGrpc": {"clusterName": f"outbound|4317||{collector}", "authority": collector}},
+            "transportApiVersion": "V3",
+            "filterStateObjectsToLog": ["upstream_peer", "downstream_peer", "wasm.upstream_peer",
+                                        "wasm.upstream_peer_id", "wasm.downstream_peer", "wasm.downstream_peer_id"],
+        },
+        "disableBuiltinLabels": True,
+        "body": {"stringValue": TEXT_FORMAT},
+        "attributes": {"values": [
+            {"key": "code", "value": {"stringValue": "%RESPONSE_CODE%"}},
+            {"key": "path", "value": {"stringValue": "%REQ_WITHOUT_QUERY(:PATH)%"}},
+        ]},
+        "formatters": [{"name": "envoy.formatter.req_without_query", "typedConfig": {
+            "@type": "type.googleapis.com/envoy.extensions.formatter.req_without_query.v3.ReqWithoutQuery"}}],
+    }  # fmt: skip
+    # without the collectors' services nothing is found: the mesh config's file
+    alone = _places(WEB, selected)
+    assert {tuple(_paths(v)) for v in alone.values() if v} == {("/dev/fallback",)}
 
 
 # --- the push ------------------------------------------------------------------------------

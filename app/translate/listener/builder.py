@@ -22,10 +22,9 @@ from app.model.proxy import Proxy
 from app.model.service import Protocol as PortProtocol
 from app.model.service import ServicePort
 from app.model.sidecar_scope import ALLOW_ANY
-from app.model.telemetry import LogSelection
 from app.translate.address import build_address
 from app.translate.cluster.builder import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
-from app.translate.listener.access_log import access_logs, listener_access_logs
+from app.translate.listener.access_log import Logs, access_logs, listener_access_logs
 from app.translate.listener.filters import (
     MAX_ACCEPT_PER_EVENT,
     PASSTHROUGH_FILTER_CHAIN,
@@ -227,7 +226,7 @@ def _well_known_compatible(incoming: PortProtocol, existing: PortProtocol) -> bo
 
 
 def catch_all_filters(
-    outbound_policy: str, mesh: MeshConfig, logs: LogSelection, egress: str = PASSTHROUGH_CLUSTER
+    outbound_policy: str, mesh: MeshConfig, logs: Logs, egress: str = PASSTHROUGH_CLUSTER
 ) -> list[lc.Filter]:
     """Where traffic to an unknown destination goes (istiod buildOutboundCatchAllNetworkFiltersOnly):
     ``egress`` (PassthroughCluster or the Sidecar's egressProxy) for ALLOW_ANY, BlackHoleCluster

@@ -40,9 +40,8 @@ from google.protobuf import any_pb2, duration_pb2, message, wrappers_pb2
 from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy
 from app.model.service import Protocol
-from app.model.telemetry import LogSelection
 from app.translate.cluster.tls import TLS_SOCKET
-from app.translate.listener.access_log import access_logs
+from app.translate.listener.access_log import Logs, access_logs
 from app.translate.listener.tracing import hcm_tracing
 from app.translate.route.builder import CORS_FILTER as CORS
 from app.translate.route.builder import FAULT_FILTER as FAULT
@@ -196,7 +195,7 @@ class HttpOptions:
 
 
 def build_http_connection_manager(
-    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: LogSelection
+    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs
 ) -> hcm_pb2.HttpConnectionManager:
     """``logs``: what the listener's class logs (access_log.access_logs)."""
     out = hcm_pb2.HttpConnectionManager()
@@ -346,7 +345,7 @@ def cidr_range(text: str) -> address_pb2.CidrRange | None:
 
 
 def build_filter_chain(
-    opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: LogSelection
+    opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs
 ) -> lc.FilterChain:
     """The chain without its match: callers decide between filter_chains and default_filter_chain."""
     chain = lc.FilterChain(name=opts.name)

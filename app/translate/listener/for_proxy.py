@@ -22,6 +22,7 @@ from app.model.sidecar_ingress import sidecar_ingress
 from app.model.telemetry import CLIENT, SERVER
 from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
+from app.translate.listener.access_log import Logs, resolve_logs
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, resolve_custom
 from app.translate.listener.filters import HCM
 from app.translate.listener.gateway import build_gateway_listeners
@@ -78,7 +79,7 @@ def inbound_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarS
         authz,
         push.request_authentications.for_workload(proxy.namespace, proxy.labels),
         sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features),
-        push.telemetries.access_logging(proxy.namespace, proxy.labels, SERVER),
+        _logs(proxy, push, SERVER),
         _custom(push, authz),
     )
 
@@ -115,5 +116,10 @@ def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> Ou
     rules = ProxyDestinationRules(proxy, scope)
     allocated = consumes_allocated(proxy, push.features)
     # outbound and gateway listeners log as istiod's CLIENT mode (workloadMode)
-    logs = push.telemetries.access_logging(proxy.namespace, proxy.labels, CLIENT)
-    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, logs, allocated)
+    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, _logs(proxy, push, CLIENT), allocated)
+
+
+def _logs(proxy: Proxy, push: PushContextView, mode: int) -> Logs:
+    """What the proxy's listeners of ``mode`` log to: its Telemetry selection, resolved."""
+    selection = push.telemetries.access_logging(proxy.namespace, proxy.labels, mode)
+    return resolve_logs(push.mesh, selection, push.service_index.by_hostname)

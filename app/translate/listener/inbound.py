@@ -35,7 +35,6 @@ from app.model.authz import WorkloadPolicies
 from app.model.proxy import Proxy
 from app.model.service import Protocol, ServicePort
 from app.model.sidecar_ingress import SidecarIngress, after_tls_termination, global_unicast_ip
-from app.model.telemetry import LogSelection
 from app.translate.address import build_address
 from app.translate.cluster.builder import (
     BLACKHOLE_CLUSTER,
@@ -43,7 +42,7 @@ from app.translate.cluster.builder import (
     ServiceTarget,
     inbound_cluster_name,
 )
-from app.translate.listener.access_log import access_logs, listener_access_logs
+from app.translate.listener.access_log import Logs, access_logs, listener_access_logs
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
 from app.translate.listener.builder import PROMETHEUS_PORT, STATUS_PORT, capture_ports
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, custom_http_filters, custom_network_filters
@@ -261,7 +260,7 @@ class InboundListenerInputs:
     authz: WorkloadPolicies
     jwt: tuple[ConfigObject, ...]
     ingress: SidecarIngress | None
-    logs: LogSelection  # what its inbound listeners log (the SERVER mode's selection)
+    logs: Logs  # what its inbound listeners log (the SERVER mode's selection)
     custom: CustomAuthz = NO_CUSTOM
 
 

@@ -16,8 +16,8 @@ from app.model.ident import Ident
 from app.model.proxy import Proxy, ProxyType
 from app.model.service import Protocol as PortProtocol
 from app.model.service import Service, ServicePort
-from app.model.telemetry import LogSelection
 from app.model.virtual_service import ResolvedVirtualService
+from app.translate.listener.access_log import Logs
 from app.translate.listener.tcp import TCP_PROTOCOLS
 
 
@@ -55,11 +55,11 @@ class ListenerContext(NamedTuple):
     mesh_id: str
     interception_mode: str
     allocated: bool  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
-    logs: LogSelection  # what the outbound listeners log (the CLIENT mode's selection)
+    logs: Logs  # what the outbound listeners log (the CLIENT mode's selection)
 
     @staticmethod
     def of(
-        proxy: Proxy, mesh: MeshConfig, outbound_policy: str, egress: str, allocated: bool, logs: LogSelection
+        proxy: Proxy, mesh: MeshConfig, outbound_policy: str, egress: str, allocated: bool, logs: Logs
     ) -> ListenerContext:
         return ListenerContext(
             Ident(mesh),

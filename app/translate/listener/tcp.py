@@ -20,11 +20,10 @@ from app.api.mesh import MeshConfig
 from app.config.labels import selector_matches
 from app.model.proxy import Proxy
 from app.model.service import Protocol, Registry, Service, ServicePort
-from app.model.telemetry import LogSelection
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
 from app.translate.allocated import allocated_addresses, allocation
 from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
-from app.translate.listener.access_log import access_logs
+from app.translate.listener.access_log import Logs, access_logs
 from app.translate.listener.filters import (
     ChainOpts,
     TcpSettings,
@@ -49,7 +48,7 @@ class OutboundContext:
     mesh: MeshConfig
     services: Mapping[str, Service]
     rules: Mapping[str, net.DestinationRule]
-    logs: LogSelection  # what the listener's class logs (app/model/telemetry.py)
+    logs: Logs  # what the listener's class logs (app/model/telemetry.py)
     allocated: bool = False  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
 
     @property
