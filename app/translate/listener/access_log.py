@@ -87,6 +87,7 @@ _REQ_WITHOUT_QUERY = "%REQ_WITHOUT_QUERY"
 _JSON = MeshConfig.AccessLogEncoding.JSON
 _Logs = tuple[accesslog_pb2.AccessLog, ...]
 _Provider = MeshConfig.ExtensionProvider
+_MAX_KEPT = 1024  # selections built for one mesh config and kept: a push reads a few of them
 
 
 class LogChoice(NamedTuple):
@@ -150,9 +151,12 @@ class _ForMesh:
         entry = self._entry
         if entry[0] is not mesh:
             entry = self._entry = (mesh, {})
-        found = entry[1].get((logs, listener))
+        built = entry[1]
+        found = built.get((logs, listener))
         if found is None:
-            found = entry[1][logs, listener] = _build_logs(mesh, logs, listener=listener)
+            if len(built) >= _MAX_KEPT:  # Telemetries edited over and over under one mesh config
+                built.clear()
+            found = built[logs, listener] = _build_logs(mesh, logs, listener=listener)
         return found
 
 
