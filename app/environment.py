@@ -27,6 +27,7 @@ _STORE_KINDS = frozenset(
         Kind.AUTHORIZATION_POLICY,
         Kind.REQUEST_AUTHENTICATION,
         Kind.PROXY_CONFIG,
+        Kind.TELEMETRY,
         Kind.MESH_CONFIG,
         Kind.SECRET,
     }
@@ -132,6 +133,7 @@ class Environment:
             peer_authentications=self.store.list(Kind.PEER_AUTHENTICATION),
             authorization_policies=self.store.list(Kind.AUTHORIZATION_POLICY),
             request_authentications=self.store.list(Kind.REQUEST_AUTHENTICATION),
+            telemetries=self.store.list(Kind.TELEMETRY),
             secrets=self.store.list(Kind.SECRET),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,

@@ -2,7 +2,7 @@
 
     python tools/gen_istio_api.py OUTDIR [--istio-api DIR --istio DIR]
 
-What pilotfish reads of istio.io/api (the networking and security kinds, MeshConfig, the CA
+What pilotfish reads of istio.io/api (the networking, security and telemetry kinds, MeshConfig, the CA
 service and what they import) and istio.io/istio's NDS NameTable are compiled with grpc_tools'
 protoc into the package ``app.api.istio`` (``OUTDIR``, normally app/api/istio): protoc's
 absolute imports (``from networking.v1alpha3 import ...``) are rewritten under that package.
@@ -42,6 +42,7 @@ API_PROTOS = [
     "networking/v1beta1/proxy_config.proto",
     "security/v1beta1/*.proto",
     "security/v1alpha1/ca.proto",
+    "telemetry/v1alpha1/telemetry.proto",
     "mesh/v1alpha1/*.proto",
     "type/v1beta1/selector.proto",
     "meta/v1alpha1/status.proto",
@@ -62,7 +63,9 @@ ALT_NAME = re.compile(r"\+kubebuilder:altName=(\w+)")
 MESSAGE_TYPE, NESTED_TYPE, FIELD = 4, 3, 2
 CRDS = "manifests/charts/base/files/crd-all.gen.yaml"
 # the proto packages a CRD's kind may be defined in (its spec message is PACKAGE.Kind)
-SPEC_PACKAGES = ("istio.networking.v1alpha3", "istio.networking.v1beta1", "istio.security.v1beta1")
+SPEC_PACKAGES = (
+    "istio.networking.v1alpha3", "istio.networking.v1beta1", "istio.security.v1beta1", "istio.telemetry.v1alpha1",
+)  # fmt: skip
 # the OpenAPI keywords the API server checks on a value, kept per field; CEL rules
 # (x-kubernetes-validations) are not data: app/config checks them as istiod's webhook does
 VALUE_KEYWORDS = (

@@ -43,15 +43,16 @@ logger = logging.getLogger(__name__)
 
 # the API group of each kind pilotfish reads, and the versions of it served; Istio serves
 # networking v1, v1beta1 and v1alpha3 with one schema (ProxyConfig v1beta1 only), security v1
-# and v1beta1
-_NETWORKING, _SECURITY = "networking.istio.io", "security.istio.io"
+# and v1beta1, telemetry v1 and v1alpha1
+_NETWORKING, _SECURITY, _TELEMETRY = "networking.istio.io", "security.istio.io", "telemetry.istio.io"
 _SECURITY_KINDS = frozenset({Kind.PEER_AUTHENTICATION, Kind.AUTHORIZATION_POLICY, Kind.REQUEST_AUTHENTICATION})
 _GROUPS: Mapping[Kind, tuple[str, frozenset[str]]] = {
     **{
         k: (_NETWORKING, frozenset({"v1", "v1beta1", "v1alpha3"}))
-        for k in ISTIO_KINDS - _SECURITY_KINDS - {Kind.PROXY_CONFIG}
+        for k in ISTIO_KINDS - _SECURITY_KINDS - {Kind.PROXY_CONFIG, Kind.TELEMETRY}
     },
     Kind.PROXY_CONFIG: (_NETWORKING, frozenset({"v1beta1"})),
+    Kind.TELEMETRY: (_TELEMETRY, frozenset({"v1", "v1alpha1"})),
     **{k: (_SECURITY, frozenset({"v1", "v1beta1"})) for k in _SECURITY_KINDS},
     **{k: ("", frozenset({"v1"})) for k in (Kind.SERVICE, Kind.POD, Kind.NAMESPACE, Kind.NODE, Kind.CONFIG_MAP)},
     Kind.SECRET: ("", frozenset({"v1"})),

@@ -41,6 +41,8 @@ class Kind(enum.StrEnum):
     # what injection gives a pod's proxy (concurrency, environment, image), over the mesh's
     # defaultConfig: read by the injector only, never by xDS (istiod's push skip lists hold it)
     PROXY_CONFIG = "ProxyConfig"
+    # access logging (and metrics, tracing) by namespace and workload (telemetry.istio.io)
+    TELEMETRY = "Telemetry"
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
@@ -70,6 +72,7 @@ ISTIO_KINDS = frozenset(
         Kind.AUTHORIZATION_POLICY,
         Kind.REQUEST_AUTHENTICATION,
         Kind.PROXY_CONFIG,
+        Kind.TELEMETRY,
     }
 )
 

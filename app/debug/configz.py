@@ -52,6 +52,8 @@ def api_version(obj: ConfigObject) -> str:
     """The apiVersion the object was written with; else its group's v1."""
     if obj.api_version:
         return obj.api_version
+    if obj.kind is Kind.TELEMETRY:
+        return "telemetry.istio.io/v1"
     return "security.istio.io/v1" if obj.kind in _SECURITY_KINDS else "networking.istio.io/v1"
 
 

@@ -33,6 +33,7 @@ from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
 from app.model.service_index import ServiceIndex
 from app.model.sidecar_scope import SidecarScope, build_sidecar_scope
+from app.model.telemetry import Telemetries
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService, VirtualServiceIndex
 
 
@@ -56,6 +57,7 @@ class PushInputs:
     peer_authentications: tuple[ConfigObject, ...] = ()
     authorization_policies: tuple[ConfigObject, ...] = ()
     request_authentications: tuple[ConfigObject, ...] = ()
+    telemetries: tuple[ConfigObject, ...] = ()
     secrets: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
@@ -101,6 +103,10 @@ def _build_jwt(inputs: PushInputs) -> RequestAuthentications:
     return RequestAuthentications.build(policies, inputs.mesh.root_namespace)
 
 
+def _build_telemetries(inputs: PushInputs) -> Telemetries:
+    return Telemetries.build(inputs.telemetries, inputs.mesh)
+
+
 def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
     by_ns: dict[str, list[ConfigObject]] = {}
     for obj in sidecars:
@@ -130,6 +136,7 @@ class PushContext:
     peer_authentications: PeerAuthentications
     authorization_policies: AuthorizationPolicies
     request_authentications: RequestAuthentications
+    telemetries: Telemetries
     secrets: Mapping[tuple[str, str], SecretSpec]  # by (namespace, name)
     inputs: PushInputs = field(compare=False, repr=False)
     _scopes: dict[ScopeKey, SidecarScope] = field(default_factory=dict, compare=False, repr=False)
@@ -181,6 +188,7 @@ class PushContext:
             request_authentications=(
                 _build_jwt(inputs) if Kind.REQUEST_AUTHENTICATION in kinds else previous.request_authentications
             ),
+            telemetries=_build_telemetries(inputs) if Kind.TELEMETRY in kinds else previous.telemetries,
             secrets=_secrets(inputs) if Kind.SECRET in kinds else previous.secrets,
             inputs=inputs,
         )
@@ -202,6 +210,7 @@ class PushContext:
             peer_authentications=_build_authn(inputs),
             authorization_policies=_build_authz(inputs),
             request_authentications=_build_jwt(inputs),
+            telemetries=_build_telemetries(inputs),
             secrets=_secrets(inputs),
             inputs=inputs,
         )

@@ -70,6 +70,9 @@ class SidecarScope:
     # with locality failoverPriority, a VirtualService match on sourceLabels (computed once per
     # scope, which later snapshots carry over while its inputs are unchanged)
     reads_labels: bool = False
+    # the mesh's root namespace: its config of the kinds that apply across namespaces reaches
+    # every scope (istiod clusterScopedKnownConfigTypes)
+    root_namespace: str = ""
 
     def depends_on(self, key: ConfigKey) -> bool:
         """Whether a change of ``key`` can change what this scope gives a proxy (istiod
@@ -79,6 +82,8 @@ class SidecarScope:
             key = ConfigKey(Kind.SERVICE, key.namespace, key.name)
         if key.kind in _TRACKED_KINDS:
             return key in self.dependencies
+        if key.kind in _NAMESPACE_OR_ROOT_KINDS:
+            return key.namespace in (self.namespace, self.root_namespace)
         return True
 
     def with_rules(self, rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]) -> SidecarScope:
@@ -108,6 +113,9 @@ class SidecarScope:
 
 
 _TRACKED_KINDS = frozenset({Kind.SERVICE, Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR})
+# what a scope depends on when in its own namespace or the root namespace (istiod
+# clusterScopedKnownConfigTypes; pilotfish keeps the others of that list always depended on)
+_NAMESPACE_OR_ROOT_KINDS = frozenset({Kind.TELEMETRY})
 
 
 def _rule_keys(rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]) -> set[ConfigKey]:
@@ -310,6 +318,7 @@ def build_sidecar_scope(
         outbound_traffic_policy=policy,
         dependencies=frozenset(deps),
         reads_labels=_reads_labels(drs, scope_vs, tuple(by_host.values())),
+        root_namespace=destination_rules.root_namespace,
     )
 
 

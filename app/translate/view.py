@@ -17,6 +17,7 @@ from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.features import Features
 from app.model.proxy import Proxy
 from app.model.service import Endpoint, Service, ServicePort
+from app.model.telemetry import Telemetries
 from app.translate.cluster.builder import AppliedDestinationRule, ServiceTarget
 from app.translate.listener.gateway import GatewayVirtualServices
 from app.translate.listener.plan import EgressListenerView
@@ -100,6 +101,8 @@ class PushContextView(Protocol):
     def authorization_policies(self) -> AuthorizationPolicies: ...
     @property
     def request_authentications(self) -> RequestAuthentications: ...
+    @property
+    def telemetries(self) -> Telemetries: ...
     @property
     def features(self) -> Features: ...
 

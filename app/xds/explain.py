@@ -70,6 +70,7 @@ def _snapshot_objects(push: PushContext) -> dict[ConfigKey, ConfigObject]:
         inputs.peer_authentications,
         inputs.authorization_policies,
         inputs.request_authentications,
+        inputs.telemetries,
         inputs.secrets,
     )
     return {obj.key: obj for objects in kinds for obj in objects}

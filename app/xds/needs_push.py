@@ -68,6 +68,9 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         Kind.REQUEST_AUTHENTICATION: frozenset({LISTENER}),
         # read at injection only: in every type's skip list (cds.go, eds.go, lds.go, rds.go, nds.go)
         Kind.PROXY_CONFIG: frozenset(),
+        # in cds.go's, eds.go's, rds.go's and nds.go's skip lists: access logs and tracing are
+        # the listeners' (a scope depends on its own namespace's and the root namespace's)
+        Kind.TELEMETRY: frozenset({LISTENER}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL | {SECRET},
         Kind.CONFIG_MAP: _ALL | {SECRET},

@@ -35,8 +35,8 @@ TRUST_DOMAIN = "cluster.local"
 # what a mesh installed by istiod's chart has (manifests/charts/istio-control/istio-discovery
 # values: meshConfig defaults); rootNamespace and the selector are added per scene, access logs
 # (the demo profile's file, and default providers: istiod's built-in one and a JSON one, which
-# take its place), and two ext_authz providers for data/features.yaml's CUSTOM policy (its
-# ServiceEntry ext-authz)
+# take its place), two ext_authz providers for data/features.yaml's CUSTOM policy (its
+# ServiceEntry ext-authz) and two access log services on that ServiceEntry (data/telemetry.yaml)
 MESH = """\
 defaultConfig:
   discoveryAddress: istiod.{system}.svc:15012
@@ -54,6 +54,17 @@ extensionProviders:
     path: /dev/stderr
     logFormat:
       labels: {{code: "%RESPONSE_CODE%", route: "%ROUTE_NAME%"}}
+- name: otel-als
+  envoyOtelAls:
+    service: ext-authz.example.com
+    port: 9000
+    logFormat:
+      labels: {{code: "%RESPONSE_CODE%", path: "%REQ_WITHOUT_QUERY(:PATH)%"}}
+- name: http-als
+  envoyHttpAls:
+    service: ext-authz.example.com
+    port: 8000
+    additionalRequestHeadersToLog: [x-request-id]
 - name: ext-authz-grpc
   envoyExtAuthzGrpc:
     service: ext-authz.example.com
@@ -249,6 +260,7 @@ TRAFFIC_POLICY = DATA / "traffic-policy.yaml"
 SCOPED = DATA / "scoped.yaml"
 GATEWAY = DATA / "gateway.yaml"
 FEATURES = DATA / "features.yaml"
+TELEMETRY = DATA / "telemetry.yaml"
 
 
 def deployments() -> tuple[str, ...]:
@@ -418,6 +430,17 @@ def _service(scene: Scene, doc: dict[str, Any], namespace: str, left_out: list[s
 
 
 SAMPLES = ("httpbin/httpbin.yaml", "helloworld/helloworld.yaml")
+
+
+def telemetry(scene: Scene, namespaces: Mapping[str, str]) -> None:
+    """data/telemetry.yaml: each Telemetry in the namespace its ``${NAME}`` placeholder names
+    (ROOT: the root namespace; the others as ``namespaces`` gives them)."""
+    text = TELEMETRY.read_text()
+    for name, namespace in {"ROOT": scene.system, **namespaces}.items():
+        text = text.replace(f"${{{name}}}", namespace)
+    for doc in yaml.safe_load_all(text):
+        if doc:
+            scene.kube.apply(doc)
 
 
 def samples(scene: Scene) -> str:

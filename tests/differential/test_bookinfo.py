@@ -2,9 +2,10 @@
 sample of the pinned istio module, its DestinationRules and VirtualServices; traffic policies
 and ServiceEntries from data/traffic-policy.yaml; the sleep sample in a namespace a Sidecar
 scopes, with DNS capture, data/scoped.yaml; an ingress gateway with the bookinfo Gateway and an
-HTTPS server, data/gateway.yaml), a proxy's node asks each for CDS, EDS, LDS and RDS over ADS
-(and NDS, when its agent captures DNS), and every difference must be one
-expected_differences.yaml lists (intended, or a known defect with both values).
+HTTPS server, data/gateway.yaml; Telemetry access logging over the mesh config's,
+data/telemetry.yaml), a proxy's node asks each for CDS, EDS, LDS and RDS over ADS (and NDS, when
+its agent captures DNS), and every difference must be one expected_differences.yaml lists
+(intended, or a known defect with both values).
 
 CI runs the productpage sidecar, the scoped sleep sidecar and the gateway;
 ``DIFFERENTIAL_FULL=1`` (``make differential``) runs the proxy of every workload of the scene.
@@ -38,6 +39,7 @@ from tests.differential.scene import (
     project_config_sets,
     samples,
     scoped,
+    telemetry,
     traffic_policy,
 )
 from tests.e2e.istio_proxy import istio_version
@@ -87,10 +89,14 @@ def planes(
     try:
         chart_role(kube_cluster, scene.system)  # pilotfish keeps its CA root in the system namespace
         bookinfo_namespace = bookinfo(scene)
-        traffic_policy(scene)
-        scoped(scene, bookinfo_namespace)
+        traffic_namespace = traffic_policy(scene)
+        scoped_namespace = scoped(scene, bookinfo_namespace)
         gateway(scene, bookinfo_namespace)
-        features(scene, bookinfo_namespace)
+        features_namespace = features(scene, bookinfo_namespace)
+        telemetry(scene, {
+            "BOOKINFO": bookinfo_namespace, "FEATURES": features_namespace, "TRAFFIC": traffic_namespace,
+            "SCOPED": scoped_namespace,
+        })  # fmt: skip
         samples(scene)
         left_out = project_config_sets(scene) + istio_testdata(scene)
         args = ("--system-namespace", scene.system)
@@ -187,3 +193,37 @@ def test_the_custom_policies_are_ext_authz_filters_on_both_sides(planes: Planes,
         text = json.dumps(plain(held[side], "lds", planes.placeholders))
         assert "envoy.filters.http.ext_authz" in text and f"istio-ext-authz-{provider}-ns[" in text, side
         assert "deny-due-to-bad-CUSTOM-action" not in text, side
+
+
+# (proxy, what its listeners carry on both sides, what they do not): data/telemetry.yaml in force
+TELEMETRY = [
+    # productpage's inbound: the selecting SERVER Telemetry's audit-json with its filter
+    ("productpage-v1", ('"path": "/dev/stderr"', "request.path.startsWith('/api')"), ()),
+    # web: its namespace's audit-json with a filter outbound, envoy inbound (SERVER)
+    ("web", ("response.code >= 400", "envoy.access_loggers.extension_filters.cel", '"path": "/dev/stdout"'), ()),
+    # sleep: the access log services of its namespace's Telemetry, on the ServiceEntry ext-authz
+    (
+        "sleep",
+        (
+            "envoy.access_loggers.open_telemetry",
+            "outbound|9000||ext-authz.example.com",
+            "envoy.access_loggers.http_grpc",
+            "outbound|8000||ext-authz.example.com",
+        ),
+        (),
+    ),
+    # the gateway: the root namespace's envoy only, not defaultProviders' audit-json beside it
+    ("istio-ingressgateway", ('"path": "/dev/stdout"',), ('"path": "/dev/stderr"',)),
+]
+
+
+@pytest.mark.parametrize(("workload", "present", "absent"), TELEMETRY)
+def test_the_telemetry_access_logs_are_in_force_on_both_sides(
+    planes: Planes, workload: str, present: tuple[str, ...], absent: tuple[str, ...]
+) -> None:
+    """The identical listeners above carry what the scene's Telemetries configure, not the mesh
+    config's defaultProviders both would fall back to without them."""
+    held = planes.config(workload)
+    for side in ("istiod", "pilotfish"):
+        text = json.dumps(plain(held[side], "lds", planes.placeholders))
+        assert [w for w in present if w not in text] == [] and [w for w in absent if w in text] == [], side

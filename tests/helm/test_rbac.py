@@ -33,6 +33,7 @@ CLUSTER_RULES = [
         "resources": ["peerauthentications", "authorizationpolicies", "requestauthentications"],
         "verbs": READ,
     },
+    {"apiGroups": ["telemetry.istio.io"], "resources": ["telemetries"], "verbs": READ},
     {"apiGroups": ["networking.istio.io"], "resources": ["serviceentries/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": [*READ, "create", "update"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": READ},

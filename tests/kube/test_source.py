@@ -132,6 +132,41 @@ async def test_an_invalid_object_is_reported_and_its_last_good_version_kept(
         collector.cancel()
 
 
+async def test_telemetry_is_read_in_v1_and_an_invalid_one_is_reported_by_object_and_field(
+    source: KubeSource, mesh: Mesh, kube: Cluster, requests: Requests
+) -> None:
+    await started(source)
+    assert any(p == "/apis/telemetry.istio.io/v1/telemetries" for p, _ in requests.seen)
+    watch = source.watch()
+    logs: dict[str, Any] = {"providers": [{"name": "envoy"}], "filter": {"expression": "response.code >= 400"}}
+    telemetry = {
+        "apiVersion": "telemetry.istio.io/v1alpha1",
+        "kind": "Telemetry",
+        "metadata": {"name": "logs", "namespace": mesh.shop},
+        "spec": {"accessLogging": [logs]},
+    }
+    kube.apply(telemetry)
+    [added] = await next_events(watch, mesh.namespaces)
+    assert (added.type, added.obj.key) == (EventType.ADD, ConfigKey(Kind.TELEMETRY, mesh.shop, "logs"))
+    assert added.obj.spec.access_logging[0].filter.expression == "response.code >= 400"
+    # the CRD's schema takes an expression that does not parse; pilotfish refuses it by name
+    broken = copy.deepcopy(telemetry)
+    broken["spec"]["accessLogging"][0]["filter"]["expression"] = "response.code >= (400"
+    drained = asyncio.create_task(next_events(watch, mesh.namespaces))  # events flow while a watch reads
+    try:
+        kube.apply(broken)
+        async with asyncio.timeout(20):
+            while not source.rejections():
+                await asyncio.sleep(0.02)
+    finally:
+        drained.cancel()
+    [error] = source.rejections()
+    assert "Telemetry" in str(error) and f"{mesh.shop}/logs" in str(error)
+    assert "accessLogging[0].filter.expression" in str(error)
+    kept = next(o for o in source.objects() if o.key == ConfigKey(Kind.TELEMETRY, mesh.shop, "logs"))
+    assert kept.spec.access_logging[0].filter.expression == "response.code >= 400"  # the last good one
+
+
 # --- CRDs coming and going (the WorkloadEntry CRD, put back as Istio ships it after each test) ----
 
 

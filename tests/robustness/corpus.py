@@ -34,6 +34,7 @@ KINDS: dict[str, tuple[str, bool]] = {
     "sidecar": ("Sidecar", True),
     "gw": ("Gateway", True),
     "pa": ("PeerAuthentication", True),
+    "tel": ("Telemetry", True),
     "svc": ("Service", True),
     "pod": ("Pod", True),
     "eps": ("EndpointSlice", True),
@@ -88,6 +89,14 @@ def good(kind: str, name: str, rv: str) -> dict[str, Any]:
     if kind == "pa":
         spec = {"selector": {"matchLabels": {"app": name}}, "mtls": {"mode": "STRICT"}}
         return {"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication", "metadata": meta, "spec": spec}
+    if kind == "tel":
+        logs = {
+            "providers": [{"name": "envoy"}],
+            "match": {"mode": "SERVER"},
+            "filter": {"expression": "response.code >= 400"},
+        }
+        spec = {"selector": {"matchLabels": {"app": name}}, "accessLogging": [logs]}
+        return {"apiVersion": "telemetry.istio.io/v1", "kind": "Telemetry", "metadata": meta, "spec": spec}
     if kind == "svc":
         spec = {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
         return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
@@ -507,6 +516,14 @@ OBJECT_CASES = [
     at("pa", "pa-port-0", "spec.portLevelMtls", {"0": {"mode": "DISABLE"}}, "portLevelMtls"),
     # istiod treats an empty selector as namespace-wide (and warns)
     at("pa", "pa-empty-match-labels", "spec.selector.matchLabels", {}, expect="accepted"),
+    # Telemetry
+    at("tel", "tel-empty-provider", "spec.accessLogging[0].providers[0].name", "", "providers[0].name"),
+    at("tel", "tel-unbalanced-filter", "spec.accessLogging[0].filter.expression", "has(request.headers", "expression"),
+    at("tel", "tel-mode-sometimes", "spec.accessLogging[0].match.mode", "SOMETIMES", "match.mode"),
+    at("tel", "tel-sampling-200", "spec.tracing", [{"randomSamplingPercentage": 200}], "randomSamplingPercentage"),
+    at("tel", "tel-access-logging-a-map", "spec.accessLogging", {"providers": []}, "accessLogging"),
+    # a provider the mesh config does not define logs nothing, as istiod
+    at("tel", "tel-unknown-provider", "spec.accessLogging[0].providers[0].name", "nowhere", expect="accepted"),
     # Service
     at("svc", "svc-port-70000", "spec.ports[0].port", 70_000, "spec.ports[0].port"),
     at("svc", "svc-port-a-name", "spec.ports[0].port", "http", "spec.ports[0].port"),

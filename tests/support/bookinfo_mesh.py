@@ -4,6 +4,8 @@ published, cache invalidated)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from envoy.config.listener.v3 import listener_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
@@ -47,11 +49,14 @@ class Mesh:
         self.source = MeshSource(self.discovery.generator)
         self.pushed: Pushed | None = None  # what the latest change's push did
 
-    def connect(self, node: str = NODE, *, listeners: bool = False) -> tuple[DeltaConnection, list[str]]:
+    def connect(
+        self, node: str = NODE, *, listeners: bool = False, labels: Mapping[str, str] | None = None
+    ) -> tuple[DeltaConnection, list[str]]:
         """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with
         ``listeners`` LDS and RDS for the listeners' routes too), every response ACKed; returns
-        it and its EDS names."""
-        conn: DeltaConnection = Connection("c", build_proxy(node), DeltaSession(counter_nonces(), None), self.source)
+        it and its EDS names. ``labels``: the node's LABELS metadata."""
+        proxy = build_proxy(node, {"LABELS": dict(labels)} if labels is not None else None)
+        conn: DeltaConnection = Connection("c", proxy, DeltaSession(counter_nonces(), None), self.source)
         self.connections.append(conn)
 
         def ask(req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:

@@ -11,14 +11,23 @@ import pytest
 from google.protobuf import json_format
 
 from app.config.mesh import parse_mesh_config
-from app.translate.listener.access_log import JSON_FORMAT, TEXT_FORMAT, access_logs, listener_access_logs
+from app.model.telemetry import CLIENT, Telemetries
+from app.translate.listener.access_log import (
+    JSON_FORMAT,
+    TEXT_FORMAT,
+    access_logs,
+    listener_access_logs,
+    resolve_logs,
+)
 from app.xds.generators.reference import generate_listeners
 from tests.support.mesh import kube_pod, kube_service, push_context, router_proxy, sidecar_proxy
 
 
 def logged(mesh: dict[str, Any], listener: bool = False) -> list[dict[str, Any]]:
     parsed = parse_mesh_config(mesh)
-    logs = listener_access_logs(parsed) if listener else access_logs(parsed)
+    selection = Telemetries.build((), parsed).access_logging("default", {}, CLIENT)  # no Telemetry
+    resolved = resolve_logs(parsed, selection, {})  # no service: no access log service is found
+    logs = listener_access_logs(parsed, resolved) if listener else access_logs(parsed, resolved)
     return [json_format.MessageToDict(log) for log in logs]
 
 
@@ -122,7 +131,8 @@ def test_every_listener_connection_manager_and_tcp_proxy_logs_but_the_blackholes
 def test_default_providers_name_the_file_logs_in_place_of_access_log_file() -> None:
     """defaultProviders.accessLogging (no Telemetry resource): istiod's built-in ``envoy``
     provider formats as the mesh config says; another file provider by its own path and format
-    (labels as JSON, omitEmptyValues); sorted by name; the gRPC and OpenTelemetry services not yet."""
+    (labels as JSON, omitEmptyValues); sorted by name; an access log service whose service is
+    not found logs nothing (test_telemetry_access_log.py has one found)."""
     mesh = {
         "accessLogFile": "/dev/ignored",  # the providers rule when named
         "accessLogEncoding": "JSON",

@@ -14,7 +14,7 @@ copied:
 Each document of a kind pilotfish reads must get Istio's verdict from the file source (the
 loader as ``serve --config-dir`` runs it), and each ``crds`` one from the validating webhook too
 (an AdmissionReview, CREATE, of the object as the API server would send it). Documents of kinds
-pilotfish does not read (EnvoyFilter, Telemetry, WasmPlugin, WorkloadGroup, ProxyConfig, a
+pilotfish does not read (EnvoyFilter, WasmPlugin, WorkloadGroup, ProxyConfig, a
 Deployment...) are out of scope: the file source skips them and the webhook admits them
 unvalidated, as istiod does any kind outside its schemas; they are counted apart.
 """
@@ -113,7 +113,8 @@ def webhook_verdict(f: Fixture) -> tuple[bool, str]:
 
 def in_scope(f: Fixture) -> bool:
     group = f.api_version.rpartition("/")[0]
-    return f.kind in READ_KINDS and group in ("networking.istio.io", "security.istio.io", "", "discovery.k8s.io")
+    groups = ("networking.istio.io", "security.istio.io", "telemetry.istio.io", "", "discovery.k8s.io")
+    return f.kind in READ_KINDS and group in groups
 
 
 def test_the_fixtures_are_where_istio_keeps_them(all_fixtures: list[Fixture]) -> None:
@@ -170,7 +171,7 @@ def test_pilotfish_gives_istio_s_verdict_on_every_fixture_of_a_kind_it_reads(all
     # every kind pilotfish reads that Istio has fixtures for was judged
     assert {k for (_, k) in total} >= {
         "AuthorizationPolicy", "DestinationRule", "PeerAuthentication", "RequestAuthentication",
-        "ServiceEntry", "WorkloadEntry", "VirtualService", "Gateway",
+        "ServiceEntry", "WorkloadEntry", "VirtualService", "Gateway", "Telemetry",
     }  # fmt: skip
     assert sum(total.values()) > 140
 

@@ -57,6 +57,7 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     Kind.REQUEST_AUTHENTICATION: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
     # in every type's skip list: injection reads it, no proxy's xDS does
     Kind.PROXY_CONFIG: ([], []),
+    Kind.TELEMETRY: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
     # istiod pushes a mesh config change Forced: every type, secrets too
     Kind.MESH_CONFIG: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),
     Kind.CONFIG_MAP: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),

@@ -335,9 +335,9 @@ def test_a_proxys_traits_are_made_once_across_the_snapshots_that_push_it(monkeyp
     made: list[str] = []
     make = state.traits
 
-    def counting(proxy: Proxy, read_labels: bool, own_ip_read: bool = False) -> object:
+    def counting(proxy: Proxy, read_labels: bool, own_ip_read: bool, keys: frozenset[str]) -> object:
         made.append(proxy.id)
-        return make(proxy, read_labels, own_ip_read)
+        return make(proxy, read_labels, own_ip_read, keys)
 
     monkeypatch.setattr(state, "traits", counting)
     mesh = Mesh()

@@ -68,8 +68,8 @@ def test_unknown_top_level_fields_are_denied_as_istiod_does() -> None:
 
 def test_deletes_and_kinds_pilotfish_does_not_read_are_allowed() -> None:
     assert review(admission(bad_rule(), operation="DELETE"))["response"]["allowed"] is True
-    kind = "Telemetry"  # not read: admitted unchecked
-    policy = {"apiVersion": "telemetry.istio.io/v1", "kind": kind, "metadata": {"name": "p"}, "spec": 1}
+    kind = "WasmPlugin"  # not read: admitted unchecked
+    policy = {"apiVersion": "extensions.istio.io/v1alpha1", "kind": kind, "metadata": {"name": "p"}, "spec": 1}
     assert review(admission(policy))["response"]["allowed"] is True
 
 

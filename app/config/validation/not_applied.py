@@ -16,6 +16,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from app.api import networking as net
+from app.api.istio.telemetry.v1alpha1 import telemetry_pb2 as tpb
 
 # message full name -> field name -> what pilotfish does without it
 NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
@@ -25,6 +26,11 @@ NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
     net.TrafficPolicy.RetryBudget.DESCRIPTOR.full_name: {"budget_interval": "Envoy's default interval"},
     net.ServerTLSSettings.DESCRIPTOR.full_name: {
         "ca_cert_credential_name": "the CA certificate comes from credentialName only",
+    },
+    tpb.Telemetry.DESCRIPTOR.full_name: {
+        # istiod's stats filter (istio.stats) is Istio-proxy-only: pilotfish builds none
+        "metrics": "no Istio stats filter: an upstream Envoy has none",
+        "tracing": "tracing follows the mesh config",
     },
 }
 

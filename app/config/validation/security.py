@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 import re2
 
 from app.api import security as sec
+from app.api.istio.telemetry.v1alpha1 import telemetry_pb2 as tpb
 from app.api.istio.type.v1beta1 import selector_pb2
 from app.config.go_strconv import go_int
 from app.config.validation.fields import check_duration, check_workload_selector, fail, quoted
@@ -45,8 +46,8 @@ def check_target_ref(path: str, ref: selector_pb2.PolicyTargetReference) -> None
         raise fail(path, f"must be to one of {allowed}, but was {quoted(ref.group)}/{quoted(ref.kind)}")
 
 
-def _check_policy_targets(
-    spec: sec.AuthorizationPolicy | sec.RequestAuthentication | sec.PeerAuthentication,
+def check_policy_targets(
+    spec: sec.AuthorizationPolicy | sec.RequestAuthentication | sec.PeerAuthentication | tpb.Telemetry,
 ) -> None:
     """What istiod checks of a policy's selector and targets, in its order: one of them at most
     (validateOneOfSelectorType), the selector's labels, each target reference."""
@@ -83,7 +84,7 @@ def validate_peer_authentication(pa: sec.PeerAuthentication, namespace: str) -> 
     for port in pa.port_level_mtls:
         if not 1 <= port <= 65535:
             raise fail(f"portLevelMtls.{port}", "port must be in the range 1..65535")
-    _check_policy_targets(pa)
+    check_policy_targets(pa)
 
 
 # istiod security/authz model.go: the attributes a `when` condition may name (a bracketed key
@@ -189,7 +190,7 @@ _NO_RULES = (
 def validate_authorization_policy(ap: sec.AuthorizationPolicy, namespace: str) -> None:
     """istiod validation.ValidateAuthorizationPolicy."""
     Action = sec.AuthorizationPolicy.Action
-    _check_policy_targets(ap)
+    check_policy_targets(ap)
     if ap.action == Action.CUSTOM:
         if not ap.rules:
             raise fail("rules", f"a CUSTOM {_NO_RULES}")
@@ -278,7 +279,7 @@ def validate_request_authentication(ra: sec.RequestAuthentication, namespace: st
     targets, a jwksUri that is an http(s) URL (security.ParseJwksURI), JWKS text that parses,
     header names, a timeout as ValidateDuration. Stricter than istiod: every rule names an
     issuer (istiod takes a jwksUri alone), and no two rules the same one."""
-    _check_policy_targets(ra)
+    check_policy_targets(ra)
     issuers: set[str] = set()
     for i, rule in enumerate(ra.jwt_rules):
         here = f"jwtRules[{i}]"

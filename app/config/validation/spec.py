@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from app.api import networking as net
 from app.api import security as sec
 from app.api.istio.networking.v1beta1.proxy_config_pb2 import ProxyConfig
+from app.api.istio.telemetry.v1alpha1.telemetry_pb2 import Telemetry
 from app.config.go_strconv import go_int
 from app.config.host import is_ip_address, validate_fqdn
 from app.config.objects import ConfigObject, Kind
@@ -39,6 +40,7 @@ from app.config.validation.security import (
     validate_peer_authentication,
     validate_request_authentication,
 )
+from app.config.validation.telemetry import validate_telemetry
 from app.config.validation.traffic import check_connection_pool, validate_destination_rule, validate_virtual_service
 from app.errors import FieldError
 
@@ -54,6 +56,7 @@ SPEC_MESSAGES: Mapping[Kind, type[Message]] = {
     Kind.AUTHORIZATION_POLICY: sec.AuthorizationPolicy,
     Kind.REQUEST_AUTHENTICATION: sec.RequestAuthentication,
     Kind.PROXY_CONFIG: ProxyConfig,
+    Kind.TELEMETRY: Telemetry,
 }
 
 
@@ -463,4 +466,5 @@ _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.REQUEST_AUTHENTICATION: validate_request_authentication,
     Kind.GATEWAY: _validate_gateway,
     Kind.PROXY_CONFIG: _validate_proxy_config,
+    Kind.TELEMETRY: validate_telemetry,
 }

@@ -110,4 +110,5 @@ ISTIO_RESOURCES = (
     KubeResource(Kind.AUTHORIZATION_POLICY, ISTIO_SECURITY, SECURITY_VERSIONS, "authorizationpolicies"),
     KubeResource(Kind.REQUEST_AUTHENTICATION, ISTIO_SECURITY, SECURITY_VERSIONS, "requestauthentications"),
     KubeResource(Kind.PROXY_CONFIG, ISTIO_NETWORKING, ("v1beta1",), "proxyconfigs"),
+    KubeResource(Kind.TELEMETRY, "telemetry.istio.io", ("v1", "v1alpha1"), "telemetries"),
 )

@@ -1,28 +1,52 @@
-"""Envoy access logs from the mesh config, as istiod writes them when no Telemetry resource
-configures logging (pilot/pkg/networking/core/accesslog.go, pilot/pkg/model/telemetry.go
-mergeLogs, telemetry_logging.go): on every HTTP connection manager and tcp_proxy, and for the
-connections no filter chain takes (response flag NR) on the virtual, inbound and gateway
-listeners (not a sidecar's outbound ones) unless ``disableEnvoyListenerLog``.
+"""Envoy access logs as istiod writes them (pilot/pkg/networking/core/accesslog.go,
+pilot/pkg/model/telemetry.go AccessLogging, telemetry_logging.go): on every HTTP connection
+manager and tcp_proxy, and for the connections no filter chain takes (response flag NR) on the
+virtual, inbound and gateway listeners (not a sidecar's outbound ones) unless
+``disableEnvoyListenerLog``.
 
-With ``defaultProviders.accessLogging`` the providers it names log (its file providers; the
-gRPC and OpenTelemetry access log services are not built yet), sorted by name; without it,
-``accessLogFile`` with ``accessLogEncoding`` and ``accessLogFormat`` (FileAccessLogFromMeshConfig)."""
+What logs is the ``LogSelection`` of the listener's class (app/model/telemetry.py: the
+Telemetry resources that apply, else ``defaultProviders.accessLogging``), resolved against the
+mesh config and the services (``resolve_logs``): each provider it names that the mesh config
+defines (extensionProviders, names matched in any case) and that logs: a file
+(envoyFileAccessLog), or an access log service whose service is found (envoyHttpAls,
+envoyTcpAls, envoyOtelAls; istiod's LookupCluster). They log sorted by name, but the disabled
+ones; a provider's filter expression becomes a CEL extension filter (after NR on a listener's
+log). When none is found, ``accessLogFile`` with ``accessLogEncoding`` and ``accessLogFormat``
+(FileAccessLogFromMeshConfig), as istiod falls back when AccessLogging gives no config."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, substitution_format_string_pb2
 from envoy.extensions.access_loggers.file.v3 import file_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.extensions.access_loggers.open_telemetry.v3 import logs_service_pb2
 from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb2
 from google.protobuf import json_format
 
 from app.api.mesh import MeshConfig
+from app.model.service import Service
+from app.model.telemetry import LogProvider, LogSelection
+from app.translate.listener.lookup import lookup_cluster
 
 FILE_ACCESS_LOG = "envoy.access_loggers.file"
+HTTP_GRPC_ACCESS_LOG = "envoy.access_loggers.http_grpc"
+TCP_GRPC_ACCESS_LOG = "envoy.tcp_grpc_access_log"  # istiod TCPEnvoyALSName
+OTEL_ACCESS_LOG = "envoy.access_loggers.open_telemetry"
+CEL_FILTER = "envoy.access_loggers.extension_filters.cel"
 BUILTIN_PROVIDER = "envoy"  # istiod's default extension provider: a file log to /dev/stdout
+_FILE = "envoy_file_access_log"
+_SERVICES = ("envoy_http_als", "envoy_tcp_als", "envoy_otel_als")  # the access log services
+# istiod envoyStateToLog, and envoyWasmStateToLog (the OpenTelemetry service's)
+_STATE_TO_LOG = ("upstream_peer", "downstream_peer")
+_WASM_STATE_TO_LOG = (
+    *_STATE_TO_LOG, "wasm.upstream_peer", "wasm.upstream_peer_id", "wasm.downstream_peer", "wasm.downstream_peer_id",
+)  # fmt: skip
 # istiod EnvoyTextLogFormat: Istio's text format since 1.9
 TEXT_FORMAT = (
     '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE% %RESPONSE_FLAGS% '
@@ -61,63 +85,205 @@ JSON_FORMAT = {
 }
 _REQ_WITHOUT_QUERY = "%REQ_WITHOUT_QUERY"
 _JSON = MeshConfig.AccessLogEncoding.JSON
+_Logs = tuple[accesslog_pb2.AccessLog, ...]
+_Provider = MeshConfig.ExtensionProvider
+_MAX_KEPT = 1024  # selections built for one mesh config and kept: a push reads a few of them
 
 
-def access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
-    """What every HTTP connection manager and tcp_proxy logs (messages shared by every caller,
-    which copies them into what it builds)."""
-    return _FOR_MESH.get(mesh, listener=False)
+class LogChoice(NamedTuple):
+    """A selected provider the listeners log to, with its service's hostname and cluster when it
+    is an access log service."""
+
+    provider: LogProvider
+    hostname: str = ""
+    cluster: str = ""
 
 
-def listener_access_logs(mesh: MeshConfig) -> tuple[accesslog_pb2.AccessLog, ...]:
+Logs = tuple[LogChoice, ...]  # what the listeners of a class log to (a value: part of their inputs)
+
+
+def resolve_logs(mesh: MeshConfig, selection: LogSelection, by_hostname: Mapping[str, Mapping[str, Service]]) -> Logs:
+    """The selected providers that log (istiod telemetryAccessLog: a file, or an access log
+    service LookupCluster finds; a provider of another kind, one the mesh config lacks, or a
+    service not found logs nothing)."""
+    out = []
+    for choice in selection:
+        provider = _fetch(mesh, choice.name)
+        kind = provider.WhichOneof("provider") if provider is not None else None
+        if kind == _FILE:
+            out.append(LogChoice(choice))
+        elif kind in _SERVICES:
+            service = getattr(provider, kind)
+            hostname, cluster, error = lookup_cluster(service.service, service.port, by_hostname)
+            if not error:
+                out.append(LogChoice(choice, hostname, cluster))
+    return tuple(out)
+
+
+def _fetch(mesh: MeshConfig, name: str) -> _Provider | None:
+    """fetchProvider: the first provider of the name, matched in any case."""
+    return next((p for p in mesh.extension_providers if p.name.lower() == name.lower()), None)
+
+
+def access_logs(mesh: MeshConfig, logs: Logs) -> _Logs:
+    """What every HTTP connection manager and tcp_proxy of a listener class logs (messages
+    shared by every caller, which copies them into what it builds)."""
+    return _FOR_MESH.get(mesh, logs, listener=False)
+
+
+def listener_access_logs(mesh: MeshConfig, logs: Logs) -> _Logs:
     """A listener's own log: only connections no filter chain matched (NR)."""
     if mesh.disable_envoy_listener_log:
         return ()
-    return _FOR_MESH.get(mesh, listener=True)
+    return _FOR_MESH.get(mesh, logs, listener=True)
 
 
 class _ForMesh:
-    """The logs of the mesh config asked last (by identity: a snapshot's config is replaced,
-    never edited), so the listeners of a push do not look the providers up again each. One
-    (mesh, logs) pair is swapped whole, so a thread building for another mesh cannot mix them."""
+    """The logs built for the mesh config asked last (by identity: a snapshot's config is
+    replaced, never edited), by selection, so the listeners of a push do not look the providers
+    up again each. One (mesh, logs) pair is swapped whole, so a thread building for another mesh
+    cannot mix them."""
 
     def __init__(self) -> None:
-        self._entry: tuple[MeshConfig | None, dict[bool, tuple[accesslog_pb2.AccessLog, ...]]] = (None, {})
+        self._entry: tuple[MeshConfig | None, dict[tuple[Logs, bool], _Logs]] = (None, {})
 
-    def get(self, mesh: MeshConfig, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
+    def get(self, mesh: MeshConfig, logs: Logs, listener: bool) -> _Logs:
         entry = self._entry
         if entry[0] is not mesh:
             entry = self._entry = (mesh, {})
-        found = entry[1].get(listener)
+        built = entry[1]
+        found = built.get((logs, listener))
         if found is None:
-            found = entry[1][listener] = _build_logs(mesh, listener=listener)
+            if len(built) >= _MAX_KEPT:  # Telemetries edited over and over under one mesh config
+                built.clear()
+            found = built[logs, listener] = _build_logs(mesh, logs, listener=listener)
         return found
 
 
 _FOR_MESH = _ForMesh()
 
 
-def _build_logs(mesh: MeshConfig, *, listener: bool) -> tuple[accesslog_pb2.AccessLog, ...]:
-    defaults = mesh.default_providers.access_logging
-    if not defaults:
+def _build_logs(mesh: MeshConfig, logs: Logs, *, listener: bool) -> _Logs:
+    # Telemetries.AccessLogging sorts by the providers' own names (stable: ties keep the order)
+    found = []
+    for choice in logs:
+        provider = _fetch(mesh, choice.provider.name)
+        assert provider is not None  # resolve_logs found it in this mesh config
+        found.append((provider, choice))
+    found.sort(key=lambda pair: pair[0].name)
+    if not found:  # setHTTPAccessLog and the others: the mesh config's file log
         if not mesh.access_log_file:
             return ()
         return (_file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format, listener),)
-    # fetchProvider: the first provider of each name, matched in any case; mergeLogs keeps a set
-    providers = mesh.extension_providers
-    found = [next((p for p in providers if p.name.lower() == name.lower()), None) for name in set(defaults)]
     out = []
-    for provider in sorted((p for p in found if p is not None), key=lambda p: p.name):
-        if provider.WhichOneof("provider") != "envoy_file_access_log":
-            continue  # the gRPC and OpenTelemetry access log services: not yet
-        file = provider.envoy_file_access_log
-        if provider.name == BUILTIN_PROVIDER and not file.HasField("log_format") and not file.omit_empty_values:
-            # the built-in provider formats as the mesh config says (telemetryAccessLog)
-            log = _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, listener)
-        else:
-            log = _provider_access_log(file, listener)
+    for provider, choice in found:
+        if choice.provider.disabled:
+            continue
+        log = _provider_log(mesh, provider, choice)
+        _set_filter(log, listener, choice.provider.filter)
         out.append(log)
     return tuple(out)
+
+
+def _provider_log(mesh: MeshConfig, provider: _Provider, choice: LogChoice) -> accesslog_pb2.AccessLog:
+    """telemetryAccessLog."""
+    kind = provider.WhichOneof("provider")
+    if kind == "envoy_http_als":
+        return _http_grpc_log(provider.envoy_http_als, choice)
+    if kind == "envoy_tcp_als":
+        return _tcp_grpc_log(provider.envoy_tcp_als, choice)
+    if kind == "envoy_otel_als":
+        return _otel_log(provider.envoy_otel_als, choice)
+    file = provider.envoy_file_access_log
+    if provider.name == BUILTIN_PROVIDER and not file.HasField("log_format") and not file.omit_empty_values:
+        # the built-in provider formats as the mesh config says
+        return _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, False)
+    return _provider_access_log(file, False)
+
+
+def _common(log_name: str, states: Sequence[str], choice: LogChoice) -> als_pb2.CommonGrpcAccessLogConfig:
+    out = als_pb2.CommonGrpcAccessLogConfig(
+        log_name=log_name, transport_api_version=config_source_pb2.V3, filter_state_objects_to_log=states
+    )
+    out.grpc_service.envoy_grpc.cluster_name = choice.cluster
+    out.grpc_service.envoy_grpc.authority = choice.hostname
+    return out
+
+
+def _http_grpc_log(
+    provider: MeshConfig.ExtensionProvider.EnvoyHttpGrpcV3LogProvider, choice: LogChoice
+) -> accesslog_pb2.AccessLog:
+    """httpGrpcAccessLogFromTelemetry."""
+    states = provider.filter_state_objects_to_log or _STATE_TO_LOG
+    config = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=_common(provider.log_name or "http_envoy_accesslog", states, choice),
+        additional_request_headers_to_log=provider.additional_request_headers_to_log,
+        additional_response_headers_to_log=provider.additional_response_headers_to_log,
+        additional_response_trailers_to_log=provider.additional_response_trailers_to_log,
+    )
+    out = accesslog_pb2.AccessLog(name=HTTP_GRPC_ACCESS_LOG)
+    out.typed_config.Pack(config)
+    return out
+
+
+def _tcp_grpc_log(
+    provider: MeshConfig.ExtensionProvider.EnvoyTcpGrpcV3LogProvider, choice: LogChoice
+) -> accesslog_pb2.AccessLog:
+    """tcpGrpcAccessLogFromTelemetry."""
+    states = provider.filter_state_objects_to_log or _STATE_TO_LOG
+    config = als_pb2.TcpGrpcAccessLogConfig(
+        common_config=_common(provider.log_name or "tcp_envoy_accesslog", states, choice)
+    )
+    out = accesslog_pb2.AccessLog(name=TCP_GRPC_ACCESS_LOG)
+    out.typed_config.Pack(config)
+    return out
+
+
+def _otel_log(
+    provider: MeshConfig.ExtensionProvider.EnvoyOpenTelemetryLogProvider, choice: LogChoice
+) -> accesslog_pb2.AccessLog:
+    """openTelemetryLog and buildOpenTelemetryAccessLogConfig: the text format as the body (Istio's
+    when unset), the labels as string attributes sorted by key, builtin labels off."""
+    text = provider.log_format.text or TEXT_FORMAT
+    labels = json_format.MessageToDict(provider.log_format.labels) if provider.log_format.HasField("labels") else {}
+    config = logs_service_pb2.OpenTelemetryAccessLogConfig(
+        common_config=_common(provider.log_name or "otel_envoy_accesslog", _WASM_STATE_TO_LOG, choice),
+        disable_builtin_labels=True,
+    )
+    config.body.string_value = text
+    for key in sorted(labels):
+        value = labels[key]
+        config.attributes.values.add(key=key).value.string_value = value if isinstance(value, str) else ""
+    # accessLogFormatters: the text's, then the labels' not already there, sorted by name
+    if _REQ_WITHOUT_QUERY in text or any(_REQ_WITHOUT_QUERY in v for v in labels.values() if isinstance(v, str)):
+        formatter = config.formatters.add(name="envoy.formatter.req_without_query")
+        formatter.typed_config.Pack(req_without_query_pb2.ReqWithoutQuery())
+    out = accesslog_pb2.AccessLog(name=OTEL_ACCESS_LOG)
+    out.typed_config.Pack(config)
+    return out
+
+
+def _set_filter(log: accesslog_pb2.AccessLog, listener: bool, expression: str | None) -> None:
+    """buildAccessLogFromTelemetry: NR on a listener's log, then the provider's CEL filter; two
+    are ANDed."""
+    filters = []
+    if listener:
+        filters.append(_no_route_filter())
+    if expression is not None:
+        cel = accesslog_pb2.AccessLogFilter()
+        cel.extension_filter.name = CEL_FILTER
+        cel.extension_filter.typed_config.Pack(cel_pb2.ExpressionFilter(expression=expression))
+        filters.append(cel)
+    if len(filters) == 1:
+        log.filter.CopyFrom(filters[0])
+    elif filters:
+        log.filter.and_filter.filters.extend(filters)
+
+
+def _no_route_filter() -> accesslog_pb2.AccessLogFilter:
+    out = accesslog_pb2.AccessLogFilter()
+    out.response_flag_filter.flags.append("NR")
+    return out
 
 
 def _provider_access_log(
@@ -179,6 +345,5 @@ def _access_log(
     out = accesslog_pb2.AccessLog(name=FILE_ACCESS_LOG)
     out.typed_config.Pack(file_pb2.FileAccessLog(path=path, log_format=log_format))
     if listener:
-        out.filter.response_flag_filter.flags.append("NR")
+        out.filter.CopyFrom(_no_route_filter())
     return out
-

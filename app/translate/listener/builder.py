@@ -24,7 +24,7 @@ from app.model.service import ServicePort
 from app.model.sidecar_scope import ALLOW_ANY
 from app.translate.address import build_address
 from app.translate.cluster.builder import BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER
-from app.translate.listener.access_log import access_logs, listener_access_logs
+from app.translate.listener.access_log import Logs, access_logs, listener_access_logs
 from app.translate.listener.filters import (
     MAX_ACCEPT_PER_EVENT,
     PASSTHROUGH_FILTER_CHAIN,
@@ -99,7 +99,8 @@ class _Builder:
         """What a chain of this add reads: the proxy, the mesh, and the hosts the add names."""
         services = {h: s.obj for h, s, _ in add.reads if s.obj is not None}
         rules = {h: r.obj for h, _, r in add.reads if r.obj is not None}
-        return OutboundContext(self.proxy, self.context.mesh.obj, services, rules, self.context.allocated)
+        context = self.context
+        return OutboundContext(self.proxy, context.mesh.obj, services, rules, context.logs, context.allocated)
 
     def build(self, adds: Sequence[PortAdd | str]) -> listener_pb2.Listener:
         entry: _Entry | None = None
@@ -154,7 +155,7 @@ class _Builder:
 
     @property
     def _wildcard(self) -> str:
-        return OutboundContext(self.proxy, self.context.mesh.obj, {}, {}).wildcard
+        return OutboundContext(self.proxy, self.context.mesh.obj, {}, {}, ()).wildcard
 
     def _http_opts(self, add: PortAdd) -> ChainOpts:
         sniffed = add.kind is ListenerKind.AUTO
@@ -189,7 +190,7 @@ class _Builder:
         stat_prefix = delimited_stat_prefix(f"outbound_{name}")
         default: lc.FilterChain | None = None
         for opts in entry.chains:
-            chain = build_filter_chain(opts, stat_prefix, mesh, self.proxy)
+            chain = build_filter_chain(opts, stat_prefix, mesh, self.proxy, self.context.logs)
             chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
             match = opts.filter_chain_match()
             if match is None:
@@ -202,7 +203,7 @@ class _Builder:
         elif default is not None:
             out.default_filter_chain.CopyFrom(default)
         else:
-            filters = catch_all_filters(self.context.outbound_policy, mesh, self.context.egress)
+            filters = catch_all_filters(self.context.outbound_policy, mesh, self.context.logs, self.context.egress)
             fallback = lc.FilterChain(name=PASSTHROUGH_FILTER_CHAIN, filters=filters)
             fallback.filter_chain_match.SetInParent()
             out.default_filter_chain.CopyFrom(fallback)
@@ -225,13 +226,13 @@ def _well_known_compatible(incoming: PortProtocol, existing: PortProtocol) -> bo
 
 
 def catch_all_filters(
-    outbound_policy: str, mesh: MeshConfig, egress: str = PASSTHROUGH_CLUSTER
+    outbound_policy: str, mesh: MeshConfig, logs: Logs, egress: str = PASSTHROUGH_CLUSTER
 ) -> list[lc.Filter]:
     """Where traffic to an unknown destination goes (istiod buildOutboundCatchAllNetworkFiltersOnly):
     ``egress`` (PassthroughCluster or the Sidecar's egressProxy) for ALLOW_ANY, BlackHoleCluster
     for REGISTRY_ONLY."""
     cluster = egress if outbound_policy == ALLOW_ANY else BLACKHOLE_CLUSTER
-    return [tcp_proxy_filter(cluster, cluster, access_log=access_logs(mesh))]
+    return [tcp_proxy_filter(cluster, cluster, access_log=access_logs(mesh, logs))]
 
 
 def build_virtual_outbound_listener(inputs: VirtualOutboundInputs) -> listener_pb2.Listener:
@@ -241,9 +242,11 @@ def build_virtual_outbound_listener(inputs: VirtualOutboundInputs) -> listener_p
     proxy = context.proxy()
     port, _ = capture_ports(context.mesh.obj)
     out = listener_pb2.Listener(
-        name=VIRTUAL_OUTBOUND, traffic_direction=_OUTBOUND, access_log=listener_access_logs(context.mesh.obj)
+        name=VIRTUAL_OUTBOUND,
+        traffic_direction=_OUTBOUND,
+        access_log=listener_access_logs(context.mesh.obj, context.logs),
     )
-    out.address.CopyFrom(build_address(OutboundContext(proxy, context.mesh.obj, {}, {}).wildcard, port))
+    out.address.CopyFrom(build_address(OutboundContext(proxy, context.mesh.obj, {}, {}, ()).wildcard, port))
     out.use_original_dst.value = True
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT  # it binds (istiod, as for inbound)
     if proxy.interception_mode == "TPROXY":
@@ -252,6 +255,6 @@ def build_virtual_outbound_listener(inputs: VirtualOutboundInputs) -> listener_p
     blackhole = out.filter_chains.add(name=VIRTUAL_OUTBOUND_BLACKHOLE)
     blackhole.filter_chain_match.destination_port.value = port
     blackhole.filters.append(tcp_proxy_filter(BLACKHOLE_CLUSTER, BLACKHOLE_CLUSTER))
-    filters = catch_all_filters(context.outbound_policy, context.mesh.obj, context.egress)
+    filters = catch_all_filters(context.outbound_policy, context.mesh.obj, context.logs, context.egress)
     out.filter_chains.add(name=VIRTUAL_OUTBOUND_CATCH_ALL, filters=filters)
     return out

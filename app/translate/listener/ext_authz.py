@@ -38,6 +38,7 @@ from app.config.objects import ConfigObject
 from app.model.service import Service
 from app.translate.listener.authz import HTTP_RBAC, NETWORK_RBAC, TCP_STAT_PREFIX, action_rules
 from app.translate.listener.filters import pack
+from app.translate.listener.lookup import lookup_cluster
 
 HTTP_EXT_AUTHZ = "envoy.filters.http.ext_authz"
 NETWORK_EXT_AUTHZ = "envoy.filters.network.ext_authz"
@@ -137,7 +138,7 @@ def _resolve(
     config = http if http is not None else provider.envoy_ext_authz_grpc
     if not 1 <= config.port <= 65535:
         errors.append(f"port must be in the range [1, 65535], found: {config.port}")
-    hostname, cluster, error = _lookup_cluster(config.service, config.port, by_hostname)
+    hostname, cluster, error = lookup_cluster(config.service, config.port, by_hostname)
     if error:
         errors.append(error)
     _, error = _status_on_error(config.status_on_error)
@@ -148,31 +149,6 @@ def _resolve(
     if errors:
         return ResolvedProvider(name, error=f"failed to parse extension provider {name!r}: {'; '.join(errors)}")
     return ResolvedProvider(name, provider, hostname, cluster)
-
-
-def _lookup_cluster(
-    service: str, port: int, by_hostname: Mapping[str, Mapping[str, Service]]
-) -> tuple[str, str, str]:
-    """istiod model.LookupCluster: (hostname, outbound cluster, error) of ``NAMESPACE/HOST``, or
-    of ``HOST`` when one namespace has it."""
-    if not service:
-        return "", "", "service must not be empty"
-    parts = service.split("/")
-    svc: Service | None = None
-    if len(parts) == 2:
-        svc = by_hostname.get(parts[1], {}).get(parts[0])
-    elif len(parts) == 1:
-        namespaces = by_hostname.get(service, {})
-        if len(namespaces) > 1:
-            found = sorted(namespaces)
-            return "", "", (
-                f"found {service} in multiple namespaces {found}, specify the namespace explicitly "
-                "in the format of <Namespace>/<Hostname>"
-            )
-        svc = next(iter(namespaces.values()), None)
-    if svc is None:
-        return "", "", f"could not find service {service} in Istio service registry"
-    return svc.hostname, f"outbound|{port}||{svc.hostname}", ""
 
 
 def _status_on_error(text: str) -> tuple[http_status_pb2.HttpStatus | None, str]:

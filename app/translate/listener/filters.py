@@ -41,7 +41,7 @@ from app.api.mesh import MeshConfig
 from app.model.proxy import Proxy
 from app.model.service import Protocol
 from app.translate.cluster.tls import TLS_SOCKET
-from app.translate.listener.access_log import access_logs
+from app.translate.listener.access_log import Logs, access_logs
 from app.translate.listener.tracing import hcm_tracing
 from app.translate.route.builder import CORS_FILTER as CORS
 from app.translate.route.builder import FAULT_FILTER as FAULT
@@ -149,7 +149,7 @@ def tcp_proxy_filter(
     settings: TcpSettings | None = None,
     access_log: Sequence[accesslog_pb2.AccessLog] = (),
 ) -> lc.Filter:
-    """``access_log``: the mesh config's (access_log.access_logs), on every tcp_proxy istiod
+    """``access_log``: the listener class's (access_log.access_logs), on every tcp_proxy istiod
     logs; not on the blackhole chains guarding the capture ports."""
     cfg = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix, access_log=access_log)
     if weighted:
@@ -195,8 +195,9 @@ class HttpOptions:
 
 
 def build_http_connection_manager(
-    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy
+    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs
 ) -> hcm_pb2.HttpConnectionManager:
+    """``logs``: what the listener's class logs (access_log.access_logs)."""
     out = hcm_pb2.HttpConnectionManager()
     out.CopyFrom(opts.base)
     out.codec_type = hcm_pb2.HttpConnectionManager.AUTO
@@ -213,7 +214,7 @@ def build_http_connection_manager(
         out.rds.route_config_name = opts.rds
     elif opts.route_config is not None:
         out.route_config.CopyFrom(opts.route_config)
-    out.access_log.extend(access_logs(mesh))
+    out.access_log.extend(access_logs(mesh, logs))
     out.http_filters.extend(opts.authz)
     out.http_filters.extend(_http_filters(opts.protocol))
     uuid = uuid_pb2.UuidRequestIdConfig()
@@ -343,7 +344,9 @@ def cidr_range(text: str) -> address_pb2.CidrRange | None:
     return address_pb2.CidrRange(address_prefix=text, prefix_len=wrappers_pb2.UInt32Value(value=net.max_prefixlen))
 
 
-def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy) -> lc.FilterChain:
+def build_filter_chain(
+    opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs
+) -> lc.FilterChain:
     """The chain without its match: callers decide between filter_chains and default_filter_chain."""
     chain = lc.FilterChain(name=opts.name)
     if opts.metadata is not None:
@@ -354,6 +357,6 @@ def build_filter_chain(opts: ChainOpts, default_stat_prefix: str, mesh: MeshConf
     chain.filters.extend(opts.network_filters)
     if opts.http is not None:
         stat_prefix = opts.http.stat_prefix or default_stat_prefix
-        manager = build_http_connection_manager(opts.http, stat_prefix, mesh, proxy)
+        manager = build_http_connection_manager(opts.http, stat_prefix, mesh, proxy, logs)
         chain.filters.append(lc.Filter(name=HCM, typed_config=pack(manager)))
     return chain

@@ -19,8 +19,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from app.model.authz import WorkloadPolicies
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_ingress import sidecar_ingress
+from app.model.telemetry import CLIENT, SERVER
 from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import egress_proxy_cluster
+from app.translate.listener.access_log import Logs, resolve_logs
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, resolve_custom
 from app.translate.listener.filters import HCM
 from app.translate.listener.gateway import build_gateway_listeners
@@ -39,7 +41,8 @@ def scope_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarSco
         return []
     ctx = _context(proxy, push, scope)
     egress = egress_proxy_cluster(scope.sidecar)
-    context = ListenerContext.of(proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated)
+    logs = ctx.logs
+    context = ListenerContext.of(proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated, logs)
     endpoints = push.endpoints
     inputs: list[ScopeListenerInputs] = []
     inputs.extend(
@@ -76,6 +79,7 @@ def inbound_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarS
         authz,
         push.request_authentications.for_workload(proxy.namespace, proxy.labels),
         sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features),
+        _logs(proxy, push, SERVER),
         _custom(push, authz),
     )
 
@@ -111,4 +115,11 @@ def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> Ou
     # rules are looked up on demand: only TCP chains read them
     rules = ProxyDestinationRules(proxy, scope)
     allocated = consumes_allocated(proxy, push.features)
-    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, allocated)
+    # outbound and gateway listeners log as istiod's CLIENT mode (workloadMode)
+    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, _logs(proxy, push, CLIENT), allocated)
+
+
+def _logs(proxy: Proxy, push: PushContextView, mode: int) -> Logs:
+    """What the proxy's listeners of ``mode`` log to: its Telemetry selection, resolved."""
+    selection = push.telemetries.access_logging(proxy.namespace, proxy.labels, mode)
+    return resolve_logs(push.mesh, selection, push.service_index.by_hostname)

@@ -196,7 +196,7 @@ def _listener(
     Envoy's default (15 s) bounds the wait for a TLS hello (istiod sets one on sidecar
     listeners only)."""
     out = listener_pb2.Listener(
-        name=name, traffic_direction=base_pb2.OUTBOUND, access_log=listener_access_logs(ctx.mesh)
+        name=name, traffic_direction=base_pb2.OUTBOUND, access_log=listener_access_logs(ctx.mesh, ctx.logs)
     )
     out.address.CopyFrom(build_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
@@ -204,7 +204,7 @@ def _listener(
         out.listener_filters.append(tls_inspector_filter())
     stat_prefix = delimited_stat_prefix(f"outbound_{name}")
     for opts in chains:
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy, ctx.logs)
         chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
         match = opts.filter_chain_match()
         if match is not None:

@@ -42,7 +42,7 @@ from app.translate.cluster.builder import (
     ServiceTarget,
     inbound_cluster_name,
 )
-from app.translate.listener.access_log import access_logs, listener_access_logs
+from app.translate.listener.access_log import Logs, access_logs, listener_access_logs
 from app.translate.listener.authz import rbac_http_filters, rbac_network_filters
 from app.translate.listener.builder import PROMETHEUS_PORT, STATUS_PORT, capture_ports
 from app.translate.listener.ext_authz import NO_CUSTOM, CustomAuthz, custom_http_filters, custom_network_filters
@@ -249,7 +249,8 @@ class InboundListenerInputs:
 
     ``authn``: the PeerAuthentications that decide each port's mTLS mode; ``authz``: the
     workload's AuthorizationPolicies, as RBAC filters on every chain but the blackhole, after
-    ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains; ``custom``: its
+    ``jwt``'s (its RequestAuthentications) jwt_authn filter on HTTP chains; ``logs``: the access
+    logs its Telemetry selects for inbound listeners; ``custom``: its
     CUSTOM policies with their providers resolved, whose filters come first."""
 
     proxy: Proxy
@@ -259,13 +260,14 @@ class InboundListenerInputs:
     authz: WorkloadPolicies
     jwt: tuple[ConfigObject, ...]
     ingress: SidecarIngress | None
+    logs: Logs  # what its inbound listeners log (the SERVER mode's selection)
     custom: CustomAuthz = NO_CUSTOM
 
 
 def build_inbound_listeners(inputs: InboundListenerInputs) -> list[listener_pb2.Listener]:
     """``virtualInbound`` (for a proxy that captures) and the inbound listeners that bind their
     own port."""
-    ctx = OutboundContext(inputs.proxy, inputs.mesh, {}, {})  # inbound chains read no outbound service
+    ctx = OutboundContext(inputs.proxy, inputs.mesh, {}, {}, inputs.logs)  # no outbound service read
     targets, authn, authz, jwt, ingress = inputs.targets, inputs.authn, inputs.authz, inputs.jwt, inputs.ingress
     rbac = _Rbac(
         (*custom_http_filters(inputs.custom), *jwt_authn_filters(jwt), *rbac_http_filters(authz)),
@@ -320,7 +322,7 @@ def _listener(
         name=name,
         traffic_direction=base_pb2.INBOUND,
         continue_on_listener_filters_timeout=True,
-        access_log=listener_access_logs(ctx.mesh),
+        access_log=listener_access_logs(ctx.mesh, ctx.logs),
     )
     out.address.CopyFrom(build_address(bind, port))
     out.max_connections_to_accept_per_socket_event.value = MAX_ACCEPT_PER_EVENT
@@ -374,7 +376,7 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
             network_filters=() if m.http else tcp,
             name=cc.name(m.http),
         )
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy, ctx.logs)
         match = chain.filter_chain_match
         match.transport_protocol = m.transport
         match.application_protocols.extend(m.alpns)
@@ -387,7 +389,7 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
 
 
 def _tcp_filters(ctx: OutboundContext, cc: _ChainConfig) -> list[lc.Filter]:
-    proxy = tcp_proxy_filter(cc.cluster, cc.cluster, access_log=access_logs(ctx.mesh))
+    proxy = tcp_proxy_filter(cc.cluster, cc.cluster, access_log=access_logs(ctx.mesh, ctx.logs))
     return tcp_filter_stack(cc.service_port.protocol, proxy, cc.cluster)
 
 

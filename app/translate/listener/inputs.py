@@ -17,6 +17,7 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.service import Protocol as PortProtocol
 from app.model.service import Service, ServicePort
 from app.model.virtual_service import ResolvedVirtualService
+from app.translate.listener.access_log import Logs
 from app.translate.listener.tcp import TCP_PROTOCOLS
 
 
@@ -40,8 +41,9 @@ def listener_kind(protocol: PortProtocol) -> ListenerKind | None:
 
 class ListenerContext(NamedTuple):
     """What every scope-wide listener of a sidecar reads besides the service ports offered to it:
-    the mesh config, where unknown traffic goes, and the proxy's addresses, namespace, labels,
-    cluster and mesh (binding, ``sourceLabels`` matches, tracing tags)."""
+    the mesh config, where unknown traffic goes, the proxy's addresses, namespace, labels,
+    cluster and mesh (binding, ``sourceLabels`` matches, tracing tags) and the access logs its
+    Telemetry selects."""
 
     mesh: Ident[MeshConfig]
     outbound_policy: str
@@ -53,9 +55,12 @@ class ListenerContext(NamedTuple):
     mesh_id: str
     interception_mode: str
     allocated: bool  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
+    logs: Logs  # what the outbound listeners log (the CLIENT mode's selection)
 
     @staticmethod
-    def of(proxy: Proxy, mesh: MeshConfig, outbound_policy: str, egress: str, allocated: bool) -> ListenerContext:
+    def of(
+        proxy: Proxy, mesh: MeshConfig, outbound_policy: str, egress: str, allocated: bool, logs: Logs
+    ) -> ListenerContext:
         return ListenerContext(
             Ident(mesh),
             outbound_policy,
@@ -67,6 +72,7 @@ class ListenerContext(NamedTuple):
             proxy.mesh_id,
             proxy.interception_mode,
             allocated,
+            logs,
         )
 
     def proxy(self) -> Proxy:

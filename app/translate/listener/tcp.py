@@ -23,7 +23,7 @@ from app.model.service import Protocol, Registry, Service, ServicePort
 from app.model.virtual_service import MESH_GATEWAY, ResolvedVirtualService
 from app.translate.allocated import allocated_addresses, allocation
 from app.translate.cluster.builder import destination_cluster, outbound_cluster_name
-from app.translate.listener.access_log import access_logs
+from app.translate.listener.access_log import Logs, access_logs
 from app.translate.listener.filters import (
     ChainOpts,
     TcpSettings,
@@ -41,12 +41,14 @@ TCP_PROTOCOLS = (Protocol.TCP, Protocol.HTTPS, Protocol.TLS, Protocol.MONGO, Pro
 @dataclass(frozen=True, slots=True)
 class OutboundContext:
     """What the outbound builders read about one proxy: its identity, the mesh, the services it
-    sees by hostname and the DestinationRule that applies to each (from its SidecarScope)."""
+    sees by hostname and the DestinationRule that applies to each (from its SidecarScope), and
+    the access logs of the listeners being built."""
 
     proxy: Proxy
     mesh: MeshConfig
     services: Mapping[str, Service]
     rules: Mapping[str, net.DestinationRule]
+    logs: Logs  # what the listener's class logs (app/model/telemetry.py)
     allocated: bool = False  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
 
     @property
@@ -97,7 +99,9 @@ def single_destination_filters(
     ctx: OutboundContext, cluster: str, subset: str, port: ServicePort, rule: net.DestinationRule | None
 ) -> list[lc.Filter]:
     """The stack toward one cluster, which is also its stat prefix."""
-    proxy = tcp_proxy_filter(cluster, cluster, settings=tcp_settings(rule, subset), access_log=access_logs(ctx.mesh))
+    proxy = tcp_proxy_filter(
+        cluster, cluster, settings=tcp_settings(rule, subset), access_log=access_logs(ctx.mesh, ctx.logs)
+    )
     return tcp_filter_stack(port.protocol, proxy, cluster)
 
 
@@ -119,7 +123,9 @@ def route_filters(
         if r.weight > 0
     ]
     settings = tcp_settings(rule, "")
-    proxy = tcp_proxy_filter(stat_prefix, weighted=weighted, settings=settings, access_log=access_logs(ctx.mesh))
+    proxy = tcp_proxy_filter(
+        stat_prefix, weighted=weighted, settings=settings, access_log=access_logs(ctx.mesh, ctx.logs)
+    )
     return tcp_filter_stack(port.protocol, proxy, stat_prefix)
 
 

@@ -27,12 +27,13 @@ from app.xds.generators.traits import Traits, labels_read, lineage, traits
 from app.xds.push_request import PushRequest
 
 P = TypeVar("P")
-
 # kinds no class-wide build reads: a workload's own policies (its inbound listeners and a
 # gateway's carry them; rds.go's skip list holds them too) and what only injection reads
 WORKLOAD_ONLY_KINDS = frozenset({Kind.AUTHORIZATION_POLICY, Kind.REQUEST_AUTHENTICATION, Kind.PROXY_CONFIG})
-# what a proxy's traits are made of: the proxy, whether its labels and its own IP are read
-_TraitsMemo = tuple[Ident[Proxy], bool, bool]
+# what a proxy's traits are made of besides the proxy: whether its labels and its own IP are
+# read, and the label keys its namespace's selecting Telemetries read
+_TraitsOf = tuple[bool, bool, frozenset[str]]
+_TraitsMemo = dict[Ident[Proxy], dict[_TraitsOf, tuple[Traits, tuple[Hashable, Hashable]]]]
 
 
 def _part(parts: dict[type, object], kind: type[P], make: Callable[[], P]) -> P:
@@ -109,12 +110,14 @@ class SnapshotState:
     proxy_classes: dict[Ident[Proxy], ProxyClass] = field(default_factory=dict)
     per_endpoint: dict[tuple[Ident[SidecarScope], str], frozenset[str]] = field(default_factory=dict)
     parts: dict[type, object] = field(default_factory=dict)
-    # a proxy's traits and their key by what they are made of (the proxy, whether its labels and
-    # its own IP are read), which no snapshot changes: the ones this snapshot asked for, and the
-    # ones the snapshot before it did (taken over when asked again, so a proxy gone or replaced
-    # drops out after two snapshots); a push to every proxy would otherwise remake all of them
-    traits: dict[_TraitsMemo, tuple[Traits, tuple[Hashable, Hashable]]] = field(default_factory=dict)
-    earlier_traits: Mapping[_TraitsMemo, tuple[Traits, tuple[Hashable, Hashable]]] = field(default_factory=dict)
+    # a proxy's traits and their key by what they are made of (the proxy, then ``_TraitsOf``),
+    # which no snapshot changes: the ones this snapshot asked for, and the ones the snapshot
+    # before it did (taken over when asked again, so a proxy gone or replaced drops out after
+    # two snapshots); a push to every proxy would otherwise remake all of them
+    traits: _TraitsMemo = field(default_factory=dict)
+    earlier_traits: Mapping[Ident[Proxy], Mapping[_TraitsOf, tuple[Traits, tuple[Hashable, Hashable]]]] = field(
+        default_factory=dict
+    )
 
     def part(self, kind: type[P], make: Callable[[], P]) -> P:
         """A generator's per-snapshot memo of this type, made on first ask."""
@@ -158,15 +161,15 @@ class SnapshotState:
         the earlier snapshot's go with it at the next publish)."""
         key = Ident(proxy)
         self.proxy_classes.pop(key, None)
-        for labels_read_, own_ip_read in ((False, False), (False, True), (True, False), (True, True)):
-            self.traits.pop((key, labels_read_, own_ip_read), None)
+        self.traits.pop(key, None)
 
-    def _traits(self, memo: _TraitsMemo) -> tuple[Traits, tuple[Hashable, Hashable]]:
-        found = self.traits.get(memo) or self.earlier_traits.get(memo)
+    def _traits(self, proxy: Ident[Proxy], of: _TraitsOf) -> tuple[Traits, tuple[Hashable, Hashable]]:
+        mine = self.traits.setdefault(proxy, {})
+        found = mine.get(of) or self.earlier_traits.get(proxy, {}).get(of)
         if found is None:
-            made = traits(memo[0].obj, memo[1], memo[2])
+            made = traits(proxy.obj, *of)
             found = (made, made.key())
-        self.traits[memo] = found
+        mine[of] = found
         return found
 
     def _find_class(self, proxy: Proxy) -> ProxyClass:
@@ -180,7 +183,8 @@ class SnapshotState:
                 scope.egress_listeners, proxy.interception_mode, lambda s: endpoints(s.hostname, s.namespace)
             )
         own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
-        found_traits, traits_key = self._traits((Ident(proxy), labels_read(scope, push.mesh), own_ip_read))
+        keys = push.telemetries.selector_keys(proxy.namespace)
+        found_traits, traits_key = self._traits(Ident(proxy), (labels_read(scope, push.mesh), own_ip_read, keys))
         key = (Ident(scope), *traits_key)
         found = self.classes.get(key)
         if found is None:

@@ -3,7 +3,8 @@ with the same SidecarScope and traits share one build per snapshot, and the narr
 the builders get, so a key cannot miss a proxy input.
 
 Labels are a trait only for scopes whose config reads them (workloadSelector DestinationRules,
-sourceLabels, locality failoverPriority); the first IP only for a proxy at an address the
+sourceLabels, locality failoverPriority), else only those tracing tags and the selectors of the
+namespace's access-logging Telemetries read; the first IP only for a proxy at an address the
 scope's outbound listeners bind one listener per endpoint to (it gets no listener for itself).
 """
 
@@ -74,7 +75,11 @@ class Traits:
         return proxy_key(self.scope_proxy), proxy_key(self.located)
 
 
-def traits(proxy: Proxy, read_labels: bool, own_ip_read: bool = False) -> Traits:
+def traits(
+    proxy: Proxy, read_labels: bool, own_ip_read: bool = False, selector_keys: frozenset[str] = frozenset()
+) -> Traits:
+    """``selector_keys``: the label keys the Telemetries selecting in the proxy's namespace match
+    on (Telemetries.selector_keys): the outbound listeners' access logs read those labels."""
     labels = proxy.labels if read_labels else EMPTY_LABELS
     outbound = Proxy(
         type=proxy.type, id="", ip_addresses=family_ips(proxy.ip_addresses), namespace="", dns_domain="", cluster_id=""
@@ -86,14 +91,16 @@ def traits(proxy: Proxy, read_labels: bool, own_ip_read: bool = False) -> Traits
         network=proxy.network,
         locality=proxy.locality,
     )
-    # every HTTP connection manager's tracing tags name the proxy's canonical service and mesh
-    tracing_labels = {k: proxy.labels[k] for k in TRACING_LABELS if k in proxy.labels}
+    # every HTTP connection manager's tracing tags name the proxy's canonical service and mesh,
+    # and its access logs follow the Telemetries whose selectors match its labels
+    read = (*TRACING_LABELS, *sorted(selector_keys))
+    some_labels = {k: proxy.labels[k] for k in read if k in proxy.labels}
     scope_proxy = replace(
         outbound,
         ip_addresses=_scope_ips(proxy.ip_addresses, own_ip_read),
         namespace=proxy.namespace,
         dns_domain=proxy.dns_domain,
-        labels=labels if read_labels else tracing_labels,
+        labels=labels if read_labels else some_labels,
         cluster_id=proxy.cluster_id,
         mesh_id=proxy.mesh_id,
         network=proxy.network,
