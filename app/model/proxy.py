@@ -12,7 +12,7 @@ SetWorkloadLabels), so what the node sent is kept to recompute them when the pod
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,14 @@ from app.errors import PilotfishError, shown
 class ProxyType(enum.StrEnum):
     SIDECAR = "sidecar"
     ROUTER = "router"  # gateways
+
+
+def family_ips(ips: Sequence[str]) -> tuple[str, ...]:
+    """One placeholder address per IP family the proxy has: all that config shared by proxies at
+    other addresses reads of them (the wildcard and loopback addresses it binds and dials)."""
+    v4 = any(":" not in ip for ip in ips)
+    v6 = any(":" in ip for ip in ips)
+    return (*(("0.0.0.0",) if v4 else ()), *(("::",) if v6 else ()))
 
 
 class InvalidNodeError(PilotfishError):

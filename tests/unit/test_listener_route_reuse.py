@@ -17,6 +17,7 @@ from app.xds.generators.listeners import ClassListeners
 from app.xds.generators.routes import ClassRoutes
 from app.xds.resource import Resource
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from tests.support.bookinfo import NODE
 from tests.support.bookinfo_mesh import DeltaConnection, Mesh
 
 SERVICE_ENTRY = """apiVersion: networking.istio.io/v1
@@ -329,3 +330,67 @@ def test_a_workload_policy_push_takes_the_class_listeners_and_routes_as_the_pare
     assert planned.by_name is not listeners.by_name and planned.by_name == listeners.by_name
     assert all(planned_routes.inputs[name] is not routes.inputs[name] for name in routes.inputs)
     assert planned_routes.inputs == routes.inputs
+
+
+PRODUCTPAGE_REPLICA = """apiVersion: v1
+kind: Pod
+metadata:
+  name: productpage-v1-1
+  namespace: bookinfo
+  labels: {app: productpage, version: v1, security.istio.io/tlsMode: istio}
+spec:
+  nodeName: worker-us-east1-b
+  serviceAccountName: bookinfo-productpage
+  containers:
+  - name: productpage
+    ports: [{containerPort: 9080, name: http}]
+status:
+  phase: Running
+  podIP: 10.1.0.11
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: productpage-replica
+  namespace: bookinfo
+  labels: {kubernetes.io/service-name: productpage}
+addressType: IPv4
+ports: [{name: http, port: 9080, protocol: TCP}]
+endpoints:
+- addresses: [10.1.0.11]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: productpage-v1-1, namespace: bookinfo}
+"""
+REPLICA_NODE = "sidecar~10.1.0.11~productpage-v1-1.bookinfo~bookinfo.svc.cluster.local"
+PRODUCTPAGE_POLICY = """apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: productpage, namespace: bookinfo, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  selector: {matchLabels: {app: productpage}}
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin]}}]}]
+"""
+
+
+def _inbound(mesh: Mesh, conn: DeltaConnection) -> list[Resource]:
+    return [r for name, r in served(mesh, conn, LISTENER).items() if name.startswith("virtualInbound")]
+
+
+def test_the_replicas_of_a_workload_share_one_inbound_build_per_snapshot() -> None:
+    """Two pods of one Deployment (same labels and service targets, other IPs and ids) get their
+    inbound listeners from one build; a pod of another workload builds its own. A policy that
+    selects them is built once for both again. Assertion mode builds each from the whole proxy
+    and compares, so an input the narrowing dropped would fail here."""
+    mesh = Mesh()
+    mesh.apply(PRODUCTPAGE_REPLICA)
+    labels = {"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio"}
+    first, second = (mesh.connect(node, listeners=True, labels=labels)[0] for node in (NODE, REPLICA_NODE))
+    other = mesh.connect("sidecar~10.1.0.20~details-v1-0.bookinfo~bookinfo.svc.cluster.local", listeners=True)[0]
+    shared = _inbound(mesh, first)
+    assert shared and all(a is b for a, b in zip(shared, _inbound(mesh, second), strict=True))
+    assert not any(a is b for a in shared for b in _inbound(mesh, other))
+    request = mesh.apply(PRODUCTPAGE_POLICY)
+    sent = [r for conn in (first, second) for r in conn.on_push(request) if r.type_url == LISTENER]
+    assert len(sent) == 2 and sent[0].resources[0] is sent[1].resources[0]
+    assert sent[0].resources[0] is not shared[0]  # the policy's DENY is in the new build

@@ -11,13 +11,16 @@ follow from the scope and a few proxy traits, as inputs values (``scope_listener
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
+from app.config.objects import EMPTY_LABELS
 from app.model.authz import WorkloadPolicies
-from app.model.proxy import Proxy, ProxyType
+from app.model.proxy import Proxy, ProxyType, family_ips
+from app.model.service import Endpoint
 from app.model.sidecar_ingress import sidecar_ingress
 from app.model.telemetry import CLIENT, SERVER
 from app.translate.allocated import consumes_allocated
@@ -68,20 +71,52 @@ def workload_listeners(proxy: Proxy, push: PushContextView, scope: SidecarScopeV
     return build_inbound_listeners(inbound_listener_inputs(proxy, push, scope))
 
 
-def inbound_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> InboundListenerInputs:
-    """What a sidecar's inbound listeners are built from (``build_inbound_listeners``)."""
+def inbound_listener_inputs(
+    proxy: Proxy, push: PushContextView, scope: SidecarScopeView, *, whole: bool = False
+) -> InboundListenerInputs:
+    """What a sidecar's inbound listeners are built from (``build_inbound_listeners``): the
+    proxy and its targets narrowed to what the builder reads of them, so the replicas of a
+    workload have equal inputs and share one build; ``whole`` keeps them as they are (a
+    reference build for assertion mode)."""
     authz = push.authorization_policies.for_workload(proxy.namespace, proxy.labels)
+    ingress = sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features)
+    targets = tuple(proxy_service_targets(proxy, push))
     return InboundListenerInputs(
-        proxy,
+        proxy if whole else _inbound_proxy(proxy, ingress is not None),
         push.mesh,
-        tuple(proxy_service_targets(proxy, push)),
+        targets if whole else tuple((service, port, _target_port(endpoint)) for service, port, endpoint in targets),
         push.peer_authentications,
         authz,
         push.request_authentications.for_workload(proxy.namespace, proxy.labels),
-        sidecar_ingress(scope.name, scope.namespace, scope.sidecar, proxy, push.features),
+        ingress,
         _logs(proxy, push, SERVER),
         _custom(push, authz),
     )
+
+
+def _inbound_proxy(proxy: Proxy, ingress: bool) -> Proxy:
+    """What the inbound builder reads of a sidecar: not its id, node, account or locality (where
+    a workload's replicas differ), and of its addresses only the families, but where a Sidecar's
+    ingress listeners bind its first address."""
+    ips = proxy.ip_addresses if ingress else family_ips(proxy.ip_addresses)
+    return dataclasses.replace(
+        proxy,
+        id="",
+        ip_addresses=ips,
+        locality="",
+        service_account="",
+        verified=False,
+        secrets_denied="",
+        metadata_labels=EMPTY_LABELS,
+        static_labels=EMPTY_LABELS,
+        node_locality="",
+        node_name="",
+    )
+
+
+def _target_port(endpoint: Endpoint) -> Endpoint:
+    """What the inbound builder reads of a target's endpoint: the workload port it serves."""
+    return Endpoint("", endpoint.port, endpoint.service_port_name)
 
 
 def _custom(push: PushContextView, authz: WorkloadPolicies) -> CustomAuthz:

@@ -4,19 +4,21 @@ workload listeners (``virtualInbound``, a gateway's listeners), built per proxy.
 A scope-wide listener is built from its inputs value alone (``translate.listener.inputs``), so
 the class reuses the listener an earlier snapshot of its lineage built from an equal value: a
 change that adds one service rebuilds one listener, not a thousand. A sidecar's inbound
-listeners are likewise built from a value (``InboundListenerInputs``); its stream keeps the last
-ones (``WatchedResource.synced``) and reuses them while the value holds, so a push that does not
-touch the workload (a Sidecar narrowing egress, a ServiceEntry) rebuilds none of them. The note
-also holds the class set the client was last brought to: a push answers a sidecar with the
-difference to the class's current set, computed once per class (as CDS does).
+listeners are likewise built from a value (``InboundListenerInputs``, the proxy narrowed to what
+they read): its stream keeps the last ones (``WatchedResource.synced``) and reuses them while the
+value holds, so a push that does not touch the workload (a Sidecar narrowing egress, a
+ServiceEntry) rebuilds none of them, and the replicas of a workload share one build per
+snapshot. The note also holds the class set the client was last brought to: a push answers a
+sidecar with the difference to the class's current set, computed once per class (as CDS does).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from app.model.ident import Ident
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
 from app.translate.listener.builder import build_scope_listener
@@ -26,6 +28,7 @@ from app.translate.listener.inputs import ScopeListenerInputs
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import check, class_difference
 from app.xds.generators.state import ProxyClass, SnapshotState
+from app.xds.generators.traits import proxy_key
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource, encode
 from app.xds.source import Partial
@@ -55,6 +58,20 @@ class _OwnListeners:
 
     inputs: InboundListenerInputs
     resources: tuple[Resource, ...]
+
+
+@dataclass(slots=True)
+class _SharedInbound:
+    """Per snapshot: the sidecars' inbound listeners built, by a coarse key of their inputs."""
+
+    built: dict[Hashable, list[_OwnListeners]] = field(default_factory=dict)
+
+
+def _inbound_key(inputs: InboundListenerInputs) -> Hashable:
+    """What splits inbound inputs cheaply (they are compared, not hashed): the narrowed proxy
+    and its targets' services and ports."""
+    targets = tuple((Ident(service), port.port, endpoint.port) for service, port, endpoint in inputs.targets)
+    return proxy_key(inputs.proxy), targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +198,14 @@ class ListenerGenerator:
             return [encode(m.name, m) for m in workload_listeners(proxy, push, scope)], None
         inputs = inbound_listener_inputs(proxy, push, scope)
         kept = synced.own if isinstance(synced, _Synced) else None
-        if kept is not None and kept.inputs == inputs:
-            if self.cache.verify:
-                check("the proxy's inbound listeners", kept.resources, build_inbound_listeners(inputs))
-            return kept.resources, kept
-        built = _OwnListeners(inputs, tuple(encode(m.name, m) for m in build_inbound_listeners(inputs)))
-        return built.resources, built
+        if kept is None or kept.inputs != inputs:
+            # the replicas of a workload have equal inputs: the first of them in a snapshot builds
+            shared = state.part(_SharedInbound, _SharedInbound).built.setdefault(_inbound_key(inputs), [])
+            kept = next((found for found in shared if found.inputs == inputs), None)
+            if kept is None:
+                kept = _OwnListeners(inputs, tuple(encode(m.name, m) for m in build_inbound_listeners(inputs)))
+                shared.append(kept)
+        if self.cache.verify:
+            whole = build_inbound_listeners(inbound_listener_inputs(proxy, push, scope, whole=True))
+            check("the proxy's inbound listeners", kept.resources, whole)
+        return kept.resources, kept

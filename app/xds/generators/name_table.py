@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from app.model.proxy import Proxy, ProxyType
+from app.model.proxy import Proxy, ProxyType, family_ips
 from app.translate.allocated import consumes_allocated
 from app.translate.name_table import build_name_table
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.generators.base import WholeTypeOnly
 from app.xds.generators.state import SnapshotState
-from app.xds.generators.traits import family_ips
 from app.xds.resource import Resource, encode
 from app.xds.watch import WatchedResource
 

@@ -15,16 +15,9 @@ from dataclasses import dataclass, replace
 
 from app.config.mesh import MeshConfig
 from app.config.objects import EMPTY_LABELS
-from app.model.proxy import Proxy
+from app.model.proxy import Proxy, family_ips
 from app.model.sidecar_scope import SidecarScope
 from app.translate.listener.tracing import TRACING_LABELS
-
-
-def family_ips(ips: Sequence[str]) -> tuple[str, ...]:
-    """One placeholder address per IP family the proxy has: all that outbound config reads."""
-    v4 = any(":" not in ip for ip in ips)
-    v6 = any(":" in ip for ip in ips)
-    return (*(("0.0.0.0",) if v4 else ()), *(("::",) if v6 else ()))
 
 
 def _scope_ips(ips: Sequence[str], own_read: bool) -> tuple[str, ...]:
