@@ -28,6 +28,7 @@ from envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from envoy.extensions.access_loggers.open_telemetry.v3 import logs_service_pb2
 from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb2
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from app.api.mesh import MeshConfig
 from app.model.service import Service
@@ -174,7 +175,9 @@ def _build_logs(mesh: MeshConfig, logs: Logs, *, listener: bool) -> _Logs:
     if not found:  # setHTTPAccessLog and the others: the mesh config's file log
         if not mesh.access_log_file:
             return ()
-        return (_file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format, listener),)
+        log = _file_access_log(mesh.access_log_file, mesh.access_log_encoding, mesh.access_log_format)
+        _set_filter(log, listener, None)
+        return (log,)
     out = []
     for provider, choice in found:
         if choice.provider.disabled:
@@ -197,8 +200,8 @@ def _provider_log(mesh: MeshConfig, provider: _Provider, choice: LogChoice) -> a
     file = provider.envoy_file_access_log
     if provider.name == BUILTIN_PROVIDER and not file.HasField("log_format") and not file.omit_empty_values:
         # the built-in provider formats as the mesh config says
-        return _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format, False)
-    return _provider_access_log(file, False)
+        return _file_access_log(file.path, mesh.access_log_encoding, mesh.access_log_format)
+    return _provider_access_log(file)
 
 
 def _common(log_name: str, states: Sequence[str], choice: LogChoice) -> als_pb2.CommonGrpcAccessLogConfig:
@@ -221,9 +224,7 @@ def _http_grpc_log(
         additional_response_headers_to_log=provider.additional_response_headers_to_log,
         additional_response_trailers_to_log=provider.additional_response_trailers_to_log,
     )
-    out = accesslog_pb2.AccessLog(name=HTTP_GRPC_ACCESS_LOG)
-    out.typed_config.Pack(config)
-    return out
+    return _typed_log(HTTP_GRPC_ACCESS_LOG, config)
 
 
 def _tcp_grpc_log(
@@ -234,9 +235,7 @@ def _tcp_grpc_log(
     config = als_pb2.TcpGrpcAccessLogConfig(
         common_config=_common(provider.log_name or "tcp_envoy_accesslog", states, choice)
     )
-    out = accesslog_pb2.AccessLog(name=TCP_GRPC_ACCESS_LOG)
-    out.typed_config.Pack(config)
-    return out
+    return _typed_log(TCP_GRPC_ACCESS_LOG, config)
 
 
 def _otel_log(
@@ -256,9 +255,12 @@ def _otel_log(
         config.attributes.values.add(key=key).value.string_value = value if isinstance(value, str) else ""
     # accessLogFormatters: the text's, then the labels' not already there, sorted by name
     if _REQ_WITHOUT_QUERY in text or any(_REQ_WITHOUT_QUERY in v for v in labels.values() if isinstance(v, str)):
-        formatter = config.formatters.add(name="envoy.formatter.req_without_query")
-        formatter.typed_config.Pack(req_without_query_pb2.ReqWithoutQuery())
-    out = accesslog_pb2.AccessLog(name=OTEL_ACCESS_LOG)
+        _add_req_without_query(config.formatters)
+    return _typed_log(OTEL_ACCESS_LOG, config)
+
+
+def _typed_log(name: str, config: Message) -> accesslog_pb2.AccessLog:
+    out = accesslog_pb2.AccessLog(name=name)
     out.typed_config.Pack(config)
     return out
 
@@ -286,9 +288,7 @@ def _no_route_filter() -> accesslog_pb2.AccessLogFilter:
     return out
 
 
-def _provider_access_log(
-    file: MeshConfig.ExtensionProvider.EnvoyFileAccessLogProvider, listener: bool
-) -> accesslog_pb2.AccessLog:
+def _provider_access_log(file: MeshConfig.ExtensionProvider.EnvoyFileAccessLogProvider) -> accesslog_pb2.AccessLog:
     """fileAccessLogFromTelemetry: an envoyFileAccessLog provider's path (/dev/stdout unset),
     text or labels (JSON) format, and omitEmptyValues."""
     log_format = substitution_format_string_pb2.SubstitutionFormatString(omit_empty_values=file.omit_empty_values)
@@ -298,10 +298,10 @@ def _provider_access_log(
         _json_format(log_format, labels or JSON_FORMAT)
     else:
         _text_format(log_format, file.log_format.text if kind == "text" else "")
-    return _access_log(file.path or "/dev/stdout", log_format, listener)
+    return _access_log(file.path or "/dev/stdout", log_format)
 
 
-def _file_access_log(path: str, encoding: int, text: str, listener: bool) -> accesslog_pb2.AccessLog:
+def _file_access_log(path: str, encoding: int, text: str) -> accesslog_pb2.AccessLog:
     """FileAccessLogFromMeshConfig."""
     log_format = substitution_format_string_pb2.SubstitutionFormatString()
     if encoding == _JSON:
@@ -316,7 +316,7 @@ def _file_access_log(path: str, encoding: int, text: str, listener: bool) -> acc
         _json_format(log_format, fields)
     else:
         _text_format(log_format, text)
-    return _access_log(path, log_format, listener)
+    return _access_log(path, log_format)
 
 
 def _text_format(log_format: substitution_format_string_pb2.SubstitutionFormatString, text: str) -> None:
@@ -324,26 +324,24 @@ def _text_format(log_format: substitution_format_string_pb2.SubstitutionFormatSt
     inline = (text if text.endswith("\n") else text + "\n") if text else TEXT_FORMAT
     log_format.text_format_source.CopyFrom(base_pb2.DataSource(inline_string=inline))
     if _REQ_WITHOUT_QUERY in inline:
-        _add_req_without_query(log_format)
+        _add_req_without_query(log_format.formatters)
 
 
 def _json_format(log_format: substitution_format_string_pb2.SubstitutionFormatString, fields: dict[str, Any]) -> None:
     json_format.ParseDict(fields, log_format.json_format)
     log_format.json_format_options.SetInParent()  # sort_properties false, as istiod sets it
     if any(_REQ_WITHOUT_QUERY in v for v in fields.values() if isinstance(v, str)):
-        _add_req_without_query(log_format)
+        _add_req_without_query(log_format.formatters)
 
 
-def _add_req_without_query(log_format: substitution_format_string_pb2.SubstitutionFormatString) -> None:
-    formatter = log_format.formatters.add(name="envoy.formatter.req_without_query")
+def _add_req_without_query(formatters: Any) -> None:
+    """The formatter the %REQ_WITHOUT_QUERY% operator needs, on a format's (or a service's)
+    repeated ``formatters``."""
+    formatter = formatters.add(name="envoy.formatter.req_without_query")
     formatter.typed_config.Pack(req_without_query_pb2.ReqWithoutQuery())
 
 
 def _access_log(
-    path: str, log_format: substitution_format_string_pb2.SubstitutionFormatString, listener: bool
+    path: str, log_format: substitution_format_string_pb2.SubstitutionFormatString
 ) -> accesslog_pb2.AccessLog:
-    out = accesslog_pb2.AccessLog(name=FILE_ACCESS_LOG)
-    out.typed_config.Pack(file_pb2.FileAccessLog(path=path, log_format=log_format))
-    if listener:
-        out.filter.CopyFrom(_no_route_filter())
-    return out
+    return _typed_log(FILE_ACCESS_LOG, file_pb2.FileAccessLog(path=path, log_format=log_format))
