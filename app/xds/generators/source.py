@@ -26,7 +26,7 @@ from app.xds.cache import CacheAssertionError, Dep, ResourceCache
 from app.xds.generators.attribution import resource_deps
 from app.xds.generators.clusters import ClassClusters
 from app.xds.generators.registry import generators
-from app.xds.generators.state import SnapshotState
+from app.xds.generators.state import SnapshotState, workload_only
 from app.xds.push_request import PushRequest
 from app.xds.resource import Resource
 from app.xds.source import Partial
@@ -75,6 +75,7 @@ class XdsGenerator:
             # built from the snapshot replaced: its classes are the parents of push's
             state.parents = {line: cls.parent(ClassClusters) for line, cls in previous.lineage.items()}
             state.parent_request = request
+            state.parent_workload_only = workload_only(request)
 
     def push_context(self) -> PushContext:
         """The snapshot served."""

@@ -36,6 +36,16 @@ _TraitsOf = tuple[bool, bool, frozenset[str]]
 _TraitsMemo = dict[Ident[Proxy], dict[_TraitsOf, tuple[Traits, tuple[Hashable, Hashable]]]]
 
 
+def workload_only(request: PushRequest) -> bool:
+    """A push that changed only ``WORKLOAD_ONLY_KINDS``: no endpoint, proxy or forced part."""
+    return (
+        request.full
+        and not (request.forced or request.all_kinds)
+        and not (request.endpoint_services or request.proxy_ips or request.relabeled_pods)
+        and all(key.kind in WORKLOAD_ONLY_KINDS for key in request.configs_updated)
+    )
+
+
 def _part(parts: dict[type, object], kind: type[P], make: Callable[[], P]) -> P:
     found = parts.get(kind)
     if found is None:
@@ -100,6 +110,7 @@ class SnapshotState:
     # two: a class's clusters are patched from its parent's
     parents: Mapping[Hashable, ProxyClass] = field(default_factory=dict)
     parent_request: PushRequest | None = None
+    parent_workload_only: bool = False  # ``workload_only(parent_request)``, once per snapshot
     # what classes may reuse, by lineage: not only from the snapshot just replaced (an
     # endpoint push between two config pushes generates no listeners or routes); a lineage's
     # goes to its class when the class is made
@@ -133,20 +144,12 @@ class SnapshotState:
     def unchanged_since_parent(self, cls: ProxyClass) -> bool:
         """Whether a class-wide build its lineage made in the snapshot just replaced holds in
         this one as it is: same scope and mesh, and the push between the two changed only
-        ``WORKLOAD_ONLY_KINDS`` (no endpoint, proxy or forced push). A mesh-wide
-        AuthorizationPolicy otherwise made each of a 1,000-service mesh's 50 classes plan its
-        listeners and route configurations again: 2 of its 3 ms per proxy."""
-        request = self.parent_request
+        workload policies (``workload_only``). A mesh-wide AuthorizationPolicy otherwise made
+        each of a 1,000-service mesh's 50 classes plan its listeners and route configurations
+        again: 2 of its 3 ms per proxy."""
         parent = self.parents.get(cls.lineage)
         return (
-            request is not None
-            and parent is not None
-            and parent.scope is cls.scope
-            and parent.mesh is cls.mesh
-            and request.full
-            and not (request.forced or request.all_kinds)
-            and not (request.endpoint_services or request.proxy_ips or request.relabeled_pods)
-            and all(key.kind in WORKLOAD_ONLY_KINDS for key in request.configs_updated)
+            self.parent_workload_only and parent is not None and parent.scope is cls.scope and parent.mesh is cls.mesh
         )
 
     def proxy_class(self, proxy: Proxy) -> ProxyClass:
