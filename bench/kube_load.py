@@ -65,10 +65,9 @@ class Started:
 def pilotfish_server(server_root: Path, mesh: KubeMesh, work: Path) -> Iterator[Started]:
     work.mkdir(parents=True, exist_ok=True)
     kube = (mesh.kube.admin_kubeconfig, mesh.system)
-    began = time.monotonic()
     server = start_pilotfish(server_root, None, work / "pilotfish.log", kube=kube)
     try:
-        yield Started.now(server, began)
+        yield Started.now(server, server.started)
     finally:
         server.stop()
 

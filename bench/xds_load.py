@@ -66,7 +66,6 @@ import os
 import platform
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +85,7 @@ from bench.kube_mesh import KubeMesh
 from bench.mesh import CHANGED_SERVICE, DELETED_SERVICE, NAMESPACES, SERVICES, Mesh, MeshSpec, sidecars
 from bench.processes import (
     BENCH_ROOT,
+    checkout,
     istiod_env,
     log_warnings,
     otlp_env,
@@ -291,11 +291,6 @@ def _mapping(value: object) -> Mapping[str, object]:
     return value
 
 
-def _git(root: Path, *command: str) -> str:
-    done = subprocess.run(["git", "-C", str(root), "--no-optional-locks", *command], capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
     return {
         "benchmark": "xds_load",
@@ -309,11 +304,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "processes": 1,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         },
-        "pilotfish": {
-            "root": str(args.server_root),
-            "commit": _git(args.server_root, "rev-parse", "HEAD"),
-            "uncommitted_changes": bool(_git(args.server_root, "status", "--porcelain", "--", "app")),
-        },
+        "pilotfish": checkout(args.server_root),
         "parameters": {
             "protocol": args.protocol,
             "services": args.services,

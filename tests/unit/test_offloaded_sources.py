@@ -225,3 +225,31 @@ async def test_small_watched_objects_of_linear_kinds_are_validated_here_the_rest
     finally:
         await source.close()
         pool.close()
+
+
+async def test_the_first_lists_objects_of_linear_kinds_are_validated_here_whatever_their_size() -> None:
+    """Before ``start()`` returns nothing is served, so the round trip to a worker started at a
+    lower priority is not worth it for what validates in time linear in its size: the first
+    lists' objects of those kinds are validated on the loop, a VirtualService still in the worker,
+    and the events come in the informers' order."""
+    pool, sent = recording_pool()
+    source = KubeSource(_NoClient(), pool=pool)  # type: ignore[arg-type]  # never started
+    try:
+        first = [
+            [(DR_RESOURCE, Delta(EventType.ADD, dr(name))) for name in ("listed", "another")],
+            [(VS_RESOURCE, Delta(EventType.ADD, vs("routes")))],
+        ]
+        events = await asyncio.wait_for(source._drain(first, starting=True), 30)
+        assert [e.obj.meta.name for e in events] == ["listed", "another", "routes"]
+        assert sent == ["routes"]
+        # after the start, a list's objects of unknown size go to the worker again
+        source._on_deltas(DR_RESOURCE, [Delta(EventType.ADD, dr("relisted"))])
+        watch = source.watch()
+        try:
+            [event] = await asyncio.wait_for(anext(watch), 30)
+        finally:
+            await watch.aclose()
+        assert event.obj.meta.name == "relisted" and sent == ["routes", "relisted"]
+    finally:
+        await source.close()
+        pool.close()

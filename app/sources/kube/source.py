@@ -25,7 +25,11 @@ priority) costs ~1 ms on every config change, validating a 1 KiB DestinationRule
 ``_INLINE_BYTES`` of watch events per batch are validated right here (at most ~1.5 ms, the
 slowest kind per byte measured at the bound: bench/results/inline_validation.json); a
 VirtualService never is (one RE2 compile of a 1 KiB pattern can take 50 ms), nor an object read
-by a list (its size is not known), nor the mesh config.
+by a later list (its size is not known), nor the mesh config. The first lists are the exception:
+before ``start()`` returns nothing is served yet, so their objects of those kinds (a mesh's
+Pods, Services and EndpointSlices: 30 ms for 1,000) are validated here while the worker takes
+the rest. Sent to a worker that starts at a lower priority beside a busy API server, they kept
+the process waiting for 0.15 s of a 0.7 s start (bench/results/start-*.json).
 """
 
 from __future__ import annotations
@@ -170,7 +174,7 @@ class KubeSource:
         # builds each slice once, against its pods, not again for every pod it names
         # (registry/kube.py _on_pod), which grows with the square of a Service's pods
         first.sort(key=lambda batch: bool(batch) and batch[0][0].kind is Kind.ENDPOINT_SLICE)
-        return await self._drain(first)
+        return await self._drain(first, starting=True)
 
     def _start_informer(
         self, resource: KubeResource, version: str, namespace: str = "", held: Sequence[Raw] = ()
@@ -287,15 +291,18 @@ class KubeSource:
             logger.info("kubernetes: reading %s/%s", resource, version)
             self._start_informer(resource, version, held=held)
 
-    async def _drain(self, batches: list[list[tuple[KubeResource, Delta]]] | None = None) -> list[ConfigEvent]:
-        """The events of ``batches`` and of every batch pending now, their objects validated first."""
+    async def _drain(
+        self, batches: list[list[tuple[KubeResource, Delta]]] | None = None, *, starting: bool = False
+    ) -> list[ConfigEvent]:
+        """The events of ``batches`` and of every batch pending now, their objects validated first
+        (``starting``: the first lists, see ``_preload``)."""
         batches = [*(batches or ()), *self._take_pending()]
         try:
-            await self._preload([item for batch in batches for item in self._to_load(batch)])
+            await self._preload([item for batch in batches for item in self._to_load(batch)], starting)
             events: list[ConfigEvent] = []
             for batch in batches:
                 # a namespace change in an earlier batch may have made more visible
-                await self._preload(self._to_load(batch))
+                await self._preload(self._to_load(batch), starting)
                 events.extend(await self._events(batch))
             return events
         finally:
@@ -450,18 +457,27 @@ class KubeSource:
             obj, f"kube:{resource}", system_namespace=self._system_namespace, mesh_configmap=self._mesh_configmap_name
         )
 
-    async def _preload(self, items: Sequence[tuple[KubeResource, Raw, int]]) -> None:
+    async def _preload(self, items: Sequence[tuple[KubeResource, Raw, int]], starting: bool = False) -> None:
         """Validate these objects (each with the size of the watch event that brought it, 0 when
-        unknown) for ``_load`` to find: here those ``_inline`` picks, the rest in a worker process."""
+        unknown) for ``_load`` to find: here those ``_inline`` picks (``starting``: every one of
+        the ``_INLINE_KINDS``), meanwhile the rest in a worker process."""
         pending = [(resource, obj, size) for resource, obj, size in items if id(obj) not in self._loaded]
         if not pending or self._closed:
             return
-        here = _inline(pending)
-        for resource, obj, _ in here:
-            self._loaded[id(obj)] = (obj, self._validate(resource, obj))
-        rest = [(resource, obj) for resource, obj, _ in pending if id(obj) not in self._loaded]
-        for start in range(0, len(rest), _LOAD_BATCH):
-            await self._preload_batch(self._pool, rest[start : start + _LOAD_BATCH])
+        here = [item for item in pending if item[0].kind in _INLINE_KINDS] if starting else _inline(pending)
+        taken = {id(obj) for _, obj, _ in here}
+        rest = [(resource, obj) for resource, obj, _ in pending if id(obj) not in taken]
+        async with asyncio.TaskGroup() as tg:
+            if rest:
+                tg.create_task(self._preload_in_worker(rest))
+            for n, (resource, obj, _) in enumerate(here, 1):
+                self._loaded[id(obj)] = (obj, self._validate(resource, obj))
+                if n % _LOAD_BATCH == 0:
+                    await asyncio.sleep(0)  # the worker's answers, the health endpoints
+
+    async def _preload_in_worker(self, items: Sequence[tuple[KubeResource, Raw]]) -> None:
+        for start in range(0, len(items), _LOAD_BATCH):
+            await self._preload_batch(self._pool, items[start : start + _LOAD_BATCH])
 
     async def _preload_batch(self, pool: WorkerPool, items: Sequence[tuple[KubeResource, Raw]]) -> None:
         docs = [(obj, f"kube:{resource}") for resource, obj in items]
