@@ -167,12 +167,13 @@ class EndpointGenerator:
         def build() -> Resource:
             # what the assignment reads but its name: the name's subset and SNI-DNAT prefix, what
             # it reads of the service (its namespace, an endpoint's default; its persistent-session
-            # opt-in, resolution, ports and traffic distribution), and the rest of ``key``;
-            # checked against a plain build in assertion mode
+            # opt-in, resolution and traffic distribution; of its ports the target's, in ``key``),
+            # and the rest of ``key``; checked against a plain build in assertion mode. Not the
+            # whole port list: hashing it for each of a service's clusters grew with the square
+            # of its ports
             parsed = parse_cluster_name(name)
             inputs = (key[2], service.namespace, service.supports_draining_endpoints, service.resolution,
-                      service.ports, service.traffic_distribution, parsed.subset, parsed.sni_dnat,
-                      *key[4:])  # fmt: skip
+                      service.traffic_distribution, parsed.subset, parsed.sni_dnat, *key[4:])  # fmt: skip
             found = unnamed.get(inputs)
             if found is None:
                 built = build_assignment(name, narrowed, mesh, target, endpoints)

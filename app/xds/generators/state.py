@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, cast, runtime_checkable
 
 from app.config.mesh import MeshConfig
 from app.config.objects import Kind
@@ -63,6 +64,14 @@ class Reusing(Protocol):
         ...
 
 
+@functools.cache
+def _reuses(kind: type) -> bool:
+    """Whether parts of type ``kind`` are ``Reusing``: once per type, as isinstance on a
+    runtime-checkable Protocol looks its members up again on every call (about 20 µs on 3.11,
+    for every part of every class at every snapshot's publish)."""
+    return issubclass(kind, Reusing)
+
+
 @dataclass(slots=True)
 class ProxyClass:
     """Proxies with one SidecarScope and the same traits, in one snapshot: they get the same
@@ -97,7 +106,7 @@ class ProxyClass:
 
     def reusable(self) -> dict[type, object]:
         """What the class's next snapshot may reuse: its parts' own, else what it inherited."""
-        own = {kind: part.reusable() for kind, part in self.parts.items() if isinstance(part, Reusing)}
+        own = {kind: cast(Reusing, part).reusable() for kind, part in self.parts.items() if _reuses(kind)}
         return {**self.earlier, **own}
 
 
