@@ -33,6 +33,19 @@ class ConsolidatedDestinationRule:
     # the DestinationRule objects merged in, in merge order: objects are replaced, never
     # edited, so their identities are this rule's version (what cache keys name)
     objects: tuple[ConfigObject, ...] = field(default=(), compare=False, repr=False)
+    # subset name -> its first subset, made on first use: an assignment looks its subset up, for
+    # each subset of the rule (4,000 subsets took 3 s for one proxy's EDS, scanning them each time)
+    _subsets: dict[str, net.Subset] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def subset(self, name: str) -> net.Subset | None:
+        """The subset of that name (the first, as istiod's lookup), None for none."""
+        index = self._subsets
+        if index is None:
+            index = {}
+            for subset in self.rule.subsets:
+                index.setdefault(subset.name, subset)
+            object.__setattr__(self, "_subsets", index)
+        return index.get(name)
 
     @property
     def selector(self) -> Mapping[str, str] | None:

@@ -88,7 +88,7 @@ def build_assignment(
     key = parse_cluster_name(name)
     service, port = target.service, target.port
     dr = target.rule.rule if target.rule is not None else None
-    subset = _find_subset(dr, key.subset)
+    subset = target.rule.subset(key.subset) if target.rule is not None and key.subset else None
     rule_tp, subset_tp = _traffic_policy(dr), _traffic_policy(subset)
     # istiod getSubSetLabels: a subset the rule does not define selects every endpoint
     subset_labels = subset.labels if subset is not None else {}
@@ -115,12 +115,6 @@ def build_assignment(
         enable_failover = found.force or (policy is not None and policy.HasField("outlier_detection"))
         apply_locality_load_balancer(la, [le.sources for le in localities], proxy, found.setting, enable_failover)
     return la
-
-
-def _find_subset(dr: net.DestinationRule | None, name: str) -> net.Subset | None:
-    if dr is None or not name:
-        return None
-    return next((s for s in dr.subsets if s.name == name), None)
 
 
 def _traffic_policy(owner: net.DestinationRule | net.Subset | None) -> net.TrafficPolicy | None:
