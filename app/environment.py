@@ -4,6 +4,7 @@ pipeline and the offline config-dump share it."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -69,16 +70,17 @@ class Environment:
         configs: set[ConfigKey] = set()
         before: dict[ConfigKey, ConfigObject | None] = {}
         delta = EMPTY_DELTA
-        for event in events:
-            obj = event.obj
-            if obj.kind in _STORE_KINDS:
+        for stored, run in itertools.groupby(events, key=lambda event: event.obj.kind in _STORE_KINDS):
+            if not stored:
+                delta = delta.merge(self.registry.apply_all(run))  # in order, a run at a time
+                continue
+            for event in run:
+                obj = event.obj
                 key = obj.key
                 if key not in before:
                     before[key] = self.store.get(obj.kind, key.namespace, key.name)
                 if self.store.apply(event):
                     configs.add(key)
-                continue
-            delta = delta.merge(self.registry.apply(event))
         services = delta.services_changed | delta.identities_changed | self._endpoints_in_clusters(delta)
         configs.update(service_config_key(*key) for key in services)
         configs.update(self._headless_changes(delta))

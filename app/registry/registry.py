@@ -23,6 +23,7 @@ targets, so generators never read live state.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -208,9 +209,15 @@ class ServiceRegistry:
         return self._settle(changes)
 
     def apply_all(self, events: Iterable[ConfigEvent]) -> RegistryDelta:
+        """The events in order; a run of ServiceEntry events is taken as one (each host they name
+        refreshed once: ``ServiceEntryController.apply_entries``)."""
         delta = EMPTY_DELTA
-        for event in events:
-            delta = delta.merge(self.apply(event))
+        for is_entry, run in itertools.groupby(events, key=lambda e: e.obj.kind is Kind.SERVICE_ENTRY):
+            if is_entry:
+                delta = delta.merge(self._settle(self._entries.apply_entries(list(run))))
+            else:
+                for event in run:
+                    delta = delta.merge(self.apply(event))
         return delta
 
     def _on_node(self, event: ConfigEvent) -> RegistryDelta:
