@@ -263,6 +263,7 @@ def build_sidecar_scope(
             by_host[svc.hostname] = found.with_ports_of(svc)
 
     scope_vs: list[ResolvedVirtualService] = []
+    in_scope: set[int] = set()  # a list's membership test compared every VirtualService with each
     where = sidecar.namespaced_name if sidecar is not None else "(default)"
     for index, raw in enumerate(raw_listeners):
         egress = parse_egress_hosts(list(raw.hosts), namespace, f"{where} egress[{index}].hosts")
@@ -286,7 +287,8 @@ def build_sidecar_scope(
         for svc in selected:
             add_service(svc)
         for vs in vss:
-            if vs not in scope_vs:
+            if id(vs) not in in_scope:  # listeners select from the same objects
+                in_scope.add(id(vs))
                 scope_vs.append(vs)
             for host, ports in destination_hosts(vs, namespace).items():
                 add_service(_vs_destination_service(host, ports, namespace, services, port))

@@ -6,7 +6,7 @@ from collections.abc import Hashable
 
 from app.config.objects import ConfigKey, Kind
 from app.model.destination_rule import ConsolidatedDestinationRule
-from app.model.ident import Ident
+from app.model.ident import Ident, Idents
 from app.model.service import Service
 from app.model.sidecar_scope import SidecarScope
 from app.translate.cluster.builder import AppliedDestinationRule
@@ -40,12 +40,12 @@ def rule_key(rule: AppliedDestinationRule | None) -> Hashable:
         return None
     if not isinstance(rule, ConsolidatedDestinationRule) or not rule.objects:
         return Ident(rule)
-    return tuple(Ident(obj) for obj in rule.objects)
+    return Idents(rule.objects)
 
 
 def rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
     """The DestinationRules a scope holds for a host (every candidate: any may be applied)."""
-    return [obj.key for cdr in scope.destination_rules.get(hostname, ()) for obj in cdr.objects]
+    return [key for cdr in scope.destination_rules.get(hostname, ()) for key in cdr.object_keys]
 
 
 def service_deps(scope: SidecarScope, service: Service) -> list[Dep]:
