@@ -35,7 +35,7 @@ from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
 from app.registry.locality import NodeLocalities, ObjectKey
 from app.registry.proxy_labels import pod_key_by_proxy, with_workload
-from app.registry.serviceentry import ServiceEntryController, WorkloadSelectingService
+from app.registry.serviceentry import ENTRY_KINDS, ServiceEntryController, WorkloadSelectingService
 
 _KUBE_KINDS = frozenset({Kind.SERVICE, Kind.POD, Kind.ENDPOINT_SLICE, Kind.NAMESPACE})
 _ENTRY_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY, Kind.POD})
@@ -209,10 +209,10 @@ class ServiceRegistry:
         return self._settle(changes)
 
     def apply_all(self, events: Iterable[ConfigEvent]) -> RegistryDelta:
-        """The events in order; a run of ServiceEntry events is taken as one (each host they name
-        refreshed once: ``ServiceEntryController.apply_entries``)."""
+        """The events in order; a run of ServiceEntry and WorkloadEntry events is taken as one
+        (each host they touch refreshed once: ``ServiceEntryController.apply_entries``)."""
         delta = EMPTY_DELTA
-        for is_entry, run in itertools.groupby(events, key=lambda e: e.obj.kind is Kind.SERVICE_ENTRY):
+        for is_entry, run in itertools.groupby(events, key=lambda e: e.obj.kind in ENTRY_KINDS):
             if is_entry:
                 delta = delta.merge(self._settle(self._entries.apply_entries(list(run))))
             else:

@@ -15,7 +15,7 @@ endpoints go into the Kubernetes Service's shard under their own source.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
 
@@ -195,6 +195,19 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
     )
 
 
+# the kinds ``apply_entries`` takes, a run of them at a time
+ENTRY_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY})
+
+
+@dataclass(slots=True)
+class _Dirty:
+    """What events taken together leave to refresh, once each."""
+
+    services: set[ServiceKey] = field(default_factory=set)  # hosts whose entries changed
+    endpoints: set[ServiceKey] = field(default_factory=set)  # hosts whose selected workloads changed
+    kube: set[ServiceKey] = field(default_factory=set)  # Kubernetes Services selecting WorkloadEntries
+
+
 class ServiceEntryController:
     """Istio ServiceEntry / WorkloadEntry objects (and Pods) in; Services and endpoint shards out."""
 
@@ -240,13 +253,9 @@ class ServiceEntryController:
     def apply(self, event: ConfigEvent) -> Changes:
         obj = event.obj
         deleted = event.type is EventType.DELETE
-        if obj.kind is Kind.SERVICE_ENTRY:
+        if obj.kind in ENTRY_KINDS:
             return self.apply_entries([event])
         ns, name = obj.meta.namespace, obj.meta.name
-        if obj.kind is Kind.WORKLOAD_ENTRY:
-            we_name = workload_entry_name(obj.meta)
-            workload = None if deleted else workload_entry_workload(obj.spec, we_name, ns, self.trust_domain)
-            return self._on_workload(self._workload_entries, ns, name, workload, kube_selectable=True)
         if obj.kind is Kind.POD:
             pod, node = None, ""
             if not deleted and not pod_is_terminal(obj):
@@ -299,19 +308,33 @@ class ServiceEntryController:
         return changes
 
     def apply_entries(self, events: Sequence[ConfigEvent]) -> Changes:
-        """ServiceEntry events, each host they name refreshed once, after all of them: a refresh
-        reads every entry of its host, so refreshing after each of 2,000 entries of one host read
-        2,000,000 (a 15 s load)."""
-        hosts: set[ServiceKey] = set()
+        """ServiceEntry and WorkloadEntry events, each host they touch refreshed once, after all
+        of them: a refresh reads every entry of its host, or every workload its entries select, so
+        refreshing after each of 2,000 entries of one host read 2,000,000 of them (a 15 s load),
+        and after each of 2,000 WorkloadEntries that one entry selects, as many (10 s)."""
+        dirty = _Dirty()
         for event in events:
-            hosts |= self._take_entry(event.obj, event.type is EventType.DELETE)
+            obj, deleted = event.obj, event.type is EventType.DELETE
+            if obj.kind is Kind.SERVICE_ENTRY:
+                dirty.services |= self._take_entry(obj, deleted)
+            else:
+                ns = obj.meta.namespace
+                we_name = workload_entry_name(obj.meta)
+                workload = None if deleted else workload_entry_workload(obj.spec, we_name, ns, self.trust_domain)
+                self._take_workload(self._workload_entries, ns, obj.meta.name, workload, dirty, kube_selectable=True)
+        return self._refresh(dirty)
+
+    def _refresh(self, dirty: _Dirty) -> Changes:
         changes = Changes()
         shared: dict[ObjectKey, tuple[Endpoint, ...]] = {}
-        for hkey in sorted(hosts):
+        for hkey in sorted(dirty.services):
             if not self._entries_by_host.get(hkey):
                 self._entries_by_host.pop(hkey, None)
             self._refresh_service(hkey, changes)
+        for hkey in sorted(dirty.services | dirty.endpoints):
             self._refresh_external(hkey, changes, shared)
+        for kkey in sorted(dirty.kube):
+            self._refresh_kube_selected(kkey, changes)
         return changes
 
     def _take_entry(self, obj: ConfigObject, deleted: bool) -> set[ServiceKey]:
@@ -350,11 +373,25 @@ class ServiceEntryController:
         *,
         kube_selectable: bool,
     ) -> Changes:
+        dirty = _Dirty()
+        self._take_workload(store, ns, name, workload, dirty, kube_selectable=kube_selectable)
+        return self._refresh(dirty)
+
+    def _take_workload(
+        self,
+        store: dict[str, dict[str, Workload]],
+        ns: str,
+        name: str,
+        workload: Workload | None,
+        dirty: _Dirty,
+        *,
+        kube_selectable: bool,
+    ) -> None:
+        """Record a workload (None: gone); ``dirty`` gets the hosts whose endpoints it may change."""
         by_name = store.get(ns)
         previous = by_name.get(name) if by_name is not None else None
-        changes = Changes()
         if previous == workload:
-            return changes
+            return
         if workload is None:
             if by_name is not None:
                 by_name.pop(name, None)
@@ -363,19 +400,14 @@ class ServiceEntryController:
         else:
             store.setdefault(ns, {})[name] = workload
         label_sets = [w.labels for w in (previous, workload) if w is not None]
-        hosts: set[ServiceKey] = set()
         for se_name, selector in self._selecting_entries.get(ns, {}).items():
             if any(selector_matches(selector, labels) for labels in label_sets):
-                hosts.update(s.key for s in self._entry_services.get((ns, se_name), ()))
-        shared: dict[ObjectKey, tuple[Endpoint, ...]] = {}
-        for hkey in sorted(hosts):
-            self._refresh_external(hkey, changes, shared)
+                dirty.endpoints.update(s.key for s in self._entry_services.get((ns, se_name), ()))
         if kube_selectable:
-            for kkey in sorted(self._kube_by_namespace.get(ns, ())):
+            for kkey in self._kube_by_namespace.get(ns, ()):
                 selector = self._kube[kkey].selector
                 if any(labels and selector_matches(selector, labels) for labels in label_sets):
-                    self._refresh_kube_selected(kkey, changes)
-        return changes
+                    dirty.kube.add(kkey)
 
     # --- recomputation -----------------------------------------------------------------------
 
