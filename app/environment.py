@@ -69,10 +69,10 @@ class Environment:
     def apply(self, events: Iterable[ConfigEvent]) -> Change:
         configs: set[ConfigKey] = set()
         before: dict[ConfigKey, ConfigObject | None] = {}
-        delta = EMPTY_DELTA
+        deltas: list[RegistryDelta] = []
         for stored, run in itertools.groupby(events, key=lambda event: event.obj.kind in _STORE_KINDS):
             if not stored:
-                delta = delta.merge(self.registry.apply_all(run))  # in order, a run at a time
+                deltas.append(self.registry.apply_all(run))  # in order, a run at a time
                 continue
             for event in run:
                 obj = event.obj
@@ -81,6 +81,7 @@ class Environment:
                     before[key] = self.store.get(obj.kind, key.namespace, key.name)
                 if self.store.apply(event):
                     configs.add(key)
+        delta = RegistryDelta.union(deltas)
         services = delta.services_changed | delta.identities_changed | self._endpoints_in_clusters(delta)
         configs.update(service_config_key(*key) for key in services)
         configs.update(self._headless_changes(delta))

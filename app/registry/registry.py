@@ -70,6 +70,21 @@ class RegistryDelta:
     def empty(self) -> bool:
         return not (self.services_changed or self.endpoints_changed or self.target_ips or self.relabeled_pods)
 
+    @staticmethod
+    def union(deltas: Iterable[RegistryDelta]) -> RegistryDelta:
+        """Many merged at once: merged one by one, each copied the sets grown so far (quadratic in
+        the Pods of a start-up's list)."""
+        parts = [delta for delta in deltas if not delta.empty]
+        if len(parts) <= 1:
+            return parts[0] if parts else EMPTY_DELTA
+        return RegistryDelta(
+            frozenset().union(*(d.services_changed for d in parts)),
+            frozenset().union(*(d.endpoints_changed for d in parts)),
+            frozenset().union(*(d.identities_changed for d in parts)),
+            frozenset().union(*(d.target_ips for d in parts)),
+            frozenset().union(*(d.relabeled_pods for d in parts)),
+        )
+
 
 EMPTY_DELTA = RegistryDelta()
 
@@ -164,6 +179,17 @@ def _by_ip(groups: Mapping[int, tuple[frozenset[str], set[ServiceKey]]]) -> dict
     return out
 
 
+# runs of events ``apply_all`` takes as one; any other event is taken alone
+_ENTRIES, _SLICES, _ALONE = "entries", "slices", "alone"
+
+
+def _batch(event: ConfigEvent) -> str:
+    kind = event.obj.kind
+    if kind in ENTRY_KINDS:
+        return _ENTRIES
+    return _SLICES if kind is Kind.ENDPOINT_SLICE else _ALONE
+
+
 class ServiceRegistry:
     """Kubernetes + ServiceEntry registries behind one synchronous, I/O-free interface."""
 
@@ -209,16 +235,18 @@ class ServiceRegistry:
         return self._settle(changes)
 
     def apply_all(self, events: Iterable[ConfigEvent]) -> RegistryDelta:
-        """The events in order; a run of ServiceEntry and WorkloadEntry events is taken as one
-        (each host they touch refreshed once: ``ServiceEntryController.apply_entries``)."""
-        delta = EMPTY_DELTA
-        for is_entry, run in itertools.groupby(events, key=lambda e: e.obj.kind in ENTRY_KINDS):
-            if is_entry:
-                delta = delta.merge(self._settle(self._entries.apply_entries(list(run))))
+        """The events in order; a run of ServiceEntry and WorkloadEntry events, or of
+        EndpointSlice events, is taken as one (each host they touch made again once, after all
+        of them: ``ServiceEntryController.apply_entries``, ``KubeController.apply_slices``)."""
+        deltas: list[RegistryDelta] = []
+        for batch, run in itertools.groupby(events, key=_batch):
+            if batch == _ENTRIES:
+                deltas.append(self._settle(self._entries.apply_entries(list(run))))
+            elif batch == _SLICES:
+                deltas.append(self._settle(self._kube.apply_slices(list(run))))
             else:
-                for event in run:
-                    delta = delta.merge(self.apply(event))
-        return delta
+                deltas.extend(self.apply(event) for event in run)
+        return RegistryDelta.union(deltas)
 
     def _on_node(self, event: ConfigEvent) -> RegistryDelta:
         """A Node's topology labels are the locality of the pods on it that have no locality
