@@ -14,6 +14,7 @@ Usage: python -m bench.wide_config [--shapes ports,subsets,...] [--out FILE]
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import tempfile
@@ -156,6 +157,7 @@ SHAPES: dict[str, tuple[Callable[[int], list[Doc]], tuple[int, int]]] = {
 
 def measure(objects: list[Doc]) -> dict[str, float]:
     """The load of the mesh with ``objects`` and one sidecar's answers (ms per type)."""
+    gc.collect()  # what the shape measured before left is not collected during this one
     spec = MeshSpec(20, 2)
     with tempfile.TemporaryDirectory(prefix="pilotfish-wide-") as tmp:
         root = Path(tmp)
