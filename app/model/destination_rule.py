@@ -42,10 +42,11 @@ class ConsolidatedDestinationRule:
     def object_keys(self) -> tuple[ConfigKey, ...]:
         """The keys of the objects merged in (what a cache entry built from the rule depends on),
         made once: every cluster and assignment of the host records them."""
-        if self._keys is None:
-            object.__setattr__(self, "_keys", tuple(obj.key for obj in self.objects))
-        assert self._keys is not None
-        return self._keys
+        keys = self._keys
+        if keys is None:
+            keys = tuple(obj.key for obj in self.objects)
+            object.__setattr__(self, "_keys", keys)
+        return keys
 
     def subset(self, name: str) -> net.Subset | None:
         """The subset of that name (the first, as istiod's lookup), None for none."""

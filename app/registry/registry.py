@@ -35,7 +35,7 @@ from app.registry.endpoint_index import EndpointIndex, ServiceKey
 from app.registry.kube import Changes, KubeController
 from app.registry.locality import NodeLocalities, ObjectKey
 from app.registry.proxy_labels import pod_key_by_proxy, with_workload
-from app.registry.serviceentry import ENTRY_KINDS, ServiceEntryController, WorkloadSelectingService
+from app.registry.serviceentry import BATCHED_KINDS, ServiceEntryController, WorkloadSelectingService
 
 _KUBE_KINDS = frozenset({Kind.SERVICE, Kind.POD, Kind.ENDPOINT_SLICE, Kind.NAMESPACE})
 _ENTRY_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY, Kind.POD})
@@ -53,27 +53,14 @@ class RegistryDelta:
     target_ips: frozenset[str] = frozenset()
     relabeled_pods: frozenset[ObjectKey] = frozenset()
 
-    def merge(self, other: RegistryDelta) -> RegistryDelta:
-        if other.empty:
-            return self
-        if self.empty:
-            return other
-        return RegistryDelta(
-            self.services_changed | other.services_changed,
-            self.endpoints_changed | other.endpoints_changed,
-            self.identities_changed | other.identities_changed,
-            self.target_ips | other.target_ips,
-            self.relabeled_pods | other.relabeled_pods,
-        )
-
     @property
     def empty(self) -> bool:
         return not (self.services_changed or self.endpoints_changed or self.target_ips or self.relabeled_pods)
 
     @staticmethod
     def union(deltas: Iterable[RegistryDelta]) -> RegistryDelta:
-        """Many merged at once: merged one by one, each copied the sets grown so far (quadratic in
-        the Pods of a start-up's list)."""
+        """Several merged, at once: merged one by one, each copied the sets grown so far
+        (quadratic in the Pods of a start-up's list)."""
         parts = [delta for delta in deltas if not delta.empty]
         if len(parts) <= 1:
             return parts[0] if parts else EMPTY_DELTA
@@ -185,7 +172,7 @@ _ENTRIES, _SLICES, _ALONE = "entries", "slices", "alone"
 
 def _batch(event: ConfigEvent) -> str:
     kind = event.obj.kind
-    if kind in ENTRY_KINDS:
+    if kind in BATCHED_KINDS:
         return _ENTRIES
     return _SLICES if kind is Kind.ENDPOINT_SLICE else _ALONE
 

@@ -196,7 +196,7 @@ def workload_entry_workload(we: net.WorkloadEntry, name: str, namespace: str, tr
 
 
 # the kinds ``apply_entries`` takes, a run of them at a time
-ENTRY_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY})
+BATCHED_KINDS = frozenset({Kind.SERVICE_ENTRY, Kind.WORKLOAD_ENTRY})
 
 
 @dataclass(slots=True)
@@ -253,7 +253,7 @@ class ServiceEntryController:
     def apply(self, event: ConfigEvent) -> Changes:
         obj = event.obj
         deleted = event.type is EventType.DELETE
-        if obj.kind in ENTRY_KINDS:
+        if obj.kind in BATCHED_KINDS:
             return self.apply_entries([event])
         ns, name = obj.meta.namespace, obj.meta.name
         if obj.kind is Kind.POD:
