@@ -50,6 +50,7 @@ class Proxy:
     mesh_id: str = ""  # MESH_ID: what tracing tags name the mesh
     network: str = ""
     istio_version: str = ""
+    service_cluster: str = ""  # node.cluster: what Datadog and OpenTelemetry tracing name the service
     interception_mode: str = "REDIRECT"
     locality: str = ""  # region/zone/subzone
     # ISTIO_META_DNS_CAPTURE / ISTIO_META_DNS_AUTO_ALLOCATE: the agent answers DNS, and may
@@ -95,8 +96,11 @@ def parse_node_id(node_id: str) -> tuple[ProxyType, str, str, str]:
     return proxy_type, ip, pod_id, domain
 
 
-def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, locality: str = "") -> Proxy:
-    """A Proxy from an xDS node id and its metadata (a plain dict, e.g. from a Struct)."""
+def build_proxy(
+    node_id: str, metadata: Mapping[str, Any] | None = None, locality: str = "", service_cluster: str = ""
+) -> Proxy:
+    """A Proxy from an xDS node id and its metadata (a plain dict, e.g. from a Struct), its
+    locality and its cluster (``node.cluster``)."""
     proxy_type, ip, pod_id, domain = parse_node_id(node_id)
     md = metadata or {}
     namespace = _str(md.get("NAMESPACE"))
@@ -124,6 +128,7 @@ def build_proxy(node_id: str, metadata: Mapping[str, Any] | None = None, localit
         mesh_id=_str(md.get("MESH_ID")),
         network=_str(md.get("NETWORK")),
         istio_version=_str(md.get("ISTIO_VERSION")),
+        service_cluster=service_cluster,
         interception_mode=_str(md.get("INTERCEPTION_MODE")) or "REDIRECT",
         locality=locality,
         dns_capture=_bool(md.get("DNS_CAPTURE")),

@@ -74,7 +74,7 @@ def proxy_from_node(node: base_pb2.Node) -> Proxy:
     loc = node.locality
     locality = "/".join((loc.region, loc.zone, loc.sub_zone)).rstrip("/") if node.HasField("locality") else ""
     try:
-        return build_proxy(node.id, metadata, locality)
+        return build_proxy(node.id, metadata, locality, node.cluster)
     except InvalidNodeError:
         raise
     except (ValueError, TypeError, AttributeError, KeyError) as e:  # a bug, but the client's stream only

@@ -36,7 +36,8 @@ TRUST_DOMAIN = "cluster.local"
 # values: meshConfig defaults); rootNamespace and the selector are added per scene, access logs
 # (the demo profile's file, and default providers: istiod's built-in one and a JSON one, which
 # take its place), two ext_authz providers for data/features.yaml's CUSTOM policy (its
-# ServiceEntry ext-authz) and two access log services on that ServiceEntry (data/telemetry.yaml)
+# ServiceEntry ext-authz), two access log services and four tracers on that ServiceEntry
+# (data/telemetry.yaml)
 MESH = """\
 defaultConfig:
   discoveryAddress: istiod.{system}.svc:15012
@@ -65,6 +66,18 @@ extensionProviders:
     service: ext-authz.example.com
     port: 8000
     additionalRequestHeadersToLog: [x-request-id]
+- name: zipkin
+  zipkin: {{service: ext-authz.example.com, port: 8000, maxTagLength: 128}}
+- name: otel
+  opentelemetry:
+    service: ext-authz.example.com
+    port: 9000
+    grpc: {{timeout: 2s, initialMetadata: [{{name: x-tenant, value: shop}}]}}
+    resourceDetectors: {{environment: {{}}}}
+- name: datadog
+  datadog: {{service: ext-authz.example.com, port: 8000}}
+- name: skywalking
+  skywalking: {{service: ext-authz.example.com, port: 9000}}
 - name: ext-authz-grpc
   envoyExtAuthzGrpc:
     service: ext-authz.example.com

@@ -197,10 +197,31 @@ def test_the_custom_policies_are_ext_authz_filters_on_both_sides(planes: Planes,
 
 # (proxy, what its listeners carry on both sides, what they do not): data/telemetry.yaml in force
 TELEMETRY = [
-    # productpage's inbound: the selecting SERVER Telemetry's audit-json with its filter
-    ("productpage-v1", ('"path": "/dev/stderr"', "request.path.startsWith('/api')"), ()),
-    # web: its namespace's audit-json with a filter outbound, envoy inbound (SERVER)
-    ("web", ("response.code >= 400", "envoy.access_loggers.extension_filters.cel", '"path": "/dev/stdout"'), ()),
+    # productpage's inbound: the selecting SERVER Telemetry's audit-json with its filter, and
+    # SkyWalking; outbound the root namespace's zipkin
+    (
+        "productpage-v1",
+        (
+            '"path": "/dev/stderr"',
+            "request.path.startsWith('/api')",
+            "envoy.tracers.skywalking",
+            "envoy.tracers.zipkin",
+        ),
+        (),
+    ),
+    # web: its namespace's audit-json with a filter outbound, envoy inbound (SERVER); inbound
+    # traced to OpenTelemetry with the custom tags
+    (
+        "web",
+        (
+            "response.code >= 400",
+            "envoy.access_loggers.extension_filters.cel",
+            '"path": "/dev/stdout"',
+            "envoy.tracers.opentelemetry",
+            '"x-user"',
+        ),
+        (),
+    ),
     # sleep: the access log services of its namespace's Telemetry, on the ServiceEntry ext-authz
     (
         "sleep",
@@ -209,11 +230,13 @@ TELEMETRY = [
             "outbound|9000||ext-authz.example.com",
             "envoy.access_loggers.http_grpc",
             "outbound|8000||ext-authz.example.com",
+            "envoy.tracers.datadog",
         ),
-        (),
+        ("envoy.tracers.zipkin", "istio.canonical_service"),
     ),
-    # the gateway: the root namespace's envoy only, not defaultProviders' audit-json beside it
-    ("istio-ingressgateway", ('"path": "/dev/stdout"',), ('"path": "/dev/stderr"',)),
+    # the gateway: the root namespace's envoy only, not defaultProviders' audit-json beside it,
+    # and its zipkin
+    ("istio-ingressgateway", ('"path": "/dev/stdout"', "envoy.tracers.zipkin"), ('"path": "/dev/stderr"',)),
 ]
 
 
@@ -221,8 +244,8 @@ TELEMETRY = [
 def test_the_telemetry_access_logs_are_in_force_on_both_sides(
     planes: Planes, workload: str, present: tuple[str, ...], absent: tuple[str, ...]
 ) -> None:
-    """The identical listeners above carry what the scene's Telemetries configure, not the mesh
-    config's defaultProviders both would fall back to without them."""
+    """The identical listeners above carry what the scene's Telemetries configure (access logs
+    and tracing), not the mesh config's defaultProviders both would fall back to without them."""
     held = planes.config(workload)
     for side in ("istiod", "pilotfish"):
         text = json.dumps(plain(held[side], "lds", planes.placeholders))

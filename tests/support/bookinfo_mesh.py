@@ -50,12 +50,19 @@ class Mesh:
         self.pushed: Pushed | None = None  # what the latest change's push did
 
     def connect(
-        self, node: str = NODE, *, listeners: bool = False, labels: Mapping[str, str] | None = None
+        self,
+        node: str = NODE,
+        *,
+        listeners: bool = False,
+        labels: Mapping[str, str] | None = None,
+        service_cluster: str = "",
     ) -> tuple[DeltaConnection, list[str]]:
         """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with
         ``listeners`` LDS and RDS for the listeners' routes too), every response ACKed; returns
-        it and its EDS names. ``labels``: the node's LABELS metadata."""
-        proxy = build_proxy(node, {"LABELS": dict(labels)} if labels is not None else None)
+        it and its EDS names. ``labels``: the node's LABELS metadata; ``service_cluster``: its
+        ``node.cluster``."""
+        metadata = {"LABELS": dict(labels)} if labels is not None else None
+        proxy = build_proxy(node, metadata, service_cluster=service_cluster)
         conn: DeltaConnection = Connection("c", proxy, DeltaSession(counter_nonces(), None), self.source)
         self.connections.append(conn)
 

@@ -335,9 +335,9 @@ def test_a_proxys_traits_are_made_once_across_the_snapshots_that_push_it(monkeyp
     made: list[str] = []
     make = state.traits
 
-    def counting(proxy: Proxy, read_labels: bool, own_ip_read: bool, keys: frozenset[str]) -> object:
+    def counting(proxy: Proxy, read_labels: bool, own_ip_read: bool, keys: frozenset[str], by_provider: bool) -> object:
         made.append(proxy.id)
-        return make(proxy, read_labels, own_ip_read, keys)
+        return make(proxy, read_labels, own_ip_read, keys, by_provider)
 
     monkeypatch.setattr(state, "traits", counting)
     mesh = Mesh()

@@ -101,7 +101,10 @@ def test_the_webhook_refuses_a_bad_telemetry_and_admits_a_good_one(
 
 
 def test_what_is_not_applied_is_warned_by_field() -> None:
-    spec = {"metrics": [{"providers": [{"name": "prometheus"}]}], "tracing": [{"randomSamplingPercentage": 10}]}
+    spec = {
+        "metrics": [{"providers": [{"name": "prometheus"}]}],
+        "tracing": [{"randomSamplingPercentage": 10}, {"disableContextPropagation": True}],
+    }
     [obj] = load_documents(telemetry(spec), "t.yaml").objects
     warnings = istio_warnings(obj.spec)
-    assert [w.split(":")[0] for w in warnings] == ["tracing", "metrics"]
+    assert [w.split(":")[0] for w in warnings] == ["tracing[1].disableContextPropagation", "metrics"]

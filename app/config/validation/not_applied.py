@@ -30,8 +30,9 @@ NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
     tpb.Telemetry.DESCRIPTOR.full_name: {
         # istiod's stats filter (istio.stats) is Istio-proxy-only: pilotfish builds none
         "metrics": "no Istio stats filter: an upstream Envoy has none",
-        "tracing": "tracing follows the mesh config",
     },
+    # the Envoy API the data-plane-api Python package pins has no Tracing.no_context_propagation
+    tpb.Tracing.DESCRIPTOR.full_name: {"disable_context_propagation": "trace context is propagated"},
 }
 
 

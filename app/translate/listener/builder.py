@@ -100,7 +100,9 @@ class _Builder:
         services = {h: s.obj for h, s, _ in add.reads if s.obj is not None}
         rules = {h: r.obj for h, _, r in add.reads if r.obj is not None}
         context = self.context
-        return OutboundContext(self.proxy, context.mesh.obj, services, rules, context.logs, context.allocated)
+        return OutboundContext(
+            self.proxy, context.mesh.obj, services, rules, context.logs, context.allocated, context.tracing
+        )
 
     def build(self, adds: Sequence[PortAdd | str]) -> listener_pb2.Listener:
         entry: _Entry | None = None
@@ -190,7 +192,7 @@ class _Builder:
         stat_prefix = delimited_stat_prefix(f"outbound_{name}")
         default: lc.FilterChain | None = None
         for opts in entry.chains:
-            chain = build_filter_chain(opts, stat_prefix, mesh, self.proxy, self.context.logs)
+            chain = build_filter_chain(opts, stat_prefix, mesh, self.proxy, self.context.logs, self.context.tracing)
             chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
             match = opts.filter_chain_match()
             if match is None:

@@ -42,7 +42,7 @@ from app.model.proxy import Proxy
 from app.model.service import Protocol
 from app.translate.cluster.tls import TLS_SOCKET
 from app.translate.listener.access_log import Logs, access_logs
-from app.translate.listener.tracing import hcm_tracing
+from app.translate.listener.tracing import TraceChoice, hcm_tracing, request_id_for_sampling
 from app.translate.route.builder import CORS_FILTER as CORS
 from app.translate.route.builder import FAULT_FILTER as FAULT
 
@@ -195,9 +195,10 @@ class HttpOptions:
 
 
 def build_http_connection_manager(
-    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs
+    opts: HttpOptions, stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs, tracing: TraceChoice
 ) -> hcm_pb2.HttpConnectionManager:
-    """``logs``: what the listener's class logs (access_log.access_logs)."""
+    """``logs``: what the listener's class logs (access_log.access_logs); ``tracing``: what it
+    traces with (tracing.resolve_tracing)."""
     out = hcm_pb2.HttpConnectionManager()
     out.CopyFrom(opts.base)
     out.codec_type = hcm_pb2.HttpConnectionManager.AUTO
@@ -218,12 +219,12 @@ def build_http_connection_manager(
     out.http_filters.extend(opts.authz)
     out.http_filters.extend(_http_filters(opts.protocol))
     uuid = uuid_pb2.UuidRequestIdConfig()
-    uuid.use_request_id_for_trace_sampling.value = True
+    uuid.use_request_id_for_trace_sampling.value = request_id_for_sampling(tracing)
     out.request_id_extension.typed_config.CopyFrom(pack(uuid))
     out.proxy_100_continue = True  # PILOT_ENABLE_100_CONTINUE_HEADERS default
-    tracing = hcm_tracing(mesh, proxy)
-    if tracing is not None:
-        out.tracing.CopyFrom(tracing)
+    traced = hcm_tracing(mesh, proxy, tracing)
+    if traced is not None:
+        out.tracing.CopyFrom(traced)
     return out
 
 
@@ -345,7 +346,7 @@ def cidr_range(text: str) -> address_pb2.CidrRange | None:
 
 
 def build_filter_chain(
-    opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs
+    opts: ChainOpts, default_stat_prefix: str, mesh: MeshConfig, proxy: Proxy, logs: Logs, tracing: TraceChoice
 ) -> lc.FilterChain:
     """The chain without its match: callers decide between filter_chains and default_filter_chain."""
     chain = lc.FilterChain(name=opts.name)
@@ -357,6 +358,6 @@ def build_filter_chain(
     chain.filters.extend(opts.network_filters)
     if opts.http is not None:
         stat_prefix = opts.http.stat_prefix or default_stat_prefix
-        manager = build_http_connection_manager(opts.http, stat_prefix, mesh, proxy, logs)
+        manager = build_http_connection_manager(opts.http, stat_prefix, mesh, proxy, logs, tracing)
         chain.filters.append(lc.Filter(name=HCM, typed_config=pack(manager)))
     return chain

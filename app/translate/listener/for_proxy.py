@@ -33,6 +33,7 @@ from app.translate.listener.inbound import InboundListenerInputs, build_inbound_
 from app.translate.listener.inputs import ListenerContext, ScopeListenerInputs, VirtualOutboundInputs
 from app.translate.listener.plan import plan_outbound_listeners
 from app.translate.listener.tcp import OutboundContext
+from app.translate.listener.tracing import TraceChoice, resolve_tracing
 from app.translate.view import ProxyDestinationRules, PushContextView, SidecarScopeView, proxy_service_targets
 
 
@@ -44,8 +45,9 @@ def scope_listener_inputs(proxy: Proxy, push: PushContextView, scope: SidecarSco
         return []
     ctx = _context(proxy, push, scope)
     egress = egress_proxy_cluster(scope.sidecar)
-    logs = ctx.logs
-    context = ListenerContext.of(proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated, logs)
+    context = ListenerContext.of(
+        proxy, push.mesh, scope.outbound_traffic_policy, egress, ctx.allocated, ctx.logs, ctx.tracing
+    )
     endpoints = push.endpoints
     inputs: list[ScopeListenerInputs] = []
     inputs.extend(
@@ -91,6 +93,7 @@ def inbound_listener_inputs(
         ingress,
         _logs(proxy, push, SERVER),
         _custom(push, authz),
+        _tracing(proxy, push, SERVER),
     )
 
 
@@ -150,11 +153,18 @@ def _context(proxy: Proxy, push: PushContextView, scope: SidecarScopeView) -> Ou
     # rules are looked up on demand: only TCP chains read them
     rules = ProxyDestinationRules(proxy, scope)
     allocated = consumes_allocated(proxy, push.features)
-    # outbound and gateway listeners log as istiod's CLIENT mode (workloadMode)
-    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, _logs(proxy, push, CLIENT), allocated)
+    # outbound and gateway listeners log and trace as istiod's CLIENT mode (workloadMode)
+    logs, tracing = _logs(proxy, push, CLIENT), _tracing(proxy, push, CLIENT)
+    return OutboundContext(proxy, push.mesh, scope.services_by_host, rules, logs, allocated, tracing)
 
 
 def _logs(proxy: Proxy, push: PushContextView, mode: int) -> Logs:
     """What the proxy's listeners of ``mode`` log to: its Telemetry selection, resolved."""
     selection = push.telemetries.access_logging(proxy.namespace, proxy.labels, mode)
     return resolve_logs(push.mesh, selection, push.service_index.by_hostname)
+
+
+def _tracing(proxy: Proxy, push: PushContextView, mode: int) -> TraceChoice:
+    """What the proxy's listeners of ``mode`` trace with: its Telemetry spec, resolved."""
+    spec = push.telemetries.tracing(proxy.namespace, proxy.labels, mode)
+    return resolve_tracing(push.mesh, spec, push.service_index.by_hostname, proxy)

@@ -204,7 +204,7 @@ def _listener(
         out.listener_filters.append(tls_inspector_filter())
     stat_prefix = delimited_stat_prefix(f"outbound_{name}")
     for opts in chains:
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy, ctx.logs)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy, ctx.logs, ctx.tracing)
         chain.transport_socket_connect_timeout.CopyFrom(transport_socket_connect_timeout())
         match = opts.filter_chain_match()
         if match is not None:

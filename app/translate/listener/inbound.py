@@ -71,6 +71,7 @@ from app.translate.listener.filters import (
 from app.translate.listener.jwt import jwt_authn_filters
 from app.translate.listener.tcp import OutboundContext
 from app.translate.listener.tls import gateway_tls_context, inbound_mtls_context
+from app.translate.listener.tracing import LEGACY, TraceChoice
 from app.translate.metadata import config_metadata
 
 VIRTUAL_INBOUND = "virtualInbound"
@@ -262,12 +263,14 @@ class InboundListenerInputs:
     ingress: SidecarIngress | None
     logs: Logs  # what its inbound listeners log (the SERVER mode's selection)
     custom: CustomAuthz = NO_CUSTOM
+    tracing: TraceChoice = LEGACY  # what its inbound listeners trace with (the SERVER mode's)
 
 
 def build_inbound_listeners(inputs: InboundListenerInputs) -> list[listener_pb2.Listener]:
     """``virtualInbound`` (for a proxy that captures) and the inbound listeners that bind their
     own port."""
-    ctx = OutboundContext(inputs.proxy, inputs.mesh, {}, {}, inputs.logs)  # no outbound service read
+    # no outbound service read
+    ctx = OutboundContext(inputs.proxy, inputs.mesh, {}, {}, inputs.logs, tracing=inputs.tracing)
     targets, authn, authz, jwt, ingress = inputs.targets, inputs.authn, inputs.authz, inputs.jwt, inputs.ingress
     rbac = _Rbac(
         (*custom_http_filters(inputs.custom), *jwt_authn_filters(jwt), *rbac_http_filters(authz)),
@@ -376,7 +379,7 @@ def _chains(ctx: OutboundContext, cc: _ChainConfig, rbac: _Rbac) -> list[lc.Filt
             network_filters=() if m.http else tcp,
             name=cc.name(m.http),
         )
-        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy, ctx.logs)
+        chain = build_filter_chain(opts, stat_prefix, ctx.mesh, ctx.proxy, ctx.logs, ctx.tracing)
         match = chain.filter_chain_match
         match.transport_protocol = m.transport
         match.application_protocols.extend(m.alpns)

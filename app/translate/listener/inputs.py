@@ -19,6 +19,7 @@ from app.model.service import Service, ServicePort
 from app.model.virtual_service import ResolvedVirtualService
 from app.translate.listener.access_log import Logs
 from app.translate.listener.tcp import TCP_PROTOCOLS
+from app.translate.listener.tracing import TraceChoice
 
 
 class ListenerKind(enum.Enum):
@@ -43,7 +44,7 @@ class ListenerContext(NamedTuple):
     """What every scope-wide listener of a sidecar reads besides the service ports offered to it:
     the mesh config, where unknown traffic goes, the proxy's addresses, namespace, labels,
     cluster and mesh (binding, ``sourceLabels`` matches, tracing tags) and the access logs its
-    Telemetry selects."""
+    Telemetry selects, and what they trace with."""
 
     mesh: Ident[MeshConfig]
     outbound_policy: str
@@ -56,10 +57,17 @@ class ListenerContext(NamedTuple):
     interception_mode: str
     allocated: bool  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
     logs: Logs  # what the outbound listeners log (the CLIENT mode's selection)
+    tracing: TraceChoice  # what they trace with (the CLIENT mode's)
 
     @staticmethod
     def of(
-        proxy: Proxy, mesh: MeshConfig, outbound_policy: str, egress: str, allocated: bool, logs: Logs
+        proxy: Proxy,
+        mesh: MeshConfig,
+        outbound_policy: str,
+        egress: str,
+        allocated: bool,
+        logs: Logs,
+        tracing: TraceChoice,
     ) -> ListenerContext:
         return ListenerContext(
             Ident(mesh),
@@ -73,6 +81,7 @@ class ListenerContext(NamedTuple):
             proxy.interception_mode,
             allocated,
             logs,
+            tracing,
         )
 
     def proxy(self) -> Proxy:

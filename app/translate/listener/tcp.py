@@ -30,6 +30,7 @@ from app.translate.listener.filters import (
     tcp_filter_stack,
     tcp_proxy_filter,
 )
+from app.translate.listener.tracing import LEGACY, TraceChoice
 from app.translate.metadata import config_metadata
 
 UNSPECIFIED_V4 = "0.0.0.0"
@@ -42,7 +43,7 @@ TCP_PROTOCOLS = (Protocol.TCP, Protocol.HTTPS, Protocol.TLS, Protocol.MONGO, Pro
 class OutboundContext:
     """What the outbound builders read about one proxy: its identity, the mesh, the services it
     sees by hostname and the DestinationRule that applies to each (from its SidecarScope), and
-    the access logs of the listeners being built."""
+    the access logs and tracing of the listeners being built."""
 
     proxy: Proxy
     mesh: MeshConfig
@@ -50,6 +51,7 @@ class OutboundContext:
     rules: Mapping[str, net.DestinationRule]
     logs: Logs  # what the listener's class logs (app/model/telemetry.py)
     allocated: bool = False  # the proxy uses auto-allocated addresses (app/translate/allocated.py)
+    tracing: TraceChoice = LEGACY  # what the listener's class traces with
 
     @property
     def ipv6_only(self) -> bool:

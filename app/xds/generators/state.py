@@ -32,8 +32,9 @@ P = TypeVar("P")
 # gateway's carry them; rds.go's skip list holds them too) and what only injection reads
 WORKLOAD_ONLY_KINDS = frozenset({Kind.AUTHORIZATION_POLICY, Kind.REQUEST_AUTHENTICATION, Kind.PROXY_CONFIG})
 # what a proxy's traits are made of besides the proxy: whether its labels and its own IP are
-# read, and the label keys its namespace's selecting Telemetries read
-_TraitsOf = tuple[bool, bool, frozenset[str]]
+# read, the label keys its namespace's selecting Telemetries read, and whether a tracing
+# provider may read its node
+_TraitsOf = tuple[bool, bool, frozenset[str], bool]
 _TraitsMemo = dict[Ident[Proxy], dict[_TraitsOf, tuple[Traits, tuple[Hashable, Hashable]]]]
 
 
@@ -195,8 +196,12 @@ class SnapshotState:
                 scope.egress_listeners, proxy.interception_mode, lambda s: endpoints(s.hostname, s.namespace)
             )
         own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
-        keys = push.telemetries.selector_keys(proxy.namespace)
-        found_traits, traits_key = self._traits(Ident(proxy), (labels_read(scope, push.mesh), own_ip_read, keys))
+        telemetries = push.telemetries
+        keys = telemetries.selector_keys(proxy.namespace)
+        by_provider = telemetries.traces_by_provider(proxy.namespace)
+        found_traits, traits_key = self._traits(
+            Ident(proxy), (labels_read(scope, push.mesh), own_ip_read, keys, by_provider)
+        )
         key = (Ident(scope), *traits_key)
         found = self.classes.get(key)
         if found is None:

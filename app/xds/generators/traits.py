@@ -4,7 +4,8 @@ the builders get, so a key cannot miss a proxy input.
 
 Labels are a trait only for scopes whose config reads them (workloadSelector DestinationRules,
 sourceLabels, locality failoverPriority), else only those tracing tags and the selectors of the
-namespace's access-logging Telemetries read; the first IP only for a proxy at an address the
+namespace's access-logging and tracing Telemetries read; the Istio version and node cluster only
+where a tracing provider may read them; the first IP only for a proxy at an address the
 scope's outbound listeners bind one listener per endpoint to (it gets no listener for itself).
 """
 
@@ -49,6 +50,7 @@ def proxy_key(p: Proxy) -> tuple[Hashable, ...]:
         p.mesh_id,
         p.network,
         p.istio_version,
+        p.service_cluster,
         p.interception_mode,
         p.locality,
         p.dns_capture,
@@ -69,10 +71,16 @@ class Traits:
 
 
 def traits(
-    proxy: Proxy, read_labels: bool, own_ip_read: bool = False, selector_keys: frozenset[str] = frozenset()
+    proxy: Proxy,
+    read_labels: bool,
+    own_ip_read: bool = False,
+    selector_keys: frozenset[str] = frozenset(),
+    traces_by_provider: bool = False,
 ) -> Traits:
     """``selector_keys``: the label keys the Telemetries selecting in the proxy's namespace match
-    on (Telemetries.selector_keys): the outbound listeners' access logs read those labels."""
+    on (Telemetries.selector_keys): the outbound listeners' access logs and tracing read those
+    labels. ``traces_by_provider``: the proxy's listeners may trace through an extension
+    provider (Telemetries.traces_by_provider), whose config reads its node's cluster and version."""
     labels = proxy.labels if read_labels else EMPTY_LABELS
     outbound = Proxy(
         type=proxy.type, id="", ip_addresses=family_ips(proxy.ip_addresses), namespace="", dns_domain="", cluster_id=""
@@ -100,7 +108,10 @@ def traits(
         interception_mode=proxy.interception_mode,
         dns_capture=proxy.dns_capture,  # with allocation on: listeners bind allocated addresses
         dns_auto_allocate=proxy.dns_auto_allocate,
-    )  # no ISTIO_VERSION: only virtualInbound reads it, built per proxy
+        # else no ISTIO_VERSION: only virtualInbound reads it, built per proxy
+        istio_version=proxy.istio_version if traces_by_provider else "",
+        service_cluster=proxy.service_cluster if traces_by_provider else "",
+    )
     return Traits(scope_proxy, outbound, located)
 
 
