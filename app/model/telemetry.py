@@ -90,9 +90,7 @@ class Telemetries:
         found = {ns: tuple(specs) for ns, specs in by_namespace.items()}
         defaults = mesh.default_providers
         providers = tuple(p.name for p in mesh.extension_providers)
-        return cls(
-            mesh.root_namespace, tuple(defaults.access_logging), found, tuple(defaults.tracing), providers
-        )
+        return cls(mesh.root_namespace, tuple(defaults.access_logging), found, tuple(defaults.tracing), providers)
 
     def selector_keys(self, namespace: str) -> frozenset[str]:
         """The label keys the access logging and tracing of a proxy in ``namespace`` read:
