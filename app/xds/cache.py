@@ -8,7 +8,9 @@ and the key keeps it alive so the identity cannot be reused while the entry exis
 
 Entries also record the config keys they were built from (``Dep``). ``invalidate`` drops every
 entry that depends on a changed key, so stale entries die with their config and memory stays
-bounded by what the mesh holds now, not by its history.
+bounded by what the mesh holds now, not by its history. Keys many entries record together (the
+objects merged into one DestinationRule) are one ``DepGroup``: an entry records the group, the
+cache its members once, so recording costs per entry what the group is, not what it holds.
 
 Assertion mode (``PILOTFISH_CACHE_ASSERT=1``) rebuilds on every hit from the full, unnarrowed
 inputs and raises ``CacheAssertionError`` when the bytes differ: a key that misses an input
@@ -17,7 +19,7 @@ fails loudly instead of serving another proxy's config. Pure: no I/O, no asyncio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import fields, is_dataclass
 from typing import TypeVar
 
@@ -29,7 +31,20 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 # what an entry was built from: a config object's key, or ("endpoints", hostname, namespace)
-Dep = ConfigKey | tuple[str, str, str]
+Key = ConfigKey | tuple[str, str, str]
+# keys recorded as one: changed when any of them is (800 DestinationRules of one host made every
+# cluster and assignment of the host record 800 keys, 1 s for one proxy's EDS)
+DepGroup = frozenset[Key]
+Dep = Key | DepGroup
+
+
+def expand(deps: Iterable[Dep]) -> Iterator[Key]:
+    """The keys ``deps`` name, groups opened."""
+    for dep in deps:
+        if isinstance(dep, frozenset):
+            yield from dep
+        else:
+            yield dep
 
 
 class CacheAssertionError(PilotfishError):
@@ -54,6 +69,7 @@ class ResourceCache:
         self.verify = verify
         self._entries: dict[Hashable, tuple[object, frozenset[Dep]]] = {}
         self._by_dep: dict[Dep, set[Hashable]] = {}
+        self._groups: dict[Key, set[DepGroup]] = {}  # a key -> the recorded groups holding it
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -76,7 +92,13 @@ class ResourceCache:
             dep_set = frozenset(deps)
             self._entries[key] = (value, dep_set)
             for dep in dep_set:
-                self._by_dep.setdefault(dep, set()).add(key)
+                keys = self._by_dep.get(dep)
+                if keys is None:
+                    keys = self._by_dep[dep] = set()
+                    if isinstance(dep, frozenset):
+                        for member in dep:
+                            self._groups.setdefault(member, set()).add(dep)
+                keys.add(key)
             return value
         self.hits += 1
         cached: V = found[0]  # type: ignore[assignment]
@@ -87,21 +109,40 @@ class ResourceCache:
         return cached
 
     def invalidate(self, deps: Iterable[Dep]) -> int:
-        """Drop every entry built from one of ``deps``; returns how many were dropped."""
+        """Drop every entry built from one of ``deps`` (or from a group holding one); returns how
+        many were dropped."""
         dropped = 0
-        for dep in deps:
-            for key in self._by_dep.pop(dep, ()):
+        named = list(deps)
+        for dep in [*named, *{group for key in expand(named) for group in self._groups.get(key, ())}]:
+            keys = self._by_dep.pop(dep, None)
+            if keys is None:
+                continue
+            self._forget(dep)
+            for key in keys:
                 entry = self._entries.pop(key, None)
                 if entry is None:
                     continue
                 dropped += 1
                 for other in entry[1]:
-                    if other != dep and (keys := self._by_dep.get(other)) is not None:
-                        keys.discard(key)
-                        if not keys:
+                    # an equal twin of ``dep`` finds nothing: its set was popped above
+                    if other is not dep and (held := self._by_dep.get(other)) is not None:
+                        held.discard(key)
+                        if not held:
                             del self._by_dep[other]
+                            self._forget(other)
         self.evictions += dropped
         return dropped
+
+    def _forget(self, dep: Dep) -> None:
+        """No entry records ``dep`` any more: a group is no longer found by its members."""
+        if not isinstance(dep, frozenset):
+            return
+        for member in dep:
+            groups = self._groups.get(member)
+            if groups is not None:
+                groups.discard(dep)
+                if not groups:
+                    del self._groups[member]
 
     def copy(self) -> ResourceCache:
         """A cache of its own holding the same entries (counters from zero): a push computed and
@@ -110,12 +151,14 @@ class ResourceCache:
         out = ResourceCache(verify=self.verify)
         out._entries = dict(self._entries)
         out._by_dep = {dep: set(keys) for dep, keys in self._by_dep.items()}
+        out._groups = {key: set(groups) for key, groups in self._groups.items()}
         return out
 
     def clear(self) -> None:
         self.evictions += len(self._entries)
         self._entries.clear()
         self._by_dep.clear()
+        self._groups.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -19,7 +19,7 @@ from app.errors import PilotfishError
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
 from app.model.service import Registry, Service
-from app.xds.cache import Dep
+from app.xds.cache import Dep, expand
 from app.xds.cause import Cause
 from app.xds.generators.source import XdsGenerator
 from app.xds.type_urls import SHORT_NAMES
@@ -91,7 +91,7 @@ def contributors(
     causes: dict[ConfigKey, Cause] = {}
     found_services: dict[tuple[str, str], Service] = {}
     shards: list[tuple[str, str, int]] = []
-    for dep in deps:
+    for dep in expand(deps):
         if isinstance(dep, ConfigKey):
             if dep.kind is Kind.SERVICE:
                 service = services.get((dep.name, dep.namespace))

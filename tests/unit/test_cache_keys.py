@@ -630,6 +630,24 @@ def test_invalidation_drops_only_the_entries_built_from_a_key() -> None:
     assert len(cache) == 1  # x
 
 
+def test_a_group_of_keys_is_recorded_once_and_invalidated_by_any_of_its_members() -> None:
+    cache = ResourceCache()
+    rules = [ConfigKey(Kind.DESTINATION_RULE, "b", f"r{i}") for i in range(3)]
+    merged, alone = frozenset(rules[:2]), frozenset(rules[2:])
+    service = ConfigKey(Kind.SERVICE, "c", CACHE)
+    cache.get("x", lambda: "x", [service, merged])
+    cache.get("y", lambda: "y", [merged])
+    cache.get("z", lambda: "z", [alone])
+    # an equal group made apart (an exported copy of the same merged rule) is the same dependency
+    cache.get("w", lambda: "w", [frozenset(rules[:2])])
+    assert cache.invalidate([rules[1]]) == 3 and len(cache) == 1  # z stays
+    assert cache.invalidate([service]) == 0  # x went with the group
+    # nothing records the group any more: its members no longer lead to it
+    assert cache.invalidate([merged]) == 0
+    assert cache.invalidate([rules[2]]) == 1 and len(cache) == 0
+    assert cache._by_dep == {} and cache._groups == {}
+
+
 # --- DependsOnConfig: which proxies a change pushes ---------------------------------------------
 
 

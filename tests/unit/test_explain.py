@@ -16,7 +16,7 @@ from app.config.objects import ConfigEvent, ConfigKey, EventType
 from app.environment import Environment
 from app.model.proxy import build_proxy
 from app.sources.files import FileSource
-from app.xds.cache import ResourceCache
+from app.xds.cache import ResourceCache, expand
 from app.xds.explain import NotServed, explain_resource
 from app.xds.generators.source import XdsGenerator
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, ROUTE
@@ -111,7 +111,7 @@ def test_on_a_generated_mesh_every_resource_is_explained_by_keys_the_push_filter
                 # a change of any key named would push this proxy (istiod DependsOnConfig)
                 assert not isinstance(dep, ConfigKey) or scope.depends_on(dep), (type_url, name, dep)
     # an outbound cluster's keys are exactly what its cache entry records
-    recorded = {dep for _, deps in generator.cache._entries.values() for dep in deps}
+    recorded = {dep for _, deps in generator.cache._entries.values() for dep in expand(deps)}
     served = {dep for name in clusters if name.startswith("outbound") for dep in generator.deps(CLUSTER, proxy, name)}
     assert served <= recorded
     found = explain(

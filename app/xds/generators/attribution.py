@@ -37,7 +37,7 @@ from app.translate.listener.inputs import LOCK, OutboundListenerInputs, ScopeLis
 from app.translate.route.policy import load_balancer_view
 from app.translate.route.sidecar import SidecarRouteInputs, sidecar_route_inputs
 from app.translate.view import proxy_service_targets
-from app.xds.cache import Dep
+from app.xds.cache import Dep, expand
 from app.xds.generators.keys import rule_deps, service_deps
 from app.xds.generators.listeners import ClassListeners
 from app.xds.generators.routes import ClassRoutes
@@ -103,7 +103,7 @@ def _cluster_deps(proxy: Proxy, push: PushContext, scope: SidecarScope, name: st
     scope, as ``ClusterGenerator._service_clusters`` keys it; anything else is the proxy's own."""
     parsed = parse_cluster_name(name)
     if parsed.direction == "outbound" and (service := scope.services_by_host.get(parsed.hostname)) is not None:
-        return frozenset(service_deps(scope, service))
+        return frozenset(expand(service_deps(scope, service)))
     if parsed.direction == "inbound":
         return _own_deps(proxy, push, scope, parsed.port)
     return frozenset()  # BlackHoleCluster, PassthroughCluster: the mesh config only

@@ -50,7 +50,8 @@ def rule_deps(scope: SidecarScope, hostname: str) -> list[Dep]:
 
 def service_deps(scope: SidecarScope, service: Service) -> list[Dep]:
     """What a service's outbound clusters and assignments are built from, as their cache
-    entries record it: the Service, its endpoint shard and the scope's rules for its host."""
+    entries record it: the Service, its endpoint shard and the scope's rules for its host (each
+    the group of the objects merged into it)."""
     deps: list[Dep] = [ConfigKey(Kind.SERVICE, service.namespace, service.hostname), endpoints_dep(service)]
-    deps.extend(rule_deps(scope, service.hostname))
+    deps.extend(cdr.object_keys for cdr in scope.destination_rules.get(service.hostname, ()))
     return deps
