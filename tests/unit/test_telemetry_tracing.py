@@ -8,6 +8,7 @@ their own listeners; a Telemetry change reaches the listeners."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -278,17 +279,38 @@ def test_node_clusters_split_a_class_and_a_telemetry_change_reaches_the_listener
     second, _ = mesh.connect(tool, listeners=True, service_cluster="tool.bookinfo")
     request = mesh.apply(telemetry("t", "bookinfo", tracing("otel")))
 
-    def names(out: list[Any]) -> set[str]:
-        found = set()
-        for resp in out:
-            if resp.type_url != LISTENER:
-                continue
-            listeners = [listener_pb2.Listener.FromString(r.body.value) for r in resp.resources]
-            for hcm in _hcms(listeners).values():
-                found.add(hcm.get("tracing", {}).get("provider", {}).get("typedConfig", {}).get("serviceName"))
-        return found
+    def names(out: list[Any]) -> set[Any]:
+        return _pushed(
+            out, lambda h: h.get("tracing", {}).get("provider", {}).get("typedConfig", {}).get("serviceName")
+        )
 
     assert names(first.on_push(request)) == {"productpage.bookinfo"}
     assert names(second.on_push(request)) == {"tool.bookinfo"}
     request = mesh.apply(telemetry("t", "bookinfo", tracing(disableSpanReporting=True)))
     assert names(first.on_push(request)) == {None}
+
+
+def test_a_provider_the_mesh_config_adds_later_takes_effect_on_the_next_push() -> None:
+    mesh = Mesh()
+    conn, _ = mesh.connect(listeners=True)
+    request = mesh.apply(telemetry("t", "bookinfo", tracing("later")))
+    assert _pushed_tracers(conn.on_push(request)) == {"-"}  # named, not defined: no tracing
+    provider = "- {name: later, zipkin: {service: reviews.bookinfo.svc.cluster.local, port: 9080}}\n"
+    request = mesh.apply(mesh_config_map("extensionProviders:\n" + provider))
+    assert _pushed_tracers(conn.on_push(request)) == {"envoy.tracers.zipkin"}
+
+
+def _pushed_tracers(out: list[Any]) -> set[Any]:
+    """The tracer of each HTTP connection manager the push's listeners carry ("-": none)."""
+    return _pushed(out, lambda h: h.get("tracing", {}).get("provider", {}).get("name", "-"))
+
+
+def _pushed(out: list[Any], read: Callable[[dict[str, Any]], Any]) -> set[Any]:
+    """What ``read`` finds in each HTTP connection manager of the pushed listeners."""
+    listeners = [
+        listener_pb2.Listener.FromString(r.body.value)
+        for resp in out
+        if resp.type_url == LISTENER
+        for r in resp.resources
+    ]
+    return {read(hcm) for hcm in _hcms(listeners).values()}
