@@ -796,6 +796,12 @@ spec:
   - port: {{number: 10443, name: tls-cred, protocol: TLS}}
     hosts: ["*"]
     tls: {{mode: SIMPLE, credentialName: db-cert}}
+  - port: {{number: 11443, name: https-cred-mutual, protocol: HTTPS}}
+    hosts: ["c.example.com"]
+    tls: {{mode: MUTUAL, credentialName: web-cert}}
+  - port: {{number: 12443, name: https-own-ca, protocol: HTTPS}}
+    hosts: ["o.example.com"]
+    tls: {{mode: OPTIONAL_MUTUAL, credentialName: web-cert, caCertCredentialName: partners-cacert}}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -825,3 +831,8 @@ spec:
     [secret] = cred.tls_certificate_sds_secret_configs
     assert secret.name == "kubernetes://db-cert" and secret.sds_config.HasField("ads")
     assert tcp_proxy(cred_chain).cluster == f"outbound|5432||{DB}"
+    # a credential's clients are verified against its own CA, or the one caCertCredentialName names
+    for port, ca in ((11443, "kubernetes://web-cert-cacert"), (12443, "kubernetes://partners-cacert")):
+        common = tls_context(listeners[f"0.0.0.0_{port}"].filter_chains[0]).common_tls_context
+        assert [s.name for s in common.tls_certificate_sds_secret_configs] == ["kubernetes://web-cert"]
+        assert common.combined_validation_context.validation_context_sds_secret_config.name == ca

@@ -24,9 +24,6 @@ NOT_APPLIED: Mapping[str, Mapping[str, str]] = {
     net.LoadBalancerSettings.DESCRIPTOR.full_name: {"zone_aware_lb_setting": "Envoy's zone-aware defaults"},
     # the Envoy API the data-plane-api Python package pins has no RetryBudget.budget_interval
     net.TrafficPolicy.RetryBudget.DESCRIPTOR.full_name: {"budget_interval": "Envoy's default interval"},
-    net.ServerTLSSettings.DESCRIPTOR.full_name: {
-        "ca_cert_credential_name": "the CA certificate comes from credentialName only",
-    },
     tpb.Telemetry.DESCRIPTOR.full_name: {
         # istiod's stats filter (istio.stats) is Istio-proxy-only: pilotfish builds none
         "metrics": "no Istio stats filter: an upstream Envoy has none",

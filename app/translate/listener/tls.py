@@ -165,7 +165,10 @@ def _credential_certs(common: tls_pb2.CommonTlsContext, tls: net.ServerTLSSettin
         default.verify_certificate_spki.extend(tls.verify_certificate_spki)
         default.verify_certificate_hash.extend(tls.verify_certificate_hash)
         _skip_verify(default, tls)
-        combined.validation_context_sds_secret_config.CopyFrom(credential_sds_secret_config(names[0] + SDS_CA_SUFFIX))
+        # the first credential's CA, unless caCertCredentialName names one (istiod
+        # ApplyCredentialSDSToServerCommonTLSContext)
+        ca = tls.ca_cert_credential_name or names[0] + SDS_CA_SUFFIX
+        combined.validation_context_sds_secret_config.CopyFrom(credential_sds_secret_config(ca))
     elif len(tls.subject_alt_names) > 0:
         common.validation_context.match_subject_alt_names.extend(exact_matchers(tls.subject_alt_names))
 
