@@ -6,6 +6,8 @@ label sets and buckets are istiod's own (telemetry/pilot.py)."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,24 +58,25 @@ class Histogram:
     name: str
     help: str
     buckets: Sequence[float]
-    series: dict[Labels, tuple[list[int], list[float]]] = field(default_factory=dict)  # counts, [sum]
+    # per label set: how many values fell in each bucket alone (the last: above every bound),
+    # and [sum]; made cumulative when rendered, so an observation is one search, not one step
+    # per bucket (four observations per proxy in every push)
+    series: dict[Labels, tuple[list[int], list[float]]] = field(default_factory=dict)
 
     def observe(self, value: float, **labels: str) -> None:
         key = tuple(sorted(labels.items()))
         counts, total = self.series.setdefault(key, ([0] * (len(self.buckets) + 1), [0.0]))
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                counts[i] += 1
-        counts[-1] += 1  # +Inf
+        counts[bisect.bisect_left(self.buckets, value)] += 1  # the first bound >= value ("le")
         total[0] += value
 
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
         for key, (counts, total) in sorted(self.series.items()):
-            for bound, count in zip((*self.buckets, math.inf), counts, strict=True):
+            cumulative = list(itertools.accumulate(counts))
+            for bound, count in zip((*self.buckets, math.inf), cumulative, strict=True):
                 lines.append(f"{self.name}_bucket{_labels(key, (('le', _number(bound)),))} {count}")
             lines.append(f"{self.name}_sum{_labels(key)} {_number(total[0])}")
-            lines.append(f"{self.name}_count{_labels(key)} {counts[-1]}")
+            lines.append(f"{self.name}_count{_labels(key)} {cumulative[-1]}")
         return lines
 
 

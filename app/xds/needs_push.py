@@ -126,7 +126,7 @@ def types_to_push(proxy: Proxy, req: PushRequest, watched: Iterable[str]) -> lis
 
 def own_targets_changed(proxy: Proxy, req: PushRequest) -> bool:
     """Whether the request changed the service targets of the proxy's own addresses."""
-    return any(ip in req.proxy_ips for ip in proxy.ip_addresses)
+    return bool(req.proxy_ips) and not req.proxy_ips.isdisjoint(proxy.ip_addresses)
 
 
 def proxy_needs_push(proxy: Proxy, req: PushRequest, previous: SidecarScope | None, scope: SidecarScope) -> bool:
