@@ -18,7 +18,7 @@ merges into a ``TracingSpec`` per mode, a value too.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Self
 
 from app.api.istio.telemetry.v1alpha1 import telemetry_pb2 as tpb
@@ -81,6 +81,9 @@ class Telemetries:
     by_namespace: Mapping[str, tuple[tpb.Telemetry, ...]]
     default_tracing: tuple[str, ...] = ()  # defaultProviders.tracing
     providers: tuple[str, ...] = ()  # the mesh config's extension provider names, in order
+    # what a proxy's class reads of its namespace (``reads``), by namespace: every proxy of a
+    # snapshot asks once
+    _reads: dict[str, tuple[frozenset[str], bool]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, objects: Iterable[ConfigObject], mesh: MeshConfig) -> Self:
@@ -92,23 +95,23 @@ class Telemetries:
         providers = tuple(p.name for p in mesh.extension_providers)
         return cls(mesh.root_namespace, tuple(defaults.access_logging), found, tuple(defaults.tracing), providers)
 
-    def selector_keys(self, namespace: str) -> frozenset[str]:
-        """The label keys the access logging and tracing of a proxy in ``namespace`` read:
-        those its namespace's selecting Telemetries with either match on."""
-        return frozenset(
-            key
-            for spec in self.by_namespace.get(namespace, ())
-            if (spec.access_logging or spec.tracing) and not _has_targets(spec)
-            for key in spec.selector.match_labels
-        )
-
-    def traces_by_provider(self, namespace: str) -> bool:
-        """Whether a proxy in ``namespace`` may trace through an extension provider, whose
-        config reads its node (the service cluster, the Istio version): a default tracing
-        provider, or a Telemetry of the root namespace or ``namespace`` with tracing."""
-        if self.default_tracing:
-            return True
-        return any(spec.tracing for ns in (self.root_namespace, namespace) for spec in self.by_namespace.get(ns, ()))
+    def reads(self, namespace: str) -> tuple[frozenset[str], bool]:
+        """What the access logging and tracing of a proxy in ``namespace`` read of it: the label
+        keys its namespace's selecting Telemetries with either match on, and whether it may trace
+        through an extension provider, whose config reads its node (the service cluster, the
+        Istio version): a default tracing provider, or a Telemetry of the root namespace or
+        ``namespace`` with tracing."""
+        found = self._reads.get(namespace)
+        if found is None:
+            keys = frozenset(
+                key
+                for spec in self.by_namespace.get(namespace, ())
+                if (spec.access_logging or spec.tracing) and not _has_targets(spec)
+                for key in spec.selector.match_labels
+            )
+            specs = (spec for ns in (self.root_namespace, namespace) for spec in self.by_namespace.get(ns, ()))
+            found = self._reads[namespace] = (keys, bool(self.default_tracing) or any(s.tracing for s in specs))
+        return found
 
     def tracing(self, namespace: str, labels: Mapping[str, str], mode: int) -> TracingSpec | None:
         """istiod Telemetries.Tracing for a proxy's listeners of ``mode``: None when no

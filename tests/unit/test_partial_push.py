@@ -5,6 +5,8 @@ updates narrow the xDS types they affect; class sets patched across snapshots eq
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
@@ -13,6 +15,7 @@ from app.config.loader import load_documents
 from app.config.objects import ConfigKey, Kind
 from app.model.proxy import Proxy, build_proxy
 from app.xds.connection import Connection
+from app.xds.generators.endpoints import EndpointGenerator
 from app.xds.needs_push import update_types
 from app.xds.push_request import PushRequest
 from app.xds.sotw import SotwSession
@@ -115,6 +118,26 @@ def test_a_second_proxy_of_the_class_gets_the_same_partial_answer() -> None:
     assert [(r.type_url, [x.name for x in r.resources]) for r in a] == [
         (r.type_url, [x.name for x in r.resources]) for r in b
     ]
+
+
+def test_an_endpoint_change_is_worked_out_once_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    changes = EndpointGenerator._changes
+
+    def counting(self: EndpointGenerator, state: Any, proxy: Proxy, *rest: Any) -> Any:
+        calls.append(proxy.id)
+        return changes(self, state, proxy, *rest)
+
+    monkeypatch.setattr(EndpointGenerator, "_changes", counting)
+    mesh = Mesh()
+    first, _ = mesh.connect()
+    second, _ = mesh.connect(NODE.replace("productpage-v1-0", "productpage-v1-1"))
+    request = mesh.apply(REVIEWS_SLICE)
+    a, b = first.on_push(request), second.on_push(request)
+    assert calls == ["productpage-v1-0.bookinfo"]
+    assert [[x.name for x in r.resources] for r in a] == [[x.name for x in r.resources] for r in b] != [[]]
+    # the next push works it out again
+    assert first.on_push(mesh.apply(REVIEWS_SLICE.replace("10.1.0.31", "10.1.0.32"))) and len(calls) == 2
 
 
 def test_class_sets_patched_over_several_snapshots_equal_fresh_builds() -> None:

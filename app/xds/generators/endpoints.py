@@ -6,6 +6,7 @@ only hosts answers with the assignments of the watched clusters of those hosts."
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -51,6 +52,16 @@ class _Unnamed:
     built on the event loop, 16 s; built once, each name is a prefix to the same bytes)."""
 
     by_inputs: dict[Hashable, bytes] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _ClassChanges:
+    """A class's partial answers to the latest push request, by the previous scope and the
+    watched names: the streams of a class watch the same (shared) name set, so an endpoint
+    added to a service is worked out once per class, not once per proxy."""
+
+    request: PushRequest | None = None
+    found: dict[Hashable, Partial] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -106,21 +117,42 @@ class EndpointGenerator:
         is not about hosts alone, of every watched cluster the proxy still has."""
         if watch.wildcard:
             return None
-        scope = state.proxy_class(proxy).scope
+        cls = state.proxy_class(proxy)
+        if also or not isinstance(watch.names, frozenset):
+            return self._changes(state, proxy, cls.scope, watch.names, request, previous, also)
+        memo = cls.part(_ClassChanges, _ClassChanges)
+        if memo.request is not request:
+            memo.request, memo.found = request, {}
+        key = (None if previous is None else Ident(previous), watch.names)
+        found = memo.found.get(key)
+        if found is None:
+            found = memo.found[key] = self._changes(state, proxy, cls.scope, watch.names, request, previous, also)
+        return found
+
+    def _changes(
+        self,
+        state: SnapshotState,
+        proxy: Proxy,
+        scope: SidecarScope,
+        watched: AbstractSet[str],
+        request: PushRequest,
+        previous: SidecarScope | None,
+        also: Collection[str],
+    ) -> Partial:
         key = (Ident(request), Ident(scope), None if previous is None else Ident(previous))
         memo = state.part(_ChangedHosts, _ChangedHosts).found
         if key not in memo:
             memo[key] = changed_hosts(request, (scope, previous))
         hosts = memo[key]
-        names = {n for n in also if n in watch.names}
+        names = {n for n in also if n in watched}
         if hosts is None:
             # any assignment may differ: those of the clusters the proxy has now. A watched name
             # whose cluster left the scope is not answered (istiod skips EDS on a Sidecar
             # change): its CDS removal makes Envoy drop the assignment and unsubscribe.
-            names.update(self.clusters.eds_set(state, proxy).intersection(watch.names))
+            names.update(self.clusters.eds_set(state, proxy).intersection(watched))
         else:
             eds_by_host = self.clusters.class_clusters(state, proxy).eds_by_host
-            names.update(n for h in hosts for n in eds_by_host.get(h, ()) if n in watch.names)
+            names.update(n for h in hosts for n in eds_by_host.get(h, ()) if n in watched)
         ordered = sorted(names)
         return Partial(self.assignments(state, proxy, ordered), frozenset(ordered))
 

@@ -196,9 +196,7 @@ class SnapshotState:
                 scope.egress_listeners, proxy.interception_mode, lambda s: endpoints(s.hostname, s.namespace)
             )
         own_ip_read = bool(proxy.ip_addresses) and proxy.ip_addresses[0] in addresses
-        telemetries = push.telemetries
-        keys = telemetries.selector_keys(proxy.namespace)
-        by_provider = telemetries.traces_by_provider(proxy.namespace)
+        keys, by_provider = push.telemetries.reads(proxy.namespace)
         found_traits, traits_key = self._traits(
             Ident(proxy), (labels_read(scope, push.mesh), own_ip_read, keys, by_provider)
         )

@@ -78,9 +78,9 @@ def traits(
     traces_by_provider: bool = False,
 ) -> Traits:
     """``selector_keys``: the label keys the Telemetries selecting in the proxy's namespace match
-    on (Telemetries.selector_keys): the outbound listeners' access logs and tracing read those
+    on (Telemetries.reads): the outbound listeners' access logs and tracing read those
     labels. ``traces_by_provider``: the proxy's listeners may trace through an extension
-    provider (Telemetries.traces_by_provider), whose config reads its node's cluster and version."""
+    provider (Telemetries.reads), whose config reads its node's cluster and version."""
     labels = proxy.labels if read_labels else EMPTY_LABELS
     outbound = Proxy(
         type=proxy.type, id="", ip_addresses=family_ips(proxy.ip_addresses), namespace="", dns_domain="", cluster_id=""
