@@ -37,7 +37,7 @@ from app.config.yaml_documents import (
     yaml_documents,
     yaml_error_text,
 )
-from app.errors import ConfigError, FieldError
+from app.errors import ConfigError, FieldError, shown
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,12 @@ _GROUPS: Mapping[Kind, tuple[str, frozenset[str]]] = {
 }
 # (API group, kind) -> the Kind pilotfish reads
 _KINDS: Mapping[tuple[str, str], Kind] = {(group, str(kind)): kind for kind, (group, _) in _GROUPS.items()}
+# Istio kinds istiod applies and pilotfish does not: a document of one is not read, and says so
+# (silently skipped, a mesh that relies on it would get config without it)
+UNSUPPORTED_KINDS: Mapping[tuple[str, str], str] = {
+    (_NETWORKING, "EnvoyFilter"): "istiod patches the proxies' config with it; pilotfish applies no EnvoyFilter",
+    ("extensions.istio.io", "WasmPlugin"): "istiod adds its Wasm filter; pilotfish applies no WasmPlugin",
+}
 # what istiod's webhook and istioctl validate allow at the top of an Istio object (validFields)
 TOP_LEVEL_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 _CLUSTER_SCOPED = frozenset({Kind.NAMESPACE, Kind.NODE})
@@ -91,6 +97,8 @@ class LoadResult:
     parsed: bool = True
     # documents of kinds pilotfish does not read (Deployments, ...): skipped silently
     ignored: int = 0
+    # of those, the Istio kinds istiod would apply (UNSUPPORTED_KINDS): one line each, to warn
+    unsupported: list[str] = field(default_factory=list)
 
 
 def load_documents(
@@ -247,6 +255,13 @@ def _one_line_errors(result: LoadResult, start: int) -> None:
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
+def _named(doc: Mapping[str, Any]) -> str:
+    """A document's ``namespace/name`` as a message quotes it, whatever its metadata holds."""
+    meta = doc.get("metadata")
+    parts = (meta.get(k) for k in ("namespace", "name")) if isinstance(meta, Mapping) else ()
+    return shown("/".join(str(p) for p in parts if p), 120)
+
+
 def printable(text: str) -> str:
     """``text`` with what would break or hide part of a log line (line breaks, control and
     format characters) written as escapes: a map key or file name may hold anything."""
@@ -273,6 +288,9 @@ def _load_document(
     kind = _KINDS.get((group, kind_text))
     if kind is None:  # not a kind pilotfish reads (a Gateway API Gateway, a Deployment...)
         result.ignored += 1
+        reason = UNSUPPORTED_KINDS.get((group, kind_text))
+        if reason is not None:
+            result.unsupported.append(f"{source}: {kind_text} {_named(doc)}: not applied ({reason})")
         return
     meta_raw = doc.get("metadata")
     if type(meta_raw) is not dict and not isinstance(meta_raw, Mapping):

@@ -362,6 +362,9 @@ class FileSource:
             logger.info("config dir %s is back under %s config files: read again", self._dir, f"{self._max_files:,}")
             self._refused = None
         self._stats = scan.stats
+        for result in scan.results.values():  # Istio kinds istiod would apply, read with their file
+            for line in result.unsupported if result is not None else ():
+                logger.warning("%s", line)
         applied = self._set.apply(scan.results)
         for error in applied.new_errors:
             logger.warning("%s", error)

@@ -154,8 +154,9 @@ def _decide(request: Mapping[str, Any], system_namespace: str) -> tuple[dict[str
     result = load_object(obj, "", system_namespace=system_namespace)
     if result.rejected:
         return _denied(f"configuration is invalid: {result.rejected[0].error}"), INVALID_RESOURCE
-    if not result.objects:
-        return {"allowed": True}, ""  # not a kind pilotfish reads (by API group and kind)
+    if not result.objects:  # not a kind pilotfish reads (by API group and kind)
+        # an Istio kind istiod would apply: admitted (istiod's webhook would), and the user told
+        return {"allowed": True, **({"warnings": result.unsupported} if result.unsupported else {})}, ""
     [read] = result.objects
     unknown = sorted(str(key) for key in obj if key not in TOP_LEVEL_FIELDS) if read.kind in ISTIO_KINDS else []
     if unknown:

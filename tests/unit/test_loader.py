@@ -121,6 +121,22 @@ def test_other_documents_of_the_file_still_load() -> None:
     )
 
 
+def test_istio_kinds_istiod_applies_and_pilotfish_does_not_are_named_not_skipped_silently() -> None:
+    result = load(
+        doc("EnvoyFilter", "configPatches: []", name="lua", api="networking.istio.io/v1alpha3"),
+        doc("WasmPlugin", "url: oci://x", name="auth", api="extensions.istio.io/v1alpha1"),
+        doc("Deployment", "replicas: 1", name="app", api="apps/v1"),
+        doc("DestinationRule", "host: a", name="first"),
+    )
+    assert [o.meta.name for o in result.objects] == ["first"] and result.rejected == []
+    assert result.ignored == 3
+    assert result.unsupported == [
+        "cfg.yaml#0: EnvoyFilter 'ns/lua': not applied (istiod patches the proxies' config with it; "
+        "pilotfish applies no EnvoyFilter)",
+        "cfg.yaml#1: WasmPlugin 'ns/auth': not applied (istiod adds its Wasm filter; pilotfish applies no WasmPlugin)",
+    ]
+
+
 def test_unknown_field_is_reported_with_its_full_path() -> None:
     bad = doc(
         "DestinationRule",

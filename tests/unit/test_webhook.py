@@ -71,6 +71,19 @@ def test_deletes_and_kinds_pilotfish_does_not_read_are_allowed() -> None:
     kind = "WasmPlugin"  # not read: admitted unchecked
     policy = {"apiVersion": "extensions.istio.io/v1alpha1", "kind": kind, "metadata": {"name": "p"}, "spec": 1}
     assert review(admission(policy))["response"]["allowed"] is True
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}}
+    assert review(admission(deployment))["response"] == {"uid": "u-1", "allowed": True}
+
+
+def test_an_istio_kind_pilotfish_does_not_apply_is_admitted_with_a_warning_saying_so() -> None:
+    # istiod applies EnvoyFilters; pilotfish does not, and kubectl prints the warning
+    patch = {"applyTo": "HTTP_FILTER", "patch": {"operation": "INSERT_BEFORE", "value": {"name": "envoy.lua"}}}
+    meta = {"name": "lua", "namespace": "shop"}
+    envoy_filter = {"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter", "metadata": meta}
+    response = review(admission({**envoy_filter, "spec": {"configPatches": [patch]}}))["response"]
+    assert response["allowed"] is True
+    [warning] = response["warnings"]
+    assert "EnvoyFilter 'shop/lua': not applied" in warning and "pilotfish applies no EnvoyFilter" in warning
 
 
 def test_a_review_without_a_request_is_an_error() -> None:
