@@ -21,6 +21,7 @@ import yaml
 
 from tests.e2e.processes import run_pilotfish
 from tests.support.cluster import REPO, ApiError, Cluster, free_port, helm
+from tests.support.peers import peer_binary
 
 
 def chart_webhook(url: str, ca_pem: bytes) -> dict[str, Any]:
@@ -106,3 +107,26 @@ def test_the_api_server_refuses_invalid_istio_config_with_pilotfishs_message(kub
     assert 'admission webhook "rev.validation.istio.io" denied the request' in message, message
     assert "VirtualService" in message and "/lookbehind: field http[0].match[0].uri.regex" in message, message
     assert kube.get("networking.istio.io/v1", "VirtualService", webhook, "lookbehind") is None
+
+
+ENVOY_FILTER = """
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: lua, labels: {istio.io/rev: default}}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match: {context: SIDECAR_INBOUND}
+    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua}}
+"""
+
+
+def test_kubectl_prints_that_an_envoy_filter_is_stored_but_not_applied(kube: Cluster, webhook: str) -> None:
+    """istiod would apply it and pilotfish does not: admitted (as istiod's webhook admits it),
+    and the webhook's warning reaches the user through the API server, as kubectl's "Warning:"."""
+    argv = [str(peer_binary("kubectl")), "--kubeconfig", str(kube.admin_kubeconfig), "apply", "-n", webhook, "-f", "-"]
+    done = subprocess.run(argv, input=ENVOY_FILTER, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Warning:" in done.stderr and "EnvoyFilter" in done.stderr, done.stderr
+    assert "not applied (istiod patches the proxies' config with it; pilotfish applies no EnvoyFilter)" in done.stderr
+    assert kube.get("networking.istio.io/v1alpha3", "EnvoyFilter", webhook, "lua") is not None
