@@ -22,11 +22,10 @@ from app.model.telemetry import CLIENT, SERVER, CustomTag, Telemetries, TracingS
 from app.xds.generators.reference import generate_listeners
 from app.xds.type_urls import LISTENER
 from tests.support.bookinfo_mesh import Mesh
-from tests.support.mesh import kube_pod, kube_service, mesh_config_map, push_context, router_proxy, sidecar_proxy
-from tests.unit.test_telemetry_access_log import telemetry
+from tests.support.mesh import kube_service, mesh_config_map, push_context
+from tests.unit.test_telemetry_access_log import GATEWAY, HCM, ROOT, WEB, telemetry
+from tests.unit.test_telemetry_access_log import SCENE as SHOP
 
-ROOT = "istio-system"
-HCM = "envoy.filters.network.http_connection_manager"
 MESH = """
 extensionProviders:
 - {name: zipkin, zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411, maxTagLength: 64}}
@@ -46,6 +45,7 @@ extensionProviders:
 - {name: lost, zipkin: {service: nowhere.example.com, port: 9411}}
 - {name: logs, envoyFileAccessLog: {path: /dev/stdout}}
 """
+# the access-log tests' shop (web, a gateway) and the collectors the providers name
 SCENE = (
     kube_service("zipkin", "[{name: http, port: 9411}]", namespace=ROOT, cluster_ip="10.96.9.9")
     + kube_service(
@@ -54,21 +54,8 @@ SCENE = (
         namespace="observability",
         cluster_ip="10.96.9.1",
     )
-    + kube_service("web", "[{name: http, port: 80, targetPort: 8080}]", namespace="shop",
-                   cluster_ip="10.96.0.5", selector="app: web")
-    + kube_pod("web-0", "10.1.0.5", "app: web", namespace="shop", container_ports="[{containerPort: 8080}]")
-    + """
----
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: shop}
-spec:
-  selector: {istio: ingressgateway}
-  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*"]}]
-"""
-)  # fmt: skip
-WEB = sidecar_proxy("web-0.shop", "10.1.0.5", {"app": "web"})
-GATEWAY = router_proxy("gw-0.shop", "10.1.0.7", {"istio": "ingressgateway"})
+    + SHOP
+)
 
 
 def tracing(*providers: str, **entry: Any) -> dict[str, Any]:
