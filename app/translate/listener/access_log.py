@@ -33,7 +33,7 @@ from google.protobuf.message import Message
 from app.api.mesh import MeshConfig
 from app.model.service import Service
 from app.model.telemetry import LogProvider, LogSelection
-from app.translate.listener.lookup import lookup_cluster
+from app.translate.listener.lookup import fetch_provider, lookup_cluster
 
 FILE_ACCESS_LOG = "envoy.access_loggers.file"
 HTTP_GRPC_ACCESS_LOG = "envoy.access_loggers.http_grpc"
@@ -109,7 +109,7 @@ def resolve_logs(mesh: MeshConfig, selection: LogSelection, by_hostname: Mapping
     service not found logs nothing)."""
     out = []
     for choice in selection:
-        provider = _fetch(mesh, choice.name)
+        provider = fetch_provider(mesh, choice.name)
         kind = provider.WhichOneof("provider") if provider is not None else None
         if kind == _FILE:
             out.append(LogChoice(choice))
@@ -119,11 +119,6 @@ def resolve_logs(mesh: MeshConfig, selection: LogSelection, by_hostname: Mapping
             if not error:
                 out.append(LogChoice(choice, hostname, cluster))
     return tuple(out)
-
-
-def _fetch(mesh: MeshConfig, name: str) -> _Provider | None:
-    """fetchProvider: the first provider of the name, matched in any case."""
-    return next((p for p in mesh.extension_providers if p.name.lower() == name.lower()), None)
 
 
 def access_logs(mesh: MeshConfig, logs: Logs) -> _Logs:
@@ -168,7 +163,7 @@ def _build_logs(mesh: MeshConfig, logs: Logs, *, listener: bool) -> _Logs:
     # Telemetries.AccessLogging sorts by the providers' own names (stable: ties keep the order)
     found = []
     for choice in logs:
-        provider = _fetch(mesh, choice.provider.name)
+        provider = fetch_provider(mesh, choice.provider.name)
         assert provider is not None  # resolve_logs found it in this mesh config
         found.append((provider, choice))
     found.sort(key=lambda pair: pair[0].name)

@@ -1,11 +1,18 @@
-"""The outbound cluster of a mesh config extension provider's service, as istiod's
-model.LookupCluster finds it (ext_authz and access log service providers)."""
+"""A mesh config extension provider by name, and the outbound cluster of its service, as istiod's
+fetchProvider and model.LookupCluster find them (ext_authz, access log and tracing providers)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from app.api.mesh import MeshConfig
 from app.model.service import Service
+
+
+def fetch_provider(mesh: MeshConfig, name: str) -> MeshConfig.ExtensionProvider | None:
+    """istiod fetchProvider: the first provider of the name, matched in any case."""
+    wanted = name.lower()
+    return next((p for p in mesh.extension_providers if p.name.lower() == wanted), None)
 
 
 def lookup_cluster(service: str, port: int, by_hostname: Mapping[str, Mapping[str, Service]]) -> tuple[str, str, str]:

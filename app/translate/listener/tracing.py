@@ -40,7 +40,7 @@ from app.model.proxy import Proxy, ProxyType
 from app.model.service import Service
 from app.model.telemetry import CustomTag as TelemetryTag
 from app.model.telemetry import TracingSpec
-from app.translate.listener.lookup import lookup_cluster
+from app.translate.listener.lookup import fetch_provider, lookup_cluster
 
 CANONICAL_NAME_LABEL = "service.istio.io/canonical-name"
 CANONICAL_REVISION_LABEL = "service.istio.io/canonical-revision"
@@ -105,7 +105,7 @@ def resolve_tracing(
     looked up (istiod configureFromProviderConfig; a lookup that fails leaves it unusable)."""
     if spec is None:
         return LEGACY
-    provider = _fetch(mesh, spec.provider) if spec.provider is not None and not spec.disabled else None
+    provider = fetch_provider(mesh, spec.provider) if spec.provider is not None and not spec.disabled else None
     kind = provider.WhichOneof("provider") if provider is not None else None
     if provider is None or kind not in _TRACERS:
         return TraceChoice(spec)
@@ -127,10 +127,6 @@ def resolve_tracing(
     return TraceChoice(spec, True, hostname, cluster, *sampler, service_cluster, istio_version(proxy.istio_version))
 
 
-def _fetch(mesh: MeshConfig, name: str) -> _Provider | None:
-    return next((p for p in mesh.extension_providers if p.name == name), None)
-
-
 def request_id_for_sampling(choice: TraceChoice) -> bool:
     """The UUID request id extension's ``use_request_id_for_trace_sampling``: the spec's when it
     traces through a provider, else true (istiod's default extension)."""
@@ -146,7 +142,7 @@ def hcm_tracing(mesh: MeshConfig, proxy: Proxy, choice: TraceChoice) -> hcm_pb2.
         return _mesh_tracing(mesh, proxy, settings)
     if not choice.usable:
         return None
-    provider = _fetch(mesh, spec.provider or "")
+    provider = fetch_provider(mesh, spec.provider or "")
     assert provider is not None  # resolve_tracing found it
     kind = provider.WhichOneof("provider") or ""
     config = getattr(provider, kind)
