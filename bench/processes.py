@@ -12,6 +12,7 @@ an environment with PYTHONDONTWRITEBYTECODE, would otherwise compile every modul
 from __future__ import annotations
 
 import compileall
+import contextlib
 import json
 import os
 import re
@@ -90,9 +91,9 @@ class ServerProcess:
     started: float = 0.0  # time.monotonic() when its process was started (0: not known)
 
     def cpu_seconds(self) -> float:
-        stat = Path(f"/proc/{self.popen.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+        """The process's CPU seconds and its live descendants' (pilotfish's config and informer
+        workers, a floor's other processes)."""
+        return sum(map(_cpu_seconds, _tree(self.popen.pid)))
 
     def peak_rss_mb(self) -> float:
         return self._status_mb("VmHWM:")
@@ -163,9 +164,30 @@ def start_pilotfish(
         time.sleep(READY_POLL)
 
 
-def start_floor(recording: Path, log: Path) -> ServerProcess:
+def _cpu_seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:  # ended meanwhile
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    found, i = [pid], 0
+    while i < len(found):
+        for task in Path(f"/proc/{found[i]}/task").glob("*/children"):
+            with contextlib.suppress(FileNotFoundError):
+                found.extend(int(child) for child in task.read_text().split())
+        i += 1
+    return found
+
+
+def start_floor(recording: Path, log: Path, processes: int = 1) -> ServerProcess:
     xds = f"127.0.0.1:{free_port()}"
     command = [sys.executable, "-m", "bench.floor_server", "--recording", str(recording), "--address", xds]
+    command += ["--processes", str(processes)]
     with log.open("wb") as err:
         popen = subprocess.Popen(command, cwd=BENCH_ROOT, stdout=subprocess.PIPE, stderr=err)
     assert popen.stdout is not None

@@ -46,14 +46,15 @@ times each, alternated on the same cluster, and reports every figure as its medi
 in ``runs.repeats``): one run's figures vary by up to ±20 % on this machine.
 
 Figures (times in seconds from the change, nothing subtracted), server CPU (utime + stime from
-/proc) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
+/proc, of the server process and its live descendants: pilotfish's config and informer workers,
+a floor's other processes) per scenario and in total, the server's peak RSS (VmHWM), this process's CPU, go to
 bench/results/xds_load-<protocol>.json (``--out``) with the machine, the parameters and the
 server's git commit; a summary is printed, each figure with its floor's and the ratio. On a
 shared 2-core machine figures vary from run to run (the load average at the start is in the
 report). Usage:
     python -m bench.xds_load [--protocol delta|sotw] [--services 1000] [--namespaces 50]
         [--proxies 2000] [--agents N] [--scenarios storm,dr-change,...] [--timeout 180] [--server-root DIR]
-        [--kube [--repeat N]]
+        [--kube [--repeat N]] [--floor-processes N]
     # developing: --services 200 --namespaces 10 --proxies 200 (well under a minute)
 """
 
@@ -178,7 +179,7 @@ async def floor_run(
     path = work / "recording.pickle"
     recording.save(path)
     log = work / "floor.log"
-    server = await asyncio.to_thread(start_floor, path, log)
+    server = await asyncio.to_thread(start_floor, path, log, args.floor_processes)
     figures: Figures = {"namespaces_recorded": len(recording.initial)}
     try:
         async with (
@@ -425,6 +426,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--agents", type=int, default=0, help="how many of the proxies connect as node agents (NDS too; not the floor)"
     )
     parser.add_argument("--scenarios", type=_scenarios, default=SCENARIOS, help=",".join(SCENARIOS))
+    parser.add_argument(
+        "--floor-processes", type=int, default=1, help="processes the floor serves from (one port, SO_REUSEPORT)"
+    )
     parser.add_argument(
         "--tracing", action="store_true", help="pilotfish exports push traces over OTLP/gRPC to a local receiver"
     )
