@@ -28,6 +28,8 @@ CLUSTER_RULES = [
         ],
         "verbs": READ,
     },
+    {"apiGroups": ["networking.istio.io"], "resources": ["envoyfilters"], "verbs": READ},
+    {"apiGroups": ["extensions.istio.io"], "resources": ["wasmplugins"], "verbs": READ},
     {
         "apiGroups": ["security.istio.io"],
         "resources": ["peerauthentications", "authorizationpolicies", "requestauthentications"],

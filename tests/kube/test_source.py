@@ -360,3 +360,97 @@ async def test_in_a_cluster_an_api_server_not_up_yet_is_waited_for(
         await source.close()
         if server is not None:
             server.close()
+
+
+# --- kinds pilotfish does not apply -------------------------------------------------------------
+
+
+def envoy_filter(namespace: str, name: str, lua: str) -> dict[str, Any]:
+    patch = {"operation": "INSERT_BEFORE", "value": {"name": "envoy.lua", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua", "inlineCode": lua}}}  # fmt: skip
+    return {
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"}, "patch": patch}]
+        },
+    }
+
+
+def not_applied(caplog: pytest.LogCaptureFixture, what: str) -> int:
+    return sum(f"{what}: not applied" in r.getMessage() for r in caplog.records)
+
+
+async def logged(caplog: pytest.LogCaptureFixture, what: str, times: int) -> None:
+    async with asyncio.timeout(20):
+        while not_applied(caplog, what) < times:
+            await asyncio.sleep(0.02)
+
+
+async def test_envoy_filters_and_wasm_plugins_in_the_cluster_are_warned_of_once_per_spec(
+    source: KubeSource, mesh: Mesh, kube: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # pilotfish applies neither: each object in the cluster gets a warning (as a file's or the
+    # webhook's would), once per change of its spec, and no config event
+    kube.apply(envoy_filter(mesh.shop, "lua", "-- one"))
+    events = await started(source)
+    assert not [e for e in events if e.obj.key.name == "lua"]
+    lua = f"EnvoyFilter '{mesh.shop}/lua'"
+    await logged(caplog, lua, 1)
+    [line] = [r.getMessage() for r in caplog.records if f"{lua}: not applied" in r.getMessage()]
+    assert "pilotfish applies no EnvoyFilter" in line
+    watch = source.watch()
+    kube.apply({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+                "metadata": {"name": "auth", "namespace": mesh.shop},
+                "spec": {"url": "oci://example.com/auth:1"}})  # fmt: skip
+    await logged(caplog, f"WasmPlugin '{mesh.shop}/auth'", 1)
+    kube.patch_status("networking.istio.io/v1alpha3", "EnvoyFilter", mesh.shop, "lua", {"conditions": [
+        {"type": "Reconciled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})  # fmt: skip
+    kube.apply(envoy_filter(mesh.shop, "lua", "-- two"))  # its spec changed
+    await logged(caplog, lua, 2)
+    kube.apply(mesh.destination_rule(max_connections=9))  # the source goes on as before
+    [update] = await next_events(watch, mesh.namespaces)
+    assert (update.type, update.obj.key) == (EventType.UPDATE, mesh.cart_dr)
+    assert not_applied(caplog, lua) == 2  # the status write warned of nothing
+
+
+async def test_an_account_that_may_not_list_envoy_filters_starts_and_says_so_once(
+    tmp_path: Path, mesh: Mesh, kube: Cluster, pilotfish_kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the chart's rights but the EnvoyFilters' (an older chart's): the start waits for no such
+    # informer, and a refused list is one line, not a warning at every retry
+    roles = kube.list("rbac.authorization.k8s.io/v1", "ClusterRole")
+    chart = next(r for r in roles if r["metadata"]["name"].startswith("pilotfish") and "envoyfilters" in str(r))
+    rules = [r for r in chart["rules"] if "envoyfilters" not in r.get("resources", ())]
+    ns = kube.namespace("older-chart")
+    kube.service_account(ns, "pilotfish")
+    role = f"older-chart-{ns}"
+    kube.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": rules,
+        }
+    )
+    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "pilotfish", "namespace": ns}]})  # fmt: skip
+    token = kube.token(ns, "pilotfish")
+    kube.wait_for("the role in force", lambda: kube.request(
+        "GET", "/api/v1/services", query={"limit": "1"}, token=token, ok=(200,)), timeout=30)  # fmt: skip
+    kube.apply(envoy_filter(mesh.shop, "lua", "-- one"))
+    source = KubeSource(api_client(kube.token_kubeconfig(token, tmp_path / "older")), system_namespace=mesh.system)
+    try:
+        await started(source)
+        async with asyncio.timeout(20):
+            while not any("may not list envoyfilters" in r.getMessage() for r in caplog.records):
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(2)  # past the informers' first retry (0.8 s)
+    finally:
+        await source.close()
+        kube.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", role)
+        kube.delete("rbac.authorization.k8s.io/v1", "ClusterRole", "", role)
+    assert sum("envoyfilters" in r.getMessage() for r in caplog.records) == 1
+    assert not_applied(caplog, f"EnvoyFilter '{mesh.shop}/lua'") == 0

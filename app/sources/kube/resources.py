@@ -112,3 +112,19 @@ ISTIO_RESOURCES = (
     KubeResource(Kind.PROXY_CONFIG, ISTIO_NETWORKING, ("v1beta1",), "proxyconfigs"),
     KubeResource(Kind.TELEMETRY, "telemetry.istio.io", ("v1", "v1alpha1"), "telemetries"),
 )
+
+
+def identity_only(obj: Raw) -> Raw:
+    """What is read of an object that is only warned about: its identity, and the generation of
+    its spec (a status write does not move it)."""
+    meta = obj.get("metadata") or {}
+    kept = {k: meta[k] for k in ("name", "namespace", "labels", "generation", "resourceVersion") if k in meta}
+    return {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""), "metadata": kept}
+
+
+# Istio kinds istiod applies and pilotfish does not (app.config.loader.UNSUPPORTED_KINDS): their
+# objects in the cluster are listed and watched only to warn of each
+UNSUPPORTED_RESOURCES = (
+    KubeResource("EnvoyFilter", ISTIO_NETWORKING, ("v1alpha3",), "envoyfilters", transform=identity_only),
+    KubeResource("WasmPlugin", "extensions.istio.io", ("v1alpha1",), "wasmplugins", transform=identity_only),
+)

@@ -40,9 +40,17 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+import aiohttp
 from google.protobuf import json_format
 
-from app.config.loader import LoadResult, Rejection, load_object, load_objects, mesh_configmap_name
+from app.config.loader import (
+    UNSUPPORTED_KINDS,
+    LoadResult,
+    Rejection,
+    load_object,
+    load_objects,
+    mesh_configmap_name,
+)
 from app.config.mesh import MeshConfig
 from app.config.objects import ISTIO_KINDS, ConfigEvent, ConfigKey, ConfigObject, EventType, Kind
 from app.errors import ConfigError, PilotfishError
@@ -56,6 +64,7 @@ from app.sources.kube.resources import (
     KUBE_RESOURCES,
     NAMESPACES,
     REVISION_LABEL,
+    UNSUPPORTED_RESOURCES,
     KubeResource,
     mesh_configmap,
 )
@@ -129,6 +138,10 @@ class KubeSource:
         # informer deltas as they come; None: an informer's task ended (a bug; watch() raises)
         self._pending: asyncio.Queue[list[tuple[KubeResource, Delta]] | None] = asyncio.Queue()
         self._running: dict[KubeResource, tuple[Informer, asyncio.Task[None]]] = {}
+        # the informers of UNSUPPORTED_RESOURCES, never waited for, and the generation of each
+        # object last warned of
+        self._warning_only: dict[KubeResource, asyncio.Task[None]] = {}
+        self._warned: dict[tuple[str, str, str], object] = {}
         self._current: dict[ConfigKey, ConfigObject] = {}
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
         self._rejected: dict[tuple[KubeResource, str], ConfigError] = {}
@@ -243,11 +256,12 @@ class KubeSource:
 
     async def close(self) -> None:
         """Stop the informers and close the API client."""
-        tasks = [task for _, task in self._running.values()]
+        tasks = [*(task for _, task in self._running.values()), *self._warning_only.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
+        self._warning_only.clear()
         self._closed = True
         if self._own_pool:
             self._pool.close()
@@ -269,11 +283,15 @@ class KubeSource:
         the informer moves to it, starting from what it holds, so only real changes follow."""
         spec = delta.obj.get("spec") or {}
         plural = (spec.get("names") or {}).get("plural")
+        served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
+        warned = next((r for r in UNSUPPORTED_RESOURCES if spec.get("group") == r.group and plural == r.plural), None)
+        if warned is not None:
+            self._on_unsupported_crd(warned, "" if delta.change is EventType.DELETE else _newest(warned, served))
+            return
         resource = next((r for r in ISTIO_RESOURCES if spec.get("group") == r.group and plural == r.plural), None)
         if resource is None:
             return
-        served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
-        version = next((v for v in resource.versions if v in served), "")
+        version = _newest(resource, served)
         if delta.change is EventType.DELETE:
             version = ""
         running = self._running.get(resource)
@@ -290,6 +308,59 @@ class KubeSource:
         if version:
             logger.info("kubernetes: reading %s/%s", resource, version)
             self._start_informer(resource, version, held=held)
+
+    def _on_unsupported_crd(self, resource: KubeResource, version: str) -> None:
+        """The CRD of a kind pilotfish does not apply came, changed or went: its objects are read
+        from now on, only to be warned of."""
+        task = self._warning_only.pop(resource, None)
+        if task is not None:
+            task.cancel()
+        if not version:
+            self._warned = {k: g for k, g in self._warned.items() if k[0] != resource.kind}
+            return
+        informer = Informer(
+            self._client,
+            resource,
+            version,
+            self._on_unsupported,
+            page_size=self._page_size,
+            watch_timeout=self._watch_timeout,
+            transform=resource.transform,
+        )
+        self._warning_only[resource] = asyncio.create_task(self._read_if_allowed(informer), name=f"informer {resource}")
+
+    async def _read_if_allowed(self, informer: Informer) -> None:
+        """Run the informer of a kind only warned of, unless the account may not list it: then one
+        line says so, instead of a warning at every retry (a start waits for no such informer)."""
+        resource = informer.resource
+        try:
+            async with await self._client.request(
+                "GET", resource.path(informer.version), query={"limit": "1"}
+            ) as answer:
+                forbidden = answer.status == 403
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            forbidden = False  # the informer retries, as every informer does
+        if forbidden:
+            logger.warning("kubernetes: may not list %s: objects of it (not applied) go unreported", resource)
+            return
+        await informer.run()
+
+    def _on_unsupported(self, resource: KubeResource, deltas: list[Delta]) -> None:
+        """Warn of each object of a kind pilotfish does not apply, once per generation of its spec."""
+        reason = UNSUPPORTED_KINDS[(resource.group, resource.kind)]
+        for delta in deltas:
+            meta = delta.obj.get("metadata") or {}
+            key = (resource.kind, meta.get("namespace", ""), meta.get("name", ""))
+            if delta.change is EventType.DELETE:
+                self._warned.pop(key, None)
+                continue
+            if self._revision and not _in_revision(delta.obj, self._revision):
+                continue
+            generation = meta.get("generation")
+            if not self._visible(resource, delta.obj) or (key in self._warned and self._warned[key] == generation):
+                continue
+            self._warned[key] = generation
+            logger.warning("kubernetes: %s '%s/%s': not applied (%s)", key[0], key[1], key[2], reason)
 
     async def _drain(
         self, batches: list[list[tuple[KubeResource, Delta]]] | None = None, *, starting: bool = False
@@ -520,6 +591,11 @@ class KubeSource:
             delay = backoff.delay()
             logger.warning("%s; trying again in %.1fs", reason, delay)
             await asyncio.sleep(delay)
+
+
+def _newest(resource: KubeResource, served: set[str]) -> str:
+    """The newest version of ``resource`` pilotfish reads that its CRD serves ("": none)."""
+    return next((v for v in resource.versions if v in served), "")
 
 
 def _meta(obj: Raw) -> Mapping[str, Any]:
