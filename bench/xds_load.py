@@ -314,6 +314,7 @@ def report(args: argparse.Namespace, runs: Figures, loadavg: float) -> Figures:
             "agents": args.agents,
             "tracing": args.tracing,
             "kube": args.kube,
+            "floor_processes": args.floor_processes,
             "scenarios": list(args.scenarios),
             "timeout_s": args.timeout,
             "repeat": args.repeat,
