@@ -140,7 +140,7 @@ class KubeSource:
         self._running: dict[KubeResource, tuple[Informer, asyncio.Task[None]]] = {}
         # the informers of UNSUPPORTED_RESOURCES, never waited for, and the generation of each
         # object last warned of
-        self._warning_only: dict[KubeResource, asyncio.Task[None]] = {}
+        self._warning_only: dict[KubeResource, tuple[Informer, asyncio.Task[None]]] = {}
         self._warned: dict[tuple[str, str, str], object] = {}
         self._current: dict[ConfigKey, ConfigObject] = {}
         self._keys: dict[tuple[KubeResource, str], ConfigKey] = {}  # raw object -> the key it loaded as
@@ -256,7 +256,7 @@ class KubeSource:
 
     async def close(self) -> None:
         """Stop the informers and close the API client."""
-        tasks = [*(task for _, task in self._running.values()), *self._warning_only.values()]
+        tasks = [task for _, task in (*self._running.values(), *self._warning_only.values())]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -312,9 +312,12 @@ class KubeSource:
     def _on_unsupported_crd(self, resource: KubeResource, version: str) -> None:
         """The CRD of a kind pilotfish does not apply came, changed or went: its objects are read
         from now on, only to be warned of."""
-        task = self._warning_only.pop(resource, None)
-        if task is not None:
-            task.cancel()
+        running = self._warning_only.get(resource)
+        if running is not None:
+            if running[0].version == version:
+                return  # its CRD's status, or versions not read, changed
+            running[1].cancel()
+            del self._warning_only[resource]
         if not version:
             self._warned = {k: g for k, g in self._warned.items() if k[0] != resource.kind}
             return
@@ -327,7 +330,8 @@ class KubeSource:
             watch_timeout=self._watch_timeout,
             transform=resource.transform,
         )
-        self._warning_only[resource] = asyncio.create_task(self._read_if_allowed(informer), name=f"informer {resource}")
+        task = asyncio.create_task(self._read_if_allowed(informer), name=f"informer {resource}")
+        self._warning_only[resource] = (informer, task)
 
     async def _read_if_allowed(self, informer: Informer) -> None:
         """Run the informer of a kind only warned of, unless the account may not list it: then one
