@@ -29,6 +29,7 @@ _STORE_KINDS = frozenset(
         Kind.REQUEST_AUTHENTICATION,
         Kind.PROXY_CONFIG,
         Kind.TELEMETRY,
+        Kind.ENVOY_FILTER,
         Kind.MESH_CONFIG,
         Kind.SECRET,
     }
@@ -137,6 +138,7 @@ class Environment:
             authorization_policies=self.store.list(Kind.AUTHORIZATION_POLICY),
             request_authentications=self.store.list(Kind.REQUEST_AUTHENTICATION),
             telemetries=self.store.list(Kind.TELEMETRY),
+            envoy_filters=self.store.list(Kind.ENVOY_FILTER),
             secrets=self.store.list(Kind.SECRET),
             endpoints=self.registry.snapshot(),
             domain_suffix=self.domain_suffix,

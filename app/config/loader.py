@@ -49,9 +49,10 @@ _SECURITY_KINDS = frozenset({Kind.PEER_AUTHENTICATION, Kind.AUTHORIZATION_POLICY
 _GROUPS: Mapping[Kind, tuple[str, frozenset[str]]] = {
     **{
         k: (_NETWORKING, frozenset({"v1", "v1beta1", "v1alpha3"}))
-        for k in ISTIO_KINDS - _SECURITY_KINDS - {Kind.PROXY_CONFIG, Kind.TELEMETRY}
+        for k in ISTIO_KINDS - _SECURITY_KINDS - {Kind.PROXY_CONFIG, Kind.TELEMETRY, Kind.ENVOY_FILTER}
     },
     Kind.PROXY_CONFIG: (_NETWORKING, frozenset({"v1beta1"})),
+    Kind.ENVOY_FILTER: (_NETWORKING, frozenset({"v1alpha3"})),
     Kind.TELEMETRY: (_TELEMETRY, frozenset({"v1", "v1alpha1"})),
     **{k: (_SECURITY, frozenset({"v1", "v1beta1"})) for k in _SECURITY_KINDS},
     **{k: ("", frozenset({"v1"})) for k in (Kind.SERVICE, Kind.POD, Kind.NAMESPACE, Kind.NODE, Kind.CONFIG_MAP)},
@@ -63,7 +64,6 @@ _KINDS: Mapping[tuple[str, str], Kind] = {(group, str(kind)): kind for kind, (gr
 # Istio kinds istiod applies and pilotfish does not: a document of one is not read, and says so
 # (silently skipped, a mesh that relies on it would get config without it)
 UNSUPPORTED_KINDS: Mapping[tuple[str, str], str] = {
-    (_NETWORKING, "EnvoyFilter"): "istiod patches the proxies' config with it; pilotfish applies no EnvoyFilter",
     ("extensions.istio.io", "WasmPlugin"): "istiod adds its Wasm filter; pilotfish applies no WasmPlugin",
 }
 # what istiod's webhook and istioctl validate allow at the top of an Istio object (validFields)

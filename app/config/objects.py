@@ -43,6 +43,8 @@ class Kind(enum.StrEnum):
     PROXY_CONFIG = "ProxyConfig"
     # access logging (and metrics, tracing) by namespace and workload (telemetry.istio.io)
     TELEMETRY = "Telemetry"
+    # patches to the generated Envoy config (networking.istio.io v1alpha3 only)
+    ENVOY_FILTER = "EnvoyFilter"
     SERVICE = "Service"
     POD = "Pod"
     NAMESPACE = "Namespace"
@@ -73,6 +75,7 @@ ISTIO_KINDS = frozenset(
         Kind.REQUEST_AUTHENTICATION,
         Kind.PROXY_CONFIG,
         Kind.TELEMETRY,
+        Kind.ENVOY_FILTER,
     }
 )
 

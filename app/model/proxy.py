@@ -74,6 +74,9 @@ class Proxy:
     static_labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
     node_locality: str = ""
     node_name: str = ""
+    # the node metadata's string values (istiod Metadata.Raw): what an EnvoyFilter's proxy
+    # match compares; no generator reads it
+    raw_metadata: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
     @property
     def is_gateway(self) -> bool:
@@ -138,6 +141,7 @@ def build_proxy(
         static_labels=_labels(md.get("STATIC_LABELS")),
         node_locality=locality,
         node_name=_str(md.get("NODE_NAME")),
+        raw_metadata={str(k): v for k, v in md.items() if isinstance(v, str)},
     )
 
 

@@ -27,6 +27,7 @@ from app.config.objects import ConfigKey, ConfigObject, Kind
 from app.model.authn import PeerAuthentications
 from app.model.authz import AuthorizationPolicies, RequestAuthentications
 from app.model.destination_rule import DestinationRuleIndex
+from app.model.envoy_filter import EnvoyFilters
 from app.model.features import Features
 from app.model.jwks import HYBRID, with_fetched_keys
 from app.model.proxy import Proxy
@@ -58,6 +59,7 @@ class PushInputs:
     authorization_policies: tuple[ConfigObject, ...] = ()
     request_authentications: tuple[ConfigObject, ...] = ()
     telemetries: tuple[ConfigObject, ...] = ()
+    envoy_filters: tuple[ConfigObject, ...] = ()
     secrets: tuple[ConfigObject, ...] = ()
     domain_suffix: str = "cluster.local"  # for short names in VirtualService / DestinationRule hosts
     features: Features = field(default_factory=Features)
@@ -107,6 +109,10 @@ def _build_telemetries(inputs: PushInputs) -> Telemetries:
     return Telemetries.build(inputs.telemetries, inputs.mesh)
 
 
+def _build_envoy_filters(inputs: PushInputs) -> EnvoyFilters:
+    return EnvoyFilters.build(inputs.envoy_filters, inputs.mesh.root_namespace)
+
+
 def _sidecars_by_namespace(sidecars: Iterable[ConfigObject]) -> dict[str, tuple[ConfigObject, ...]]:
     by_ns: dict[str, list[ConfigObject]] = {}
     for obj in sidecars:
@@ -137,6 +143,7 @@ class PushContext:
     authorization_policies: AuthorizationPolicies
     request_authentications: RequestAuthentications
     telemetries: Telemetries
+    envoy_filters: EnvoyFilters
     secrets: Mapping[tuple[str, str], SecretSpec]  # by (namespace, name)
     inputs: PushInputs = field(compare=False, repr=False)
     _scopes: dict[ScopeKey, SidecarScope] = field(default_factory=dict, compare=False, repr=False)
@@ -189,6 +196,7 @@ class PushContext:
                 _build_jwt(inputs) if Kind.REQUEST_AUTHENTICATION in kinds else previous.request_authentications
             ),
             telemetries=_build_telemetries(inputs) if Kind.TELEMETRY in kinds else previous.telemetries,
+            envoy_filters=_build_envoy_filters(inputs) if Kind.ENVOY_FILTER in kinds else previous.envoy_filters,
             secrets=_secrets(inputs) if Kind.SECRET in kinds else previous.secrets,
             inputs=inputs,
         )
@@ -211,6 +219,7 @@ class PushContext:
             authorization_policies=_build_authz(inputs),
             request_authentications=_build_jwt(inputs),
             telemetries=_build_telemetries(inputs),
+            envoy_filters=_build_envoy_filters(inputs),
             secrets=_secrets(inputs),
             inputs=inputs,
         )

@@ -115,7 +115,7 @@ class SidecarScope:
 _TRACKED_KINDS = frozenset({Kind.SERVICE, Kind.VIRTUAL_SERVICE, Kind.DESTINATION_RULE, Kind.SIDECAR})
 # what a scope depends on when in its own namespace or the root namespace (istiod
 # clusterScopedKnownConfigTypes; pilotfish keeps the others of that list always depended on)
-_NAMESPACE_OR_ROOT_KINDS = frozenset({Kind.TELEMETRY})
+_NAMESPACE_OR_ROOT_KINDS = frozenset({Kind.TELEMETRY, Kind.ENVOY_FILTER})
 
 
 def _rule_keys(rules: Mapping[str, tuple[ConsolidatedDestinationRule, ...]]) -> set[ConfigKey]:

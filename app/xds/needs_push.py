@@ -71,6 +71,9 @@ AFFECTS: Mapping[Kind, frozenset[str]] = MappingProxyType(
         # in cds.go's, eds.go's, rds.go's and nds.go's skip lists: access logs and tracing are
         # the listeners' (a scope depends on its own namespace's and the root namespace's)
         Kind.TELEMETRY: frozenset({LISTENER}),
+        # in no Envoy type's skip list (nds.go's holds it): its patches change clusters, listeners
+        # and routes; endpoints follow the clusters
+        Kind.ENVOY_FILTER: frozenset({CLUSTER, LISTENER, ROUTE}),
         # mesh config (and the ConfigMap that carries it): istiod sends a Forced push
         Kind.MESH_CONFIG: _ALL | {SECRET},
         Kind.CONFIG_MAP: _ALL | {SECRET},

@@ -274,6 +274,7 @@ SCOPED = DATA / "scoped.yaml"
 GATEWAY = DATA / "gateway.yaml"
 FEATURES = DATA / "features.yaml"
 TELEMETRY = DATA / "telemetry.yaml"
+ENVOY_FILTER = DATA / "envoy-filter.yaml"
 
 
 def deployments() -> tuple[str, ...]:
@@ -445,10 +446,11 @@ def _service(scene: Scene, doc: dict[str, Any], namespace: str, left_out: list[s
 SAMPLES = ("httpbin/httpbin.yaml", "helloworld/helloworld.yaml")
 
 
-def telemetry(scene: Scene, namespaces: Mapping[str, str]) -> None:
-    """data/telemetry.yaml: each Telemetry in the namespace its ``${NAME}`` placeholder names
-    (ROOT: the root namespace; the others as ``namespaces`` gives them)."""
-    text = TELEMETRY.read_text()
+def placed(scene: Scene, path: Path, namespaces: Mapping[str, str]) -> None:
+    """A data file (data/telemetry.yaml, data/envoy-filter.yaml): each document in the namespace
+    its ``${NAME}`` placeholder names (ROOT: the root namespace; the others as ``namespaces``
+    gives them)."""
+    text = path.read_text()
     for name, namespace in {"ROOT": scene.system, **namespaces}.items():
         text = text.replace(f"${{{name}}}", namespace)
     for doc in yaml.safe_load_all(text):

@@ -30,18 +30,20 @@ from app.debug.xds_diff.diff import TYPES, judge, load_expected, report
 from app.xds.fetch import FetchError, Resources, fetch
 from tests.differential.istiod import Istiod, running_istiod
 from tests.differential.scene import (
+    ENVOY_FILTER,
     Scene,
     bookinfo,
     deployments,
     features,
     gateway,
     istio_testdata,
+    placed,
     project_config_sets,
     samples,
     scoped,
-    telemetry,
     traffic_policy,
 )
+from tests.differential.scene import TELEMETRY as TELEMETRIES
 from tests.e2e.istio_proxy import istio_version
 from tests.e2e.processes import Pilotfish, run_pilotfish
 from tests.support.cluster import Cluster, chart_role
@@ -91,12 +93,14 @@ def planes(
         bookinfo_namespace = bookinfo(scene)
         traffic_namespace = traffic_policy(scene)
         scoped_namespace = scoped(scene, bookinfo_namespace)
-        gateway(scene, bookinfo_namespace)
+        gateway_namespace = gateway(scene, bookinfo_namespace)
         features_namespace = features(scene, bookinfo_namespace)
-        telemetry(scene, {
+        namespaces = {
             "BOOKINFO": bookinfo_namespace, "FEATURES": features_namespace, "TRAFFIC": traffic_namespace,
-            "SCOPED": scoped_namespace,
-        })  # fmt: skip
+            "SCOPED": scoped_namespace, "GATEWAY": gateway_namespace,
+        }  # fmt: skip
+        placed(scene, TELEMETRIES, namespaces)
+        placed(scene, ENVOY_FILTER, namespaces)
         samples(scene)
         left_out = project_config_sets(scene) + istio_testdata(scene)
         args = ("--system-namespace", scene.system)
@@ -249,4 +253,29 @@ def test_the_telemetry_access_logs_are_in_force_on_both_sides(
     held = planes.config(workload)
     for side in ("istiod", "pilotfish"):
         text = json.dumps(plain(held[side], "lds", planes.placeholders))
+        assert [w for w in present if w not in text] == [] and [w for w in absent if w in text] == [], side
+
+
+# (proxy, type, what it carries on both sides, what it does not): data/envoy-filter.yaml in force
+ENVOY_FILTERS = [
+    ("productpage-v1", "lds", ("envoy.lua", "x-lua", "outbound.lua"), ()),
+    ("productpage-v1", "cds", ("32768",), ("BlackHoleCluster",)),
+    ("web", "lds", ("42s", "4096"), ("envoy.lua",)),
+    ("web", "rds", ("static.example", "/healthz", "x-features-filter"), ()),
+    ("web", "cds", ("static-upstream",), ("BlackHoleCluster",)),
+    ("sleep", "cds", (), ("BlackHoleCluster", "static-upstream")),
+    ("istio-ingressgateway", "lds", ("gateway.lua",), ("envoy.lua",)),
+    ("istio-ingressgateway", "rds", ("x-gateway-filter",), ()),
+]
+
+
+@pytest.mark.parametrize(("workload", "type_", "present", "absent"), ENVOY_FILTERS)
+def test_the_envoy_filters_are_in_force_on_both_sides(
+    planes: Planes, workload: str, type_: str, present: tuple[str, ...], absent: tuple[str, ...]
+) -> None:
+    """The identical resources above carry what the scene's EnvoyFilters patch in (and not
+    what they remove), so the comparison is of patched config."""
+    held = planes.config(workload)
+    for side in ("istiod", "pilotfish"):
+        text = json.dumps(plain(held[side], type_, planes.placeholders))
         assert [w for w in present if w not in text] == [] and [w for w in absent if w in text] == [], side

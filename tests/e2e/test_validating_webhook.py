@@ -109,6 +109,12 @@ def test_the_api_server_refuses_invalid_istio_config_with_pilotfishs_message(kub
     assert kube.get("networking.istio.io/v1", "VirtualService", webhook, "lookbehind") is None
 
 
+WASM_PLUGIN = """
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: auth, labels: {istio.io/rev: default}}
+spec: {url: "oci://example.com/auth:1"}
+"""
 ENVOY_FILTER = """
 apiVersion: networking.istio.io/v1alpha3
 kind: EnvoyFilter
@@ -117,16 +123,41 @@ spec:
   configPatches:
   - applyTo: HTTP_FILTER
     match: {context: SIDECAR_INBOUND}
-    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua}}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.filters.http.lua
+        typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, inlineCode: "-- x"}
 """
 
 
-def test_kubectl_prints_that_an_envoy_filter_is_stored_but_not_applied(kube: Cluster, webhook: str) -> None:
+def _kubectl_apply(kube: Cluster, namespace: str, text: str) -> subprocess.CompletedProcess[str]:
+    argv = [
+        str(peer_binary("kubectl")),
+        "--kubeconfig",
+        str(kube.admin_kubeconfig),
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+    ]
+    return subprocess.run(argv, input=text, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_kubectl_prints_that_a_wasm_plugin_is_stored_but_not_applied(kube: Cluster, webhook: str) -> None:
     """istiod would apply it and pilotfish does not: admitted (as istiod's webhook admits it),
     and the webhook's warning reaches the user through the API server, as kubectl's "Warning:"."""
-    argv = [str(peer_binary("kubectl")), "--kubeconfig", str(kube.admin_kubeconfig), "apply", "-n", webhook, "-f", "-"]
-    done = subprocess.run(argv, input=ENVOY_FILTER, capture_output=True, text=True, timeout=120, check=False)
+    done = _kubectl_apply(kube, webhook, WASM_PLUGIN)
     assert done.returncode == 0, done.stderr
-    assert "Warning:" in done.stderr and "EnvoyFilter" in done.stderr, done.stderr
-    assert "not applied (istiod patches the proxies' config with it; pilotfish applies no EnvoyFilter)" in done.stderr
+    assert "Warning:" in done.stderr and "WasmPlugin" in done.stderr, done.stderr
+    assert "not applied (istiod adds its Wasm filter; pilotfish applies no WasmPlugin)" in done.stderr
+    assert kube.get("extensions.istio.io/v1alpha1", "WasmPlugin", webhook, "auth") is not None
+
+
+def test_kubectl_prints_istiods_warning_for_an_envoy_filter(kube: Cluster, webhook: str) -> None:
+    """An EnvoyFilter is validated and admitted with the warning istiod's webhook gives every one."""
+    done = _kubectl_apply(kube, webhook, ENVOY_FILTER)
+    assert done.returncode == 0, done.stderr
+    assert "Warning:" in done.stderr and "EnvoyFilter exposes internal implementation details" in done.stderr
     assert kube.get("networking.istio.io/v1alpha3", "EnvoyFilter", webhook, "lua") is not None

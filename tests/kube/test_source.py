@@ -362,7 +362,7 @@ async def test_in_a_cluster_an_api_server_not_up_yet_is_waited_for(
             server.close()
 
 
-# --- kinds pilotfish does not apply -------------------------------------------------------------
+# --- EnvoyFilters, read; WasmPlugins, only warned of ---------------------------------------------
 
 
 def envoy_filter(namespace: str, name: str, lua: str) -> dict[str, Any]:
@@ -378,6 +378,11 @@ def envoy_filter(namespace: str, name: str, lua: str) -> dict[str, Any]:
     }
 
 
+def wasm_plugin(namespace: str, name: str, url: str) -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin", "metadata": meta, "spec": {"url": url}}
+
+
 def not_applied(caplog: pytest.LogCaptureFixture, what: str) -> int:
     return sum(f"{what}: not applied" in r.getMessage() for r in caplog.records)
 
@@ -388,41 +393,40 @@ async def logged(caplog: pytest.LogCaptureFixture, what: str, times: int) -> Non
             await asyncio.sleep(0.02)
 
 
-async def test_envoy_filters_and_wasm_plugins_in_the_cluster_are_warned_of_once_per_spec(
+async def test_envoy_filters_are_config_and_wasm_plugins_are_warned_of_once_per_spec(
     source: KubeSource, mesh: Mesh, kube: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # pilotfish applies neither: each object in the cluster gets a warning (as a file's or the
-    # webhook's would), once per change of its spec, and no config event
+    # an EnvoyFilter is config (read in v1alpha3, the only version istiod serves it in); a
+    # WasmPlugin, which pilotfish does not apply, gets a warning (as a file's or the webhook's
+    # would) once per change of its spec, and no config event
     kube.apply(envoy_filter(mesh.shop, "lua", "-- one"))
+    kube.apply(wasm_plugin(mesh.shop, "auth", "oci://example.com/auth:1"))
     events = await started(source)
-    assert not [e for e in events if e.obj.key.name == "lua"]
-    lua = f"EnvoyFilter '{mesh.shop}/lua'"
-    await logged(caplog, lua, 1)
-    [line] = [r.getMessage() for r in caplog.records if f"{lua}: not applied" in r.getMessage()]
-    assert "pilotfish applies no EnvoyFilter" in line
+    [lua] = [e for e in events if e.obj.key == ConfigKey(Kind.ENVOY_FILTER, mesh.shop, "lua")]
+    assert lua.obj.spec.config_patches[0].patch.value.fields["name"].string_value == "envoy.lua"
+    auth = f"WasmPlugin '{mesh.shop}/auth'"
+    await logged(caplog, auth, 1)
+    [line] = [r.getMessage() for r in caplog.records if f"{auth}: not applied" in r.getMessage()]
+    assert "pilotfish applies no WasmPlugin" in line
     watch = source.watch()
-    kube.apply({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
-                "metadata": {"name": "auth", "namespace": mesh.shop},
-                "spec": {"url": "oci://example.com/auth:1"}})  # fmt: skip
-    await logged(caplog, f"WasmPlugin '{mesh.shop}/auth'", 1)
-    kube.patch_status("networking.istio.io/v1alpha3", "EnvoyFilter", mesh.shop, "lua", {"conditions": [
+    kube.patch_status("extensions.istio.io/v1alpha1", "WasmPlugin", mesh.shop, "auth", {"conditions": [
         {"type": "Reconciled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})  # fmt: skip
-    kube.apply(envoy_filter(mesh.shop, "lua", "-- two"))  # its spec changed
-    await logged(caplog, lua, 2)
-    kube.apply(mesh.destination_rule(max_connections=9))  # the source goes on as before
+    kube.apply(wasm_plugin(mesh.shop, "auth", "oci://example.com/auth:2"))  # its spec changed
+    await logged(caplog, auth, 2)
+    kube.apply(envoy_filter(mesh.shop, "lua", "-- two"))
     [update] = await next_events(watch, mesh.namespaces)
-    assert (update.type, update.obj.key) == (EventType.UPDATE, mesh.cart_dr)
-    assert not_applied(caplog, lua) == 2  # the status write warned of nothing
+    assert (update.type, update.obj.key) == (EventType.UPDATE, lua.obj.key)
+    assert not_applied(caplog, auth) == 2  # the status write warned of nothing
 
 
-async def test_an_account_that_may_not_list_envoy_filters_starts_and_says_so_once(
+async def test_an_account_that_may_not_list_wasm_plugins_starts_and_says_so_once(
     tmp_path: Path, mesh: Mesh, kube: Cluster, pilotfish_kubeconfig: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # the chart's rights but the EnvoyFilters' (an older chart's): the start waits for no such
+    # the chart's rights but the WasmPlugins' (an older chart's): the start waits for no such
     # informer, and a refused list is one line, not a warning at every retry
     roles = kube.list("rbac.authorization.k8s.io/v1", "ClusterRole")
-    chart = next(r for r in roles if r["metadata"]["name"].startswith("pilotfish") and "envoyfilters" in str(r))
-    rules = [r for r in chart["rules"] if "envoyfilters" not in r.get("resources", ())]
+    chart = next(r for r in roles if r["metadata"]["name"].startswith("pilotfish") and "wasmplugins" in str(r))
+    rules = [r for r in chart["rules"] if "wasmplugins" not in r.get("resources", ())]
     ns = kube.namespace("older-chart")
     kube.service_account(ns, "pilotfish")
     role = f"older-chart-{ns}"
@@ -440,17 +444,17 @@ async def test_an_account_that_may_not_list_envoy_filters_starts_and_says_so_onc
     token = kube.token(ns, "pilotfish")
     kube.wait_for("the role in force", lambda: kube.request(
         "GET", "/api/v1/services", query={"limit": "1"}, token=token, ok=(200,)), timeout=30)  # fmt: skip
-    kube.apply(envoy_filter(mesh.shop, "lua", "-- one"))
+    kube.apply(wasm_plugin(mesh.shop, "auth", "oci://example.com/auth:1"))
     source = KubeSource(api_client(kube.token_kubeconfig(token, tmp_path / "older")), system_namespace=mesh.system)
     try:
         await started(source)
         async with asyncio.timeout(20):
-            while not any("may not list envoyfilters" in r.getMessage() for r in caplog.records):
+            while not any("may not list wasmplugins" in r.getMessage() for r in caplog.records):
                 await asyncio.sleep(0.02)
         await asyncio.sleep(2)  # past the informers' first retry (0.8 s)
     finally:
         await source.close()
         kube.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", role)
         kube.delete("rbac.authorization.k8s.io/v1", "ClusterRole", "", role)
-    assert sum("envoyfilters" in r.getMessage() for r in caplog.records) == 1
-    assert not_applied(caplog, f"EnvoyFilter '{mesh.shop}/lua'") == 0
+    assert sum("wasmplugins" in r.getMessage() for r in caplog.records) == 1
+    assert not_applied(caplog, f"WasmPlugin '{mesh.shop}/auth'") == 0

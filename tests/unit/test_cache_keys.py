@@ -8,7 +8,8 @@ accounts, the endpoint builder), narrowed as DESIGN §1 "Push cost model" says: 
 what changes the bytes. So the namespace matters only through the DestinationRule it makes a
 proxy apply, labels only through workloadSelector rules, locality only where locality load
 balancing is in force, and ISTIO_VERSION only where a builder reads it (istiod keys clusters by it
-for EnvoyFilter patches, which pilotfish does not have). Then invalidation by changed keys, and
+for EnvoyFilter patches, which pilotfish applies after the cache: a proxy's patches are part of its
+class, tests/unit/test_envoy_filter.py). Then invalidation by changed keys, and
 the push filter (istiod ``SidecarScope.DependsOnConfig``).
 
 Every test builds a small mesh from YAML and generates through ``XdsGenerator`` as the server
@@ -374,7 +375,7 @@ def test_istio_version_changes_nothing_generated() -> None:
     """No generator reads ISTIO_VERSION (istiod master's inbound retry policy is not gated on
     it either: BuildDefaultHTTPInboundRoute), so proxies of every version share what they
     get; istiod keys clusters by the version only because EnvoyFilter patches may match on
-    it, and pilotfish has no EnvoyFilter."""
+    it, and pilotfish applies those to the cached clusters, per class."""
     mesh = Mesh(BASE)
     old_0 = proxy("web-0.a", "10.0.1.1", {"app": "web"}, version="1.23.2")
     old_1 = proxy("web-1.a", "10.0.1.2", {"app": "web"}, version="1.23.2")

@@ -128,11 +128,9 @@ def test_istio_kinds_istiod_applies_and_pilotfish_does_not_are_named_not_skipped
         doc("Deployment", "replicas: 1", name="app", api="apps/v1"),
         doc("DestinationRule", "host: a", name="first"),
     )
-    assert [o.meta.name for o in result.objects] == ["first"] and result.rejected == []
-    assert result.ignored == 3
+    assert [o.meta.name for o in result.objects] == ["lua", "first"] and result.rejected == []
+    assert result.ignored == 2
     assert result.unsupported == [
-        "cfg.yaml#0: EnvoyFilter 'ns/lua': not applied (istiod patches the proxies' config with it; "
-        "pilotfish applies no EnvoyFilter)",
         "cfg.yaml#1: WasmPlugin 'ns/auth': not applied (istiod adds its Wasm filter; pilotfish applies no WasmPlugin)",
     ]
 
@@ -727,8 +725,10 @@ spec: {host: x, subsets: [{name: v1, labels: {version: v1}}]}
         ("[{port: {number: 8080}, defaultEndpoint: '127.0.0.1:http'}]", "ingress[0].defaultEndpoint"),
         ("[{port: {number: 8080}, defaultEndpoint: '127.0.0.1:70000'}]", "ingress[0].defaultEndpoint"),
         ("[{port: {number: 8443, protocol: HTTPS}, tls: {mode: ISTIO_MUTUAL}}]", "ingress[0].tls.mode"),
-        ("[{port: {number: 8443, protocol: HTTPS}, tls: {mode: SIMPLE, credentialName: c}}]",
-         "ingress[0].tls.credentialName"),
+        (
+            "[{port: {number: 8443, protocol: HTTPS}, tls: {mode: SIMPLE, credentialName: c}}]",
+            "ingress[0].tls.credentialName",
+        ),
         ("[{port: {number: 8080, protocol: HTTP}, tls: {mode: SIMPLE}}]", "ingress[0].tls"),
     ],
 )

@@ -58,6 +58,8 @@ EXPECTED: dict[Kind, tuple[list[str], list[str]]] = {
     # in every type's skip list: injection reads it, no proxy's xDS does
     Kind.PROXY_CONFIG: ([], []),
     Kind.TELEMETRY: ([LISTENER, ROUTE], [LISTENER, ROUTE]),
+    # in nds.go's skip list only: its patches change clusters (endpoints follow), listeners, routes
+    Kind.ENVOY_FILTER: (ENVOY, ENVOY),
     # istiod pushes a mesh config change Forced: every type, secrets too
     Kind.MESH_CONFIG: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),
     Kind.CONFIG_MAP: ([*ENVOY, SECRET, NDS], [*ENVOY, SECRET]),

@@ -21,6 +21,7 @@ IGNORED_BY_ISTIOD = {
     "istio.networking.v1alpha3.OutlierDetection.consecutive_errors",  # deprecated; validation only
     "istio.networking.v1alpha3.OutlierDetection.outlier_detection_http_error_codes",  # not read by istiod yet
     "istio.networking.v1alpha3.L4MatchAttributes.source_subnet",  # not read by istiod
+    "istio.networking.v1alpha3.EnvoyFilter.Patch.filter_class",  # not read by istiod
 }
 RULE = """
 apiVersion: networking.istio.io/v1

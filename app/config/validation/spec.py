@@ -15,12 +15,14 @@ from google.protobuf.message import Message
 
 from app.api import networking as net
 from app.api import security as sec
+from app.api.istio.networking.v1alpha3.envoy_filter_pb2 import EnvoyFilter
 from app.api.istio.networking.v1beta1.proxy_config_pb2 import ProxyConfig
 from app.api.istio.telemetry.v1alpha1.telemetry_pb2 import Telemetry
 from app.config.go_strconv import go_int
 from app.config.host import is_ip_address, validate_fqdn
 from app.config.objects import ConfigObject, Kind
 from app.config.schema import parse_message
+from app.config.validation.envoy_filter import envoy_filter_warnings, validate_envoy_filter
 from app.config.validation.fields import (
     PROTOCOLS,
     check_address,
@@ -57,6 +59,7 @@ SPEC_MESSAGES: Mapping[Kind, type[Message]] = {
     Kind.REQUEST_AUTHENTICATION: sec.RequestAuthentication,
     Kind.PROXY_CONFIG: ProxyConfig,
     Kind.TELEMETRY: Telemetry,
+    Kind.ENVOY_FILTER: EnvoyFilter,
 }
 
 
@@ -82,6 +85,8 @@ def istio_warnings(spec: object) -> list[str]:
     """What an accepted object asks for that pilotfish cannot honour yet, one line per field;
     shown in ``/debug/configz`` and logged when the object comes in."""
     out: list[str] = not_applied(spec) if isinstance(spec, Message) else []
+    if isinstance(spec, EnvoyFilter):
+        out.extend(envoy_filter_warnings(spec))
     if isinstance(spec, net.ServiceEntry) and spec.resolution == net.ServiceEntry.DYNAMIC_DNS:
         out.append(
             "resolution DYNAMIC_DNS: accepted, but pilotfish builds no dynamic forward proxy clusters yet "
@@ -467,4 +472,5 @@ _VALIDATORS: dict[Kind, Callable[[Any, str], None]] = {
     Kind.GATEWAY: _validate_gateway,
     Kind.PROXY_CONFIG: _validate_proxy_config,
     Kind.TELEMETRY: validate_telemetry,
+    Kind.ENVOY_FILTER: validate_envoy_filter,
 }

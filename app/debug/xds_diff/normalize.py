@@ -14,48 +14,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib
 import json
-import pkgutil
 import re
 from typing import Any
 
-from google.protobuf import any_pb2, descriptor, descriptor_pool, json_format, message, message_factory
+from google.protobuf import any_pb2, descriptor, json_format, message
 
 import app.api.nds  # noqa: F401  registers Istio's NameTable (generated from the pinned module)
+from app.config.envoy_filter_value import message_class
 
 _WELL_KNOWN = {"google.protobuf." + n for n in ("Struct", "Value", "ListValue", "Duration", "Timestamp")}
-_tried: set[str] = set()
-
-
-def _import_package(package: str) -> None:
-    """Import every ``*_pb2`` module of a proto package (``envoy.extensions.filters.http.router.v3``),
-    which registers its messages with the default descriptor pool."""
-    if package in _tried:
-        return
-    _tried.add(package)
-    try:
-        module = importlib.import_module(package)
-    except ImportError:
-        return
-    for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
-        if info.name.endswith("_pb2"):
-            importlib.import_module(f"{package}.{info.name}")
-
-
-def message_class(full_name: str) -> type[message.Message] | None:
-    """The generated class of a message type, or None when no installed proto defines it."""
-    pool = descriptor_pool.Default()
-    for attempt in range(2):
-        try:
-            found = pool.FindMessageTypeByName(full_name)
-        except KeyError:
-            if attempt:
-                return None
-            _import_package(full_name.rsplit(".", 1)[0])
-            continue
-        return message_factory.GetMessageClass(found)
-    return None
 
 
 def decode(packed: any_pb2.Any) -> message.Message:

@@ -111,6 +111,7 @@ ISTIO_RESOURCES = (
     KubeResource(Kind.REQUEST_AUTHENTICATION, ISTIO_SECURITY, SECURITY_VERSIONS, "requestauthentications"),
     KubeResource(Kind.PROXY_CONFIG, ISTIO_NETWORKING, ("v1beta1",), "proxyconfigs"),
     KubeResource(Kind.TELEMETRY, "telemetry.istio.io", ("v1", "v1alpha1"), "telemetries"),
+    KubeResource(Kind.ENVOY_FILTER, ISTIO_NETWORKING, ("v1alpha3",), "envoyfilters"),
 )
 
 
@@ -125,6 +126,5 @@ def identity_only(obj: Raw) -> Raw:
 # Istio kinds istiod applies and pilotfish does not (app.config.loader.UNSUPPORTED_KINDS): their
 # objects in the cluster are listed and watched only to warn of each
 UNSUPPORTED_RESOURCES = (
-    KubeResource("EnvoyFilter", ISTIO_NETWORKING, ("v1alpha3",), "envoyfilters", transform=identity_only),
     KubeResource("WasmPlugin", "extensions.istio.io", ("v1alpha1",), "wasmplugins", transform=identity_only),
 )

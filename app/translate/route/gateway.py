@@ -128,3 +128,26 @@ def _gateway_route_config(
         vhosts = [gateway_blackhole_virtual_host(servers[0].server.port.number)]
     vhosts.sort(key=lambda vh: vh.name)
     return route_config(name, vhosts)
+
+
+def gateway_port_map(proxy: Proxy, push: PushContextView) -> dict[int, frozenset[int]]:
+    """istiod GatewayPortMap (getTargetPortMap): a route configuration's port (from its RDS
+    name) -> the port numbers of the servers it serves, what an EnvoyFilter's port match tests."""
+    servers = merge_gateways(proxy, push.gateways, proxy_service_targets(proxy, push)).servers_by_route_name
+    out: dict[int, set[int]] = {}
+    for name, found in servers.items():
+        number = gateway_route_port(name)
+        out.setdefault(number, set()).update(s.server.port.number for s in found if s.server.HasField("port"))
+    return {number: frozenset(ports) for number, ports in out.items()}
+
+
+def gateway_route_port(name: str) -> int:
+    """The port a gateway's RDS name carries (istiod ParseGatewayRDSRouteName): ``http.PORT``
+    or ``https.PORT.PORT_NAME.GATEWAY.NAMESPACE``; 0 for any other name."""
+    if name.startswith("http."):
+        port = name[len("http.") :]
+    elif name.startswith("https.") and name.count(".") == 4:
+        port = name.split(".")[1]
+    else:
+        return 0
+    return int(port) if port.isdigit() else 0

@@ -25,12 +25,15 @@ from collections.abc import Iterable
 from app.api.networking import DestinationRule
 from app.config.labels import selector_matches
 from app.config.objects import ConfigKey, Kind
+from app.model.envoy_filter import ApplyTo
 from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.sidecar_scope import SidecarScope
 from app.model.virtual_service import ResolvedVirtualService
 from app.translate.allocated import consumes_allocated
 from app.translate.cluster.builder import parse_cluster_name
+from app.translate.envoy_filter.listeners import LISTENER_TYPES
+from app.translate.envoy_filter.routes import ROUTE_TYPES
 from app.translate.listener.builder import build_scope_listener
 from app.translate.listener.for_proxy import scope_listener_inputs
 from app.translate.listener.inputs import LOCK, OutboundListenerInputs, ScopeListenerInputs
@@ -45,11 +48,26 @@ from app.xds.generators.state import SnapshotState
 from app.xds.type_urls import CLUSTER, ENDPOINT, LISTENER, NAME_TABLE, ROUTE, SECRET
 
 _SECRET_PREFIX = "kubernetes://"
+# what EnvoyFilter patches each type
+_PATCHED_BY = {
+    CLUSTER: (ApplyTo.CLUSTER,),
+    LISTENER: (*LISTENER_TYPES, *ROUTE_TYPES),
+    ROUTE: ROUTE_TYPES,
+}
 
 
 def resource_deps(state: SnapshotState, proxy: Proxy, type_url: str, name: str) -> frozenset[Dep]:
     """The dependency keys of the resource ``name`` of ``type_url`` as ``proxy`` is served it
-    from ``state``'s snapshot (the caller checks the proxy is served such a resource)."""
+    from ``state``'s snapshot (the caller checks the proxy is served such a resource), and the
+    EnvoyFilters that patch the type for the proxy."""
+    patches = state.proxy_class(proxy).patches
+    patched = _PATCHED_BY.get(type_url, ())
+    filters = () if patches is None else {p.key for t in patched for p in patches.of(t)}
+    keys = (ConfigKey(Kind.ENVOY_FILTER, *key.split("/", 1)) for key in sorted(filters))
+    return _built_from(state, proxy, type_url, name) | frozenset(keys)
+
+
+def _built_from(state: SnapshotState, proxy: Proxy, type_url: str, name: str) -> frozenset[Dep]:
     cls = state.proxy_class(proxy)
     scope, push = cls.scope, state.push
     if proxy.type is ProxyType.ROUTER and type_url in (LISTENER, ROUTE):

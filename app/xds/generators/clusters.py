@@ -12,23 +12,27 @@ to the class's current set instead of diffing every resource.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
 
+from app.model.envoy_filter import ApplyTo, MergedPatches, PatchContext
 from app.model.ident import Ident
-from app.model.proxy import Proxy
+from app.model.proxy import Proxy, ProxyType
 from app.model.push_context import PushContext
 from app.model.service import Service
 from app.model.sidecar_ingress import sidecar_ingress
 from app.model.sidecar_scope import SidecarScope
 from app.translate.cluster.for_proxy import ingress_stand_in, proxy_clusters, service_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
+from app.translate.envoy_filter.clusters import inserted_clusters, patch_cluster
 from app.translate.view import proxy_service_targets
 from app.xds.cache import CacheAssertionError, ResourceCache
 from app.xds.generators.base import check, class_difference
+from app.xds.generators.envoy_filters import PatchMemo, encoded, patch_all
 from app.xds.generators.keys import rule_key, service_deps, sidecar_inbound
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import Traits, proxy_key
@@ -54,6 +58,13 @@ class ClassClusters:
     names_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)
     eds_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)
     eds_names: frozenset[str] | None = None  # all of eds_by_host's, once asked for
+
+
+@dataclass(slots=True)
+class _PatchedClusters:
+    """A class's outbound clusters with its EnvoyFilter CLUSTER patches applied, by name (sorted)."""
+
+    clusters: dict[str, Resource] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,16 @@ def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> object:
     )
 
 
+def _outbound_context(proxy: Proxy) -> int:
+    return PatchContext.GATEWAY if proxy.type is ProxyType.ROUTER else PatchContext.SIDECAR_OUTBOUND
+
+
+def _inbound_port(name: str) -> int:
+    """The port of an inbound cluster's name, ``inbound|PORT||``."""
+    parts = name.split("|")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
 def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -116,6 +137,7 @@ def eds_names(clusters: Iterable[Resource]) -> list[str]:
 class ClusterGenerator:
     def __init__(self, cache: ResourceCache) -> None:
         self.cache = cache
+        self.patched = PatchMemo()
 
     def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
         synced = watch.synced
@@ -154,7 +176,7 @@ class ClusterGenerator:
         the own clusters built (``previous`` when its key still holds)."""
         push = state.push
         found = self.class_clusters(state, proxy)
-        shared = found.clusters
+        shared: Mapping[str, Resource] | None = found.clusters
         assert shared is not None
         scope = state.proxy_class(proxy).scope
         key = _own_key(proxy, push, scope)
@@ -164,7 +186,53 @@ class ClusterGenerator:
                 check("the proxy's own clusters", built.resources, proxy_clusters(proxy, push, scope))
         else:
             built = _OwnClusters(key, tuple(encode(c.name, c) for c in proxy_clusters(proxy, push, scope)))
-        return shared, [r for r in built.resources if r.name not in shared], built
+        own = [r for r in built.resources if r.name not in shared]
+        patches = state.proxy_class(proxy).patches
+        if patches is not None and patches.of(ApplyTo.CLUSTER):
+            shared = self._patched_class(state, proxy, patches)
+            own = self._patched_own(state, proxy, patches, own)
+        return shared, own, built
+
+    def _patched_class(self, state: SnapshotState, proxy: Proxy, patches: MergedPatches) -> Mapping[str, Resource]:
+        """The class's outbound clusters patched in the outbound (gateway) context, and the
+        clusters that context's patches add (istiod buildOutboundClusters, insertedClusters)."""
+        cls = state.proxy_class(proxy)
+        found = cls.part(_PatchedClusters, _PatchedClusters)
+        if found.clusters is None:
+            context = _outbound_context(proxy)
+            clusters = self.class_clusters(state, proxy).clusters
+            assert clusters is not None
+            patch = functools.partial(patch_cluster, context, patches)
+            kept = patch_all(self.patched, patches, context, clusters.values(), cluster_pb2.Cluster.FromString, patch)
+            by_name = {r.name: r for r in kept}
+            for r in encoded(inserted_clusters(context, patches)):
+                by_name.setdefault(r.name, r)
+            found.clusters = {name: by_name[name] for name in sorted(by_name)}
+        return found.clusters
+
+    def _patched_own(
+        self, state: SnapshotState, proxy: Proxy, patches: MergedPatches, own: Sequence[Resource]
+    ) -> list[Resource]:
+        """The proxy's own clusters patched: the black hole and passthrough ones in the outbound
+        (gateway) context, the inbound ones in the inbound context with their services' hosts,
+        and the clusters the inbound context's patches add (istiod buildClusters)."""
+        outbound = _outbound_context(proxy)
+        hosts: dict[int, tuple[str, ...]] = {}
+        for service, _, endpoint in proxy_service_targets(proxy, state.push):
+            hosts.setdefault(endpoint.port, ())
+            hosts[endpoint.port] += (service.hostname,)
+        out = []
+        for r in own:
+            inbound = r.name.startswith(("inbound|", "InboundPassthroughCluster"))
+            context = PatchContext.SIDECAR_INBOUND if inbound else outbound
+            port_hosts = hosts.get(_inbound_port(r.name), ()) if r.name.startswith("inbound|") else ()
+            patch = functools.partial(patch_cluster, context, patches, hosts=port_hosts)
+            found = self.patched.patched(patches, context, r, cluster_pb2.Cluster.FromString, patch, port_hosts)
+            if found is not None:
+                out.append(found)
+        if proxy.type is ProxyType.SIDECAR:
+            out.extend(encoded(inserted_clusters(PatchContext.SIDECAR_INBOUND, patches)))
+        return out
 
     def class_clusters(self, state: SnapshotState, proxy: Proxy) -> ClassClusters:
         """The proxy's class's outbound clusters (their EDS names filled too)."""

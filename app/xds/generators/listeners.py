@@ -15,18 +15,24 @@ sidecar with the difference to the class's current set, computed once per class 
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from envoy.config.listener.v3 import listener_pb2
+
+from app.model.envoy_filter import MergedPatches, PatchContext
 from app.model.ident import Ident
 from app.model.proxy import Proxy, ProxyType
 from app.model.sidecar_scope import SidecarScope
+from app.translate.envoy_filter.listeners import patch_inline_routes, patch_listeners, patches_listeners
+from app.translate.envoy_filter.routes import patch_route_configuration, patches_routes
 from app.translate.listener.builder import build_scope_listener
 from app.translate.listener.for_proxy import inbound_listener_inputs, scope_listener_inputs, workload_listeners
 from app.translate.listener.inbound import InboundListenerInputs, build_inbound_listeners
 from app.translate.listener.inputs import ScopeListenerInputs
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import check, class_difference
+from app.xds.generators.envoy_filters import PatchMemo, encoded
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.generators.traits import proxy_key
 from app.xds.push_request import PushRequest
@@ -81,6 +87,7 @@ class _Synced:
 
     shared: Mapping[str, Resource]
     own: _OwnListeners | None
+    sent: frozenset[str] = frozenset()  # the names of the own listeners served (patched: others)
 
 
 @dataclass(slots=True)
@@ -118,9 +125,17 @@ def _beside(shared: Mapping[str, Resource], own: Sequence[Resource]) -> list[Res
     return sorted(unique.values(), key=_by_name)
 
 
+@dataclass(slots=True)
+class _PatchedListeners:
+    """A class's scope-wide listeners with its EnvoyFilter patches applied, by name (sorted)."""
+
+    by_name: dict[str, Resource] | None = None
+
+
 class ListenerGenerator:
     def __init__(self, cache: ResourceCache) -> None:
         self.cache = cache
+        self.patched = PatchMemo()
 
     def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
         shared, extra = self._bring(state, proxy, watch)
@@ -145,7 +160,7 @@ class ListenerGenerator:
         shared, extra = self._bring(state, proxy, watch)
         changed, removed = class_difference(state, synced.shared, shared)
         was_own = () if synced.own is None else (r.name for r in synced.own.resources)
-        considered = frozenset((*(r.name for r in changed), *removed, *(r.name for r in extra), *was_own))
+        considered = frozenset((*(r.name for r in changed), *removed, *(r.name for r in extra), *was_own, *synced.sent))
         return Partial([*changed, *extra], considered)
 
     def _bring(
@@ -155,8 +170,52 @@ class ListenerGenerator:
         client is brought to."""
         shared = self._shared(state, proxy)
         own, note = self._own(state, proxy, watch.synced)
-        watch.synced = _Synced(shared, note)
-        return shared, _beside(shared, own)
+        patches = state.proxy_class(proxy).patches
+        if patches is not None and (patches_listeners(patches) or patches_routes(patches)):
+            shared = self._patched_shared(state, proxy, patches, shared)
+            own = self._patched_own(proxy, patches, own)
+        extra = _beside(shared, own)
+        watch.synced = _Synced(shared, note, frozenset(r.name for r in extra) if patches is not None else frozenset())
+        return shared, extra
+
+    def _patched_shared(
+        self, state: SnapshotState, proxy: Proxy, patches: MergedPatches, shared: Mapping[str, Resource]
+    ) -> Mapping[str, Resource]:
+        """The class's listeners patched in the outbound (gateway) context, and the listeners
+        that context's patches add (istiod patchListeners)."""
+        found = state.proxy_class(proxy).part(_PatchedListeners, _PatchedListeners)
+        if found.by_name is None:
+            context = PatchContext.GATEWAY if proxy.type is ProxyType.ROUTER else PatchContext.SIDECAR_OUTBOUND
+            by_name = {r.name: r for r in self._patch(context, patches, shared.values())}
+            for r in encoded(patch_listeners(context, patches, ())):
+                by_name.setdefault(r.name, r)
+            found.by_name = {name: by_name[name] for name in sorted(by_name)}
+        return found.by_name
+
+    def _patched_own(self, proxy: Proxy, patches: MergedPatches, own: Sequence[Resource]) -> list[Resource]:
+        """A sidecar's own listeners patched in the inbound context (their inline route
+        configurations first), a gateway's in the gateway context; then the listeners the
+        context's patches add."""
+        context = PatchContext.GATEWAY if proxy.type is ProxyType.ROUTER else PatchContext.SIDECAR_INBOUND
+        out = self._patch(context, patches, own)
+        out.extend(encoded(patch_listeners(context, patches, ())))
+        return out
+
+    def _patch(self, context: int, patches: MergedPatches, resources: Iterable[Resource]) -> list[Resource]:
+        inline = context == PatchContext.SIDECAR_INBOUND and patches_routes(patches)
+
+        def patch(listener: listener_pb2.Listener) -> listener_pb2.Listener | None:
+            if inline:
+                listener = patch_inline_routes(listener, lambda rc: patch_route_configuration(context, patches, rc))
+            found = patch_listeners(context, patches, (listener,), skip_adds=True)
+            return found[0] if found else None
+
+        out = []
+        for r in resources:
+            patched = self.patched.patched(patches, context, r, listener_pb2.Listener.FromString, patch)
+            if patched is not None:
+                out.append(patched)
+        return out
 
     def _shared(self, state: SnapshotState, proxy: Proxy) -> Mapping[str, Resource]:
         push = state.push

@@ -8,18 +8,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from envoy.config.route.v3 import route_pb2
 from google.protobuf.message import Message
 
 from app.api.networking import DestinationRule
+from app.model.envoy_filter import MergedPatches, PatchContext
 from app.model.ident import Ident
 from app.model.proxy import Proxy, ProxyType
 from app.translate.allocated import consumes_allocated
-from app.translate.route.gateway import gateway_routes
+from app.translate.envoy_filter.routes import PortMap, patch_route_configuration, patches_routes
+from app.translate.route.gateway import gateway_port_map, gateway_routes
 from app.translate.route.policy import load_balancer_view
 from app.translate.route.sidecar import SidecarRouteInputs, build_sidecar_route_config, sidecar_route_inputs
 from app.translate.route.virtual_host import ALLOW_ANY_NAME, BLOCK_ALL_NAME
 from app.xds.cache import ResourceCache
 from app.xds.generators.base import WholeTypeOnly, shared_named
+from app.xds.generators.envoy_filters import PatchMemo
 from app.xds.generators.state import ProxyClass, SnapshotState
 from app.xds.resource import Resource, encode
 from app.xds.watch import WatchedResource
@@ -72,8 +76,34 @@ def _class_routes(cls: ProxyClass, version: int) -> ClassRoutes:
 class RouteGenerator(WholeTypeOnly):
     def __init__(self, cache: ResourceCache) -> None:
         self.cache = cache
+        self.patched = PatchMemo()
 
     def generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource] | None:
+        found = self._generate(state, proxy, watch)
+        patches = state.proxy_class(proxy).patches
+        if patches is None or not patches_routes(patches):
+            return found
+        # istiod ApplyRouteConfigurationPatches: a gateway's in the gateway context, with its
+        # port map; a sidecar's (outbound) in the outbound context
+        router = proxy.type is ProxyType.ROUTER
+        context = PatchContext.GATEWAY if router else PatchContext.SIDECAR_OUTBOUND
+        ports = gateway_port_map(proxy, state.push) if router else None
+        return [self._patch(context, patches, r, ports) for r in found]
+
+    def _patch(self, context: int, patches: MergedPatches, resource: Resource, ports: PortMap | None) -> Resource:
+        extra = None if ports is None else tuple(sorted(ports.items()))
+        found = self.patched.patched(
+            patches,
+            context,
+            resource,
+            route_pb2.RouteConfiguration.FromString,
+            lambda rc: patch_route_configuration(context, patches, rc, ports),
+            extra,
+        )
+        assert found is not None  # a route configuration is never removed
+        return found
+
+    def _generate(self, state: SnapshotState, proxy: Proxy, watch: WatchedResource) -> list[Resource]:
         push = state.push
         names = sorted(watch.names)
         if proxy.type is ProxyType.ROUTER:

@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar, cast, runtime_checkable
 
 from app.config.mesh import MeshConfig
 from app.config.objects import Kind
+from app.model.envoy_filter import MergedPatches
 from app.model.ident import Ident
 from app.model.proxy import Proxy
 from app.model.push_context import PushContext
@@ -86,6 +87,9 @@ class ProxyClass:
     # the part of that type takes it over (``inherit``)
     earlier: dict[type, object] = field(default_factory=dict)
     parts: dict[type, object] = field(default_factory=dict)
+    # the EnvoyFilter patches its proxies get (their key is part of the class's): the generators
+    # apply them to what they build for it
+    patches: MergedPatches | None = None
 
     def part(self, kind: type[P], make: Callable[[], P]) -> P:
         """The class's part of this type, made on first ask."""
@@ -103,7 +107,7 @@ class ProxyClass:
         of ``kinds`` only (the rest, and what it inherited, would be a generation more of every
         built resource, alive until the next snapshot)."""
         kept = {kind: self.parts[kind] for kind in kinds if kind in self.parts}
-        return ProxyClass(self.scope, self.mesh, self.traits, self.lineage, parts=kept)
+        return ProxyClass(self.scope, self.mesh, self.traits, self.lineage, parts=kept, patches=self.patches)
 
     def reusable(self) -> dict[type, object]:
         """What the class's next snapshot may reuse: its parts' own, else what it inherited."""
@@ -200,10 +204,14 @@ class SnapshotState:
         found_traits, traits_key = self._traits(
             Ident(proxy), (labels_read(scope, push.mesh), own_ip_read, keys, by_provider)
         )
-        key = (Ident(scope), *traits_key)
+        # EnvoyFilters select by namespace, labels, version and node metadata: a class is of
+        # proxies the same patches apply to (none, for nearly every mesh: no key then)
+        patches = push.envoy_filters.for_proxy(proxy)
+        patched = () if patches is None else (patches.key,)
+        key = (Ident(scope), *traits_key, *patched)
         found = self.classes.get(key)
         if found is None:
-            line = lineage(scope, found_traits)
-            found = ProxyClass(scope, push.mesh, found_traits, line, self.reusable.pop(line, {}))
+            line = (*lineage(scope, found_traits), *patched)
+            found = ProxyClass(scope, push.mesh, found_traits, line, self.reusable.pop(line, {}), patches=patches)
             self.classes[key] = self.lineage[line] = found
         return found

@@ -1,0 +1,1 @@
+"""EnvoyFilter patches applied to built Envoy config, as istiod's networking/core/envoyfilter."""

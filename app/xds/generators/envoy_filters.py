@@ -1,0 +1,73 @@
+"""EnvoyFilter patches on served resources: a class's patch set (``ProxyClass.patches``,
+istiod PushContext.EnvoyFilters) applied to what the generators built, as istiod applies it to
+what its builders return. A patched resource is remembered by its patch set, context and the
+original's content, so an unchanged resource is not decoded and patched again by the next
+snapshot or another class with the same patches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from app.model.envoy_filter import MergedPatches
+from app.xds.resource import Resource, encode
+
+M = TypeVar("M", bound=Message)
+_LIMIT = 200_000  # remembered patched resources; past it the memo starts again
+
+
+class PatchMemo:
+    """Patched resources by (patch set, context, extra key, name, original version)."""
+
+    def __init__(self, limit: int = _LIMIT) -> None:
+        self._found: dict[Hashable, Resource | None] = {}
+        self._limit = limit
+
+    def patched(
+        self,
+        patches: MergedPatches,
+        context: int,
+        resource: Resource,
+        decode: Callable[[bytes], M],
+        patch: Callable[[M], M | None],
+        extra: Hashable = None,
+    ) -> Resource | None:
+        """``resource`` with ``patch`` applied (None: removed); the same object when nothing
+        changed, so its version, and what clients hold, stay as they were."""
+        key = (patches.key, context, extra, resource.name, resource.version)
+        if key in self._found:
+            return self._found[key]
+        out = patch(decode(resource.body.value))
+        if out is None:
+            found = None
+        else:
+            body = out.SerializeToString(deterministic=True)
+            found = resource if body == resource.body.value and out.name == resource.name else encode(out.name, out)  # type: ignore[attr-defined]
+        if len(self._found) >= self._limit:
+            self._found.clear()
+        self._found[key] = found
+        return found
+
+
+def patch_all(
+    memo: PatchMemo,
+    patches: MergedPatches,
+    context: int,
+    resources: Iterable[Resource],
+    decode: Callable[[bytes], M],
+    patch: Callable[[M], M | None],
+) -> list[Resource]:
+    """Each resource patched, those removed left out."""
+    out = []
+    for r in resources:
+        found = memo.patched(patches, context, r, decode, patch)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def encoded(messages: Sequence[Message]) -> list[Resource]:
+    """Resources an ADD patch brought (encoded once per class and snapshot)."""
+    return [encode(m.name, m) for m in messages]  # type: ignore[attr-defined]
