@@ -331,3 +331,56 @@ def test_an_envoy_filter_change_pushes_its_namespace_and_splits_a_class_by_the_l
         mesh.apply(envoy_filter("mesh", ROOT, cluster_patch("REMOVE", name="BlackHoleCluster", context="ANY")))
     )
     assert any(resp.type_url == CLUSTER for resp in out)
+
+
+def test_the_patch_memo_keeps_an_unchanged_resource_and_forgets_in_generations() -> None:
+    from envoy.config.cluster.v3.cluster_pb2 import Cluster
+
+    from app.xds.generators.envoy_filters import PatchMemo
+    from app.xds.resource import encode
+
+    push = push_context(SCENE, envoy_filter("f", "shop", cluster_patch("REMOVE", name="gone")))
+    patches = push.envoy_filters.for_proxy(WEB)
+    assert patches is not None
+    memo = PatchMemo(generation=2)
+    calls: list[str] = []
+
+    def patch(c: Cluster) -> Cluster | None:
+        calls.append(c.name)
+        if c.name == "gone":
+            return None
+        if c.name == "changed":
+            c.per_connection_buffer_limit_bytes.value = 1
+        return c
+
+    kept, changed, gone = (encode(n, Cluster(name=n)) for n in ("kept", "changed", "gone"))
+    assert memo.patched(patches, 1, kept, Cluster.FromString, patch) is kept  # the very object: same version
+    assert memo.patched(patches, 1, changed, Cluster.FromString, patch).version != changed.version  # type: ignore[union-attr]
+    assert memo.patched(patches, 1, gone, Cluster.FromString, patch) is None
+    assert memo.patched(patches, 1, kept, Cluster.FromString, patch) is kept and calls == ["kept", "changed", "gone"]
+    for n in ("a", "b", "c", "d"):  # two generations of two: the first three are forgotten
+        memo.patched(patches, 1, encode(n, Cluster(name=n)), Cluster.FromString, patch)
+    memo.patched(patches, 1, gone, Cluster.FromString, patch)
+    assert calls[-1] == "gone"
+
+
+def test_a_listener_an_envoy_filter_added_is_removed_with_it() -> None:
+    # added in the inbound context, the listener is the proxy's own: deleting the EnvoyFilter
+    # must remove it from the client too (Delta removed_resources), as one added outbound
+    mesh = Mesh()
+    conn, _ = mesh.connect(listeners=True)
+    listener = {"name": "extra-in", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 15999}}}
+    added = {
+        "applyTo": "LISTENER",
+        "match": {"context": "SIDECAR_INBOUND"},
+        "patch": {"operation": "ADD", "value": listener},
+    }
+    outbound = {**added, "match": {"context": "SIDECAR_OUTBOUND"},
+                "patch": {"operation": "ADD", "value": {**listener, "name": "extra-out"}}}  # fmt: skip
+    doc = envoy_filter("add", "bookinfo", added, outbound)
+    out = conn.on_push(mesh.apply(doc))
+    [lds] = [r for r in out if r.type_url == LISTENER]
+    assert {"extra-in", "extra-out"} <= {r.name for r in lds.resources}
+    out = conn.on_push(mesh.delete(doc))
+    [lds] = [r for r in out if r.type_url == LISTENER]
+    assert {"extra-in", "extra-out"} <= set(lds.removed_resources)
