@@ -6,7 +6,7 @@ the mesh of bench/mesh.py is loaded through the FileSource into an Environment, 
 connect as Delta (or SotW) ADS ``Connection``s subscribing as Envoy does (CDS and LDS wildcard,
 EDS for the EDS clusters, RDS for the listeners' route names, every response ACKed), and each
 scenario (a DestinationRule change, an endpoint added, a ServiceEntry added, a Service deleted, a
-root-namespace AuthorizationPolicy added,
+root-namespace AuthorizationPolicy added, with ``--envoy-filter`` the mesh's EnvoyFilter changed,
 then, without ``--sidecars``, one Sidecar per namespace added) changes files, pushes the change
 through the runtime's ``Discovery`` (PushContext rebuilt and served, cache invalidated), and hands
 the push to every connection, filtered first as the server does (``unaffected``). Reported per
@@ -15,7 +15,10 @@ sent something, resources and bytes sent, the encoded resources still alive afte
 with ``--profile`` the top functions.
 Usage:
     python -m bench.push_cost [--services 1000 --namespaces 50 --proxies 400] [--protocol delta]
-                              [--sidecars] [--agents N] [--profile] [--out FILE]
+                              [--sidecars] [--agents N] [--envoy-filter] [--profile] [--out FILE]
+``--envoy-filter``: a root-namespace EnvoyFilter from the start (a Lua HTTP filter before every
+sidecar's router, inbound and outbound, and a setting merged into every outbound cluster), what
+patching costs every proxy.
 """
 
 from __future__ import annotations
@@ -59,6 +62,23 @@ from app.xds.watch import NameSets, counter_nonces
 from bench.mesh import DELETED_SERVICE, Mesh, MeshSpec, SidecarIdentity, sidecars
 
 AnyConnection = Connection[Any, Any, Any, Any]
+ROUTER = {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": "envoy.filters.http.router"}}
+
+
+def envoy_filter(code: str) -> str:
+    """The mesh's EnvoyFilter (``--envoy-filter``), its Lua code ``code``."""
+    lua = {"name": "envoy.lua", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua", "inlineCode": code}}  # fmt: skip
+    patches = [
+        {"applyTo": "HTTP_FILTER", "match": {"context": context, "listener": {"filterChain": {"filter": ROUTER}}},
+         "patch": {"operation": "INSERT_BEFORE", "value": lua}}
+        for context in ("SIDECAR_INBOUND", "SIDECAR_OUTBOUND")
+    ]  # fmt: skip
+    merge = {"operation": "MERGE", "value": {"per_connection_buffer_limit_bytes": 65536}}
+    patches.append({"applyTo": "CLUSTER", "match": {"context": "SIDECAR_OUTBOUND"}, "patch": merge})
+    meta = {"name": "mesh", "namespace": "istio-system"}
+    doc = {"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter", "metadata": meta}
+    return json.dumps({**doc, "spec": {"configPatches": patches}})
 
 
 @dataclass
@@ -196,6 +216,7 @@ def main() -> None:
     parser.add_argument("--protocol", choices=("delta", "sotw"), default="delta")
     parser.add_argument("--sidecars", action="store_true", help="one Sidecar per namespace (./*, istio-system/*)")
     parser.add_argument("--agents", type=int, default=0, help="how many of the proxies are node agents (NDS too)")
+    parser.add_argument("--envoy-filter", action="store_true", help="a root-namespace EnvoyFilter from the start")
     parser.add_argument("--profile", action="store_true", help="print the top functions of each scenario")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     args = parser.parse_args()
@@ -204,6 +225,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pilotfish-push-cost-") as tmp:
         mesh = Mesh(spec, Path(tmp))
         mesh.write()
+        filters = Path(tmp) / "envoy-filter.yaml"
+        if args.envoy_filter:
+            filters.write_text(envoy_filter("-- one"))
         started = time.perf_counter()
         world = World.load(Path(tmp))
         load_s = time.perf_counter() - started
@@ -236,6 +260,7 @@ def main() -> None:
             "proxies": args.proxies,
             "agents": args.agents,
             "sidecars": args.sidecars,
+            "envoy_filter": args.envoy_filter,
             "load_seconds": round(load_s, 2),
             "connect_ms_per_proxy": round(connect_s * 1000 / args.proxies, 2),
         }
@@ -247,6 +272,8 @@ def main() -> None:
             "service-delete": lambda: mesh.delete_service(DELETED_SERVICE),
             "mesh-policy": mesh.add_mesh_policy,
         }
+        if args.envoy_filter:
+            scenarios["envoy-filter-change"] = lambda: filters.write_text(envoy_filter("-- two"))
         if not args.sidecars:  # last: every proxy's scope shrinks to its namespace
             scenarios["sidecar-add"] = mesh.add_sidecars
         for name, make_change in scenarios.items():

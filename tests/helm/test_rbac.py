@@ -25,10 +25,10 @@ CLUSTER_RULES = [
             "sidecars",
             "gateways",
             "proxyconfigs",
+            "envoyfilters",
         ],
         "verbs": READ,
     },
-    {"apiGroups": ["networking.istio.io"], "resources": ["envoyfilters"], "verbs": READ},
     {"apiGroups": ["extensions.istio.io"], "resources": ["wasmplugins"], "verbs": READ},
     {
         "apiGroups": ["security.istio.io"],

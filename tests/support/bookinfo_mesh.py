@@ -56,13 +56,17 @@ class Mesh:
         listeners: bool = False,
         labels: Mapping[str, str] | None = None,
         service_cluster: str = "",
+        metadata: Mapping[str, str] | None = None,
     ) -> tuple[DeltaConnection, list[str]]:
         """A Delta ADS stream subscribed as Envoy does (CDS, EDS for its clusters; with
         ``listeners`` LDS and RDS for the listeners' routes too), every response ACKed; returns
         it and its EDS names. ``labels``: the node's LABELS metadata; ``service_cluster``: its
-        ``node.cluster``."""
-        metadata = {"LABELS": dict(labels)} if labels is not None else None
-        proxy = build_proxy(node, metadata, service_cluster=service_cluster)
+        ``node.cluster``; ``metadata``: more of its metadata (string values, as pilot-agent's)."""
+        node_metadata: dict[str, object] = {
+            **(metadata or {}),
+            **({"LABELS": dict(labels)} if labels is not None else {}),
+        }
+        proxy = build_proxy(node, node_metadata or None, service_cluster=service_cluster)
         conn: DeltaConnection = Connection("c", proxy, DeltaSession(counter_nonces(), None), self.source)
         self.connections.append(conn)
 

@@ -378,14 +378,17 @@ def _inbound(mesh: Mesh, conn: DeltaConnection) -> list[Resource]:
 
 
 def test_the_replicas_of_a_workload_share_one_inbound_build_per_snapshot() -> None:
-    """Two pods of one Deployment (same labels and service targets, other IPs and ids) get their
-    inbound listeners from one build; a pod of another workload builds its own. A policy that
-    selects them is built once for both again. Assertion mode builds each from the whole proxy
-    and compares, so an input the narrowing dropped would fail here."""
+    """Two pods of one Deployment (same labels and service targets, other IPs, ids and node
+    metadata) get their inbound listeners from one build; a pod of another workload builds its
+    own. A policy that selects them is built once for both again. Assertion mode builds each from
+    the whole proxy and compares, so an input the narrowing dropped would fail here."""
     mesh = Mesh()
     mesh.apply(PRODUCTPAGE_REPLICA)
     labels = {"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio"}
-    first, second = (mesh.connect(node, listeners=True, labels=labels)[0] for node in (NODE, REPLICA_NODE))
+    first, second = (
+        mesh.connect(node, listeners=True, labels=labels, metadata={"POD_NAME": node.split("~")[2]})[0]
+        for node in (NODE, REPLICA_NODE)
+    )
     other = mesh.connect("sidecar~10.1.0.20~details-v1-0.bookinfo~bookinfo.svc.cluster.local", listeners=True)[0]
     shared = _inbound(mesh, first)
     assert shared and all(a is b for a, b in zip(shared, _inbound(mesh, second), strict=True))

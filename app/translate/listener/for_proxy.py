@@ -114,6 +114,7 @@ def _inbound_proxy(proxy: Proxy, ingress: bool) -> Proxy:
         static_labels=EMPTY_LABELS,
         node_locality="",
         node_name="",
+        raw_metadata=EMPTY_LABELS,
     )
 
 

@@ -15,15 +15,19 @@ from app.model.envoy_filter import MergedPatches
 from app.xds.resource import Resource, encode
 
 M = TypeVar("M", bound=Message)
-_LIMIT = 200_000  # remembered patched resources; past it the memo starts again
+_GENERATION = 10_000  # patched resources remembered per generation (two are kept)
 
 
 class PatchMemo:
-    """Patched resources by (patch set, context, extra key, name, original version)."""
+    """Patched resources by (patch set, context, extra key, name, original version), in two
+    generations: when the newer one is full it becomes the older and the oldest goes, so what
+    is still asked for survives (found in the older, it moves to the newer) and what no longer
+    is does not pile up."""
 
-    def __init__(self, limit: int = _LIMIT) -> None:
+    def __init__(self, generation: int = _GENERATION) -> None:
         self._found: dict[Hashable, Resource | None] = {}
-        self._limit = limit
+        self._older: dict[Hashable, Resource | None] = {}
+        self._generation = generation
 
     def patched(
         self,
@@ -39,14 +43,18 @@ class PatchMemo:
         key = (patches.key, context, extra, resource.name, resource.version)
         if key in self._found:
             return self._found[key]
-        out = patch(decode(resource.body.value))
-        if out is None:
-            found = None
+        if key in self._older:
+            found = self._older.pop(key)
         else:
-            body = out.SerializeToString(deterministic=True)
-            found = resource if body == resource.body.value and out.name == resource.name else encode(out.name, out)  # type: ignore[attr-defined]
-        if len(self._found) >= self._limit:
-            self._found.clear()
+            out = patch(decode(resource.body.value))
+            if out is None:
+                found = None
+            else:
+                body = out.SerializeToString(deterministic=True)
+                same = body == resource.body.value and out.name == resource.name  # type: ignore[attr-defined]
+                found = resource if same else encode(out.name, out)  # type: ignore[attr-defined]
+        if len(self._found) >= self._generation:
+            self._older, self._found = self._found, {}
         self._found[key] = found
         return found
 
