@@ -19,6 +19,7 @@ from app.api.istio.networking.v1alpha3.envoy_filter_pb2 import EnvoyFilter
 from app.config.envoy_filter_value import PatchValueError, patch_value
 from app.config.labels import selector_matches
 from app.config.objects import ConfigObject
+from app.config.validation.envoy_filter import MAX_PROXY_VERSION
 from app.model.proxy import Proxy
 
 logger = logging.getLogger(__name__)
@@ -28,7 +29,6 @@ Operation = EnvoyFilter.Patch.Operation
 PatchContext = EnvoyFilter.PatchContext
 _LIST_INSERTS = frozenset({Operation.INSERT_BEFORE, Operation.INSERT_AFTER, Operation.INSERT_FIRST})
 _LIST_TYPES = frozenset({ApplyTo.HTTP_FILTER, ApplyTo.NETWORK_FILTER, ApplyTo.HTTP_ROUTE, ApplyTo.LISTENER_FILTER})
-_MAX_PROXY_VERSION = 1024  # istiod maxProxyVersionLen: a longer pattern never matches
 # proxyVersion patterns istiod reads as a prefix instead of compiling (wellKnownVersions)
 _WELL_KNOWN_VERSIONS = {rf"^1\.{minor}.*": f"1.{minor}" for minor in range(16, 24)}
 _ANY_CONTEXT = EnvoyFilter.EnvoyConfigObjectMatch(context=PatchContext.ANY)
@@ -177,7 +177,7 @@ def _patch(cp: EnvoyFilter.EnvoyConfigObjectPatch, key: str) -> ConfigPatch | No
     if version:
         if version in _WELL_KNOWN_VERSIONS:
             prefix = _WELL_KNOWN_VERSIONS[version]
-        elif len(version) > _MAX_PROXY_VERSION:
+        elif len(version) > MAX_PROXY_VERSION:  # never matches
             never = True
         else:
             # as istiod: a pattern that does not compile leaves the version unchecked

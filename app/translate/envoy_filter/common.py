@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -11,6 +11,7 @@ from app.model.envoy_filter import ConfigPatch, Operation, PatchContext
 from app.translate.envoy_filter.merge import merge
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 
 def context_matches(context: int, patch: ConfigPatch) -> bool:
@@ -63,5 +64,41 @@ def replace_first(items: list[T], found: Callable[[T], bool], make: Callable[[],
     return False
 
 
-def patches_of(patches: Sequence[ConfigPatch], context: int) -> list[ConfigPatch]:
-    return [p for p in patches if context_matches(context, p)]
+def replace_items(field: object, items: list[M]) -> None:
+    """Set a repeated message field to copies of ``items`` (the field owns its elements, and
+    some of ``items`` may be its own, about to be cleared)."""
+    copies = []
+    for item in items:
+        copy = type(item)()
+        copy.CopyFrom(item)
+        copies.append(copy)
+    del field[:]  # type: ignore[attr-defined]
+    field.extend(copies)  # type: ignore[attr-defined]
+
+
+def list_operation(
+    items: list[T], operation: int, has_match: bool, found: Callable[[T], bool], make: Callable[[], T]
+) -> list[T]:
+    """What istiod does to a list of filters (listener, network, HTTP) for one patch: ADD appends,
+    INSERT_FIRST prepends, INSERT_AFTER / INSERT_BEFORE put the value beside the first item found
+    (with nothing to look for: last / first), REPLACE replaces the first found, REMOVE drops all
+    found (those two do nothing with nothing to look for); MERGE is not a list operation."""
+    if operation == Operation.ADD:
+        items.append(make())
+    elif operation == Operation.INSERT_FIRST:
+        items.insert(0, make())
+    elif operation == Operation.INSERT_AFTER:
+        if has_match:
+            insert_after(items, found, make)
+        else:
+            items.append(make())
+    elif operation == Operation.INSERT_BEFORE:
+        if has_match:
+            insert_before(items, found, make)
+        else:
+            items.insert(0, make())
+    elif operation == Operation.REPLACE and has_match:
+        replace_first(items, found, make)
+    elif operation == Operation.REMOVE and has_match:
+        items = [item for item in items if not found(item)]
+    return items

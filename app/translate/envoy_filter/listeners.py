@@ -18,11 +18,10 @@ from app.model.envoy_filter import ApplyTo, ConfigPatch, MergedPatches, Operatio
 from app.translate.envoy_filter.common import (
     context_matches,
     copy_of,
-    insert_after,
-    insert_before,
     is_merge,
+    list_operation,
     merge_value,
-    replace_first,
+    replace_items,
 )
 from app.translate.envoy_filter.merge import merge_any
 
@@ -95,31 +94,12 @@ def _patch_listener_filters(context: int, patches: Sequence[ConfigPatch], listen
         def found(f: ListenerFilter, name: str = wanted) -> bool:
             return bool(f.name == name)
 
-        make = _maker(patch)
-        items = list(filters)
-        op = patch.operation
-        if op == Operation.ADD:
-            items.append(make())
-        elif op == Operation.INSERT_FIRST:
-            items.insert(0, make())
-        elif op == Operation.INSERT_AFTER:
-            if not wanted:
-                items.append(make())
-            else:
-                insert_after(items, found, make)
-        elif op == Operation.INSERT_BEFORE:
-            if not wanted:
-                items.insert(0, make())
-            else:
-                insert_before(items, found, make)
-        elif op == Operation.REPLACE and wanted:
-            replace_first(items, found, make)
-        elif op == Operation.REMOVE and wanted:
-            items = [f for f in items if not found(f)]
-        elif op == Operation.MERGE and wanted:
-            for item in items:  # every listener filter, as istiod's loop does
-                _merge_typed(item, patch.value, rename=False)
-        _set_list(filters, items)
+        if patch.operation == Operation.MERGE:
+            if wanted:
+                for item in filters:  # every listener filter, as istiod's loop does
+                    _merge_typed(item, patch.value, rename=False)
+            continue
+        replace_items(filters, list_operation(list(filters), patch.operation, bool(wanted), found, _maker(patch)))
 
 
 def _patch_filter_chains(context: int, patches: MergedPatches, listener: Listener) -> None:
@@ -138,7 +118,7 @@ def _patch_filter_chains(context: int, patches: MergedPatches, listener: Listene
             assert isinstance(added, FilterChain)
             kept.append(added)
     # a chain a patch removed (or one that had no filters) goes, as istiod filters them out
-    _set_list(listener.filter_chains, [c for c in kept if len(c.filters)])
+    replace_items(listener.filter_chains, [c for c in kept if len(c.filters)])
 
 
 def _patch_filter_chain(context: int, patches: MergedPatches, listener: Listener, chain: FilterChain) -> None:
@@ -180,33 +160,14 @@ def _patch_network_filters(context: int, patches: MergedPatches, listener: Liste
             continue
         if not _chain_matches(listener, chain, patch):
             continue
-        has_match = _has_network_filter_match(patch)
-        make = _maker(patch)
-        items = list(chain.filters)
-        op = patch.operation
 
         def found(f: Filter, p: ConfigPatch = patch) -> bool:
             return _network_filter_matches(f, p)
 
-        if op == Operation.ADD:
-            items.append(make())
-        elif op == Operation.INSERT_FIRST:
-            items.insert(0, make())
-        elif op == Operation.INSERT_AFTER:
-            if not has_match:
-                items.append(make())
-            else:
-                insert_after(items, found, make)
-        elif op == Operation.INSERT_BEFORE:
-            if not has_match:
-                items.insert(0, make())
-            else:
-                insert_before(items, found, make)
-        elif op == Operation.REPLACE and has_match:
-            replace_first(items, found, make)
-        elif op == Operation.REMOVE and has_match:
-            items = [f for f in items if not found(f)]
-        _set_list(chain.filters, items)
+        items = list_operation(
+            list(chain.filters), patch.operation, _has_network_filter_match(patch), found, _maker(patch)
+        )
+        replace_items(chain.filters, items)
     for item in chain.filters:
         _patch_network_filter(context, patches, listener, chain, item)
 
@@ -242,36 +203,16 @@ def _patch_http_filters(
         manager.ParseFromString(item.typed_config.value)
     items = list(manager.http_filters)
     for patch in found_patches:
-        has_match = _has_http_filter_match(patch)
-        make = _maker(patch)
 
         def found(f: HttpFilter, p: ConfigPatch = patch) -> bool:
             return _http_filter_matches(f, p)
 
-        op = patch.operation
-        if op == Operation.ADD:
-            items.append(make())
-        elif op == Operation.INSERT_FIRST:
-            items.insert(0, make())
-        elif op == Operation.INSERT_AFTER:
-            if not has_match:
-                items.append(make())
-            else:
-                insert_after(items, found, make)
-        elif op == Operation.INSERT_BEFORE:
-            if not has_match:
-                items.insert(0, make())
-            else:
-                insert_before(items, found, make)
-        elif op == Operation.REPLACE and has_match:
-            replace_first(items, found, make)
-        elif op == Operation.REMOVE and has_match:
-            items = [f for f in items if not found(f)]
+        items = list_operation(items, patch.operation, _has_http_filter_match(patch), found, _maker(patch))
     for http_filter in items:
         for patch in found_patches:
             if patch.operation == Operation.MERGE and _http_filter_matches(http_filter, patch):
                 _merge_typed(http_filter, patch.value)
-    _set_list(manager.http_filters, items)
+    replace_items(manager.http_filters, items)
     if item.HasField("typed_config"):
         item.typed_config.Pack(manager, deterministic=True)
 
@@ -293,18 +234,6 @@ def _merge_typed(item: object, value: object, rename: bool = True) -> None:
 
 def _maker(patch: ConfigPatch) -> Callable[[], object]:
     return lambda: copy_of(patch)
-
-
-def _set_list(field: object, items: list[object]) -> None:
-    """Replace a repeated message field's contents with ``items`` (copies: the field owns its
-    elements)."""
-    copies = []
-    for item in items:
-        copy = type(item)()
-        copy.CopyFrom(item)  # type: ignore[attr-defined]
-        copies.append(copy)
-    del field[:]  # type: ignore[attr-defined]
-    field.extend(copies)  # type: ignore[attr-defined]
 
 
 def _listener_matches(listener: Listener, patch: ConfigPatch) -> bool:

@@ -13,10 +13,10 @@ from app.model.envoy_filter import ApplyTo, ConfigPatch, MergedPatches, Operatio
 from app.translate.envoy_filter.common import (
     context_matches,
     copy_of,
-    insert_after,
-    insert_before,
     is_merge,
+    list_operation,
     merge_value,
+    replace_items,
 )
 from app.translate.route.gateway import gateway_route_port
 
@@ -61,14 +61,7 @@ def _patch_virtual_hosts(context: int, patches: MergedPatches, config: RouteConf
             and _config_matches(context, config, patch, ports)
         ):
             hosts.append(copy_of(patch))
-    kept = [h for h in hosts if h.name not in removed]
-    copies = []
-    for host in kept:
-        copy = VirtualHost()
-        copy.CopyFrom(host)
-        copies.append(copy)
-    del config.virtual_hosts[:]
-    config.virtual_hosts.extend(copies)
+    replace_items(config.virtual_hosts, [h for h in hosts if h.name not in removed])
 
 
 def _patch_virtual_host(
@@ -126,28 +119,12 @@ def _patch_routes(
         def matches(r: Route, p: ConfigPatch = patch) -> bool:
             return _route_matches(r, p)
 
-        op = patch.operation
-        if op == Operation.ADD:
-            found.append(make())
-        elif op == Operation.INSERT_AFTER:
-            if not has_match:
-                found.append(make())
-            else:
-                insert_after(found, matches, make)
-        elif op == Operation.INSERT_BEFORE:
-            if not has_match:
-                found.insert(0, make())
-            else:
-                insert_before(found, matches, make)
-        elif op == Operation.INSERT_FIRST and (not has_match or any(map(matches, found))):
-            found.insert(0, make())  # istiod: first in the list, when any route matches (if it matches one)
-    copies = []
-    for route in found:
-        copy = Route()
-        copy.CopyFrom(route)
-        copies.append(copy)
-    del host.routes[:]
-    host.routes.extend(copies)
+        if patch.operation == Operation.INSERT_FIRST:
+            if not has_match or any(map(matches, found)):
+                found.insert(0, make())  # istiod: first in the list, when any route matches (if it matches one)
+        elif patch.operation in (Operation.ADD, Operation.INSERT_AFTER, Operation.INSERT_BEFORE):
+            found = list_operation(found, patch.operation, has_match, matches, make)
+    replace_items(host.routes, found)
 
 
 def _config_matches(context: int, config: RouteConfiguration, patch: ConfigPatch, ports: PortMap) -> bool:

@@ -205,13 +205,14 @@ class SnapshotState:
             Ident(proxy), (labels_read(scope, push.mesh), own_ip_read, keys, by_provider)
         )
         # EnvoyFilters select by namespace, labels, version and node metadata: a class is of
-        # proxies the same patches apply to (none, for nearly every mesh: no key then)
+        # proxies the same patches apply to (none, for nearly every mesh: no key then). Its
+        # lineage leaves them out: what a lineage reuses is built before patching, so a changed
+        # EnvoyFilter re-patches the class's resources but rebuilds none of them
         patches = push.envoy_filters.for_proxy(proxy)
-        patched = () if patches is None else (patches.key,)
-        key = (Ident(scope), *traits_key, *patched)
+        key = (Ident(scope), *traits_key, *(() if patches is None else (patches.key,)))
         found = self.classes.get(key)
         if found is None:
-            line = (*lineage(scope, found_traits), *patched)
+            line = lineage(scope, found_traits)
             found = ProxyClass(scope, push.mesh, found_traits, line, self.reusable.pop(line, {}), patches=patches)
             self.classes[key] = self.lineage[line] = found
         return found

@@ -115,7 +115,7 @@ def traits(
     return Traits(scope_proxy, outbound, located)
 
 
-def lineage(scope: SidecarScope, found: Traits) -> tuple[Hashable, ...]:
+def lineage(scope: SidecarScope, found: Traits) -> Hashable:
     """A class across snapshots: its scope's name and namespace (the scope object is replaced
     when what it holds changes) and its traits."""
     return (scope.name, scope.namespace, *found.key())
