@@ -54,6 +54,8 @@ def api_version(obj: ConfigObject) -> str:
         return obj.api_version
     if obj.kind is Kind.TELEMETRY:
         return "telemetry.istio.io/v1"
+    if obj.kind is Kind.ENVOY_FILTER:
+        return "networking.istio.io/v1alpha3"  # the only version istiod serves it in
     return "security.istio.io/v1" if obj.kind in _SECURITY_KINDS else "networking.istio.io/v1"
 
 
