@@ -85,9 +85,10 @@ class EnvoyFilterWrapper:
 class MergedPatches:
     """The patches in force for one proxy, by what they apply to, in order (istiod
     MergedEnvoyFilterWrapper). ``key`` names them across snapshots: proxies with equal keys get
-    equal patches."""
+    equal patches. A string, whose hash Python keeps: it is part of every patched resource's memo
+    key, looked up for each resource of a class at every snapshot."""
 
-    key: tuple[tuple[str, str, int], ...]
+    key: str
     by_type: Mapping[int, tuple[ConfigPatch, ...]]
 
     def of(self, apply_to: int) -> tuple[ConfigPatch, ...]:
@@ -128,13 +129,13 @@ class EnvoyFilters:
             return None
         found.sort(key=lambda w: (w.priority, w.namespace != root, w.created, f"{w.name}.{w.namespace}"))
         by_type: dict[int, list[ConfigPatch]] = {}
-        key: list[tuple[str, str, int]] = []
+        key: list[str] = []
         for wrapper in found:
             for index, patch in enumerate(wrapper.patches):
                 if patch.matches_proxy(proxy):
                     by_type.setdefault(patch.apply_to, []).append(patch)
-                    key.append((patch.key, wrapper.digest, index))
-        return MergedPatches(tuple(key), {t: tuple(p) for t, p in by_type.items()})
+                    key.append(f"{patch.key}@{wrapper.digest}#{index}")
+        return MergedPatches(" ".join(key), {t: tuple(p) for t, p in by_type.items()})
 
 
 def _wrap(obj: ConfigObject) -> EnvoyFilterWrapper:
