@@ -85,6 +85,7 @@ def _print_config_dump(args: argparse.Namespace) -> int:
 def validate(paths: Sequence[Path]) -> int:
     """``pilotfish validate``: every problem of the files (directories: their config files),
     one line each, as the file source would report it; 1 when there is any."""
+    from app.config.validation.spec import object_warnings
     from app.sources.files import MESH_FILE, list_config_files, load_config_file
 
     problems = 0
@@ -101,5 +102,8 @@ def validate(paths: Sequence[Path]) -> int:
                 print(rejection.error)
             for line in result.unsupported:  # valid for istiod, and not applied here: not a problem
                 print(f"warning: {line}")
+            for obj in result.objects:  # istioctl validate's warnings, and what is not applied here
+                for warning in object_warnings(obj):
+                    print(f"warning: {obj.source}: {obj.kind} {obj.namespaced_name}: {warning}")
             problems += len(result.rejected)
     return 1 if problems else 0

@@ -40,3 +40,35 @@ def test_valid_config_exits_0_silently(capsys: pytest.CaptureFixture[str]) -> No
 def test_a_missing_path_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(tmp_path / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+ENVOY_FILTERS = """apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: lua, namespace: shop}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match: {listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}}
+    patch:
+      operation: INSERT_FIRST
+      value: {name: envoy.lua, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua}}
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: broken, namespace: shop}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    match: {listener: {name: virtualInbound}}
+    patch: {operation: REMOVE}
+"""
+
+
+def test_envoy_filters_get_istioctls_warning_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "filters.yaml").write_text(ENVOY_FILTERS)
+    assert main(["validate", str(tmp_path)]) == 1
+    error, warning = capsys.readouterr().out.splitlines()
+    assert "EnvoyFilter shop/broken" in error and "configPatches[0].match" in error
+    assert "cannot have non cluster match" in error
+    assert warning.startswith("warning: ") and "EnvoyFilter shop/lua" in warning
+    assert "EnvoyFilter exposes internal implementation details" in warning
