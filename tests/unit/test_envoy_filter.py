@@ -363,6 +363,12 @@ def test_the_patch_memo_keeps_an_unchanged_resource_and_forgets_in_generations()
     memo.patched(patches, 1, gone, Cluster.FromString, patch)
     assert calls[-1] == "gone"
 
+    def broken(c: Cluster) -> Cluster | None:
+        raise ValueError("a patcher's bug")
+
+    # as istiod's HandleCrash: the resource is served unpatched, nothing raises into the push
+    assert memo.patched(patches, 2, changed, Cluster.FromString, broken) is changed
+
 
 def test_a_listener_an_envoy_filter_added_is_removed_with_it() -> None:
     # added in the inbound context, the listener is the proxy's own: deleting the EnvoyFilter

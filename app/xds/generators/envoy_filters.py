@@ -6,6 +6,7 @@ snapshot or another class with the same patches."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TypeVar
 
@@ -14,6 +15,7 @@ from google.protobuf.message import Message
 from app.model.envoy_filter import MergedPatches
 from app.xds.resource import Resource, encode
 
+logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
 _GENERATION = 10_000  # patched resources remembered per generation (two are kept)
 
@@ -46,7 +48,13 @@ class PatchMemo:
         if key in self._older:
             found = self._older.pop(key)
         else:
-            out = patch(decode(resource.body.value))
+            try:
+                out = patch(decode(resource.body.value))
+            except Exception:  # as istiod's HandleCrash: the patches do not take effect
+                logger.exception(
+                    "EnvoyFilter patches (%s) failed on %s; it is served unpatched", patches.key, resource.name
+                )
+                out = decode(resource.body.value)
             if out is None:
                 found = None
             else:
