@@ -390,3 +390,27 @@ def test_a_listener_an_envoy_filter_added_is_removed_with_it() -> None:
     out = conn.on_push(mesh.delete(doc))
     [lds] = [r for r in out if r.type_url == LISTENER]
     assert {"extra-in", "extra-out"} <= set(lds.removed_resources)
+
+
+def test_a_changed_cluster_is_patched_again_and_the_others_stay_patched() -> None:
+    # a DestinationRule change rebuilds one host's clusters: patched like the rest (assertion
+    # mode checks each partial push against a full generation)
+    mesh = Mesh()
+    conn, _ = mesh.connect(listeners=True)
+    merge = cluster_patch("MERGE", {"per_connection_buffer_limit_bytes": 4321})
+    conn.on_push(mesh.apply(envoy_filter("buffers", "bookinfo", merge)))
+    rule = """
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ratings, namespace: bookinfo}
+spec: {host: ratings.bookinfo.svc.cluster.local, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}
+"""
+    out = conn.on_push(mesh.apply(rule))
+    [cds] = [r for r in out if r.type_url == CLUSTER]
+    changed = {r.name: cluster_pb2.Cluster.FromString(r.body.value) for r in cds.resources}
+    ratings = changed["outbound|9080||ratings.bookinfo.svc.cluster.local"]
+    assert ratings.circuit_breakers.thresholds[0].max_connections.value == 7
+    assert ratings.per_connection_buffer_limit_bytes.value == 4321
+    served = generate_clusters(conn.client, mesh.discovery.generator.push_context(), mesh.discovery.generator)
+    outbound = [c for c in served if c.name.startswith("outbound|")]
+    assert outbound and all(c.per_connection_buffer_limit_bytes.value == 4321 for c in outbound)
