@@ -47,6 +47,11 @@ API_PROTOS = [
     "type/v1beta1/selector.proto",
     "meta/v1alpha1/status.proto",
     "analysis/v1alpha1/message.proto",
+    # the Istio proxy's own filter configs istiod links (so an EnvoyFilter's value may name them)
+    "envoy/config/filter/http/alpn/v2alpha1/config.proto",
+    "envoy/config/filter/http/jwt_auth/v2alpha1/config.proto",
+    "envoy/config/filter/network/tcp_cluster_rewrite/v2alpha1/config.proto",
+    "envoy/extensions/stats/config.proto",
 ]
 ISTIO_PROTOS = ["pkg/dns/proto/nds.proto"]
 PACKAGE = "app.api.istio"

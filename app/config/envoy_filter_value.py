@@ -31,6 +31,7 @@ VALUE_TYPES: Mapping[int, str] = {
     _APPLY_TO.LISTENER_FILTER: "envoy.config.listener.v3.ListenerFilter",
 }
 _tried: set[str] = set()
+_ISTIO_PROXY = "app.api.istio.envoy"
 
 
 class PatchValueError(ValueError):
@@ -52,18 +53,29 @@ def _import_package(package: str) -> None:
             importlib.import_module(f"{package}.{info.name}")
 
 
+def _import_istio_proxy_types() -> None:
+    """Register the Istio proxy's own filter configs (istio.io/api's envoy protos, which istiod
+    links, generated under app.api.istio.envoy): their packages (``stats``,
+    ``istio.envoy.config...``) are no Python package's names."""
+    if _ISTIO_PROXY in _tried:
+        return
+    _tried.add(_ISTIO_PROXY)
+    package = importlib.import_module(_ISTIO_PROXY)
+    for info in pkgutil.walk_packages(package.__path__, f"{_ISTIO_PROXY}."):
+        if info.name.endswith("_pb2"):
+            importlib.import_module(info.name)
+
+
 def message_class(full_name: str) -> type[Message] | None:
     """The generated class of a message type, or None when no installed proto defines it."""
     pool = descriptor_pool.Default()
-    for attempt in range(2):
+    for load in (lambda: _import_package(full_name.rsplit(".", 1)[0]), _import_istio_proxy_types, None):
         try:
-            found = pool.FindMessageTypeByName(full_name)
+            return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
         except KeyError:
-            if attempt:
+            if load is None:
                 return None
-            _import_package(full_name.rsplit(".", 1)[0])
-            continue
-        return message_factory.GetMessageClass(found)
+            load()
     return None
 
 

@@ -156,3 +156,22 @@ async def test_the_https_endpoint_answers_real_reviews(webhook: tuple[WebhookSer
             assert resp.status == 415
         async with session.post(url + "/", json=admission(RULE), ssl=tls) as resp:
             assert (await resp.json())["response"]["allowed"] is True
+
+
+def test_an_envoy_filter_may_name_the_istio_proxys_own_filter_configs() -> None:
+    # istiod links istio.io/api's envoy protos (stats.PluginConfig, the ALPN filter's config):
+    # a patch of Istio's stats filter, as the Telemetry-less way of customizing metrics, builds
+    metric = {"name": "requests_total", "dimensions": {"destination_port": "string(destination.port)"}}
+    stats = {"@type": "type.googleapis.com/stats.PluginConfig", "metrics": [metric]}
+    match = {"context": "SIDECAR_OUTBOUND", "listener": {"filterChain": {"filter": {
+        "name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": "istio.stats"}}}}}  # fmt: skip
+    patch = {
+        "applyTo": "HTTP_FILTER",
+        "match": match,
+        "patch": {"operation": "MERGE", "value": {"typed_config": stats}},
+    }
+    meta = {"name": "stats", "namespace": "istio-system"}
+    doc = {"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter", "metadata": meta}
+    response = review(admission({**doc, "spec": {"configPatches": [patch]}}, namespace="istio-system"))["response"]
+    assert response["allowed"] is True, response
+    assert response["warnings"] == [response["warnings"][0]]  # istiod's general warning only
