@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from envoy.config.cluster.v3.cluster_pb2 import Cluster
 
-from app.model.envoy_filter import ApplyTo, MergedPatches, Operation, PatchContext
-from app.translate.envoy_filter.common import context_matches, copy_of, is_merge, merge_value
+from app.model.envoy_filter import ApplyTo, MergedPatches, Operation
+from app.translate.cluster.builder import parse_cluster_name
+from app.translate.envoy_filter.common import added, context_matches, is_merge, merge_value
 from app.translate.envoy_filter.merge import merge_any
 
 
@@ -32,22 +33,8 @@ def patch_cluster(context: int, patches: MergedPatches, cluster: Cluster, hosts:
 
 
 def inserted_clusters(context: int, patches: MergedPatches) -> list[Cluster]:
-    """istiod InsertedClusters: the ADD patches of this context (ANY only in the outbound and
-    gateway contexts, so a cluster added for ANY is added once)."""
-    out = []
-    for patch in patches.of(ApplyTo.CLUSTER):
-        if patch.operation != Operation.ADD:
-            continue
-        if patch.match.context == PatchContext.ANY and context not in (
-            PatchContext.SIDECAR_OUTBOUND,
-            PatchContext.GATEWAY,
-        ):
-            continue
-        if context_matches(context, patch):
-            copy = copy_of(patch)
-            assert isinstance(copy, Cluster)
-            out.append(copy)
-    return out
+    """istiod InsertedClusters: the clusters the ADD patches of this context add."""
+    return [c for c in added(context, patches.of(ApplyTo.CLUSTER)) if isinstance(c, Cluster)]
 
 
 def _merge_transport_socket(cluster: Cluster, value: Cluster) -> bool:
@@ -85,27 +72,10 @@ def _cluster_matches(cluster: Cluster, patch: object, hosts: Sequence[str]) -> b
     wanted = match.cluster
     if wanted.name:
         return bool(wanted.name == cluster.name)
-    direction, subset, hostname, port = _subset_key(cluster.name)
-    candidates = list(hosts) if direction == "inbound" and hosts else [hostname]
-    if wanted.subset and wanted.subset != subset:
+    key = parse_cluster_name(cluster.name)
+    candidates = list(hosts) if key.direction == "inbound" and hosts else [key.hostname]
+    if wanted.subset and wanted.subset != key.subset:
         return False
     if wanted.service and wanted.service not in candidates:
         return False
-    return not (wanted.port_number and wanted.port_number != port)
-
-
-def _subset_key(name: str) -> tuple[str, str, str, int]:
-    """istiod ParseSubsetKey: ``direction|port|subset|hostname`` (or the DNS SRV form with
-    ``_.``); the parts found before the shape breaks, the rest empty (port 0)."""
-    sep = "_." if name.startswith(("outbound_", "inbound_")) else "|"
-    direction, found, rest = name.partition(sep)
-    if not found:
-        return "", "", "", 0
-    number, found, rest = rest.partition(sep)
-    if not found:
-        return direction, "", "", 0
-    port = int(number) if number.isdigit() else 0
-    subset, found, rest = rest.partition(sep)
-    if not found:
-        return direction, "", "", port
-    return direction, subset, "" if sep in rest else rest, port
+    return not (wanted.port_number and wanted.port_number != key.port)

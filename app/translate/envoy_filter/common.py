@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -17,6 +17,23 @@ M = TypeVar("M", bound=Message)
 def context_matches(context: int, patch: ConfigPatch) -> bool:
     """istiod commonConditionMatch: the patch's context is this one, or ANY."""
     return patch.match.context in (context, PatchContext.ANY)
+
+
+def added(context: int, patches: Sequence[ConfigPatch]) -> list[Message]:
+    """Copies of the values the ADD patches of this context add, for a list of top-level
+    resources (clusters, listeners: istiod InsertedClusters, patchListeners): a patch of
+    context ANY adds only in the outbound and gateway contexts, so it adds once."""
+    out = []
+    for patch in patches:
+        if patch.operation != Operation.ADD or not context_matches(context, patch):
+            continue
+        if patch.match.context == PatchContext.ANY and context not in (
+            PatchContext.SIDECAR_OUTBOUND,
+            PatchContext.GATEWAY,
+        ):
+            continue
+        out.append(copy_of(patch))
+    return out
 
 
 def is_merge(operation: int) -> bool:

@@ -14,8 +14,9 @@ from envoy.extensions.filters.network.http_connection_manager.v3.http_connection
     HttpFilter,
 )
 
-from app.model.envoy_filter import ApplyTo, ConfigPatch, MergedPatches, Operation, PatchContext
+from app.model.envoy_filter import ApplyTo, ConfigPatch, MergedPatches, Operation
 from app.translate.envoy_filter.common import (
+    added,
     context_matches,
     copy_of,
     is_merge,
@@ -54,19 +55,7 @@ def patch_listeners(
         if copy.name and _patch_listener(context, patches, copy):
             out.append(copy)
     if not skip_adds:
-        for patch in patches.of(ApplyTo.LISTENER):
-            if patch.operation != Operation.ADD:
-                continue
-            if patch.match.context == PatchContext.ANY and context not in (
-                PatchContext.SIDECAR_OUTBOUND,
-                PatchContext.GATEWAY,
-            ):
-                continue
-            if context_matches(context, patch):
-                added = copy_of(patch)
-                assert isinstance(added, Listener)
-                if added.name:
-                    out.append(added)
+        out.extend(m for m in added(context, patches.of(ApplyTo.LISTENER)) if isinstance(m, Listener) and m.name)
     return out
 
 
@@ -123,9 +112,7 @@ def _patch_filter_chains(context: int, patches: MergedPatches, listener: Listene
 
 def _patch_filter_chain(context: int, patches: MergedPatches, listener: Listener, chain: FilterChain) -> None:
     for patch in patches.of(ApplyTo.FILTER_CHAIN):
-        if not context_matches(context, patch) or not _listener_matches(listener, patch):
-            continue
-        if not _chain_matches(listener, chain, patch):
+        if not _applies(context, patch, listener, chain):
             continue
         if patch.operation == Operation.REMOVE:
             del chain.filters[:]
@@ -156,9 +143,7 @@ def _merge_transport_socket(chain: FilterChain, patch: ConfigPatch) -> bool:
 
 def _patch_network_filters(context: int, patches: MergedPatches, listener: Listener, chain: FilterChain) -> None:
     for patch in patches.of(ApplyTo.NETWORK_FILTER):
-        if not context_matches(context, patch) or not _listener_matches(listener, patch):
-            continue
-        if not _chain_matches(listener, chain, patch):
+        if not _applies(context, patch, listener, chain):
             continue
 
         def found(f: Filter, p: ConfigPatch = patch) -> bool:
@@ -176,11 +161,11 @@ def _patch_network_filter(
     context: int, patches: MergedPatches, listener: Listener, chain: FilterChain, item: Filter
 ) -> None:
     for patch in patches.of(ApplyTo.NETWORK_FILTER):
-        if patch.operation != Operation.MERGE or not context_matches(context, patch):
-            continue
-        if not (_listener_matches(listener, patch) and _chain_matches(listener, chain, patch)):
-            continue
-        if _network_filter_matches(item, patch):
+        if (
+            patch.operation == Operation.MERGE
+            and _applies(context, patch, listener, chain)
+            and _network_filter_matches(item, patch)
+        ):
             _merge_typed(item, patch.value)
     if item.name == HCM:
         _patch_http_filters(context, patches, listener, chain, item)
@@ -190,10 +175,10 @@ def _patch_http_filters(
     context: int, patches: MergedPatches, listener: Listener, chain: FilterChain, item: Filter
 ) -> None:
     found_patches = [
-        p for p in patches.of(ApplyTo.HTTP_FILTER)
-        if context_matches(context, p) and _listener_matches(listener, p)
-        and _chain_matches(listener, chain, p) and _network_filter_matches(item, p)
-    ]  # fmt: skip
+        p
+        for p in patches.of(ApplyTo.HTTP_FILTER)
+        if _applies(context, p, listener, chain) and _network_filter_matches(item, p)
+    ]
     if not found_patches:
         return
     manager = HttpConnectionManager()
@@ -234,6 +219,16 @@ def _merge_typed(item: object, value: object, rename: bool = True) -> None:
 
 def _maker(patch: ConfigPatch) -> Callable[[], object]:
     return lambda: copy_of(patch)
+
+
+def _applies(context: int, patch: ConfigPatch, listener: Listener, chain: FilterChain) -> bool:
+    """Whether a patch of a filter chain, or of a filter in it, applies there: its context,
+    listener and filter chain match."""
+    return (
+        context_matches(context, patch)
+        and _listener_matches(listener, patch)
+        and _chain_matches(listener, chain, patch)
+    )
 
 
 def _listener_matches(listener: Listener, patch: ConfigPatch) -> bool:

@@ -10,6 +10,7 @@ from envoy.config.route.v3.route_pb2 import RouteConfiguration
 
 from app.api.istio.networking.v1alpha3.envoy_filter_pb2 import EnvoyFilter
 from app.model.envoy_filter import ApplyTo, ConfigPatch, MergedPatches, Operation, PatchContext
+from app.translate.cluster.builder import parse_cluster_name
 from app.translate.envoy_filter.common import (
     context_matches,
     copy_of,
@@ -152,8 +153,7 @@ def _listener_port(name: str) -> int:
     """getListenerPortFromName: an inbound name's port (``inbound|PORT||``), else the name as a
     number (0 when it is none)."""
     if name.startswith("inbound"):
-        parts = name.split("|")
-        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        return parse_cluster_name(name).port
     return int(name) if name.isdigit() else 0
 
 

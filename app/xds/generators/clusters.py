@@ -26,6 +26,7 @@ from app.model.push_context import PushContext
 from app.model.service import Service
 from app.model.sidecar_ingress import sidecar_ingress
 from app.model.sidecar_scope import SidecarScope
+from app.translate.cluster.builder import parse_cluster_name
 from app.translate.cluster.for_proxy import ingress_stand_in, proxy_clusters, service_clusters
 from app.translate.endpoint.for_proxy import eds_cluster_names
 from app.translate.envoy_filter.clusters import inserted_clusters, patch_cluster
@@ -109,12 +110,6 @@ def _own_key(proxy: Proxy, push: PushContext, scope: SidecarScope) -> object:
 
 def _outbound_context(proxy: Proxy) -> int:
     return PatchContext.GATEWAY if proxy.type is ProxyType.ROUTER else PatchContext.SIDECAR_OUTBOUND
-
-
-def _inbound_port(name: str) -> int:
-    """The port of an inbound cluster's name, ``inbound|PORT||``."""
-    parts = name.split("|")
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
 def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -225,7 +220,7 @@ class ClusterGenerator:
         for r in own:
             inbound = r.name.startswith(("inbound|", "InboundPassthroughCluster"))
             context = PatchContext.SIDECAR_INBOUND if inbound else outbound
-            port_hosts = hosts.get(_inbound_port(r.name), ()) if r.name.startswith("inbound|") else ()
+            port_hosts = hosts.get(parse_cluster_name(r.name).port, ()) if r.name.startswith("inbound|") else ()
             patch = functools.partial(patch_cluster, context, patches, hosts=port_hosts)
             found = self.patched.patched(patches, context, r, cluster_pb2.Cluster.FromString, patch, port_hosts)
             if found is not None:
